@@ -1,0 +1,49 @@
+# Prism: build, test, demo. Every target does its own set-up on a fresh machine.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+GO       ?= go
+BIN      := $(CURDIR)/bin
+# The test-bed binaries (etcd, control plane, kubelet, kubectl, helm), built once
+# from the Go module proxy and cached under ~/.cache/prism.
+TESTBED_BIN = $(shell hack/testbed-bins.sh | tail -1)
+E2E_TIMEOUT ?= 30m
+
+.PHONY: build
+build: ## Build prism-kubelet-plugin, prism-controller and prismctl into bin/.
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: testbed
+testbed: ## Build (or reuse) the cached test-bed binaries.
+	hack/testbed-bins.sh >/dev/null
+
+.PHONY: generate
+generate: ## Regenerate deepcopy code and CRD manifests.
+	hack/generate.sh
+
+.PHONY: verify
+verify: ## gofmt, go vet, and generated files up to date.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: unit
+unit: ## Unit tests (no cluster needed).
+	$(GO) test -race $$($(GO) list ./... | grep -v /test/)
+
+.PHONY: e2e
+e2e: testbed ## Integration and end-to-end tests on the local test bed (root).
+	bin=$(TESTBED_BIN); \
+	PRISM_TESTBED_BIN=$$bin KUBEBUILDER_ASSETS=$$bin \
+	$(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/...
+
+.PHONY: test
+test: verify unit e2e ## Every test: static checks, unit tests, test-bed integration and e2e.
+
+.PHONY: clean
+clean:
+	rm -rf $(BIN)
+
+.PHONY: help
+help:
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
