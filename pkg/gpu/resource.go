@@ -1,0 +1,225 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+)
+
+// Domain qualifies every attribute and capacity Prism publishes.
+const Domain = "gpu.prism.dev"
+
+// PublishOptions says where host facts that NVML does not know come from.
+type PublishOptions struct {
+	// SysFS is the root of a sysfs tree, used to resolve the PCIe root
+	// complex of each GPU. os.DirFS("/sys") works on a real host; a
+	// simulated node supplies a fake tree. When nil, pcieRoot is not
+	// published.
+	SysFS fs.ReadLinkFS
+}
+
+type namedAttribute struct {
+	name  resourceapi.QualifiedName
+	value resourceapi.DeviceAttribute
+}
+
+func qualified(id string) resourceapi.QualifiedName {
+	return resourceapi.QualifiedName(Domain + "/" + id)
+}
+
+// ResourceDevice builds the device as it is published in a ResourceSlice.
+// Values that would break API validation are truncated or dropped and the
+// reason is logged, because one odd GPU must not stop the whole node from
+// publishing.
+func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resourceapi.Device, error) {
+	logger := klog.FromContext(ctx).WithValues("device", d.Name())
+	if d.UUID == "" {
+		return resourceapi.Device{}, fmt.Errorf("building device %s: UUID is empty", d.Name())
+	}
+
+	var attrs []namedAttribute
+	str := func(id, v string) {
+		if v != "" {
+			attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{StringValue: ptr.To(v)}})
+		}
+	}
+	integer := func(id string, v int) {
+		attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}})
+	}
+	version := func(id, v string) {
+		if v == "" {
+			return
+		}
+		sv, err := semverFromDotted(v)
+		if err != nil {
+			logger.Info("Dropping device attribute", "attribute", id, "value", v, "reason", err.Error())
+			return
+		}
+		attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{VersionValue: ptr.To(sv)}})
+	}
+
+	// Order is priority: if the API limit on attributes is ever reached,
+	// the ones at the end are dropped first.
+	str("uuid", d.UUID)
+	str("productName", d.ProductName)
+	integer("index", d.Index)
+	integer("minor", d.Minor)
+	str("architecture", d.Architecture)
+	version("cudaComputeCapability", d.CUDAComputeCapability.String())
+	version("driverVersion", d.DriverVersion)
+	version("cudaDriverVersion", d.CUDADriverVersion)
+	if bw := d.MemoryBandwidthGBps(); bw > 0 {
+		integer("memoryBandwidthGBps", bw)
+		str("bandwidthClass", d.BandwidthClass())
+	}
+	if d.MultiprocessorCount > 0 {
+		integer("multiprocessorCount", d.MultiprocessorCount)
+	}
+	if f := d.FP32GFLOPS(); f > 0 {
+		integer("fp32GFLOPS", f)
+	}
+	if f, ok := d.FP16TensorTFLOPS(); ok {
+		integer("fp16TensorTFLOPS", f)
+	}
+	if d.NUMANode != nil {
+		integer("numaNode", *d.NUMANode)
+	}
+	if d.NVLinkDomain != nil {
+		integer("nvlinkDomain", *d.NVLinkDomain)
+	}
+	attrs = append(attrs, namedAttribute{qualified("migCapable"), resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIGCapable)}})
+	str("brand", d.Brand)
+	if d.PCIeGeneration > 0 {
+		integer("pcieGeneration", d.PCIeGeneration)
+	}
+	if d.PCIeLinkWidth > 0 {
+		integer("pcieLinkWidth", d.PCIeLinkWidth)
+	}
+	if d.PCIBusID != "" {
+		a, err := deviceattribute.GetPCIBusIDAttribute(d.PCIBusID)
+		if err != nil {
+			logger.Info("Dropping device attribute", "attribute", deviceattribute.StandardDeviceAttributePCIBusID, "reason", err.Error())
+		} else {
+			attrs = append(attrs, namedAttribute{a.Name, a.Value})
+		}
+		if opts.SysFS != nil {
+			a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(d.PCIBusID, deviceattribute.WithFS(opts.SysFS))
+			if err != nil {
+				logger.Info("Dropping device attribute", "attribute", deviceattribute.StandardDeviceAttributePCIeRoot, "reason", err.Error())
+			} else {
+				attrs = append(attrs, namedAttribute{a.Name, a.Value})
+			}
+		}
+	}
+
+	// Zero memory means unknown; publishing it would make the GPU match
+	// nothing that asks for memory, which is worse than not saying.
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	if d.MemoryBytes > 0 {
+		capacity[qualified("memory")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(d.MemoryBytes), resource.BinarySI)}
+	}
+	return resourceapi.Device{
+		Name:       d.Name(),
+		Attributes: enforceLimits(logger, attrs, len(capacity)),
+		Capacity:   capacity,
+	}, nil
+}
+
+// ResourceDevices builds all devices in index order. Two devices with the
+// same index would get the same name, which the API rejects, so that is an
+// error rather than something to paper over.
+func ResourceDevices(ctx context.Context, devices []Device, opts PublishOptions) ([]resourceapi.Device, error) {
+	sorted := append([]Device(nil), devices...)
+	SortByIndex(sorted)
+	out := make([]resourceapi.Device, 0, len(sorted))
+	for i, d := range sorted {
+		if i > 0 && sorted[i-1].Index == d.Index {
+			return nil, fmt.Errorf("building devices: %s and %s both have index %d", sorted[i-1].UUID, d.UUID, d.Index)
+		}
+		rd, err := d.ResourceDevice(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rd)
+	}
+	return out, nil
+}
+
+// enforceLimits applies the ResourceSlice validation limits: string values
+// longer than the limit are truncated (a prefix of a product name is still
+// useful), version values are dropped (a truncated version is not semver),
+// and attributes beyond the per-device budget are dropped from the end.
+func enforceLimits(logger klog.Logger, attrs []namedAttribute, capacities int) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	budget := resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice - capacities
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(attrs))
+	for _, a := range attrs {
+		v := a.value
+		switch {
+		case v.StringValue != nil && len(*v.StringValue) > resourceapi.DeviceAttributeMaxValueLength:
+			logger.Info("Truncating device attribute", "attribute", a.name, "length", len(*v.StringValue), "reason", "longer than the API allows")
+			v.StringValue = ptr.To((*v.StringValue)[:resourceapi.DeviceAttributeMaxValueLength])
+		case v.VersionValue != nil && len(*v.VersionValue) > resourceapi.DeviceAttributeMaxValueLength:
+			logger.Info("Dropping device attribute", "attribute", a.name, "length", len(*v.VersionValue), "reason", "version longer than the API allows")
+			continue
+		}
+		if len(out) >= budget {
+			logger.Info("Dropping device attribute", "attribute", a.name, "reason", fmt.Sprintf("device already has %d attributes and capacities", resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice))
+			continue
+		}
+		out[a.name] = v
+	}
+	return out
+}
+
+var buildMetadata = regexp.MustCompile(`^[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*$`)
+
+// semverFromDotted turns NVML's dotted versions into semver 2.0. NVML pads
+// components ("535.104.05") and may give fewer than three, neither of which
+// semver allows; components past the third are kept as build metadata.
+func semverFromDotted(v string) (string, error) {
+	parts := strings.Split(v, ".")
+	nums := make([]string, 0, 3)
+	for i, p := range parts {
+		if i == 3 {
+			build := strings.Join(parts[3:], ".")
+			if !buildMetadata.MatchString(build) {
+				return "", fmt.Errorf("%q is not a dotted version", v)
+			}
+			return strings.Join(nums, ".") + "+" + build, nil
+		}
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return "", fmt.Errorf("%q is not a dotted numeric version", v)
+		}
+		nums = append(nums, strconv.FormatUint(n, 10))
+	}
+	for len(nums) < 3 {
+		nums = append(nums, "0")
+	}
+	return strings.Join(nums, "."), nil
+}

@@ -1,0 +1,279 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package gpu
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/blang/semver/v4"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// h100 is a fully populated device, as discovery would produce it.
+func h100() Device {
+	return Device{
+		UUID:                  "GPU-8f6b1c52-3a6e-4bd4-9d22-0c2f1b7e5a10",
+		Index:                 2,
+		Minor:                 2,
+		ProductName:           "NVIDIA H100 80GB HBM3",
+		Brand:                 "NVIDIA",
+		Architecture:          "Hopper",
+		CUDAComputeCapability: ComputeCapability{9, 0},
+		DriverVersion:         "535.104.05",
+		CUDADriverVersion:     "12.2",
+		MemoryBytes:           80 << 30,
+		MemoryBusWidthBits:    5120,
+		MaxMemoryClockMHz:     2619,
+		MaxSMClockMHz:         1980,
+		MultiprocessorCount:   132,
+		PCIBusID:              "0000:27:00.0",
+		NUMANode:              ptr.To(0),
+		PCIeGeneration:        5,
+		PCIeLinkWidth:         16,
+		NVLinkDomain:          ptr.To(0),
+		MIGCapable:            true,
+	}
+}
+
+// fakeSysFS places 0000:27:00.0 under root complex pci0000:20.
+func fakeSysFS() fstest.MapFS {
+	return fstest.MapFS{
+		"bus/pci/devices/0000:27:00.0": {Mode: fs.ModeSymlink, Data: []byte("../../../devices/pci0000:20/0000:20:01.0/0000:27:00.0")},
+	}
+}
+
+func TestResourceDeviceGolden(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	got, err := h100().ResourceDevice(ctx, PublishOptions{SysFS: fakeSysFS()})
+	if err != nil {
+		t.Fatalf("ResourceDevice: %v", err)
+	}
+	compareGolden(t, filepath.Join("testdata", "h100.golden.json"), got)
+}
+
+func TestResourceDeviceOmitsWhatIsUnknown(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d := h100()
+	d.ProductName = "NVIDIA Imaginary 9000" // not in the spec table
+	d.NUMANode = nil
+	d.NVLinkDomain = nil
+	d.PCIeGeneration = 0
+	d.CUDAComputeCapability = ComputeCapability{99, 0}
+	got, err := d.ResourceDevice(ctx, PublishOptions{})
+	if err != nil {
+		t.Fatalf("ResourceDevice: %v", err)
+	}
+	for _, id := range []string{"fp16TensorTFLOPS", "numaNode", "nvlinkDomain", "pcieGeneration", "fp32GFLOPS"} {
+		if v, ok := got.Attributes[qualified(id)]; ok {
+			t.Errorf("attribute %s = %+v, want it omitted", id, v)
+		}
+	}
+	if v, ok := got.Attributes["resource.kubernetes.io/pcieRoot"]; ok {
+		t.Errorf("pcieRoot = %q without a sysfs tree, want it omitted", *v.StringValue)
+	}
+	if _, ok := got.Attributes["resource.kubernetes.io/pciBusID"]; !ok {
+		t.Errorf("pciBusID needs no sysfs and must still be published")
+	}
+}
+
+func TestResourceDeviceEnforcesValueLimits(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d := h100()
+	d.ProductName = "NVIDIA " + strings.Repeat("Very Long Product Name ", 5)
+	d.DriverVersion = "550.54.15-beta"
+	d.PCIBusID = "00000000:27:00.0" // NVML's spelling, not the API's
+	got, err := d.ResourceDevice(ctx, PublishOptions{SysFS: fakeSysFS()})
+	if err != nil {
+		t.Fatalf("ResourceDevice: %v", err)
+	}
+	name := *got.Attributes[qualified("productName")].StringValue
+	if len(name) != resourceapi.DeviceAttributeMaxValueLength || !strings.HasPrefix(d.ProductName, name) {
+		t.Errorf("productName = %q (%d chars), want the first %d characters", name, len(name), resourceapi.DeviceAttributeMaxValueLength)
+	}
+	for _, dropped := range []resourceapi.QualifiedName{qualified("driverVersion"), "resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot"} {
+		if v, ok := got.Attributes[dropped]; ok {
+			t.Errorf("%s = %+v, want it dropped as invalid", dropped, v)
+		}
+	}
+	if _, ok := got.Attributes[qualified("uuid")]; !ok {
+		t.Errorf("one bad value must not cost the device its other attributes")
+	}
+}
+
+func TestResourceDeviceRequiresUUID(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d := h100()
+	d.UUID = ""
+	if _, err := d.ResourceDevice(ctx, PublishOptions{}); err == nil || !strings.Contains(err.Error(), "gpu-2") {
+		t.Errorf("ResourceDevice without UUID: err = %v, want an error naming gpu-2", err)
+	}
+}
+
+// Every product the driver knows must fit the API's limits with every
+// optional attribute present, and every version must be strict semver as
+// the API server validates it.
+func TestEveryProductFitsAPILimits(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, s := range specs {
+		t.Run(s.Product, func(t *testing.T) {
+			d := h100()
+			d.ProductName, d.Brand, d.Architecture = s.Product, s.Brand, s.Architecture
+			d.CUDAComputeCapability = s.ComputeCapability
+			got, err := d.ResourceDevice(ctx, PublishOptions{SysFS: fakeSysFS()})
+			if err != nil {
+				t.Fatalf("ResourceDevice: %v", err)
+			}
+			if n := len(got.Attributes) + len(got.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				t.Errorf("%d attributes and capacities, API allows %d", n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+			}
+			if len(got.Attributes) != 21 {
+				t.Errorf("published %d attributes, want all 21", len(got.Attributes))
+			}
+			for name, v := range got.Attributes {
+				if id := name[strings.LastIndex(string(name), "/")+1:]; len(id) > resourceapi.DeviceMaxIDLength {
+					t.Errorf("attribute ID %q is longer than %d", id, resourceapi.DeviceMaxIDLength)
+				}
+				for _, s := range []*string{v.StringValue, v.VersionValue} {
+					if s != nil && len(*s) > resourceapi.DeviceAttributeMaxValueLength {
+						t.Errorf("%s = %q is longer than %d", name, *s, resourceapi.DeviceAttributeMaxValueLength)
+					}
+				}
+				if v.VersionValue != nil {
+					if _, err := semver.Parse(*v.VersionValue); err != nil {
+						t.Errorf("%s = %q is not semver: %v", name, *v.VersionValue, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestEnforceLimitsDropsFromTheEnd(t *testing.T) {
+	logger, _ := ktesting.NewTestContext(t)
+	var attrs []namedAttribute
+	for i := range 40 {
+		attrs = append(attrs, namedAttribute{qualified(fmt.Sprintf("a%02d", i)), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(i))}})
+	}
+	got := enforceLimits(logger, attrs, 1)
+	if len(got) != 31 {
+		t.Fatalf("kept %d attributes next to 1 capacity, want 31", len(got))
+	}
+	if _, ok := got[qualified("a30")]; !ok {
+		t.Errorf("a30 was dropped; the first attributes have priority")
+	}
+	if _, ok := got[qualified("a31")]; ok {
+		t.Errorf("a31 was kept; it is past the budget")
+	}
+}
+
+func TestSemverFromDotted(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		wantErr  bool
+	}{
+		{in: "550.54.15", want: "550.54.15"},
+		{in: "535.104.05", want: "535.104.5"},
+		{in: "12.4", want: "12.4.0"},
+		{in: "9.0", want: "9.0.0"},
+		{in: "560", want: "560.0.0"},
+		{in: "32.0.15.6094", want: "32.0.15+6094"},
+		{in: "550.54.15-beta", wantErr: true},
+		{in: "550..15", wantErr: true},
+		{in: "1.2.3.", wantErr: true},
+		{in: "v550", wantErr: true},
+	} {
+		got, err := semverFromDotted(tc.in)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("semverFromDotted(%q) = %q, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("semverFromDotted(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+		if _, err := semver.Parse(got); err != nil {
+			t.Errorf("semverFromDotted(%q) = %q, which is not semver: %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestResourceDevicesAreSortedAndUnique(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	var devices []Device
+	for _, i := range []int{7, 0, 11, 2} {
+		d := h100()
+		d.Index, d.UUID = i, fmt.Sprintf("GPU-%d", i)
+		devices = append(devices, d)
+	}
+	got, err := ResourceDevices(ctx, devices, PublishOptions{})
+	if err != nil {
+		t.Fatalf("ResourceDevices: %v", err)
+	}
+	var names []string
+	for _, d := range got {
+		names = append(names, d.Name)
+	}
+	if want := []string{"gpu-0", "gpu-2", "gpu-7", "gpu-11"}; !slices.Equal(names, want) {
+		t.Errorf("names = %q, want %q", names, want)
+	}
+	if devices[0].Index != 7 {
+		t.Errorf("ResourceDevices reordered its input")
+	}
+
+	devices[1].Index = 7
+	if _, err := ResourceDevices(ctx, devices, PublishOptions{}); err == nil {
+		t.Errorf("two devices with index 7 were accepted; they would share a name")
+	}
+}
+
+// compareGolden compares got, as indented JSON, with a file under
+// testdata; go test -update rewrites the file.
+func compareGolden(t *testing.T, path string, got any) {
+	t.Helper()
+	data, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatalf("marshaling: %v", err)
+	}
+	data = append(data, '\n')
+	if *update {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatalf("updating golden file: %v", err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (go test -update creates it): %v", err)
+	}
+	if !bytes.Equal(data, want) {
+		t.Errorf("result differs from %s (go test -update rewrites it); got:\n%s", path, data)
+	}
+}
