@@ -1,0 +1,441 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+const (
+	// DefaultFileName is the checkpoint's file name inside its directory.
+	DefaultFileName = "checkpoint.json"
+	// DefaultBootIDPath is where Linux exposes the ID of the current boot.
+	DefaultBootIDPath = "/proc/sys/kernel/random/boot_id"
+
+	currentVersion = "v2"
+	versionV1      = "v1"
+	checksumPrefix = "sha256:"
+)
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// FileName defaults to DefaultFileName.
+	FileName string
+	// BootIDPath defaults to DefaultBootIDPath.
+	BootIDPath string
+	// Clock names moved-aside files. Defaults to the real clock.
+	Clock clock.PassiveClock
+
+	// fs lets tests fail individual steps of a write.
+	fs fileSystem
+}
+
+// Recovered reports what Open had to do to make the checkpoint usable. The
+// zero value means the file was loaded as it was, or did not exist.
+type Recovered struct {
+	// Corruption is set when the file was unusable and moved aside; the
+	// store then starts empty.
+	Corruption *CorruptionError
+	// MigratedFrom is the version the file was converted from, if any.
+	MigratedFrom string
+	// BootIDChanged is true when the node rebooted since the last write.
+	BootIDChanged bool
+	// Invalidated lists, sorted, the claims downgraded from
+	// PrepareCompleted to PrepareStarted because of a reboot.
+	Invalidated []string
+}
+
+// CorruptionReason classifies an unusable checkpoint.
+type CorruptionReason string
+
+const (
+	ReasonMalformed        CorruptionReason = "Malformed"
+	ReasonChecksumMismatch CorruptionReason = "ChecksumMismatch"
+	ReasonUnknownVersion   CorruptionReason = "UnknownVersion"
+	ReasonInvalidData      CorruptionReason = "InvalidData"
+)
+
+// CorruptionError describes a checkpoint that was moved aside.
+type CorruptionError struct {
+	Path    string
+	MovedTo string
+	Reason  CorruptionReason
+	Err     error
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("checkpoint %s is unusable (%s), moved to %s: %v", e.Path, e.Reason, e.MovedTo, e.Err)
+}
+
+func (e *CorruptionError) Unwrap() error { return e.Err }
+
+// Store holds the checkpoint in memory and persists every change.
+type Store struct {
+	dir    string
+	path   string
+	name   string
+	bootID string
+	fs     fileSystem
+
+	// updateMu serialises Update so that only one write is in flight and
+	// data can be read without mu while it is held.
+	updateMu sync.Mutex
+	// mu guards the data pointer. Readers never wait for an fsync because
+	// data is only swapped after the write has finished.
+	mu   sync.RWMutex
+	data *Data
+}
+
+// payload is what the checksum covers. The boot ID lives here rather than
+// in Data because callers must not change it.
+type payload struct {
+	BootID string           `json:"bootID,omitempty"`
+	Claims map[string]Claim `json:"claims,omitempty"`
+}
+
+type envelope struct {
+	Version  string          `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	// PreparedClaims is only present in v1 files.
+	PreparedClaims json.RawMessage `json:"preparedClaims,omitempty"`
+}
+
+type v1Claim struct {
+	Namespace string     `json:"namespace"`
+	Name      string     `json:"name"`
+	Devices   []v1Device `json:"devices"`
+}
+
+type v1Device struct {
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+}
+
+// Open loads the checkpoint in dir, creating dir if needed. An unusable
+// file is not an error: it is moved aside and reported in Recovered. Errors
+// are returned only when the directory or file cannot be accessed at all.
+func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, error) {
+	logger := klog.FromContext(ctx)
+	var rec Recovered
+	if opts.FileName == "" {
+		opts.FileName = DefaultFileName
+	}
+	if opts.BootIDPath == "" {
+		opts.BootIDPath = DefaultBootIDPath
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.fs == nil {
+		opts.fs = osFS{}
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, rec, fmt.Errorf("creating checkpoint directory: %w", err)
+	}
+	s := &Store{
+		dir:  dir,
+		name: opts.FileName,
+		path: filepath.Join(dir, opts.FileName),
+		fs:   opts.fs,
+		data: &Data{Claims: map[string]Claim{}},
+	}
+	s.removeTempFiles(logger)
+
+	bootID, err := readBootID(opts.BootIDPath)
+	if err != nil {
+		logger.Error(err, "Boot ID unknown, prepared claims will not be invalidated after a reboot")
+	}
+	s.bootID = bootID
+
+	raw, err := os.ReadFile(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		logger.V(2).Info("No checkpoint, starting empty", "path", s.path)
+		return s, rec, nil
+	case err != nil:
+		return nil, rec, fmt.Errorf("reading checkpoint: %w", err)
+	}
+
+	p, migratedFrom, reason, err := decode(raw)
+	if err != nil {
+		movedTo := s.path + ".corrupt-" + opts.Clock.Now().UTC().Format("20060102T150405.000000000Z")
+		if rerr := s.fs.Rename(s.path, movedTo); rerr != nil {
+			return nil, rec, fmt.Errorf("moving aside unusable checkpoint (%v): %w", err, rerr)
+		}
+		if serr := s.fs.SyncDir(dir); serr != nil {
+			logger.Error(serr, "Syncing checkpoint directory after moving a corrupt checkpoint aside")
+		}
+		rec.Corruption = &CorruptionError{Path: s.path, MovedTo: movedTo, Reason: reason, Err: err}
+		return s, rec, nil
+	}
+	rec.MigratedFrom = migratedFrom
+
+	if p.BootID != "" && bootID != "" && p.BootID != bootID {
+		rec.BootIDChanged = true
+		for _, uid := range slices.Sorted(maps.Keys(p.Claims)) {
+			if c := p.Claims[uid]; c.State == PrepareCompleted {
+				c.State = PrepareStarted
+				p.Claims[uid] = c
+				rec.Invalidated = append(rec.Invalidated, uid)
+			}
+		}
+	}
+	if p.Claims == nil {
+		p.Claims = map[string]Claim{}
+	}
+	data := &Data{Claims: p.Claims}
+	// Persist the outcome now so that it does not depend on the next
+	// Update, and so a downgrade is not repeated by every restart.
+	if rec.MigratedFrom != "" || rec.BootIDChanged {
+		if err := s.persist(data); err != nil {
+			return nil, rec, fmt.Errorf("persisting recovered checkpoint: %w", err)
+		}
+	}
+	s.data = data
+	logger.V(2).Info("Loaded checkpoint", "path", s.path, "claims", len(data.Claims),
+		"migratedFrom", rec.MigratedFrom, "bootIDChanged", rec.BootIDChanged)
+	return s, rec, nil
+}
+
+// Get returns a copy of the claim with the given UID.
+func (s *Store) Get(uid string) (Claim, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.data.Claims[uid]
+	if !ok {
+		return Claim{}, false
+	}
+	return c.clone(), true
+}
+
+// List returns copies of all claims, sorted by UID.
+func (s *Store) List() []Claim {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Claim, 0, len(s.data.Claims))
+	for _, uid := range slices.Sorted(maps.Keys(s.data.Claims)) {
+		out = append(out, s.data.Claims[uid].clone())
+	}
+	return out
+}
+
+// Update applies fn to a copy of the data and persists the result. If fn
+// fails, the result is invalid or cannot be written, the error is returned
+// and the store keeps its previous content.
+func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+
+	next := s.data.clone()
+	if err := fn(next); err != nil {
+		return err
+	}
+	if next.Claims == nil {
+		next.Claims = map[string]Claim{}
+	}
+	if err := next.validate(); err != nil {
+		return fmt.Errorf("refusing to persist invalid checkpoint: %w", err)
+	}
+	start := time.Now()
+	if err := s.persist(next); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(5).Info("Persisted checkpoint", "claims", len(next.Claims), "duration", time.Since(start))
+
+	s.mu.Lock()
+	s.data = next
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) persist(d *Data) error {
+	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims})
+	if err != nil {
+		return fmt.Errorf("encoding checkpoint: %w", err)
+	}
+	if err := s.writeAtomic(content); err != nil {
+		return fmt.Errorf("writing checkpoint %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// writeAtomic replaces the checkpoint so that a crash at any point leaves
+// either the old or the new file in place, never a mix. If the final
+// directory sync fails the new file may already be visible; memory then
+// still holds the old state, and the next successful write, which always
+// rewrites everything, brings the two back together.
+func (s *Store) writeAtomic(content []byte) (err error) {
+	f, err := s.fs.CreateTemp(s.dir, s.name+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("creating temporary file: %w", err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = s.fs.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(content); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing temporary file: %w", err)
+	}
+	if err = f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("syncing temporary file: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("closing temporary file: %w", err)
+	}
+	if err = s.fs.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("renaming temporary file: %w", err)
+	}
+	if err = s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("syncing directory: %w", err)
+	}
+	return nil
+}
+
+// removeTempFiles deletes leftovers of writes interrupted by a crash.
+func (s *Store) removeTempFiles(logger klog.Logger) {
+	leftovers, err := filepath.Glob(filepath.Join(s.dir, s.name+".tmp-*"))
+	if err != nil {
+		return
+	}
+	for _, f := range leftovers {
+		if err := s.fs.Remove(f); err != nil {
+			logger.Error(err, "Removing leftover temporary checkpoint file", "path", f)
+		}
+	}
+}
+
+func readBootID(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(raw))
+	if id == "" {
+		return "", fmt.Errorf("reading boot ID: %s is empty", path)
+	}
+	return id, nil
+}
+
+// encode writes the envelope by hand so that "data" is byte-for-byte what
+// was hashed, and the payload is marshalled only once.
+func encode(p payload) ([]byte, error) {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	var buf bytes.Buffer
+	buf.Grow(len(data) + 128)
+	buf.WriteString(`{"version":"` + currentVersion + `","checksum":"` + checksumPrefix)
+	buf.WriteString(hex.EncodeToString(sum[:]))
+	buf.WriteString(`","data":`)
+	buf.Write(data)
+	buf.WriteString("}\n")
+	return buf.Bytes(), nil
+}
+
+func decode(raw []byte) (payload, string, CorruptionReason, error) {
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return payload{}, "", ReasonMalformed, fmt.Errorf("parsing: %w", err)
+	}
+	switch env.Version {
+	case currentVersion:
+		if err := verifyChecksum(env.Data, env.Checksum, checksumPrefix); err != nil {
+			return payload{}, "", ReasonChecksumMismatch, err
+		}
+		var p payload
+		if err := json.Unmarshal(env.Data, &p); err != nil {
+			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing data: %w", err)
+		}
+		if err := (&Data{Claims: p.Claims}).validate(); err != nil {
+			return payload{}, "", ReasonInvalidData, err
+		}
+		return p, "", "", nil
+	case versionV1:
+		if err := verifyChecksum(env.PreparedClaims, env.Checksum, ""); err != nil {
+			return payload{}, "", ReasonChecksumMismatch, err
+		}
+		p, err := migrateV1(env.PreparedClaims)
+		if err != nil {
+			return payload{}, "", ReasonMalformed, err
+		}
+		if err := (&Data{Claims: p.Claims}).validate(); err != nil {
+			return payload{}, "", ReasonInvalidData, err
+		}
+		return p, versionV1, "", nil
+	default:
+		return payload{}, "", ReasonUnknownVersion, fmt.Errorf("unknown version %q, expected %s or %s", env.Version, currentVersion, versionV1)
+	}
+}
+
+func verifyChecksum(data json.RawMessage, checksum, prefix string) error {
+	if len(data) == 0 {
+		return errors.New("no data")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return fmt.Errorf("compacting data: %w", err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if want := prefix + hex.EncodeToString(sum[:]); checksum != want {
+		return fmt.Errorf("checksum %q does not match content (%s)", checksum, want)
+	}
+	return nil
+}
+
+func migrateV1(raw json.RawMessage) (payload, error) {
+	var old map[string]v1Claim
+	if err := json.Unmarshal(raw, &old); err != nil {
+		return payload{}, fmt.Errorf("parsing v1 claims: %w", err)
+	}
+	p := payload{Claims: make(map[string]Claim, len(old))}
+	for uid, oc := range old {
+		c := Claim{UID: uid, Namespace: oc.Namespace, Name: oc.Name, State: PrepareCompleted}
+		for _, od := range oc.Devices {
+			c.Devices = append(c.Devices, Device{Pool: od.Pool, Name: od.Device, CDIDeviceIDs: od.CDIDeviceIDs})
+		}
+		p.Claims[uid] = c
+	}
+	return p, nil
+}

@@ -1,0 +1,127 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// PrepareState is the phase a claim's preparation has reached.
+type PrepareState string
+
+const (
+	// PrepareStarted is recorded before any side effect of a prepare
+	// happens. A claim in this state may have some, all or none of its side
+	// effects in place; undoing it must be idempotent.
+	PrepareStarted PrepareState = "PrepareStarted"
+	// PrepareCompleted is recorded after every side effect is in place, in
+	// the current boot.
+	PrepareCompleted PrepareState = "PrepareCompleted"
+)
+
+// Data is the mutable content of a checkpoint.
+type Data struct {
+	// Claims is keyed by claim UID.
+	Claims map[string]Claim `json:"claims,omitempty"`
+}
+
+// Claim is what the plugin must remember about one claim to answer a
+// repeated NodePrepareResources and to undo its work.
+type Claim struct {
+	UID       string       `json:"uid"`
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	State     PrepareState `json:"state"`
+	Devices   []Device     `json:"devices,omitempty"`
+	// CDISpecFile is the transient CDI spec written for the claim. Empty for
+	// claims migrated from v1, whose spec name was derived from the UID.
+	CDISpecFile string     `json:"cdiSpecFile,omitempty"`
+	Profiling   *Profiling `json:"profiling,omitempty"`
+}
+
+// Device is one prepared device of a claim.
+type Device struct {
+	// Requests are the claim requests the device was allocated for.
+	Requests     []string `json:"requests,omitempty"`
+	Pool         string   `json:"pool,omitempty"`
+	Name         string   `json:"name"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	Sharing      *Sharing `json:"sharing,omitempty"`
+}
+
+// Sharing is the sharing setup applied to a device.
+type Sharing struct {
+	Strategy         string `json:"strategy,omitempty"`
+	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
+}
+
+// Profiling is the profiling setup of a claim.
+type Profiling struct {
+	ReportDir string `json:"reportDir,omitempty"`
+}
+
+func (d *Data) clone() *Data {
+	out := &Data{Claims: make(map[string]Claim, len(d.Claims))}
+	for uid, c := range d.Claims {
+		out.Claims[uid] = c.clone()
+	}
+	return out
+}
+
+func (c Claim) clone() Claim {
+	if c.Devices != nil {
+		devs := make([]Device, len(c.Devices))
+		for i, d := range c.Devices {
+			d.Requests = slices.Clone(d.Requests)
+			d.CDIDeviceIDs = slices.Clone(d.CDIDeviceIDs)
+			if d.Sharing != nil {
+				s := *d.Sharing
+				d.Sharing = &s
+			}
+			devs[i] = d
+		}
+		c.Devices = devs
+	}
+	if c.Profiling != nil {
+		p := *c.Profiling
+		c.Profiling = &p
+	}
+	return c
+}
+
+// validate rejects content that the recovery logic could not act on. It
+// runs before every write, so that a bug in a caller cannot persist a file
+// that the next start would have to move aside.
+func (d *Data) validate() error {
+	var errs []error
+	for _, uid := range slices.Sorted(maps.Keys(d.Claims)) {
+		c := d.Claims[uid]
+		switch {
+		case uid == "":
+			errs = append(errs, errors.New("claim with empty UID"))
+		case c.UID != uid:
+			errs = append(errs, fmt.Errorf("claim %s is stored under UID %q", c.UID, uid))
+		}
+		if c.State != PrepareStarted && c.State != PrepareCompleted {
+			errs = append(errs, fmt.Errorf("claim %s has unknown state %q", uid, c.State))
+		}
+	}
+	return errors.Join(errs...)
+}
