@@ -1,0 +1,162 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+// loadCRD reads the generated manifest, so that these tests fail when the
+// markers and the manifest drift apart (re-run hack/generate.sh).
+func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deployments", "crds", "prism.dev_workloadprofiles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(b, crd); err != nil {
+		t.Fatal(err)
+	}
+	return crd
+}
+
+func TestCRDShape(t *testing.T) {
+	crd := loadCRD(t)
+	if crd.Spec.Group != v1alpha1.GroupVersion.Group || crd.Spec.Scope != apiextensionsv1.NamespaceScoped ||
+		crd.Spec.Names.Kind != "WorkloadProfile" || len(crd.Spec.Versions) != 1 {
+		t.Fatalf("unexpected CRD: %+v", crd.Spec)
+	}
+	v := crd.Spec.Versions[0]
+	if v.Name != v1alpha1.GroupVersion.Version || v.Subresources == nil || v.Subresources.Status == nil {
+		t.Errorf("version %s lacks the status subresource", v.Name)
+	}
+	var columns []string
+	for _, c := range v.AdditionalPrinterColumns {
+		columns = append(columns, c.Name+"="+c.JSONPath)
+	}
+	want := []string{
+		"Bound=.status.boundType",
+		"SM (m%)=.status.smThroughputMilliPercent",
+		"Memory (m%)=.status.memoryThroughputMilliPercent",
+		"Occupancy (m%)=.status.achievedOccupancyMilliPercent",
+		"Age=.metadata.creationTimestamp",
+	}
+	if strings.Join(columns, "\n") != strings.Join(want, "\n") {
+		t.Errorf("printer columns\n%s\nwant\n%s", strings.Join(columns, "\n"), strings.Join(want, "\n"))
+	}
+	// The API has no floats: every number in the schema is an integer
+	// or a quantity (int-or-string).
+	var walk func(path string, p apiextensionsv1.JSONSchemaProps)
+	walk = func(path string, p apiextensionsv1.JSONSchemaProps) {
+		if p.Type == "number" {
+			t.Errorf("%s is a float", path)
+		}
+		for name, c := range p.Properties {
+			walk(path+"."+name, c)
+		}
+		if p.Items != nil && p.Items.Schema != nil {
+			walk(path+"[]", *p.Items.Schema)
+		}
+	}
+	walk("", *v.Schema.OpenAPIV3Schema)
+}
+
+func TestCRDValidation(t *testing.T) {
+	crd := loadCRD(t)
+	internal := &apiextensions.JSONSchemaProps{}
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	validator, _, err := validation.NewSchemaValidator(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i32 := func(v int32) *int32 { return &v }
+	valid := func() *v1alpha1.WorkloadProfile {
+		min := resource.MustParse("40Gi")
+		return &v1alpha1.WorkloadProfile{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "prism.dev/v1alpha1", Kind: "WorkloadProfile"},
+			ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ml"},
+			Spec: v1alpha1.WorkloadProfileSpec{
+				MinMemory: &min, MinComputeCapability: "8.0", Policy: v1alpha1.PolicyEconomy, Sharing: v1alpha1.SharingFractional,
+			},
+			Status: v1alpha1.WorkloadProfileStatus{
+				BoundType: v1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: i32(20_410), MemoryThroughputMilliPercent: i32(100_000),
+				WavesPerSM: resource.NewMilliQuantity(10, resource.DecimalSI),
+				TopKernels: []v1alpha1.KernelSummary{{Name: "k", Launches: 1, TimeShareMilliPercent: 100_000}},
+				Device:     &v1alpha1.ProfiledDevice{ComputeCapability: "10.0"},
+				Source:     &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceImport},
+			},
+		}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*v1alpha1.WorkloadProfile)
+		// field is the path the error must name; "" means valid.
+		field string
+	}{
+		{"valid", func(*v1alpha1.WorkloadProfile) {}, ""},
+		{"compute capability without minor", func(w *v1alpha1.WorkloadProfile) { w.Spec.MinComputeCapability = "8" }, "spec.minComputeCapability"},
+		{"unknown policy", func(w *v1alpha1.WorkloadProfile) { w.Spec.Policy = "fastest" }, "spec.policy"},
+		{"unknown sharing", func(w *v1alpha1.WorkloadProfile) { w.Spec.Sharing = "yes" }, "spec.sharing"},
+		{"unknown bound type", func(w *v1alpha1.WorkloadProfile) { w.Status.BoundType = "IOBound" }, "status.boundType"},
+		{"over 100 %", func(w *v1alpha1.WorkloadProfile) { w.Status.SMThroughputMilliPercent = i32(100_001) }, "status.smThroughputMilliPercent"},
+		{"negative", func(w *v1alpha1.WorkloadProfile) { w.Status.AchievedOccupancyMilliPercent = i32(-1) }, "status.achievedOccupancyMilliPercent"},
+		{"kernel without launches", func(w *v1alpha1.WorkloadProfile) { w.Status.TopKernels[0].Launches = 0 }, "status.topKernels[0].launches"},
+		{"unknown source", func(w *v1alpha1.WorkloadProfile) { w.Status.Source.Type = "Guess" }, "status.source.type"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := valid()
+			tc.mutate(w)
+			b, err := json.Marshal(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var obj map[string]any
+			if err := json.Unmarshal(b, &obj); err != nil {
+				t.Fatal(err)
+			}
+			res := validator.Validate(obj)
+			var fields []string
+			for _, e := range res.Errors {
+				fields = append(fields, e.Error())
+			}
+			got := strings.Join(fields, "; ")
+			switch {
+			case tc.field == "" && len(res.Errors) > 0:
+				t.Errorf("valid object rejected: %s", got)
+			case tc.field != "" && !strings.Contains(got, tc.field):
+				t.Errorf("errors %q do not name %s", got, tc.field)
+			}
+		})
+	}
+}

@@ -1,0 +1,339 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The API carries no floating point numbers: they do not round-trip
+// reliably through JSON and YAML, and Kubernetes API conventions forbid
+// them. Percentages are integers in milli-percent (87.5 % is 87500);
+// magnitudes without a natural bound are resource.Quantity.
+
+// BoundType names the hardware unit that limits a workload, following the
+// bottleneck rule of the Nsight Compute Speed Of Light section.
+// +kubebuilder:validation:Enum=ComputeBound;MemoryBound;LatencyBound;Balanced;Unknown
+type BoundType string
+
+const (
+	// BoundTypeComputeBound means the SMs are the busier unit.
+	BoundTypeComputeBound BoundType = "ComputeBound"
+	// BoundTypeMemoryBound means the memory system is the busier unit.
+	BoundTypeMemoryBound BoundType = "MemoryBound"
+	// BoundTypeLatencyBound means neither unit reaches 60 % of its peak:
+	// the work is too small or too serialised to fill the device, so a
+	// smaller or shared GPU costs it little.
+	BoundTypeLatencyBound BoundType = "LatencyBound"
+	// BoundTypeBalanced means both units are used within 10 points of
+	// each other and neither reaches 80 %.
+	BoundTypeBalanced BoundType = "Balanced"
+	// BoundTypeUnknown means no kernel was measured.
+	BoundTypeUnknown BoundType = "Unknown"
+)
+
+// Policy tells the allocator what to optimise for when it picks a device.
+// +kubebuilder:validation:Enum=performance;economy
+type Policy string
+
+const (
+	// PolicyPerformance prefers the device that runs the workload fastest.
+	PolicyPerformance Policy = "performance"
+	// PolicyEconomy prefers the cheapest device that is not the bottleneck.
+	PolicyEconomy Policy = "economy"
+)
+
+// Sharing says whether the workload may run on a fraction of a GPU.
+// +kubebuilder:validation:Enum=Exclusive;Fractional
+type Sharing string
+
+const (
+	// SharingExclusive asks for whole GPUs only.
+	SharingExclusive Sharing = "Exclusive"
+	// SharingFractional allows a MIG slice or a time-shared GPU.
+	SharingFractional Sharing = "Fractional"
+)
+
+// ProfileSourceType says where the numbers in a status came from.
+// +kubebuilder:validation:Enum=ResourceClaim;Import
+type ProfileSourceType string
+
+const (
+	// ProfileSourceResourceClaim means the kubelet plugin profiled a
+	// container that ran with the named claim.
+	ProfileSourceResourceClaim ProfileSourceType = "ResourceClaim"
+	// ProfileSourceImport means a user imported an ncu report.
+	ProfileSourceImport ProfileSourceType = "Import"
+)
+
+// Condition types and reasons set on WorkloadProfile.
+const (
+	// ConditionProfiled is True once the status holds measured numbers.
+	ConditionProfiled = "Profiled"
+	// ConditionRooflineConsistent compares the speed-of-light class with
+	// the roofline model. False means they disagree; the bound type keeps
+	// the speed-of-light answer, and the message says why they differ.
+	ConditionRooflineConsistent = "RooflineConsistent"
+
+	// ReasonReportParsed is the reason of Profiled=True.
+	ReasonReportParsed = "ReportParsed"
+	// ReasonNoKernels is the reason of Profiled=False when the report
+	// held no kernel launches.
+	ReasonNoKernels = "NoKernels"
+	// ReasonRooflineAgrees is the reason of RooflineConsistent=True.
+	ReasonRooflineAgrees = "RooflineAgrees"
+	// ReasonRooflineDisagrees is the reason of RooflineConsistent=False.
+	ReasonRooflineDisagrees = "RooflineDisagrees"
+	// ReasonRooflineNotMeasured is the reason of RooflineConsistent=Unknown
+	// when FLOPs, DRAM bytes or the device's peaks are not known.
+	ReasonRooflineNotMeasured = "NotMeasured"
+	// ReasonRooflineNotApplicable is the reason of RooflineConsistent=Unknown
+	// when the class is one the roofline says nothing about (latency-bound,
+	// balanced).
+	ReasonRooflineNotApplicable = "NotApplicable"
+)
+
+// WorkloadProfileSpec holds what the user pins; everything measured lives
+// in the status.
+type WorkloadProfileSpec struct {
+	// minMemory is the least GPU memory a device must have, whatever the
+	// profile says.
+	// +optional
+	MinMemory *resource.Quantity `json:"minMemory,omitempty"`
+
+	// minComputeCapability is the lowest CUDA compute capability the
+	// workload runs on, as "major.minor" (for example "8.0"), because
+	// binaries built for a newer architecture do not load on older ones.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,2}\.[0-9]{1,2}$`
+	MinComputeCapability string `json:"minComputeCapability,omitempty"`
+
+	// policy overrides the cluster's default allocation policy for this
+	// workload.
+	// +optional
+	Policy Policy `json:"policy,omitempty"`
+
+	// sharing allows or forbids a fractional GPU (a MIG slice or a
+	// time-shared device). When unset the allocator decides from the
+	// profile: latency-bound work is a candidate for sharing.
+	// +optional
+	Sharing Sharing `json:"sharing,omitempty"`
+
+	// disableAutoProfiling stops the kubelet plugin from profiling
+	// containers of this workload. Profiling replays kernels and slows
+	// them; set this for latency-sensitive serving or when the profile
+	// is imported by hand.
+	// +optional
+	DisableAutoProfiling bool `json:"disableAutoProfiling,omitempty"`
+}
+
+// ClaimReference names the ResourceClaim a profile was collected under.
+type ClaimReference struct {
+	// namespace of the claim.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// name of the claim.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// uid of the claim, so that a recreated claim of the same name is
+	// told apart.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
+}
+
+// ProfileSource says where the status numbers came from.
+type ProfileSource struct {
+	// type of the source.
+	Type ProfileSourceType `json:"type"`
+	// resourceClaim is set when type is ResourceClaim.
+	// +optional
+	ResourceClaim *ClaimReference `json:"resourceClaim,omitempty"`
+}
+
+// ProfiledDevice describes the GPU the profile was measured on; the
+// percentages are relative to that device's peaks.
+type ProfiledDevice struct {
+	// productName as the driver reports it, for example
+	// "NVIDIA H100 80GB HBM3".
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ProductName string `json:"productName,omitempty"`
+	// computeCapability as "major.minor".
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,2}\.[0-9]{1,2}$`
+	ComputeCapability string `json:"computeCapability,omitempty"`
+}
+
+// KernelSummary describes one kernel (all launches of the same name).
+type KernelSummary struct {
+	// name of the kernel as ncu printed it, truncated to 512 bytes.
+	// +kubebuilder:validation:MaxLength=512
+	Name string `json:"name"`
+	// launches of this kernel in the report.
+	// +kubebuilder:validation:Minimum=1
+	Launches int32 `json:"launches"`
+	// timeShareMilliPercent is this kernel's share of the total GPU time.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	TimeShareMilliPercent int32 `json:"timeShareMilliPercent"`
+	// smThroughputMilliPercent is the kernel's duration-weighted SM
+	// throughput.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	SMThroughputMilliPercent int32 `json:"smThroughputMilliPercent"`
+	// memoryThroughputMilliPercent is the kernel's duration-weighted
+	// memory throughput.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MemoryThroughputMilliPercent int32 `json:"memoryThroughputMilliPercent"`
+}
+
+// WorkloadProfileStatus is the measured profile. Every aggregate is
+// weighted by kernel duration, so that a kernel that runs for most of the
+// GPU time dominates the class. Fields are absent when ncu did not
+// measure them.
+type WorkloadProfileStatus struct {
+	// boundType is the speed-of-light class of the workload.
+	// +optional
+	BoundType BoundType `json:"boundType,omitempty"`
+
+	// smThroughputMilliPercent is the SM (compute) throughput in
+	// milli-percent of the device's peak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	SMThroughputMilliPercent *int32 `json:"smThroughputMilliPercent,omitempty"`
+	// memoryThroughputMilliPercent is the memory throughput (the busiest
+	// of DRAM, L2 and L1) in milli-percent of peak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MemoryThroughputMilliPercent *int32 `json:"memoryThroughputMilliPercent,omitempty"`
+	// dramThroughputMilliPercent is the DRAM throughput in milli-percent
+	// of peak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	DRAMThroughputMilliPercent *int32 `json:"dramThroughputMilliPercent,omitempty"`
+	// l2ThroughputMilliPercent is the L2 cache throughput in
+	// milli-percent of peak.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	L2ThroughputMilliPercent *int32 `json:"l2ThroughputMilliPercent,omitempty"`
+	// achievedOccupancyMilliPercent is the achieved occupancy (active
+	// warps over the SM's maximum) in milli-percent.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	AchievedOccupancyMilliPercent *int32 `json:"achievedOccupancyMilliPercent,omitempty"`
+	// wavesPerSM is the number of waves of thread blocks per SM. Below 1
+	// the grid does not fill the device.
+	// +optional
+	WavesPerSM *resource.Quantity `json:"wavesPerSM,omitempty"`
+	// dramBytes is the total DRAM traffic, summed over all launches.
+	// +optional
+	DRAMBytes *resource.Quantity `json:"dramBytes,omitempty"`
+	// flops is the total single-precision floating point operations
+	// (an FMA counts two), summed over all launches.
+	// +optional
+	FLOPs *resource.Quantity `json:"flops,omitempty"`
+	// arithmeticIntensity is flops divided by dramBytes, in FLOP per
+	// byte; it places the workload on the roofline.
+	// +optional
+	ArithmeticIntensity *resource.Quantity `json:"arithmeticIntensity,omitempty"`
+	// peakMemory is the most device memory the workload held, when known
+	// (from NVML; ncu does not measure it).
+	// +optional
+	PeakMemory *resource.Quantity `json:"peakMemory,omitempty"`
+
+	// kernelLaunches is the number of kernel launches profiled.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	KernelLaunches int32 `json:"kernelLaunches,omitempty"`
+	// totalGPUTimeNanoseconds is the summed duration of all profiled
+	// launches.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TotalGPUTimeNanoseconds int64 `json:"totalGPUTimeNanoseconds,omitempty"`
+	// topKernels lists the kernels that took the most GPU time, largest
+	// first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	TopKernels []KernelSummary `json:"topKernels,omitempty"`
+
+	// device is the GPU the profile was measured on.
+	// +optional
+	Device *ProfiledDevice `json:"device,omitempty"`
+	// ncuVersion is the Nsight Compute version that produced the report;
+	// metric definitions change between versions.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	NCUVersion string `json:"ncuVersion,omitempty"`
+	// observedAt is when the report was taken in (collected or imported).
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// source says where the report came from.
+	// +optional
+	Source *ProfileSource `json:"source,omitempty"`
+
+	// conditions: Profiled and RooflineConsistent.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// WorkloadProfile is the measured GPU behaviour of a workload, and the
+// requirements its owner pins. The allocator reads it when it places the
+// workload's ResourceClaims.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=wlp,categories=prism
+// +kubebuilder:printcolumn:name="Bound",type=string,JSONPath=`.status.boundType`
+// +kubebuilder:printcolumn:name="SM (m%)",type=integer,JSONPath=`.status.smThroughputMilliPercent`,description="SM throughput, milli-percent of peak"
+// +kubebuilder:printcolumn:name="Memory (m%)",type=integer,JSONPath=`.status.memoryThroughputMilliPercent`,description="Memory throughput, milli-percent of peak"
+// +kubebuilder:printcolumn:name="Occupancy (m%)",type=integer,JSONPath=`.status.achievedOccupancyMilliPercent`,description="Achieved occupancy, milli-percent"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WorkloadProfile struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec WorkloadProfileSpec `json:"spec,omitempty"`
+	// +optional
+	Status WorkloadProfileStatus `json:"status,omitempty"`
+}
+
+// WorkloadProfileList is a list of WorkloadProfile.
+//
+// +kubebuilder:object:root=true
+type WorkloadProfileList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WorkloadProfile `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WorkloadProfile{}, &WorkloadProfileList{})
+}

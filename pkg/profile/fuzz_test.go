@@ -1,0 +1,64 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package profile
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// FuzzFromReport feeds whatever the parser accepts through the summary, so
+// that odd but parseable reports (zero durations, one kernel with no GPU
+// time among others) cannot make it panic or leave the API's ranges.
+func FuzzFromReport(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("..", "ncu", "testdata", "*.csv"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+"0","a","0","150","-5"
+"1","b","10","50","50"
+`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		st, err := FromReport(context.Background(), bytes.NewReader(in), Options{ObservedAt: time.Unix(0, 0)})
+		if err != nil {
+			return
+		}
+		for _, p := range []*int32{st.SMThroughputMilliPercent, st.MemoryThroughputMilliPercent, st.DRAMThroughputMilliPercent} {
+			if p != nil && (*p < 0 || *p > 100_000) {
+				t.Fatalf("milli-percent %d out of range", *p)
+			}
+		}
+		if len(st.TopKernels) > maxTopKernels || st.KernelLaunches < 0 || st.TotalGPUTimeNanoseconds < 0 {
+			t.Fatalf("status out of range: %+v", st)
+		}
+		if st.BoundType == "" {
+			t.Fatalf("no bound type")
+		}
+	})
+}

@@ -1,0 +1,357 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package profile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+var observedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const (
+	h100 = "NVIDIA H100 80GB HBM3"
+	a100 = "NVIDIA A100-SXM4-80GB"
+)
+
+func ptr(v int32) *int32 { return &v }
+
+// TestFromReportGolden checks the classification and the aggregates of each
+// fixture by hand-computed values, then the whole status against a golden
+// file, so that a change to any field is seen in review.
+func TestFromReportGolden(t *testing.T) {
+	type want struct {
+		Bound                      v1alpha1.BoundType
+		Sm, Memory, Dram, Occ      *int32
+		Waves                      string
+		Launches                   int32
+		GpuTime                    int64
+		Flops, DramBytes, Ai       string
+		Roofline                   metav1.ConditionStatus
+		RooflineReason             string
+		Top                        []v1alpha1.KernelSummary
+		Version, ComputeCapability string
+	}
+	vectorAdd := "vectorAdd(const float *, const float *, float *, int)"
+	tests := []struct {
+		file    string
+		product string
+		want    want
+	}{{
+		file: "vectoradd_raw.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
+			Waves: "992970m", Launches: 1, GpuTime: 1_068_512,
+			Flops: "268435456", DramBytes: "3221430016", Ai: "83m", // 0.0833 FLOP/byte, far below H100's ridge of 20
+			Roofline: metav1.ConditionTrue, RooflineReason: v1alpha1.ReasonRooflineAgrees,
+			Top:               []v1alpha1.KernelSummary{{Name: vectorAdd, Launches: 1, TimeShareMilliPercent: 100_000, SMThroughputMilliPercent: 20_410, MemoryThroughputMilliPercent: 90_120}},
+			ComputeCapability: "9.0",
+		},
+	}, {
+		file: "vectoradd_details.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
+			Waves: "992970m", Launches: 1, GpuTime: 1_070_000,
+			DramBytes: "3220700k", // 3.01 Tbyte/s for 1.07 ms
+			Roofline:  metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
+			ComputeCapability: "9.0",
+		},
+	}, {
+		file: "fmaloop_raw.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
+			Waves: "1", Launches: 1, GpuTime: 196_830,
+			Flops: "8858370048", DramBytes: "1212420", Ai: "7306354m",
+			Roofline: metav1.ConditionTrue, RooflineReason: v1alpha1.ReasonRooflineAgrees,
+			ComputeCapability: "9.0",
+		},
+	}, {
+		file: "fmaloop_details.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
+			Waves: "1", Launches: 1, GpuTime: 196_830,
+			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
+			ComputeCapability: "9.0",
+		},
+	}, {
+		file: "tinygrid_raw.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
+			Waves: "10m", Launches: 1, GpuTime: 4_256,
+			// (0.3026 + 2*19.3691) inst/cycle * 1.59 GHz * 4256 ns
+			Flops: "264191", DramBytes: "16380", Ai: "16129m",
+			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotApplicable,
+			ComputeCapability: "9.0",
+		},
+	}, {
+		file: "tinygrid_details.csv", product: h100,
+		want: want{
+			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
+			Waves: "10m", Launches: 1, GpuTime: 4_260,
+			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
+			ComputeCapability: "9.0",
+		},
+	}, {
+		// Weighted by duration: 2 ms of vectorAdd, 0.2 ms of fmaLoop,
+		// 15 us of tinyKernel; the n/a launch is left out.
+		file: "mixed_raw.csv", product: a100,
+		want: want{
+			Bound:  v1alpha1.BoundTypeMemoryBound,
+			Sm:     ptr(26_205), // (20*2e6 + 90*2e5 + 3*1.5e4) / 2.215e6 = 26.2054
+			Memory: ptr(82_181), // (90*2e6 + 10*2e5 + 2*1.5e4) / 2.215e6 = 82.1806
+			// vectorAdd #2 has no DRAM figure: (88*1e6 + 1*2e5 + 0.5*1.5e4) / 1.215e6 = 72.5988
+			Dram: ptr(72_599),
+			Occ:  ptr(80_853), // (80*2e6 + 95*2e5 + 6*1.5e4) / 2.215e6 = 80.8533
+			// (229.1*2e6 + 1*2e5 + 0.01*1.5e4) / 2.215e6 = 206.9532
+			Waves: "206953m", Launches: 6, GpuTime: 2_215_000,
+			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
+			Top: []v1alpha1.KernelSummary{
+				{Name: vectorAdd, Launches: 2, TimeShareMilliPercent: 90_293, SMThroughputMilliPercent: 20_000, MemoryThroughputMilliPercent: 90_000},
+				{Name: "fmaLoop(float *, int)", Launches: 1, TimeShareMilliPercent: 9_029, SMThroughputMilliPercent: 90_000, MemoryThroughputMilliPercent: 10_000},
+				{Name: "tinyKernel(float *)", Launches: 3, TimeShareMilliPercent: 677, SMThroughputMilliPercent: 3_000, MemoryThroughputMilliPercent: 2_000},
+			},
+			Version: "2025.2.1.0", ComputeCapability: "8.0",
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			f, err := os.Open(filepath.Join("..", "ncu", "testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			st, err := FromReport(context.Background(), f, Options{
+				Device:     v1alpha1.ProfiledDevice{ProductName: tc.product},
+				Source:     &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceImport},
+				ObservedAt: observedAt,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tc.want
+			got := want{
+				Bound: st.BoundType, Sm: st.SMThroughputMilliPercent, Memory: st.MemoryThroughputMilliPercent,
+				Dram: st.DRAMThroughputMilliPercent, Occ: st.AchievedOccupancyMilliPercent,
+				Waves: qty(st.WavesPerSM), Launches: st.KernelLaunches, GpuTime: st.TotalGPUTimeNanoseconds,
+				Flops: qty(st.FLOPs), DramBytes: qty(st.DRAMBytes), Ai: qty(st.ArithmeticIntensity),
+				Version: st.NCUVersion, ComputeCapability: st.Device.ComputeCapability,
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRooflineConsistent); c != nil {
+				got.Roofline, got.RooflineReason = c.Status, c.Reason
+			}
+			if w.Top != nil {
+				got.Top = st.TopKernels
+			}
+			if !reflect.DeepEqual(w, got) {
+				t.Errorf("status differs:\n got %s\nwant %s", asJSON(got), asJSON(w))
+			}
+			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionProfiled) {
+				t.Errorf("Profiled is not True: %+v", st.Conditions)
+			}
+			if st.Device.ProductName != tc.product {
+				t.Errorf("product %q, want %q", st.Device.ProductName, tc.product)
+			}
+			// Re-classifying the stored integers gives the stored class.
+			if c := Classify(*st.SMThroughputMilliPercent, *st.MemoryThroughputMilliPercent); c != st.BoundType {
+				t.Errorf("Classify of the stored numbers = %s, status says %s", c, st.BoundType)
+			}
+			compareGolden(t, strings.TrimSuffix(tc.file, ".csv")+".golden.yaml", st)
+		})
+	}
+}
+
+func asJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func qty(q *resource.Quantity) string {
+	if q == nil {
+		return ""
+	}
+	return q.String()
+}
+
+func compareGolden(t *testing.T, name string, st v1alpha1.WorkloadProfileStatus) {
+	t.Helper()
+	got, err := yaml.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test with -update to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s differs; run with -update if intended. Got:\n%s", path, got)
+	}
+}
+
+func TestSummarizeLatencyMessage(t *testing.T) {
+	f, err := os.Open(filepath.Join("..", "ncu", "testdata", "tinygrid_raw.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := FromReport(context.Background(), f, Options{ObservedAt: observedAt, NCUVersion: "2025.2.1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProfiled)
+	if c == nil || !strings.Contains(c.Message, "0.01 waves per SM") {
+		t.Errorf("Profiled condition %+v does not explain the partial wave", c)
+	}
+	if st.NCUVersion != "2025.2.1.0" {
+		t.Errorf("ncu version %q, want the caller's", st.NCUVersion)
+	}
+	// The report names no product, so the roofline cannot be placed.
+	if st.Device.ProductName != "" {
+		t.Errorf("product %q from a device index", st.Device.ProductName)
+	}
+}
+
+func TestFromReportEmptyAndBroken(t *testing.T) {
+	empty := `"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"` + "\n"
+	st, err := FromReport(context.Background(), strings.NewReader(empty), Options{ObservedAt: observedAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BoundType != v1alpha1.BoundTypeUnknown || st.SMThroughputMilliPercent != nil || st.Device != nil {
+		t.Errorf("empty report gave %+v, want Unknown and no numbers", st)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProfiled); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonNoKernels {
+		t.Errorf("Profiled = %+v, want False/NoKernels", c)
+	}
+
+	_, err = FromReport(context.Background(), strings.NewReader("==PROF== nothing\n"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "parsing ncu report") {
+		t.Errorf("err = %v, want a parse error", err)
+	}
+}
+
+func TestForClaim(t *testing.T) {
+	report, err := os.ReadFile(filepath.Join("..", "ncu", "testdata", "vectoradd_details.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := v1alpha1.ClaimReference{Namespace: "ml", Name: "train-gpu", UID: "1234"}
+	st, err := ForClaim(context.Background(), claim, report, Options{ObservedAt: observedAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}
+	if !reflect.DeepEqual(want, st.Source) {
+		t.Errorf("source %s, want %s", asJSON(st.Source), asJSON(want))
+	}
+	if st.BoundType != v1alpha1.BoundTypeMemoryBound {
+		t.Errorf("bound %s, want MemoryBound", st.BoundType)
+	}
+
+	_, err = ForClaim(context.Background(), claim, bytes.Repeat([]byte("x"), 10), Options{})
+	if err == nil || !strings.Contains(err.Error(), "ml/train-gpu") {
+		t.Errorf("err = %v, want it to name the claim", err)
+	}
+}
+
+func TestApply(t *testing.T) {
+	before := metav1.NewTime(observedAt.Add(-time.Hour))
+	wp := &v1alpha1.WorkloadProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Generation: 3},
+		Spec:       v1alpha1.WorkloadProfileSpec{DisableAutoProfiling: true},
+		Status: v1alpha1.WorkloadProfileStatus{
+			BoundType:  v1alpha1.BoundTypeComputeBound,
+			FLOPs:      resource.NewQuantity(5, resource.DecimalSI),
+			TopKernels: []v1alpha1.KernelSummary{{Name: "old", Launches: 1}},
+			Conditions: []metav1.Condition{
+				{Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionTrue, Reason: "Old", LastTransitionTime: before, ObservedGeneration: 1},
+				{Type: v1alpha1.ConditionRooflineConsistent, Status: metav1.ConditionTrue, Reason: "Old", LastTransitionTime: before},
+			},
+		},
+	}
+	now := metav1.NewTime(observedAt)
+	st := v1alpha1.WorkloadProfileStatus{
+		BoundType: v1alpha1.BoundTypeMemoryBound,
+		Conditions: []metav1.Condition{
+			{Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReportParsed, LastTransitionTime: now},
+			{Type: v1alpha1.ConditionRooflineConsistent, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonRooflineNotMeasured, LastTransitionTime: now},
+		},
+	}
+	Apply(wp, st)
+	if wp.Status.BoundType != v1alpha1.BoundTypeMemoryBound || wp.Status.FLOPs != nil || wp.Status.TopKernels != nil {
+		t.Errorf("measured fields not replaced: %+v", wp.Status)
+	}
+	if !wp.Spec.DisableAutoProfiling {
+		t.Errorf("spec changed")
+	}
+	p := meta.FindStatusCondition(wp.Status.Conditions, v1alpha1.ConditionProfiled)
+	if !p.LastTransitionTime.Equal(&before) || p.Reason != v1alpha1.ReasonReportParsed || p.ObservedGeneration != 3 {
+		t.Errorf("Profiled = %+v, want the old transition time, the new reason and generation 3", p)
+	}
+	r := meta.FindStatusCondition(wp.Status.Conditions, v1alpha1.ConditionRooflineConsistent)
+	if !r.LastTransitionTime.Equal(&now) || r.Status != metav1.ConditionUnknown {
+		t.Errorf("RooflineConsistent = %+v, want a new transition at %v", r, now)
+	}
+	// Apply must not alias the caller's status.
+	st.Conditions[0].Reason = "Mutated"
+	if p.Reason == "Mutated" {
+		t.Errorf("Apply aliased the caller's conditions")
+	}
+}
+
+func TestToMilliPercent(t *testing.T) {
+	tests := map[float64]int32{0: 0, 87.5: 87_500, 20.4104: 20_410, 20.4105: 20_411, 100.3: 100_000, -1: 0, math.SmallestNonzeroFloat64: 0}
+	for in, want := range tests {
+		if got := toMilliPercent(in); got != want {
+			t.Errorf("toMilliPercent(%v) = %d, want %d", in, got, want)
+		}
+	}
+	if got := FormatMilliPercent(87_500); got != "87.5%" {
+		t.Errorf("FormatMilliPercent(87500) = %q", got)
+	}
+}
+
+func TestTruncateKeepsUTF8(t *testing.T) {
+	s := strings.Repeat("a", maxKernelName-1) + "é"
+	got := truncate(s, maxKernelName)
+	if len(got) != maxKernelName-1 || !strings.HasPrefix(s, got) {
+		t.Errorf("truncate split a rune: len %d", len(got))
+	}
+}
