@@ -1,0 +1,203 @@
+// Command prism-kubelet-plugin is Prism's DRA kubelet plugin for NVIDIA GPUs.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"io/fs"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/plugin"
+)
+
+type options struct {
+	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
+	fleet, httpAddress, kubeconfig                                   string
+	rediscover                                                       time.Duration
+	kubeAPIQPS                                                       float64
+	kubeAPIBurst                                                     int
+}
+
+func main() {
+	klog.InitFlags(nil)
+	var o options
+	flag.StringVar(&o.nodeName, "node-name", env("NODE_NAME", ""), "Name of this node (env NODE_NAME). Required.")
+	flag.StringVar(&o.registrarDir, "kubelet-registrar-dir", env("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"), "Kubelet plugin registration directory (env KUBELET_REGISTRAR_DIRECTORY_PATH).")
+	flag.StringVar(&o.pluginDir, "kubelet-plugin-dir", env("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins/"+plugin.DriverName), "This driver's kubelet plugin directory, for its gRPC socket (env KUBELET_PLUGINS_DIRECTORY_PATH).")
+	flag.StringVar(&o.cdiRoot, "cdi-root", env("CDI_ROOT", cdi.DefaultRoot), "Directory for the per-claim CDI specs (env CDI_ROOT).")
+	flag.StringVar(&o.driverRoot, "driver-root", env("NVIDIA_DRIVER_ROOT", "/"), "Where the NVIDIA driver is installed (env NVIDIA_DRIVER_ROOT). With --fleet, a fake driver root is made under --state-dir unless this is set.")
+	flag.StringVar(&o.stateDir, "state-dir", env("PRISM_STATE_DIR", "/var/lib/prism"), "Directory for the checkpoint (env PRISM_STATE_DIR).")
+	flag.StringVar(&o.fleet, "fleet", env("PRISM_FLEET", ""), "Simulate this node's GPUs from a fleet file instead of NVML (env PRISM_FLEET).")
+	flag.StringVar(&o.httpAddress, "http-address", env("PRISM_HTTP_ADDRESS", ":8080"), "Address for /metrics, /healthz and /readyz; empty disables (env PRISM_HTTP_ADDRESS).")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster configuration when empty (env KUBECONFIG).")
+	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
+	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
+	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := klog.LoggerWithName(klog.Background(), "prism-kubelet-plugin")
+	ctx = klog.NewContext(ctx, logger)
+	if err := run(ctx, o); err != nil {
+		// One line that says what to do; the plugin does not retry on its own
+		// because the kubelet (or the DaemonSet) restarts it.
+		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if o.nodeName == "" {
+		return errors.New("--node-name (or NODE_NAME) is required")
+	}
+	restConfig, err := kubeConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	restConfig.QPS, restConfig.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
+
+	var lib gonvml.Interface
+	var sysfs fs.ReadLinkFS
+	var source cdi.EditSource
+	if o.fleet != "" {
+		fleet, err := nvml.LoadFleet(o.fleet)
+		if err != nil {
+			return fmt.Errorf("load fleet: %w", err)
+		}
+		sim, err := nvml.NewSimulated(fleet, o.nodeName)
+		if err != nil {
+			return fmt.Errorf("simulate fleet %s: %w", o.fleet, err)
+		}
+		lib, sysfs = sim, sim.SysFS()
+		driverRoot := o.driverRoot
+		if driverRoot == "/" {
+			driverRoot = filepath.Join(o.stateDir, "fake-driver-root")
+		}
+		var minors []int
+		for i := range sim.Devices() {
+			minors = append(minors, i)
+		}
+		if err := cdi.MakeFakeDriverRoot(driverRoot, minors); err != nil {
+			return fmt.Errorf("make fake driver root %s: %w", driverRoot, err)
+		}
+		source = cdi.NewSimulatedSource(driverRoot)
+	} else {
+		if lib, err = nvml.New(ctx, o.driverRoot); err != nil {
+			return err
+		}
+		if fsys, ok := os.DirFS("/sys").(fs.ReadLinkFS); ok {
+			sysfs = fsys
+		}
+		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{DriverRoot: o.driverRoot}); err != nil {
+			return err
+		}
+	}
+	writer, err := cdi.NewWriter(cdi.Options{Root: o.cdiRoot, Source: source})
+	if err != nil {
+		return err
+	}
+
+	metrics := plugin.NewMetrics()
+	driver, err := plugin.Start(ctx, plugin.Config{
+		NodeName:            o.nodeName,
+		KubeClient:          client,
+		RegistrarDir:        o.registrarDir,
+		PluginDir:           o.pluginDir,
+		StateDir:            o.stateDir,
+		NVML:                lib,
+		SysFS:               sysfs,
+		CDI:                 writer,
+		RediscoverInterval:  o.rediscover,
+		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
+		Metrics:             metrics,
+	})
+	if err != nil {
+		return err
+	}
+	defer driver.Stop()
+	if o.httpAddress != "" {
+		go serveHTTP(ctx, o.httpAddress, driver, metrics)
+	}
+	<-ctx.Done()
+	klog.FromContext(ctx).Info("Shutting down")
+	return nil
+}
+
+func serveHTTP(ctx context.Context, addr string, driver *plugin.Driver, metrics *plugin.Metrics) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-driver.Ready():
+			_, _ = w.Write([]byte("ok"))
+		default:
+			http.Error(w, "not registered yet", http.StatusServiceUnavailable)
+		}
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.FromContext(ctx).Error(err, "Serving metrics and health endpoints", "address", addr)
+	}
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig and not in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		if s, err := strconv.Atoi(v); err == nil {
+			return time.Duration(s) * time.Second
+		}
+	}
+	return def
+}

@@ -1,0 +1,302 @@
+// Package plugin is Prism's kubelet plugin: it publishes the node's GPUs as a
+// ResourceSlice and prepares and unprepares claims for the kubelet, recording
+// every step in a checkpoint so that a crash at any point is recovered.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"reflect"
+	"sync"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/gpu"
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+)
+
+// DriverName is the DRA driver name, also the attribute domain.
+const DriverName = gpu.Domain
+
+// Config wires a Driver. Everything but the kubelet directories is required.
+type Config struct {
+	NodeName   string
+	KubeClient kubernetes.Interface
+	// RegistrarDir and PluginDir are the kubelet's plugin registry directory
+	// and this driver's data directory.
+	RegistrarDir string
+	PluginDir    string
+	// StateDir holds the checkpoint.
+	StateDir string
+	// NVML answers discovery: the real library or a simulated fleet.
+	NVML gonvml.Interface
+	// SysFS is where the PCIe root of each GPU is looked up; nil omits it.
+	SysFS fs.ReadLinkFS
+	// CDI writes the per-claim specs.
+	CDI *cdi.Writer
+	// RediscoverInterval is how often devices are read again and the slice
+	// republished if they changed. Zero disables it.
+	RediscoverInterval time.Duration
+	// RollingUpdatePodUID lets two plugin pods of a DaemonSet overlap during
+	// an update, so that the node's slices never disappear.
+	RollingUpdatePodUID types.UID
+	Metrics             *Metrics
+}
+
+// Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.
+type Driver struct {
+	cfg        Config
+	helper     *kubeletplugin.Helper
+	checkpoint *checkpoint.Store
+	recorder   record.EventRecorder
+	broadcast  record.EventBroadcaster
+	metrics    *Metrics
+
+	// mu serialises prepare and unprepare: the exclusivity check and the
+	// checkpoint write that claims a device must be one step.
+	mu sync.Mutex
+	// devices are the node's GPUs by device name, as last discovered.
+	devicesMu sync.RWMutex
+	devices   map[string]gpu.Device
+	published []resourceapi.Device
+
+	ready chan struct{}
+}
+
+// Start discovers the GPUs, recovers the checkpoint, reconciles it against the
+// CDI specs on disk, registers with the kubelet and publishes the slice.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	d, err := newDriver(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.KubeClient(cfg.KubeClient),
+		// The driver serialises what needs it itself; unprepare of one claim
+		// need not wait for the prepare of another.
+		kubeletplugin.Serialize(false),
+		kubeletplugin.HealthService(false),
+	}
+	if cfg.RegistrarDir != "" {
+		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir))
+	}
+	if cfg.PluginDir != "" {
+		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(cfg.PluginDir))
+	}
+	if cfg.RollingUpdatePodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(cfg.RollingUpdatePodUID))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start plugin: register with the kubelet: %w", err)
+	}
+	d.helper = helper
+	if err := d.publish(ctx); err != nil {
+		helper.Stop()
+		return nil, err
+	}
+	close(d.ready)
+	if cfg.RediscoverInterval > 0 {
+		go d.rediscoverLoop(ctx)
+	}
+	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.published), "preparedClaims", len(d.checkpoint.List()))
+	return d, nil
+}
+
+// newDriver does everything Start does short of talking to the kubelet.
+func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
+	logger := klog.FromContext(ctx)
+	if cfg.NodeName == "" || cfg.KubeClient == nil || cfg.NVML == nil || cfg.CDI == nil || cfg.StateDir == "" {
+		return nil, errors.New("start plugin: node name, kube client, NVML, CDI writer and state dir are required")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{})}
+	d.broadcast = record.NewBroadcaster(record.WithContext(ctx))
+	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
+	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
+
+	devices, err := d.discover(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.setDevices(devices)
+
+	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("start plugin: open checkpoint in %s: %w", cfg.StateDir, err)
+	}
+	d.checkpoint = store
+	d.reportRecovery(ctx, recovered)
+	if err := d.reconcile(ctx); err != nil {
+		// Not fatal: a plugin that refuses to start blocks every claim on the
+		// node, while what could not be repaired here is retried by the
+		// kubelet's next prepare or unprepare of that claim.
+		logger.Error(err, "Reconciling the checkpoint with the CDI specs on disk was incomplete")
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
+	}
+	return d, nil
+}
+
+// Stop unregisters from the kubelet. Published slices stay: the kubelet
+// removes them if the plugin does not come back.
+func (d *Driver) Stop() {
+	if d.helper != nil {
+		d.helper.Stop()
+	}
+	d.broadcast.Shutdown()
+}
+
+// Ready is closed once the plugin is registered and its slice published.
+func (d *Driver) Ready() <-chan struct{} { return d.ready }
+
+func (d *Driver) discover(ctx context.Context) ([]gpu.Device, error) {
+	devices, err := nvml.Discover(ctx, d.cfg.NVML, nvml.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("discover GPUs: %w", err)
+	}
+	return devices, nil
+}
+
+func (d *Driver) setDevices(devices []gpu.Device) {
+	byName := make(map[string]gpu.Device, len(devices))
+	for _, dev := range devices {
+		byName[dev.Name()] = dev
+	}
+	d.devicesMu.Lock()
+	d.devices = byName
+	d.devicesMu.Unlock()
+}
+
+func (d *Driver) device(name string) (gpu.Device, bool) {
+	d.devicesMu.RLock()
+	defer d.devicesMu.RUnlock()
+	dev, ok := d.devices[name]
+	return dev, ok
+}
+
+// publish hands the node's pool to the helper's ResourceSlice controller. An
+// empty pool is still published, so that the scheduler sees the node has none.
+func (d *Driver) publish(ctx context.Context) error {
+	d.devicesMu.RLock()
+	devices := make([]gpu.Device, 0, len(d.devices))
+	for _, dev := range d.devices {
+		devices = append(devices, dev)
+	}
+	d.devicesMu.RUnlock()
+	gpu.SortByIndex(devices)
+	resourceDevices, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: d.cfg.SysFS})
+	if err != nil {
+		return fmt.Errorf("build ResourceSlice devices: %w", err)
+	}
+	if resourceDevices == nil {
+		resourceDevices = []resourceapi.Device{}
+	}
+	err = d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: resourceDevices}}},
+	}})
+	if err != nil {
+		return fmt.Errorf("publish ResourceSlice: %w", err)
+	}
+	d.published = resourceDevices
+	d.metrics.publishedDevices.Set(float64(len(resourceDevices)))
+	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(resourceDevices))
+	return nil
+}
+
+// rediscoverLoop republishes when the node's GPUs change: a GPU that fell
+// off the bus, a driver upgrade, or an edited simulated fleet.
+func (d *Driver) rediscoverLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	ticker := time.NewTicker(d.cfg.RediscoverInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		devices, err := d.discover(ctx)
+		if err != nil {
+			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
+			continue
+		}
+		d.setDevices(devices)
+		previous := d.published
+		resourceDevices, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: d.cfg.SysFS})
+		if err != nil {
+			logger.Error(err, "Building ResourceSlice devices")
+			continue
+		}
+		if reflect.DeepEqual(nonNil(resourceDevices), nonNil(previous)) {
+			continue
+		}
+		logger.Info("GPUs changed, republishing", "before", len(previous), "after", len(resourceDevices))
+		if err := d.publish(ctx); err != nil {
+			logger.Error(err, "Republishing")
+		}
+	}
+}
+
+func nonNil(devs []resourceapi.Device) []resourceapi.Device {
+	if devs == nil {
+		return []resourceapi.Device{}
+	}
+	return devs
+}
+
+// nodeRef is the object events about the plugin's own state are attached to.
+func (d *Driver) nodeRef() *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", Name: d.cfg.NodeName, UID: types.UID(d.cfg.NodeName), APIVersion: "v1"}
+}
+
+func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
+	logger := klog.FromContext(ctx)
+	if r.Corruption != nil {
+		d.metrics.checkpointRecover.WithLabelValues("corrupt-" + string(r.Corruption.Reason)).Inc()
+		logger.Error(r.Corruption, "Checkpoint was unusable and was moved aside; starting empty and rebuilding from the CDI specs on disk")
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
+			"Prism checkpoint %s was unusable (%s) and moved to %s; claims prepared before are forgotten: their running pods are unaffected, the scheduler still keeps their devices allocated, and their unprepare will succeed", r.Corruption.Path, r.Corruption.Reason, r.Corruption.MovedTo)
+	}
+	if r.MigratedFrom != "" {
+		d.metrics.checkpointRecover.WithLabelValues("migrated").Inc()
+		logger.Info("Checkpoint migrated", "from", r.MigratedFrom)
+	}
+	if r.BootIDChanged {
+		d.metrics.checkpointRecover.WithLabelValues("reboot").Inc()
+		logger.Info("Node rebooted since the checkpoint was written", "invalidatedClaims", r.Invalidated)
+	}
+}
+
+// HandleError is called by the helper for errors it cannot return to anyone,
+// such as a failure to publish the slice.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	klog.FromContext(ctx).Error(err, msg)
+	d.metrics.claimErrors.WithLabelValues("background", "helper").Inc()
+}
+
+// WatchHealthStatus is not offered: health is reported with device taints.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+

@@ -1,0 +1,254 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+)
+
+const testNode = "node-a"
+
+// newTestDriver runs a driver on a simulated fleet without a kubelet.
+func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", fleetFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := nvml.NewSimulated(fleet, testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(stateDir, "driver-root")
+	var minors []int
+	for i := range sim.Devices() {
+		minors = append(minors, i)
+	}
+	if err := cdi.MakeFakeDriverRoot(root, minors); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter(cdi.Options{Root: filepath.Join(stateDir, "cdi"), Source: cdi.NewSimulatedSource(root)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := newDriver(ctx, Config{NodeName: testNode, KubeClient: fake.NewClientset(), NVML: sim, CDI: writer, StateDir: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.broadcast.Shutdown)
+	return d
+}
+
+// allocatedClaim is a claim allocated the named devices of testNode.
+func allocatedClaim(uid string, devices []string, configs ...resourceapi.DeviceAllocationConfiguration) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "claim-" + uid, Namespace: "ns", UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "gpu", Driver: DriverName, Pool: testNode, Device: d,
+		})
+	}
+	c.Status.Allocation.Devices.Config = configs
+	return c
+}
+
+func opaque(json string) resourceapi.DeviceAllocationConfiguration {
+	return resourceapi.DeviceAllocationConfiguration{
+		Source: resourceapi.AllocationConfigSourceClaim,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: DriverName, Parameters: runtime.RawExtension{Raw: []byte(json)},
+		}},
+	}
+}
+
+func prepare(t testing.TB, d *Driver, claims ...*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	t.Helper()
+	res, err := d.PrepareResourceClaims(context.Background(), claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestPrepareIsIdempotent(t *testing.T) {
+	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
+	claim := allocatedClaim("uid-1", []string{"gpu-0", "gpu-1"})
+	first := prepare(t, d, claim)["uid-1"]
+	second := prepare(t, d, claim)["uid-1"]
+	if first.Err != nil || second.Err != nil {
+		t.Fatalf("prepare errors: %v, %v", first.Err, second.Err)
+	}
+	if fmt.Sprint(first.Devices) != fmt.Sprint(second.Devices) {
+		t.Errorf("second prepare returned %v, first %v", second.Devices, first.Devices)
+	}
+	want := []string{"k8s.gpu.prism.dev/claim=uid-1-gpu-0"}
+	if got := first.Devices[0].CDIDeviceIDs; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("CDI IDs %v, want %v", got, want)
+	}
+}
+
+func TestUnprepareUnknownClaimSucceeds(t *testing.T) {
+	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
+	res, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "never-seen"}})
+	if err != nil || res["never-seen"] != nil {
+		t.Fatalf("unprepare of an unknown claim: %v %v", err, res["never-seen"])
+	}
+}
+
+func TestPrepareRefusesADeviceHeldByAnotherClaim(t *testing.T) {
+	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
+	if r := prepare(t, d, allocatedClaim("holder", []string{"gpu-1"}))["holder"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	r := prepare(t, d, allocatedClaim("intruder", []string{"gpu-1"}))["intruder"]
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "ns/claim-holder") {
+		t.Fatalf("want an error naming the holding claim, got %v", r.Err)
+	}
+	// Once released, the device can be prepared again.
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "holder"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := prepare(t, d, allocatedClaim("intruder", []string{"gpu-1"}))["intruder"]; r.Err != nil {
+		t.Fatalf("after release: %v", r.Err)
+	}
+}
+
+func TestBadConfigFailsOnlyItsClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"unknown field", `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"stratgy":"TimeSlicing"}}`, "unknown field"},
+		{"bad value", `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Sometimes"}}`, "sharing.strategy"},
+		{"wrong kind", `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"CpuConfig"}`, "unsupported kind"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDriver(t, "t4-2.yaml", t.TempDir())
+			res := prepare(t, d, allocatedClaim("bad", []string{"gpu-0"}, opaque(tc.config)), allocatedClaim("good", []string{"gpu-1"}))
+			if err := res["bad"].Err; err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("bad claim: want error containing %q, got %v", tc.want, err)
+			}
+			if err := res["good"].Err; err != nil {
+				t.Errorf("good claim in the same call failed: %v", err)
+			}
+			if _, ok := d.checkpoint.Get("bad"); ok {
+				t.Error("a rejected claim was recorded in the checkpoint")
+			}
+		})
+	}
+}
+
+func TestValidConfigIsAccepted(t *testing.T) {
+	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
+	cfg := `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
+	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-0"}, opaque(cfg)))["ts"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	rec, _ := d.checkpoint.Get("ts")
+	if rec.Devices[0].Sharing == nil || rec.Devices[0].Sharing.Strategy != "TimeSlicing" {
+		t.Errorf("sharing not recorded: %+v", rec.Devices[0].Sharing)
+	}
+}
+
+func TestRestartRollsBackInterruptedPrepareAndRemovesOrphans(t *testing.T) {
+	dir := t.TempDir()
+	d := newTestDriver(t, "t4-2.yaml", dir)
+	prepare(t, d, allocatedClaim("done", []string{"gpu-0"}))
+	// A prepare interrupted after its first phase, and a spec nobody owns.
+	planned, err := d.plan(allocatedClaim("half", []string{"gpu-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned.State = checkpoint.PrepareStarted
+	if err := d.checkpoint.Update(context.Background(), func(data *checkpoint.Data) error {
+		data.Claims["half"] = planned
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.cfg.CDI.WriteClaimSpec(context.Background(), cdi.Claim{UID: "orphan", Devices: []cdi.Device{{Name: "gpu-1", UUID: "GPU-x", Minor: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := newTestDriver(t, "t4-2.yaml", dir)
+	if _, ok := restarted.checkpoint.Get("half"); ok {
+		t.Error("interrupted prepare was not rolled back")
+	}
+	specs, err := restarted.cfg.CDI.ListClaimSpecs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(specs) != "[done]" {
+		t.Errorf("specs after restart %v, want only the completed claim's", specs)
+	}
+	// The rolled-back claim's device is free again.
+	if r := prepare(t, restarted, allocatedClaim("half", []string{"gpu-1"}))["half"]; r.Err != nil {
+		t.Errorf("retrying the interrupted prepare: %v", r.Err)
+	}
+}
+
+// TestConcurrentPrepareUnprepare runs 1000 calls at once over 8 devices. Each
+// worker owns one device, so every call must succeed; the race detector
+// checks the locking.
+func TestConcurrentPrepareUnprepare(t *testing.T) {
+	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
+	const calls = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, calls)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls / 8 / 2 {
+				uid := fmt.Sprintf("w%d-%d", w, i)
+				claim := allocatedClaim(uid, []string{fmt.Sprintf("gpu-%d", w)})
+				var inner sync.WaitGroup
+				// Two replays of the same prepare race each other.
+				for range 2 {
+					inner.Add(1)
+					go func() {
+						defer inner.Done()
+						res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim})
+						if err == nil {
+							err = res[types.UID(uid)].Err
+						}
+						if err != nil {
+							errs <- err
+						}
+					}()
+				}
+				inner.Wait()
+				res, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}})
+				if err == nil {
+					err = res[types.UID(uid)]
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if left := d.checkpoint.List(); len(left) != 0 {
+		t.Errorf("%d claims left prepared", len(left))
+	}
+}

@@ -1,0 +1,59 @@
+package plugin
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the plugin's Prometheus metrics, on a registry of their own so
+// that tests can run several drivers in one process.
+type Metrics struct {
+	Registry          *prometheus.Registry
+	requests          *prometheus.CounterVec
+	duration          *prometheus.HistogramVec
+	claimErrors       *prometheus.CounterVec
+	preparedDevices   prometheus.Gauge
+	preparedClaims    prometheus.Gauge
+	publishedDevices  prometheus.Gauge
+	checkpointRecover *prometheus.CounterVec
+}
+
+// NewMetrics registers the plugin's metrics and the Go runtime collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "requests_total",
+			Help: "NodePrepareResources and NodeUnprepareResources claims handled, by method and result.",
+		}, []string{"method", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "request_duration_seconds",
+			Help:    "Time to handle one kubelet call, by method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"method"}),
+		claimErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "claim_errors_total",
+			Help: "Claims whose prepare or unprepare failed, by method and reason.",
+		}, []string{"method", "reason"}),
+		preparedDevices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "prepared_devices",
+			Help: "Devices currently prepared for claims on this node.",
+		}),
+		preparedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "prepared_claims",
+			Help: "Claims currently prepared on this node.",
+		}),
+		publishedDevices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "published_devices",
+			Help: "Devices published in this node's ResourceSlices.",
+		}),
+		checkpointRecover: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "checkpoint_recoveries_total",
+			Help: "Repairs made to the checkpoint or CDI specs at start-up, by kind.",
+		}, []string{"kind"}),
+	}
+	m.Registry.MustRegister(m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+		m.publishedDevices, m.checkpointRecover,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

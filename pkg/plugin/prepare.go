@@ -1,0 +1,293 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/checkpoint"
+)
+
+// PrepareResourceClaims prepares each claim on its own: one claim's bad
+// config or conflict fails only that claim, and the kubelet shows the error
+// in the pod's events.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	start := time.Now()
+	defer func() { d.metrics.duration.WithLabelValues("prepare").Observe(time.Since(start).Seconds()) }()
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepareClaim(ctx, claim)
+		if err != nil {
+			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
+			klog.FromContext(ctx).Error(err, "Prepare failed", "claim", klog.KObj(claim))
+			d.metrics.requests.WithLabelValues("prepare", "error").Inc()
+			results[claim.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		d.metrics.requests.WithLabelValues("prepare", "success").Inc()
+		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+	}
+	d.updateGauges()
+	return results, nil
+}
+
+// UnprepareResourceClaims releases each claim. A claim the plugin does not
+// know was never prepared here or was already released: that is success.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	start := time.Now()
+	defer func() { d.metrics.duration.WithLabelValues("unprepare").Observe(time.Since(start).Seconds()) }()
+	results := make(map[types.UID]error, len(claims))
+	for _, claim := range claims {
+		err := d.unprepareClaim(ctx, claim)
+		if err != nil {
+			err = fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+			klog.FromContext(ctx).Error(err, "Unprepare failed")
+			d.metrics.requests.WithLabelValues("unprepare", "error").Inc()
+		} else {
+			d.metrics.requests.WithLabelValues("unprepare", "success").Inc()
+		}
+		results[claim.UID] = err
+	}
+	d.updateGauges()
+	return results, nil
+}
+
+func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uid := string(claim.UID)
+
+	if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
+		return kubeletDevices(prev), nil
+	}
+
+	planned, err := d.plan(claim)
+	if err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "invalid").Inc()
+		return nil, err
+	}
+	if err := d.checkExclusive(uid, planned.Devices); err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "conflict").Inc()
+		return nil, err
+	}
+
+	// Phase one: the devices are claimed before anything exists on disk, so a
+	// crash from here on leaves a record that start-up reconciliation undoes.
+	planned.State = checkpoint.PrepareStarted
+	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+		data.Claims[uid] = planned
+		return nil
+	}); err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
+		return nil, fmt.Errorf("record prepare start: %w", err)
+	}
+	crashPoint(CrashAfterPrepareStarted)
+
+	if err := d.writeSpec(ctx, planned); err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "cdi").Inc()
+		return nil, errors.Join(err, d.forget(ctx, uid))
+	}
+	crashPoint(CrashAfterCDIWritten)
+
+	planned.State = checkpoint.PrepareCompleted
+	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+		data.Claims[uid] = planned
+		return nil
+	}); err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
+		return nil, fmt.Errorf("record prepare completion: %w", err)
+	}
+	crashPoint(CrashAfterPrepareCompleted)
+	return kubeletDevices(planned), nil
+}
+
+func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	uid := string(claim.UID)
+	if _, ok := d.checkpoint.Get(uid); !ok {
+		// Nothing recorded; a spec can only exist if reconciliation has not
+		// run yet, so removing it is cheap insurance.
+		return d.cfg.CDI.RemoveClaimSpec(ctx, uid)
+	}
+	if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
+		d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
+		return err
+	}
+	crashPoint(CrashAfterCDIRemoved)
+	if err := d.forget(ctx, uid); err != nil {
+		d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
+		return err
+	}
+	crashPoint(CrashAfterUnprepared)
+	return nil
+}
+
+func (d *Driver) forget(ctx context.Context, uid string) error {
+	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+		delete(data.Claims, uid)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("remove claim %s from checkpoint: %w", uid, err)
+	}
+	return nil
+}
+
+// plan turns the claim's allocation on this node into the checkpoint record
+// that prepare will write, validating its configuration on the way.
+func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error) {
+	rec := checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
+	if claim.Status.Allocation == nil {
+		return rec, errors.New("claim is not allocated")
+	}
+	configs, err := decodeConfigs(claim.Status.Allocation.Devices.Config)
+	if err != nil {
+		return rec, err
+	}
+	for _, result := range claim.Status.Allocation.Devices.Results {
+		if result.Driver != DriverName || result.Pool != d.cfg.NodeName {
+			continue
+		}
+		if _, ok := d.device(result.Device); !ok {
+			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, d.cfg.NodeName)
+		}
+		cfg := configs.forRequest(result.Request)
+		dev := checkpoint.Device{
+			Requests:     []string{result.Request},
+			Pool:         result.Pool,
+			Name:         result.Device,
+			CDIDeviceIDs: []string{cdi.DeviceID(rec.UID, result.Device)},
+		}
+		if cfg.Sharing != nil && cfg.Sharing.Strategy != "" {
+			dev.Sharing = &checkpoint.Sharing{Strategy: string(cfg.Sharing.Strategy)}
+		}
+		rec.Devices = append(rec.Devices, dev)
+	}
+	if len(rec.Devices) == 0 {
+		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", DriverName, d.cfg.NodeName)
+	}
+	return rec, nil
+}
+
+// checkExclusive refuses a device that another claim holds. A claim that is
+// only PrepareStarted holds its devices too: its prepare may be in flight or
+// about to be retried.
+func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device) error {
+	for _, other := range d.checkpoint.List() {
+		if other.UID == uid {
+			continue
+		}
+		for _, od := range other.Devices {
+			for _, dev := range devices {
+				if od.Name == dev.Name {
+					return fmt.Errorf("device %s is already prepared for claim %s/%s (uid %s); refusing to share it", dev.Name, other.Namespace, other.Name, other.UID)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
+	spec := cdi.Claim{UID: rec.UID}
+	for _, dev := range rec.Devices {
+		g, ok := d.device(dev.Name)
+		if !ok {
+			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
+		}
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor})
+	}
+	ids, err := d.cfg.CDI.WriteClaimSpec(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	var want []string
+	for _, dev := range rec.Devices {
+		want = append(want, dev.CDIDeviceIDs...)
+	}
+	if !slices.Equal(sortedCopy(ids), sortedCopy(want)) {
+		return fmt.Errorf("CDI spec lists devices %v, expected %v", ids, want)
+	}
+	return nil
+}
+
+func kubeletDevices(rec checkpoint.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
+	for _, dev := range rec.Devices {
+		out = append(out, kubeletplugin.Device{
+			Requests:     slices.Clone(dev.Requests),
+			PoolName:     dev.Pool,
+			DeviceName:   dev.Name,
+			CDIDeviceIDs: slices.Clone(dev.CDIDeviceIDs),
+		})
+	}
+	return out
+}
+
+func (d *Driver) updateGauges() {
+	claims := d.checkpoint.List()
+	devices := 0
+	for _, c := range claims {
+		devices += len(c.Devices)
+	}
+	d.metrics.preparedClaims.Set(float64(len(claims)))
+	d.metrics.preparedDevices.Set(float64(devices))
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
+
+// requestConfigs are the opaque GpuConfigs of a claim's allocation, in the
+// order the scheduler recorded them: class configs first, then the claim's.
+type requestConfigs []requestConfig
+
+type requestConfig struct {
+	requests []string
+	config   *gpuv1alpha1.GpuConfig
+}
+
+func decodeConfigs(configs []resourceapi.DeviceAllocationConfiguration) (requestConfigs, error) {
+	var out requestConfigs
+	for i, c := range configs {
+		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+			continue
+		}
+		cfg, err := gpuv1alpha1.Decode(c.Opaque.Parameters.Raw)
+		if err != nil {
+			scope := "all requests"
+			if len(c.Requests) > 0 {
+				scope = "requests " + strings.Join(c.Requests, ", ")
+			}
+			return nil, fmt.Errorf("opaque config #%d (from %s, for %s): %w", i, strings.ToLower(string(c.Source)), scope, err)
+		}
+		out = append(out, requestConfig{requests: c.Requests, config: cfg})
+	}
+	return out, nil
+}
+
+// forRequest returns the config that applies to a request: the last one that
+// names it, its parent request, or no request at all. Later configs win
+// because claim configs come after class configs.
+func (rc requestConfigs) forRequest(request string) *gpuv1alpha1.GpuConfig {
+	parent, _, _ := strings.Cut(request, "/")
+	chosen := gpuv1alpha1.Default()
+	for _, c := range rc {
+		if len(c.requests) == 0 || slices.Contains(c.requests, request) || slices.Contains(c.requests, parent) {
+			chosen = c.config
+		}
+	}
+	return chosen
+}
