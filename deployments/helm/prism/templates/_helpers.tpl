@@ -1,0 +1,129 @@
+{{/* The driver name; fixed, the binaries and DeviceClasses depend on it. */}}
+{{- define "prism.driverName" -}}gpu.prism.dev{{- end -}}
+
+{{- define "prism.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* release-chart, or the release name when it already contains the chart name. */}}
+{{- define "prism.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "prism.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prism.labels" -}}
+helm.sh/chart: {{ include "prism.chart" . }}
+app.kubernetes.io/name: {{ include "prism.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: prism
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "controller") */}}
+{{- define "prism.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "prism.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "prism.componentLabels" -}}
+{{ include "prism.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "prism.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "prism.kubeletPlugin.fullname" -}}
+{{- printf "%s-kubelet-plugin" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prism.controller.fullname" -}}
+{{- printf "%s-controller" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prism.webhook.serviceName" -}}
+{{- printf "%s-webhook" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prism.webhook.certName" -}}
+{{- printf "%s-webhook-cert" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "prism.kubeletPlugin.serviceAccountName" -}}
+{{- if .Values.kubeletPlugin.serviceAccount.create -}}
+{{- default (include "prism.kubeletPlugin.fullname" .) .Values.kubeletPlugin.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.kubeletPlugin.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "prism.controller.serviceAccountName" -}}
+{{- if .Values.controller.serviceAccount.create -}}
+{{- default (include "prism.controller.fullname" .) .Values.controller.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.controller.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the plugin container runs privileged: the explicit value, else not in simulation. */}}
+{{- define "prism.kubeletPlugin.privileged" -}}
+{{- if kindIs "bool" .Values.kubeletPlugin.privileged -}}
+{{- .Values.kubeletPlugin.privileged -}}
+{{- else -}}
+{{- empty .Values.simulation.fleet -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The driver root as the plugin sees it: the host path, or /driver-root for a host-installed driver. */}}
+{{- define "prism.kubeletPlugin.containerDriverRoot" -}}
+{{- $root := .Values.kubeletPlugin.paths.driverRoot | trimSuffix "/" -}}
+{{- if eq $root "" -}}/driver-root{{- else -}}{{ $root }}{{- end -}}
+{{- end -}}
+
+{{- define "prism.verbosity" -}}
+{{- if kindIs "invalid" .local -}}{{ .global }}{{- else -}}{{ .local }}{{- end -}}
+{{- end -}}
+
+{{/* Namespaces excluded from both webhooks. */}}
+{{- define "prism.webhook.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- range (concat (list .Release.Namespace "kube-system") .Values.webhook.excludeNamespaces | uniq) }}
+        - {{ . | quote }}
+        {{- end }}
+{{- end -}}
+
+{{- define "prism.webhook.clientConfig" -}}
+clientConfig:
+  service:
+    name: {{ include "prism.webhook.serviceName" .ctx }}
+    namespace: {{ .ctx.Release.Namespace }}
+    path: {{ .path | quote }}
+    port: 443
+{{- end -}}

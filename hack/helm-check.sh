@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Checks the Prism Helm chart (deployments/helm/prism) and what is generated
+# from it.
+#
+#   hack/helm-check.sh [--sync] [OUTPUT]
+#
+#   1. CRDs: deployments/crds/ (written by hack/generate.sh) is the one source;
+#      the chart's crds/ is a copy. Fails when they differ; --sync copies.
+#   2. Static manifests: deployments/static/prism.yaml (everything the demo
+#      installs: Namespace, CRDs, chart objects) and deviceclasses.yaml are
+#      rendered from the chart with deployments/static/values-demo.yaml and the
+#      demo fleet. Fails when they are stale; --sync rewrites them.
+#   3. helm lint --strict with the default values, with
+#      deployments/helm/prism/ci/all-features-values.yaml (every switch on),
+#      and with the demo values; helm template with each; helm package.
+#   4. With OUTPUT, writes the demo rendering (same bytes as
+#      deployments/static/prism.yaml) to that file, for
+#      `kubectl apply --dry-run=server -f OUTPUT`. Its first document is the
+#      Namespace; create that for real first, since a server-side dry run of
+#      namespaced objects needs the namespace to exist.
+#
+# Environment:
+#   HELM          helm binary (default: the one hack/testbed-bins.sh builds
+#                 from hack/tools/helm)
+#   KUBE_VERSION  Kubernetes version to render for (default 1.34.0, the
+#                 chart's minimum). Needed because a helm built with plain
+#                 `go build` assumes Kubernetes v1.20, below kubeVersion.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+chart="$root/deployments/helm/prism"
+crd_src="$root/deployments/crds"
+crd_dst="$chart/crds"
+static="$root/deployments/static"
+demo_values="$static/values-demo.yaml"
+demo_fleet="$root/demo/fleets/mixed.yaml"
+release=prism
+namespace=prism-system
+kube_version=${KUBE_VERSION:-1.34.0}
+
+sync=false
+output=""
+for arg in "$@"; do
+	case "$arg" in
+	--sync) sync=true ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	-*)
+		echo "helm-check: unknown option $arg" >&2
+		exit 2
+		;;
+	*) output=$arg ;;
+	esac
+done
+
+log() { printf '[helm-check] %s\n' "$*" >&2; }
+fail() {
+	printf '[helm-check] FAIL: %s\n' "$*" >&2
+	failed=1
+}
+failed=0
+
+if [[ -z "${HELM:-}" ]]; then
+	HELM="$("$root/hack/testbed-bins.sh" | tail -1)/helm"
+fi
+[[ -x "$HELM" ]] || {
+	echo "helm-check: $HELM is not an executable helm" >&2
+	exit 1
+}
+log "using $("$HELM" version --short 2>/dev/null || echo "$HELM")"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# --- 1. CRDs ----------------------------------------------------------------
+shopt -s nullglob
+src_crds=("$crd_src"/*.yaml)
+if ((${#src_crds[@]} == 0)); then
+	log "deployments/crds has no CRDs yet; the chart is rendered without any"
+fi
+if $sync; then
+	mkdir -p "$crd_dst"
+	rm -f "$crd_dst"/*.yaml
+	for f in "${src_crds[@]}"; do
+		cp "$f" "$crd_dst/"
+	done
+	log "synced ${#src_crds[@]} CRD(s) into the chart"
+fi
+mkdir -p "$tmp/crds-src" "$tmp/crds-dst"
+for f in "${src_crds[@]}"; do cp "$f" "$tmp/crds-src/"; done
+for f in "$crd_dst"/*.yaml; do cp "$f" "$tmp/crds-dst/"; done
+if ! diff -ru "$tmp/crds-src" "$tmp/crds-dst" >"$tmp/crds.diff"; then
+	cat "$tmp/crds.diff" >&2
+	fail "deployments/helm/prism/crds differs from deployments/crds; run hack/helm-check.sh --sync"
+fi
+for f in "$crd_dst"/*; do
+	if [[ -L "$f" ]]; then
+		fail "$f is a symlink; helm package needs a plain copy"
+	fi
+done
+
+# --- 2. Lint and render -------------------------------------------------------
+# label FILE... : lint and template with these values files.
+check_values() {
+	local label=$1
+	shift
+	local args=()
+	for v in "$@"; do args+=("$v"); done
+	if ! "$HELM" lint --strict --kube-version "$kube_version" --namespace "$namespace" "$chart" "${args[@]}" >"$tmp/lint.out" 2>&1; then
+		cat "$tmp/lint.out" >&2
+		fail "helm lint --strict ($label)"
+	fi
+	if ! "$HELM" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" \
+		--include-crds "${args[@]}" >"$tmp/render-$label.yaml" 2>"$tmp/render.err"; then
+		cat "$tmp/render.err" >&2
+		fail "helm template ($label)"
+	else
+		log "$label: lint ok, $(grep -c '^kind:' "$tmp/render-$label.yaml") objects"
+	fi
+}
+
+demo_args=(--values "$demo_values" --set-file "simulation.fleet=$demo_fleet")
+check_values default
+check_values all-features --values "$chart/ci/all-features-values.yaml"
+check_values demo "${demo_args[@]}"
+
+if ! "$HELM" package "$chart" --destination "$tmp/pkg" >/dev/null 2>"$tmp/pkg.err"; then
+	cat "$tmp/pkg.err" >&2
+	fail "helm package"
+else
+	pkg=("$tmp"/pkg/*.tgz)
+	want=$(find "$crd_dst" -name '*.yaml' | wc -l)
+	got=$(tar -tzf "${pkg[0]}" | grep -c '^prism/crds/.*\.yaml$' || true)
+	((want == got)) || fail "packaged chart has $got CRD file(s), want $want"
+fi
+
+# --- 3. Static manifests rendered from the chart ------------------------------
+render_static() { # DIR
+	local dir=$1
+	mkdir -p "$dir"
+	{
+		cat <<-EOF
+			# Generated by hack/helm-check.sh --sync from deployments/helm/prism with
+			# deployments/static/values-demo.yaml and demo/fleets/mixed.yaml. Do not edit.
+			---
+			apiVersion: v1
+			kind: Namespace
+			metadata:
+			  name: $namespace
+			  labels:
+			    app.kubernetes.io/part-of: prism
+			    # hostPath volumes (and, on real GPU nodes, a privileged container).
+			    pod-security.kubernetes.io/enforce: privileged
+		EOF
+		"$HELM" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" \
+			--include-crds "${demo_args[@]}"
+	} >"$dir/prism.yaml"
+	{
+		cat <<-EOF
+			# Generated by hack/helm-check.sh --sync from deployments/helm/prism
+			# (templates/deviceclasses.yaml). Do not edit.
+		EOF
+		"$HELM" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" \
+			--show-only templates/deviceclasses.yaml
+	} >"$dir/deviceclasses.yaml"
+}
+
+if render_static "$tmp/static" 2>"$tmp/static.err"; then
+	for f in prism.yaml deviceclasses.yaml; do
+		if $sync; then
+			cp "$tmp/static/$f" "$static/$f"
+		elif ! diff -u "$static/$f" "$tmp/static/$f" >"$tmp/static.diff" 2>&1; then
+			head -40 "$tmp/static.diff" >&2
+			fail "deployments/static/$f is stale; run hack/helm-check.sh --sync"
+		fi
+	done
+	$sync && log "wrote deployments/static/prism.yaml and deviceclasses.yaml"
+	if [[ -n "$output" ]]; then
+		mkdir -p "$(dirname "$output")"
+		cp "$tmp/static/prism.yaml" "$output"
+		log "wrote $output (namespace $namespace first)"
+	fi
+else
+	cat "$tmp/static.err" >&2
+	fail "rendering deployments/static"
+fi
+
+if ((failed)); then
+	log "FAILED"
+	exit 1
+fi
+log "all checks passed"
