@@ -1,0 +1,202 @@
+package rewrite
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/cel"
+)
+
+// hostile are strings a profile or a user might carry that would change the
+// meaning of an expression if they were ever spliced into CEL.
+var hostile = []string{
+	"", "8.0", "9.0", "8.0\") || true || (\"", "device.driver", ")", "||", "\n", "ünïcödé", "MemoryBound",
+	"ComputeBound", "LatencyBound", "Balanced", "performance", "economy", "1Ei", "-5Gi", "20Gi", "999999999999999999999",
+	"0.5", "80Gi", "16G", `"`, "${x}", "8.0.0", "10.0", "12.0",
+}
+
+var boundTypes = []BoundType{MemoryBound, ComputeBound, LatencyBound, Balanced, Unknown, "", "memory||bound"}
+var policies = []Policy{Performance, Economy, "", "econ\"omy"}
+
+func parseQuantity(s string) *resource.Quantity {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return nil
+	}
+	return &q
+}
+
+// randomSpec builds a claim from rnd, with user selectors taken from user.
+func randomSpec(rnd *rand.Rand, user string) *resourceapi.ResourceClaimSpec {
+	spec := &resourceapi.ResourceClaimSpec{}
+	for i := range 1 + rnd.IntN(4) {
+		name := string(rune('a' + i))
+		var sels []resourceapi.DeviceSelector
+		for range rnd.IntN(3) {
+			sels = append(sels, sel(user))
+		}
+		class := DeviceClassName
+		if rnd.IntN(4) == 0 {
+			class = "nic.example.com"
+		}
+		switch rnd.IntN(6) {
+		case 0:
+			r := resourceapi.DeviceRequest{Name: name}
+			for j := range 1 + rnd.IntN(resourceapi.FirstAvailableDeviceRequestMaxSize) {
+				r.FirstAvailable = append(r.FirstAvailable, resourceapi.DeviceSubRequest{Name: string(rune('a' + j)), DeviceClassName: class, Selectors: sels})
+			}
+			spec.Devices.Requests = append(spec.Devices.Requests, r)
+		default:
+			r := exactGPU(name, rnd.Int64N(9))
+			r.Exactly.DeviceClassName = class
+			r.Exactly.Selectors = sels
+			if rnd.IntN(8) == 0 {
+				r.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+			}
+			spec.Devices.Requests = append(spec.Devices.Requests, r)
+		}
+	}
+	return spec
+}
+
+func randomProfile(rnd *rand.Rand, pick func() string) Profile {
+	return Profile{
+		Name:                 pick(),
+		BoundType:            boundTypes[rnd.IntN(len(boundTypes))],
+		Policy:               policies[rnd.IntN(len(policies))],
+		MinMemory:            parseQuantity(pick()),
+		PeakMemory:           parseQuantity(pick()),
+		MinComputeCapability: pick(),
+	}
+}
+
+var (
+	compiledOnce sync.Once
+	compiled     map[string]error
+)
+
+// checkOutput fails unless every generated selector is a catalogue entry
+// that compiles within the API limits, user selectors come after it
+// unchanged, and the API's list limits hold.
+func checkOutput(t *testing.T, in, out *resourceapi.ResourceClaimSpec, plan *Plan) map[string]bool {
+	t.Helper()
+	compiledOnce.Do(func() {
+		compiled = map[string]error{}
+		compiler := cel.GetCompiler(cel.Features{})
+		for _, e := range Catalogue() {
+			compiled[e] = checkExpression(compiler.CompileCELExpression(e, cel.Options{}))
+		}
+	})
+	if len(out.Devices.Requests) != len(in.Devices.Requests) {
+		t.Fatalf("%d requests in, %d out", len(in.Devices.Requests), len(out.Devices.Requests))
+	}
+	used := map[string]bool{}
+	for i, r := range out.Devices.Requests {
+		orig := in.Devices.Requests[i]
+		if orig.Exactly == nil || r.Exactly != nil {
+			continue // untouched, compared by the caller
+		}
+		if len(r.FirstAvailable) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+			t.Fatalf("request %s: %d subrequests", r.Name, len(r.FirstAvailable))
+		}
+		names := map[string]bool{}
+		for _, sub := range r.FirstAvailable {
+			if names[sub.Name] {
+				t.Fatalf("duplicate subrequest %q", sub.Name)
+			}
+			names[sub.Name] = true
+			if len(sub.Selectors) > resourceapi.DeviceSelectorsMaxSize {
+				t.Fatalf("subrequest %s: %d selectors", sub.Name, len(sub.Selectors))
+			}
+			generated := len(sub.Selectors) - len(orig.Exactly.Selectors)
+			for j, s := range sub.Selectors {
+				if j >= generated {
+					if s.CEL.Expression != orig.Exactly.Selectors[j-generated].CEL.Expression {
+						t.Fatalf("user selector changed: %q", s.CEL.Expression)
+					}
+					continue
+				}
+				err, ok := compiled[s.CEL.Expression]
+				if !ok {
+					t.Fatalf("generated selector not in catalogue: %q", s.CEL.Expression)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				used[s.CEL.Expression] = true
+			}
+		}
+	}
+	if a, err := plan.Annotation(); err != nil || len(a) > MaxAnnotationSize {
+		t.Fatalf("annotation %d bytes, %v", len(a), err)
+	}
+	return used
+}
+
+func FuzzRewrite(f *testing.F) {
+	f.Add(uint64(1), "20Gi", "8.0", "llm", device(`.driver == "x"`))
+	f.Add(uint64(2), "1Ei", "8.0\") || true", "ü\n)", "||")
+	f.Add(uint64(3), "-1", "10.0", "", ")")
+	f.Fuzz(func(t *testing.T, seed uint64, memory, cc, name, user string) {
+		rnd := rand.New(rand.NewPCG(seed, seed>>7))
+		pick := func() string {
+			switch rnd.IntN(4) {
+			case 0:
+				return memory
+			case 1:
+				return cc
+			case 2:
+				return name
+			}
+			return hostile[rnd.IntN(len(hostile))]
+		}
+		in := randomSpec(rnd, user)
+		before := in.DeepCopy()
+		out, plan, err := Rewrite(context.Background(), in, randomProfile(rnd, pick))
+		if err != nil {
+			return
+		}
+		checkOutput(t, in, out, plan)
+		if !equalSpecs(in, before) {
+			t.Fatal("input modified")
+		}
+	})
+}
+
+func device(s string) string { return "device" + s }
+
+// TestDistinctSelectors runs mixed random claims and profiles and counts the
+// selector strings that reach kube-scheduler's 10-entry CEL cache.
+func TestDistinctSelectors(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(42, 7))
+	pick := func() string { return hostile[rnd.IntN(len(hostile))] }
+	used := map[string]bool{}
+	rewritten := 0
+	for range 1000 {
+		p := randomProfile(rnd, pick)
+		// Mostly sane profiles, so that most iterations emit something.
+		if rnd.IntN(3) > 0 {
+			p.BoundType = []BoundType{MemoryBound, ComputeBound, LatencyBound}[rnd.IntN(3)]
+			p.Policy = []Policy{Performance, Economy}[rnd.IntN(2)]
+			p.PeakMemory = resource.NewQuantity(rnd.Int64N(150<<30), resource.BinarySI)
+			p.MinComputeCapability = []string{"", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"}[rnd.IntN(7)]
+		}
+		in := randomSpec(rnd, `device.attributes["gpu.prism.dev"].index < 4`)
+		out, plan, err := Rewrite(context.Background(), in, p)
+		if err != nil {
+			continue
+		}
+		rewritten += len(plan.Rewritten)
+		for e := range checkOutput(t, in, out, plan) {
+			used[e] = true
+		}
+	}
+	t.Logf("%d requests rewritten, %d distinct generated selectors", rewritten, len(used))
+	if rewritten < 500 || len(used) > 20 {
+		t.Errorf("%d requests rewritten, %d distinct generated selectors; want >= 500 and <= 20", rewritten, len(used))
+	}
+}

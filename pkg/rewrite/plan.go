@@ -1,0 +1,83 @@
+package rewrite
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// AnnotationKey is where the webhook stores Plan.Annotation.
+const AnnotationKey = "prism.dev/rewrite"
+
+// MaxAnnotationSize bounds the serialised plan; annotations share a 256 KiB
+// budget per object with everything else.
+const MaxAnnotationSize = 4096
+
+// Plan explains a rewrite. Alternatives are the same for every rewritten
+// request because they only depend on the profile, so they are listed once.
+type Plan struct {
+	Profile   string    `json:"profile,omitempty"`
+	BoundType BoundType `json:"boundType"`
+	Policy    Policy    `json:"policy"`
+	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
+	HardNeeds    string        `json:"hardNeeds,omitempty"`
+	Alternatives []Alternative `json:"alternatives,omitempty"`
+	// Rewritten names the requests that became firstAvailable lists.
+	Rewritten []string    `json:"rewritten,omitempty"`
+	Untouched []Untouched `json:"untouched,omitempty"`
+	// Truncated is set when Annotation had to drop entries to fit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Alternative is one generated subrequest, in preference order.
+type Alternative struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// Untouched is a request that was left as written.
+type Untouched struct {
+	Request string `json:"request"`
+	Reason  string `json:"reason"`
+}
+
+// Annotation returns the plan as compact JSON of at most MaxAnnotationSize
+// bytes. Lists are cut from the end, and Truncated set, when a claim has so
+// many requests that the full plan would not fit.
+func (p *Plan) Annotation() (string, error) {
+	c := *p
+	c.Rewritten = append([]string(nil), p.Rewritten...)
+	c.Untouched = append([]Untouched(nil), p.Untouched...)
+	for {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		// ">=" in hard needs would otherwise cost six bytes per character.
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(&c); err != nil {
+			return "", fmt.Errorf("marshal rewrite plan: %w", err)
+		}
+		data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if len(data) <= MaxAnnotationSize {
+			return string(data), nil
+		}
+		c.Truncated = true
+		switch {
+		case len(c.Untouched) > 0:
+			c.Untouched = c.Untouched[:len(c.Untouched)-1]
+		case len(c.Rewritten) > 0:
+			c.Rewritten = c.Rewritten[:len(c.Rewritten)-1]
+		default:
+			return "", fmt.Errorf("rewrite plan is %d bytes without request lists, limit %d", len(data), MaxAnnotationSize)
+		}
+	}
+}
+
+// truncateName keeps a profile name printable and bounded; it only ever
+// reaches JSON, never CEL.
+func truncateName(name string) string {
+	if len(name) > maxNameInPlan {
+		name = name[:maxNameInPlan]
+	}
+	return strings.ToValidUTF8(name, "\uFFFD")
+}

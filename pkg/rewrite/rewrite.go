@@ -1,0 +1,272 @@
+// Package rewrite turns the GPU requests of a ResourceClaimSpec into
+// prioritized lists (firstAvailable) that follow a workload profile.
+//
+// Rewrite is a pure function: no clients, no I/O. Every selector it adds is
+// taken from a fixed catalogue (see Catalogue) and compiled once under the
+// API server's CEL limits; nothing from the profile or the claim is ever
+// spliced into CEL. See docs/rewrite.md for the rules and the cost reasoning.
+package rewrite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+)
+
+const (
+	// DriverName is the DRA driver whose devices Rewrite knows about.
+	DriverName = "gpu.prism.dev"
+	// DeviceClassName is the only device class whose requests get rewritten.
+	DeviceClassName = "gpu.prism.dev"
+)
+
+// BoundType says what limits a workload's speed.
+type BoundType string
+
+const (
+	ComputeBound BoundType = "ComputeBound"
+	MemoryBound  BoundType = "MemoryBound"
+	LatencyBound BoundType = "LatencyBound"
+	Balanced     BoundType = "Balanced"
+	Unknown      BoundType = "Unknown"
+)
+
+// Policy picks between the fastest and the cheapest adequate GPUs.
+type Policy string
+
+const (
+	Performance Policy = "performance"
+	Economy     Policy = "economy"
+)
+
+// Profile is what Rewrite needs to know about a workload. Memory figures are
+// per device.
+type Profile struct {
+	Name      string
+	BoundType BoundType
+	// MinMemory is a hard floor, used as is.
+	MinMemory *resource.Quantity
+	// PeakMemory is a measured footprint; headroom is added before bucketing.
+	PeakMemory *resource.Quantity
+	// MinComputeCapability is "major.minor", for example "8.0".
+	MinComputeCapability string
+	// Policy defaults to Performance when empty.
+	Policy Policy
+}
+
+// ErrInvalidProfile is wrapped by every error caused by profile contents.
+var ErrInvalidProfile = errors.New("invalid profile")
+
+const (
+	// headroomFixed covers what a process holds regardless of its model size
+	// (CUDA context, cuBLAS/cuDNN workspaces); headroomPercent covers
+	// allocator fragmentation and run-to-run variance of the peak. With 10 %
+	// alone a 20 GB footprint would land on an L4, which reports 22.5 GiB.
+	headroomFixed   = 2 << 30
+	headroomPercent = 10
+	// maxMemoryInput bounds profile quantities so the int64 arithmetic
+	// below cannot overflow; anything that large has no bucket anyway.
+	maxMemoryInput = 1 << 50
+	maxNameInPlan  = 253
+)
+
+var ccPattern = regexp.MustCompile(`^([0-9]{1,3})\.([0-9]{1,3})$`)
+
+// needs are the profile's hard requirements after bucketing.
+type needs struct {
+	memory selectorID // -1: none
+	cc     selectorID // -1: none
+	text   string
+}
+
+func (p Profile) needs() (needs, error) {
+	n := needs{memory: -1, cc: -1}
+	var bytes int64
+	for what, q := range map[string]*resource.Quantity{"minMemory": p.MinMemory, "peakMemory": p.PeakMemory} {
+		if q == nil {
+			continue
+		}
+		if q.Sign() < 0 || q.CmpInt64(maxMemoryInput) > 0 {
+			return n, fmt.Errorf("%w: %s %s out of range", ErrInvalidProfile, what, q.String())
+		}
+		v := q.Value()
+		if what == "peakMemory" && v > 0 {
+			v += (v*headroomPercent+99)/100 + headroomFixed
+		}
+		bytes = max(bytes, v)
+	}
+	if bytes > 0 {
+		for i, gi := range memoryFloorsGi {
+			if bytes <= gi<<30 {
+				n.memory = selMemoryFirst + selectorID(i)
+				n.text = fmt.Sprintf("memory>=%dGi", gi)
+				break
+			}
+		}
+		if n.memory < 0 {
+			return n, fmt.Errorf("%w: needs %d bytes per device, more than the largest bucket (%dGi)", ErrInvalidProfile, bytes, memoryFloorsGi[len(memoryFloorsGi)-1])
+		}
+	}
+	if p.MinComputeCapability != "" {
+		m := ccPattern.FindStringSubmatch(p.MinComputeCapability)
+		if m == nil {
+			return n, fmt.Errorf("%w: minComputeCapability %q is not major.minor", ErrInvalidProfile, p.MinComputeCapability)
+		}
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		for i, f := range ccFloors {
+			if major < f.major || major == f.major && minor <= f.minor {
+				n.cc = selCCFirst + selectorID(i)
+				if n.text != "" {
+					n.text += " "
+				}
+				n.text += fmt.Sprintf("cc>=%d.%d", f.major, f.minor)
+				break
+			}
+		}
+		if n.cc < 0 {
+			return n, fmt.Errorf("%w: minComputeCapability %s is above the largest bucket", ErrInvalidProfile, p.MinComputeCapability)
+		}
+	}
+	return n, nil
+}
+
+// Rewrite returns a copy of spec in which every eligible GPU request is a
+// firstAvailable list ordered for profile, and the plan that explains it.
+// The input is never modified. An error means nothing may be emitted; the
+// caller should then admit the claim unchanged.
+func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile Profile) (*resourceapi.ResourceClaimSpec, *Plan, error) {
+	if spec == nil {
+		return nil, nil, errors.New("rewrite: nil ResourceClaimSpec")
+	}
+	policy := profile.Policy
+	if policy == "" {
+		policy = Performance
+	}
+	if policy != Performance && policy != Economy {
+		return nil, nil, fmt.Errorf("%w: unknown policy %q", ErrInvalidProfile, profile.Policy)
+	}
+	bound := profile.BoundType
+	if bound == "" {
+		bound = Unknown
+	}
+	plan := &Plan{Profile: truncateName(profile.Name), BoundType: bound, Policy: policy}
+	out := spec.DeepCopy()
+
+	var ladder []tier
+	switch bound {
+	case MemoryBound, ComputeBound, LatencyBound:
+		ladder = ladders[bound][policy]
+	case Balanced, Unknown:
+		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
+		for _, r := range spec.Devices.Requests {
+			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
+		}
+		return out, plan, nil
+	default:
+		return nil, nil, fmt.Errorf("%w: unknown bound type %q", ErrInvalidProfile, profile.BoundType)
+	}
+
+	n, err := profile.needs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
+	}
+	plan.HardNeeds = n.text
+	generated, err := tierSelectors(ladder, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
+	}
+	for _, t := range ladder {
+		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
+	}
+
+	logger := klog.FromContext(ctx)
+	for i := range out.Devices.Requests {
+		req := &out.Devices.Requests[i]
+		if reason := ineligible(req, generated); reason != "" {
+			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
+			continue
+		}
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated)
+		req.Exactly = nil
+		plan.Rewritten = append(plan.Rewritten, req.Name)
+	}
+	logger.V(5).Info("Rewrote claim spec", "profile", plan.Profile, "boundType", bound, "policy", policy, "rewritten", plan.Rewritten, "untouched", len(plan.Untouched))
+	return out, plan, nil
+}
+
+// tierSelectors builds the generated selectors of each tier: the tier's own
+// test first, because on a node of another class it fails on the first
+// selector and the rest are never evaluated; then the hard needs.
+func tierSelectors(ladder []tier, n needs) ([][]string, error) {
+	out := make([][]string, len(ladder))
+	for i, t := range ladder {
+		for _, id := range []selectorID{t.selector, n.memory, n.cc} {
+			if id < 0 {
+				continue
+			}
+			s, err := verifiedSelector(id)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = append(out[i], s)
+		}
+	}
+	return out, nil
+}
+
+// ineligible returns why req must be left alone, or "" if it can be
+// rewritten.
+func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
+	switch {
+	case len(req.FirstAvailable) > 0:
+		return "already a firstAvailable list: the user's order is kept as written"
+	case req.Exactly == nil:
+		return "no exactly request (unknown request type)"
+	case req.Exactly.DeviceClassName != DeviceClassName:
+		return "device class is not " + DeviceClassName
+	case req.Exactly.AdminAccess != nil && *req.Exactly.AdminAccess:
+		return "adminAccess cannot be expressed in a subrequest"
+	case req.Exactly.AllocationMode == resourceapi.DeviceAllocationModeAll:
+		return "allocationMode All takes every matching device; tiers would change the set, not the choice"
+	}
+	for _, g := range generated {
+		if len(g)+len(req.Exactly.Selectors) > resourceapi.DeviceSelectorsMaxSize {
+			return fmt.Sprintf("user selectors plus generated ones exceed %d", resourceapi.DeviceSelectorsMaxSize)
+		}
+	}
+	return ""
+}
+
+func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string) []resourceapi.DeviceSubRequest {
+	subs := make([]resourceapi.DeviceSubRequest, len(ladder))
+	for i, t := range ladder {
+		e := exact.DeepCopy()
+		subs[i] = resourceapi.DeviceSubRequest{
+			Name:            t.name,
+			DeviceClassName: e.DeviceClassName,
+			Selectors:       append(selectors(generated[i]), e.Selectors...),
+			AllocationMode:  e.AllocationMode,
+			Count:           e.Count,
+			Tolerations:     e.Tolerations,
+			Capacity:        e.Capacity,
+		}
+	}
+	return subs
+}
+
+// selectors gives each subrequest its own objects, so that a caller editing
+// one selector of the result cannot change another.
+func selectors(exprs []string) []resourceapi.DeviceSelector {
+	out := make([]resourceapi.DeviceSelector, 0, len(exprs)+1)
+	for _, e := range exprs {
+		out = append(out, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
+	}
+	return out
+}

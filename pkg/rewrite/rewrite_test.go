@@ -1,0 +1,348 @@
+package rewrite
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+const userSelector = `device.attributes["gpu.prism.dev"].migCapable == false || device.attributes["gpu.prism.dev"].numaNode == 0`
+
+func sel(expr string) resourceapi.DeviceSelector {
+	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
+}
+
+func mem(gi int64) string { return memoryAtLeast(gi) }
+
+// richGPURequest carries every field that must survive the rewrite.
+func richGPURequest() resourceapi.DeviceRequest {
+	r := exactGPU("gpu", 2, userSelector)
+	r.Exactly.Tolerations = []resourceapi.DeviceToleration{{Key: "maintenance", Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	r.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": *qty("1Gi")}}
+	return r
+}
+
+func TestRewriteLadders(t *testing.T) {
+	cc80 := ccAtLeast(8, 0)
+	for name, tc := range map[string]struct {
+		profile Profile
+		tiers   []string
+		first   []string // generated selector of each tier before the hard needs
+		needs   []string
+	}{
+		"memory-bound performance": {
+			profile: Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi"), MinComputeCapability: "8.0"},
+			tiers:   []string{"ultra", "high", "fits"},
+			first:   []string{bandwidthIs("ultra"), bandwidthIs("high"), ""},
+			needs:   []string{mem(22), cc80},
+		},
+		"memory-bound economy": {
+			profile: Profile{BoundType: MemoryBound, Policy: Economy, PeakMemory: qty("30Gi")},
+			tiers:   []string{"high", "fits"},
+			first:   []string{bandwidthIs("high"), ""},
+			needs:   []string{mem(39)},
+		},
+		"compute-bound performance, default policy": {
+			profile: Profile{BoundType: ComputeBound, MinMemory: qty("40Gi")},
+			tiers:   []string{"fp32-fast", "fits"},
+			first:   []string{fp32AtLeast(60000), ""},
+			needs:   []string{mem(44)},
+		},
+		"compute-bound economy": {
+			profile: Profile{BoundType: ComputeBound, Policy: Economy, MinComputeCapability: "8.1"},
+			tiers:   []string{"fp32-value", "fits"},
+			first:   []string{catalogue[selFP32Value], ""},
+			needs:   []string{ccAtLeast(8, 6)},
+		},
+		"latency-bound performance": {
+			profile: Profile{BoundType: LatencyBound, Policy: Performance, PeakMemory: qty("4Gi")},
+			tiers:   []string{"mid", "fits"},
+			first:   []string{bandwidthIs("mid"), ""},
+			needs:   []string{mem(7)},
+		},
+		"latency-bound economy without hard needs": {
+			profile: Profile{BoundType: LatencyBound, Policy: Economy},
+			tiers:   []string{"low", "fits"},
+			first:   []string{bandwidthIs("low"), ""},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := gpuSpec(richGPURequest())
+			out, plan, err := Rewrite(context.Background(), in, tc.profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orig := richGPURequest()
+			req := out.Devices.Requests[0]
+			if req.Exactly != nil || req.Name != "gpu" {
+				t.Fatalf("request not converted: %+v", req)
+			}
+			if got := subNames(req); !equalStrings(got, tc.tiers) {
+				t.Fatalf("tiers %v, want %v", got, tc.tiers)
+			}
+			if plan.Rewritten[0] != "gpu" || len(plan.Alternatives) != len(tc.tiers) {
+				t.Errorf("plan %+v", plan)
+			}
+			for i, sub := range req.FirstAvailable {
+				var want []string
+				if tc.first[i] != "" {
+					want = append(want, tc.first[i])
+				}
+				want = append(want, tc.needs...)
+				want = append(want, userSelector)
+				if got := exprs(sub.Selectors); !equalStrings(got, want) {
+					t.Errorf("tier %s selectors\n got %q\nwant %q", sub.Name, got, want)
+				}
+				if sub.Count != orig.Exactly.Count || sub.AllocationMode != orig.Exactly.AllocationMode || sub.DeviceClassName != DeviceClassName {
+					t.Errorf("tier %s lost count/mode/class: %+v", sub.Name, sub)
+				}
+				if !apiequality.Semantic.DeepEqual(sub.Tolerations, orig.Exactly.Tolerations) || !apiequality.Semantic.DeepEqual(sub.Capacity, orig.Exactly.Capacity) {
+					t.Errorf("tier %s lost tolerations or capacity", sub.Name)
+				}
+			}
+			if !apiequality.Semantic.DeepEqual(in, gpuSpec(richGPURequest())) {
+				t.Error("input was modified")
+			}
+		})
+	}
+}
+
+func TestRewriteLeavesAlone(t *testing.T) {
+	profile := Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")}
+	existing := resourceapi.DeviceRequest{Name: "pref"}
+	for i := range resourceapi.FirstAvailableDeviceRequestMaxSize {
+		existing.FirstAvailable = append(existing.FirstAvailable, resourceapi.DeviceSubRequest{Name: fmt.Sprintf("s%d", i), DeviceClassName: DeviceClassName})
+	}
+	admin := exactGPU("admin", 1)
+	admin.Exactly.AdminAccess = ptr.To(true)
+	all := exactGPU("all", 0)
+	all.Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	nic := exactGPU("nic", 1)
+	nic.Exactly.DeviceClassName = "nic.example.com"
+	crowded := exactGPU("crowded", 1)
+	for range resourceapi.DeviceSelectorsMaxSize - 1 {
+		crowded.Exactly.Selectors = append(crowded.Exactly.Selectors, sel(userSelector))
+	}
+	for name, tc := range map[string]struct {
+		profile Profile
+		req     resourceapi.DeviceRequest
+		reason  string
+	}{
+		"balanced":             {Profile{BoundType: Balanced}, exactGPU("gpu", 1), "Balanced"},
+		"unknown":              {Profile{BoundType: Unknown, PeakMemory: qty("1Gi")}, exactGPU("gpu", 1), "Unknown"},
+		"empty bound type":     {Profile{}, exactGPU("gpu", 1), "Unknown"},
+		"other class":          {profile, nic, "not gpu.prism.dev"},
+		"existing list of 8":   {profile, existing, "firstAvailable"},
+		"admin access":         {profile, admin, "adminAccess"},
+		"allocation mode all":  {profile, all, "All"},
+		"too many selectors":   {profile, crowded, "exceed 32"},
+		"no request type":      {profile, resourceapi.DeviceRequest{Name: "empty"}, "no exactly"},
+		"balanced ignores bad": {Profile{BoundType: Balanced, PeakMemory: qty("1Ei")}, exactGPU("gpu", 1), "Balanced"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			in := gpuSpec(tc.req)
+			out, plan, err := Rewrite(context.Background(), in, tc.profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !apiequality.Semantic.DeepEqual(out, in) {
+				t.Errorf("request changed:\n%+v", out.Devices.Requests[0])
+			}
+			if len(plan.Rewritten) != 0 || len(plan.Untouched) != 1 || !strings.Contains(plan.Untouched[0].Reason, tc.reason) {
+				t.Errorf("plan %+v, want one untouched request with reason containing %q", plan, tc.reason)
+			}
+		})
+	}
+}
+
+func TestRewriteMixedClaim(t *testing.T) {
+	nic := exactGPU("nic", 1, `device.driver == "nic.example.com"`)
+	nic.Exactly.DeviceClassName = "nic.example.com"
+	in := gpuSpec(nic, exactGPU("gpu", 1))
+	in.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("example.com/pcieRoot"))}}
+	out, plan, err := Rewrite(context.Background(), in, Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(out.Devices.Requests[0], in.Devices.Requests[0]) {
+		t.Error("NIC request changed")
+	}
+	if len(out.Devices.Requests[1].FirstAvailable) != 3 {
+		t.Errorf("GPU request not rewritten: %+v", out.Devices.Requests[1])
+	}
+	// The parent name is kept, so constraints and configs still refer to it.
+	if !apiequality.Semantic.DeepEqual(out.Devices.Constraints, in.Devices.Constraints) {
+		t.Error("constraints changed")
+	}
+	if !equalStrings(plan.Rewritten, []string{"gpu"}) || len(plan.Untouched) != 1 || plan.Untouched[0].Request != "nic" {
+		t.Errorf("plan %+v", plan)
+	}
+	// Rewriting the result again must not stack tiers.
+	again, _, err := Rewrite(context.Background(), out, Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")})
+	if err != nil || !apiequality.Semantic.DeepEqual(again, out) {
+		t.Errorf("rewrite is not idempotent (err %v)", err)
+	}
+}
+
+func TestRewriteWithoutGPURequestIsByteIdentical(t *testing.T) {
+	data := readFixture(t, "claim-no-gpu.json")
+	var in resourceapi.ResourceClaimSpec
+	if err := json.Unmarshal(data, &in); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(&in)
+	for _, p := range []Profile{{BoundType: MemoryBound, PeakMemory: qty("10Gi")}, {BoundType: Balanced}} {
+		out, plan, err := Rewrite(context.Background(), &in, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := json.Marshal(out)
+		if string(got) != string(want) {
+			t.Errorf("%s: output differs:\n got %s\nwant %s", p.BoundType, got, want)
+		}
+		if len(plan.Rewritten) != 0 || len(plan.Untouched) != len(in.Devices.Requests) {
+			t.Errorf("%s: plan %+v", p.BoundType, plan)
+		}
+	}
+}
+
+func TestHardNeeds(t *testing.T) {
+	for name, tc := range map[string]struct {
+		profile Profile
+		want    string
+		err     bool
+	}{
+		"20 GB footprint skips the 24 GB class":  {profile: Profile{PeakMemory: qty("20G")}, want: "memory>=39Gi"},
+		"20 GiB footprint skips the 24 GB class": {profile: Profile{PeakMemory: qty("20Gi")}, want: "memory>=39Gi"},
+		"16 GiB footprint fits the 24 GB class":  {profile: Profile{PeakMemory: qty("16Gi")}, want: "memory>=22Gi"},
+		"min wins over small peak":               {profile: Profile{PeakMemory: qty("1Gi"), MinMemory: qty("40Gi")}, want: "memory>=44Gi"},
+		"min exactly on a floor":                 {profile: Profile{MinMemory: qty("79Gi")}, want: "memory>=79Gi"},
+		"zero means none":                        {profile: Profile{PeakMemory: qty("0")}, want: ""},
+		"cc rounds up":                           {profile: Profile{MinComputeCapability: "8.7"}, want: "cc>=8.9"},
+		"old cc":                                 {profile: Profile{MinComputeCapability: "6.1", MinMemory: qty("1")}, want: "memory>=7Gi cc>=7.5"},
+		"cc too new":                             {profile: Profile{MinComputeCapability: "12.0"}, err: true},
+		"cc not a version":                       {profile: Profile{MinComputeCapability: `8.0") || true || ("`}, err: true},
+		"negative":                               {profile: Profile{PeakMemory: qty("-1Gi")}, err: true},
+		"larger than any GPU":                    {profile: Profile{MinMemory: qty("200Gi")}, err: true},
+		"absurd":                                 {profile: Profile{PeakMemory: qty("9Ei")}, err: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n, err := tc.profile.needs()
+			if tc.err {
+				if !errors.Is(err, ErrInvalidProfile) {
+					t.Fatalf("got %v, want ErrInvalidProfile", err)
+				}
+				return
+			}
+			if err != nil || n.text != tc.want {
+				t.Fatalf("got %q, %v; want %q", n.text, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRewriteErrors(t *testing.T) {
+	for name, p := range map[string]Profile{
+		"policy":     {BoundType: MemoryBound, Policy: "fastest"},
+		"bound type": {BoundType: "memorybound"},
+		"memory":     {BoundType: LatencyBound, MinMemory: qty("1Pi")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, plan, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), p)
+			if !errors.Is(err, ErrInvalidProfile) || out != nil || plan != nil {
+				t.Errorf("got %v, %v, %v; want only ErrInvalidProfile", out, plan, err)
+			}
+		})
+	}
+	if _, _, err := Rewrite(context.Background(), nil, Profile{}); err == nil {
+		t.Error("nil spec accepted")
+	}
+}
+
+func TestAnnotation(t *testing.T) {
+	var reqs []resourceapi.DeviceRequest
+	for i := range resourceapi.DeviceRequestsMaxSize {
+		r := exactGPU(fmt.Sprintf("%s-%02d", strings.Repeat("r", 60), i), 1)
+		if i%2 == 1 {
+			r.Exactly.DeviceClassName = "other.example.com"
+		}
+		reqs = append(reqs, r)
+	}
+	_, plan, err := Rewrite(context.Background(), gpuSpec(reqs...), Profile{
+		Name: "ü" + strings.Repeat("\x01\"", 200), BoundType: MemoryBound, PeakMemory: qty("10Gi"), MinComputeCapability: "8.0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := plan.Annotation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal([]byte(s), &back); err != nil {
+		t.Fatalf("annotation is not JSON: %v", err)
+	}
+	if len(s) > MaxAnnotationSize || !back.Truncated || back.HardNeeds != "memory>=15Gi cc>=8.0" || len(back.Alternatives) != 3 {
+		t.Errorf("annotation %d bytes, truncated %v: %s", len(s), back.Truncated, s)
+	}
+
+	_, small, _ := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{Name: "llm", BoundType: LatencyBound})
+	s, err = small.Annotation()
+	want := `{"profile":"llm","boundType":"LatencyBound","policy":"performance","alternatives":[{"name":"mid","reason":"bandwidth class mid: fastest small cards, keeps HBM devices free"},{"name":"fits","reason":"hard needs only: never less schedulable than the plain claim"}],"rewritten":["gpu"]}`
+	if err != nil || s != want {
+		t.Errorf("got %s, %v\nwant %s", s, err, want)
+	}
+}
+
+func TestCatalogueCompiles(t *testing.T) {
+	seen := map[string]bool{}
+	for i, expr := range Catalogue() {
+		if seen[expr] {
+			t.Errorf("duplicate entry %q", expr)
+		}
+		seen[expr] = true
+		if _, err := verifiedSelector(selectorID(i)); err != nil {
+			t.Error(err)
+		}
+	}
+	if len(seen) > 20 {
+		t.Errorf("catalogue has %d entries; kube-scheduler caches 10 programs", len(seen))
+	}
+	c := Catalogue()
+	c[0] = "mutated"
+	if Catalogue()[0] == "mutated" {
+		t.Error("Catalogue exposes its backing array")
+	}
+}
+
+func subNames(r resourceapi.DeviceRequest) []string {
+	var out []string
+	for _, s := range r.FirstAvailable {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func exprs(sels []resourceapi.DeviceSelector) []string {
+	var out []string
+	for _, s := range sels {
+		out = append(out, s.CEL.Expression)
+	}
+	return out
+}
+
+func equalStrings(a, b []string) bool {
+	return strings.Join(a, "\x00") == strings.Join(b, "\x00") && len(a) == len(b)
+}
+
+func equalSpecs(a, b *resourceapi.ResourceClaimSpec) bool {
+	return apiequality.Semantic.DeepEqual(a, b)
+}
