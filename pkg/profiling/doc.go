@@ -1,0 +1,31 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package profiling closes the loop from a claim's profiling request to a
+// WorkloadProfile status, through CDI alone.
+//
+// At prepare the kubelet plugin calls Prepare: it creates a per-claim
+// directory under <state-dir>/profiles, writes the ncu argument file there
+// and returns CDI container edits that mount ncu, the report directory and
+// a small LD_PRELOAD library (the shim, see ShimSource) into the container.
+// The shim re-executes the container's first process under ncu, once, and
+// ncu writes its CSV into the report directory. At unprepare the plugin
+// calls Collect, hands the result to a Publisher, and calls Archive.
+//
+// CDI edits cannot change a container's command line or its capabilities;
+// CheckPermissions tells whether the driver lets ncu read the counters at
+// all.
+package profiling

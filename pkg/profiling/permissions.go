@@ -1,0 +1,121 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package profiling
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// capSysAdmin is the bit of CAP_SYS_ADMIN in the capability masks.
+const capSysAdmin = 21
+
+const permissionAdvice = "set NVreg_RestrictProfilingToAdminUsers=0 in the nvidia kernel module options on the node, " +
+	"or add CAP_SYS_ADMIN to the container's securityContext.capabilities (CDI cannot add capabilities)"
+
+// PermissionError says that ncu would fail with ERR_NVGPUCTRPERM: the
+// driver restricts the counters to administrators and the process is not
+// one.
+type PermissionError struct {
+	// Params is the driver parameter file that was read.
+	Params string
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("profiling not permitted: %s has RestrictProfilingToAdminUsers: 1 and the process lacks CAP_SYS_ADMIN; %s",
+		e.Params, permissionAdvice)
+}
+
+// CheckPermissions tells whether a process may read the GPU performance
+// counters: the driver must not restrict them to administrators
+// (<procRoot>/driver/nvidia/params), or the process must hold CAP_SYS_ADMIN
+// (the effective set in <procRoot>/self/status). It returns nil when
+// profiling is allowed, a *PermissionError when it is not, and another
+// error when the driver's parameters cannot be read, so that the caller can
+// choose to fail prepare or only warn.
+//
+// The capability half describes the process that reads <procRoot>/self: a
+// privileged kubelet plugin checking the host's /proc learns about the
+// driver from this, not about a workload's container. A plugin that wants
+// to know whether a container may profile should check with a process
+// inside it, or read the pod's securityContext.
+func CheckPermissions(procRoot string) error {
+	params := filepath.Join(procRoot, "driver", "nvidia", "params")
+	restricted, err := driverRestricted(params)
+	if err != nil {
+		return err
+	}
+	if !restricted {
+		return nil
+	}
+	capable, err := hasCapSysAdmin(filepath.Join(procRoot, "self", "status"))
+	if err != nil {
+		return err
+	}
+	if capable {
+		return nil
+	}
+	return &PermissionError{Params: params}
+}
+
+// driverRestricted reads RestrictProfilingToAdminUsers. The driver has
+// restricted profiling by default since 418.43, so a params file without
+// the key counts as restricted.
+func driverRestricted(path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading NVIDIA driver parameters: %w", err)
+	}
+	s := bufio.NewScanner(bytes.NewReader(data))
+	for s.Scan() {
+		key, value, ok := strings.Cut(s.Text(), ":")
+		if !ok || strings.TrimSpace(key) != "RestrictProfilingToAdminUsers" {
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(value))
+		if err != nil {
+			return false, fmt.Errorf("%s: RestrictProfilingToAdminUsers: %w", path, err)
+		}
+		return v != 0, nil
+	}
+	return true, nil
+}
+
+func hasCapSysAdmin(path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading process capabilities: %w", err)
+	}
+	s := bufio.NewScanner(bytes.NewReader(data))
+	for s.Scan() {
+		value, ok := strings.CutPrefix(s.Text(), "CapEff:")
+		if !ok {
+			continue
+		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(value), 16, 64)
+		if err != nil {
+			return false, fmt.Errorf("%s: CapEff: %w", path, err)
+		}
+		return mask&(1<<capSysAdmin) != 0, nil
+	}
+	return false, fmt.Errorf("%s: no CapEff line", path)
+}

@@ -1,0 +1,184 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package profiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profile"
+)
+
+// ProfileAnnotation on a ResourceClaim names the WorkloadProfile, in the
+// claim's namespace, that its profile is written to.
+const ProfileAnnotation = "prism.dev/profile"
+
+// ProfileName returns the WorkloadProfile a claim's profile goes to. The
+// plugin reads it at prepare, while the claim certainly exists, and keeps
+// it for unprepare.
+func ProfileName(claim metav1.Object) (string, bool) {
+	name, ok := claim.GetAnnotations()[ProfileAnnotation]
+	return name, ok && name != ""
+}
+
+// Result is what a Publisher writes: a collected report, or the reason
+// there is none.
+type Result struct {
+	// Claim is the claim the report was collected under.
+	Claim prismv1alpha1.ClaimReference
+	// Profile is the WorkloadProfile's name, from ProfileAnnotation.
+	Profile string
+	// Report and Err are what Collect returned.
+	Report []byte
+	Err    error
+	// Options are passed to profile.ForClaim (device name, peaks, NVML's
+	// peak memory).
+	Options profile.Options
+}
+
+// Publisher writes collected profiles to WorkloadProfiles.
+type Publisher struct {
+	client client.Client
+	now    func() time.Time
+}
+
+// NewPublisher returns a Publisher that writes through c, which must know
+// the prism.dev/v1alpha1 types.
+func NewPublisher(c client.Client) *Publisher {
+	return &Publisher{client: c, now: time.Now}
+}
+
+// Publish creates the WorkloadProfile if it does not exist (with an empty
+// spec) and writes the result into its status through the status
+// subresource. A missing or bad report is not an error: it becomes
+// Profiled=False with the reason, and measured fields from an earlier
+// profile are kept. A profile with spec.disableAutoProfiling is left
+// alone. Errors are API errors the caller may retry.
+func (p *Publisher) Publish(ctx context.Context, r Result) error {
+	if r.Profile == "" {
+		return errors.New("publishing profile: no WorkloadProfile name")
+	}
+	key := client.ObjectKey{Namespace: r.Claim.Namespace, Name: r.Profile}
+	logger := klog.FromContext(ctx).WithValues("workloadProfile", klog.KRef(key.Namespace, key.Name), "claim", klog.KRef(r.Claim.Namespace, r.Claim.Name))
+	ctx = klog.NewContext(ctx, logger)
+
+	st, failed := p.status(ctx, r)
+	if err := p.ensureExists(ctx, key); err != nil {
+		return err
+	}
+	skipped := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var wp prismv1alpha1.WorkloadProfile
+		if err := p.client.Get(ctx, key, &wp); err != nil {
+			return err
+		}
+		if wp.Spec.DisableAutoProfiling {
+			skipped = true
+			return nil
+		}
+		if failed != nil {
+			failed.ObservedGeneration = wp.Generation
+			meta.SetStatusCondition(&wp.Status.Conditions, *failed)
+		} else {
+			profile.Apply(&wp, st)
+		}
+		return p.client.Status().Update(ctx, &wp)
+	})
+	if err != nil {
+		return fmt.Errorf("writing status of WorkloadProfile %s: %w", key, err)
+	}
+	switch {
+	case skipped:
+		logger.V(2).Info("WorkloadProfile disables auto-profiling, report not written")
+	case failed != nil:
+		logger.Info("No usable profile", "reason", failed.Reason, "message", failed.Message)
+	default:
+		logger.V(2).Info("Published profile", "boundType", st.BoundType)
+	}
+	return nil
+}
+
+// status turns a result into either a full status or, when there is no
+// usable report, the Profiled=False condition alone.
+func (p *Publisher) status(ctx context.Context, r Result) (prismv1alpha1.WorkloadProfileStatus, *metav1.Condition) {
+	fail := func(reason Reason, msg string) (prismv1alpha1.WorkloadProfileStatus, *metav1.Condition) {
+		return prismv1alpha1.WorkloadProfileStatus{}, &metav1.Condition{
+			Type:               prismv1alpha1.ConditionProfiled,
+			Status:             metav1.ConditionFalse,
+			Reason:             string(reason),
+			Message:            truncate(fmt.Sprintf("claim %s/%s: %s", r.Claim.Namespace, r.Claim.Name, msg), maxConditionMessage),
+			LastTransitionTime: metav1.NewTime(p.now()),
+		}
+	}
+	if r.Err != nil {
+		var ce *CollectError
+		if errors.As(r.Err, &ce) {
+			return fail(ce.Reason, ce.Error())
+		}
+		return fail(ReasonReportMissing, r.Err.Error())
+	}
+	opts := r.Options
+	if opts.ObservedAt.IsZero() {
+		opts.ObservedAt = p.now()
+	}
+	st, err := profile.ForClaim(ctx, r.Claim, r.Report, opts)
+	if err != nil {
+		return fail(ReasonReportUnparseable, err.Error())
+	}
+	return st, nil
+}
+
+func (p *Publisher) ensureExists(ctx context.Context, key client.ObjectKey) error {
+	var wp prismv1alpha1.WorkloadProfile
+	err := p.client.Get(ctx, key, &wp)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("getting WorkloadProfile %s: %w", key, err)
+	}
+	wp = prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := p.client.Create(ctx, &wp); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating WorkloadProfile %s: %w", key, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Created WorkloadProfile")
+	return nil
+}
+
+// maxConditionMessage is the API's limit on a condition message.
+const maxConditionMessage = 32768
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,202 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package profiling
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profile"
+)
+
+func TestPublish(t *testing.T) {
+	claim := prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train-gpu", UID: testClaimUID}
+	earlier := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	sm := int32(50000)
+	existing := func(mod func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.WorkloadProfile {
+		wp := &prismv1alpha1.WorkloadProfile{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", Generation: 3},
+			Spec:       prismv1alpha1.WorkloadProfileSpec{Policy: prismv1alpha1.PolicyEconomy},
+			Status: prismv1alpha1.WorkloadProfileStatus{
+				BoundType: prismv1alpha1.BoundTypeComputeBound, SMThroughputMilliPercent: &sm, ObservedAt: &earlier,
+				Conditions: []metav1.Condition{{Type: prismv1alpha1.ConditionProfiled, Status: metav1.ConditionTrue,
+					Reason: prismv1alpha1.ReasonReportParsed, LastTransitionTime: earlier}},
+			},
+		}
+		if mod != nil {
+			mod(wp)
+		}
+		return wp
+	}
+
+	tests := map[string]struct {
+		objects   []client.Object
+		report    string // fixture
+		err       error
+		conflicts int
+
+		wantBound  prismv1alpha1.BoundType
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantPolicy prismv1alpha1.Policy
+		wantErr    bool
+	}{
+		"creates the profile": {
+			report:     "vectoradd_raw.csv",
+			wantBound:  prismv1alpha1.BoundTypeMemoryBound,
+			wantStatus: metav1.ConditionTrue,
+			wantReason: prismv1alpha1.ReasonReportParsed,
+		},
+		"updates an existing profile and keeps its spec": {
+			objects:    []client.Object{existing(nil)},
+			report:     "tinygrid_raw.csv",
+			wantBound:  prismv1alpha1.BoundTypeLatencyBound,
+			wantStatus: metav1.ConditionTrue,
+			wantReason: prismv1alpha1.ReasonReportParsed,
+			wantPolicy: prismv1alpha1.PolicyEconomy,
+		},
+		"retries on conflict": {
+			objects:    []client.Object{existing(nil)},
+			report:     "fmaloop_raw.csv",
+			conflicts:  2,
+			wantBound:  prismv1alpha1.BoundTypeComputeBound,
+			wantStatus: metav1.ConditionTrue,
+			wantReason: prismv1alpha1.ReasonReportParsed,
+			wantPolicy: prismv1alpha1.PolicyEconomy,
+		},
+		"gives up after too many conflicts": {
+			objects:   []client.Object{existing(nil)},
+			report:    "fmaloop_raw.csv",
+			conflicts: 100,
+			wantErr:   true,
+		},
+		"collect error becomes a condition": {
+			objects:    []client.Object{existing(nil)},
+			err:        &CollectError{Reason: ReasonProfilerFailed, Detail: "ncu failed: ERR_NVGPUCTRPERM"},
+			wantBound:  prismv1alpha1.BoundTypeComputeBound, // the earlier figures stay
+			wantStatus: metav1.ConditionFalse,
+			wantReason: string(ReasonProfilerFailed),
+			wantPolicy: prismv1alpha1.PolicyEconomy,
+		},
+		"unparseable report becomes a condition": {
+			report:     "garbled.csv",
+			wantStatus: metav1.ConditionFalse,
+			wantReason: string(ReasonReportUnparseable),
+		},
+		"auto-profiling disabled": {
+			objects: []client.Object{existing(func(wp *prismv1alpha1.WorkloadProfile) {
+				wp.Spec.DisableAutoProfiling = true
+			})},
+			report:     "vectoradd_raw.csv",
+			wantBound:  prismv1alpha1.BoundTypeComputeBound,
+			wantStatus: metav1.ConditionTrue,
+			wantReason: prismv1alpha1.ReasonReportParsed,
+			wantPolicy: prismv1alpha1.PolicyEconomy,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			scheme := runtime.NewScheme()
+			if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			conflicts := tc.conflicts
+			c := fake.NewClientBuilder().WithScheme(scheme).
+				WithStatusSubresource(&prismv1alpha1.WorkloadProfile{}).
+				WithObjects(tc.objects...).
+				WithInterceptorFuncs(interceptor.Funcs{
+					SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+						if conflicts > 0 {
+							conflicts--
+							return apierrors.NewConflict(schema.GroupResource{Group: "prism.dev", Resource: "workloadprofiles"}, obj.GetName(), errors.New("modified"))
+						}
+						return c.SubResource(sub).Update(ctx, obj, opts...)
+					},
+				}).Build()
+
+			var report []byte
+			if tc.report != "" {
+				report = fixture(t, tc.report)
+			}
+			err := NewPublisher(c).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: tc.err, Options: profile.Options{}})
+			if tc.wantErr {
+				if err == nil || !apierrors.IsConflict(errors.Unwrap(err)) {
+					t.Fatalf("Publish: got %v, want a conflict error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			var wp prismv1alpha1.WorkloadProfile
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "ml", Name: "train"}, &wp); err != nil {
+				t.Fatal(err)
+			}
+			if wp.Status.BoundType != tc.wantBound {
+				t.Errorf("boundType %q, want %q", wp.Status.BoundType, tc.wantBound)
+			}
+			if wp.Spec.Policy != tc.wantPolicy {
+				t.Errorf("spec.policy %q, want %q: the spec is the user's", wp.Spec.Policy, tc.wantPolicy)
+			}
+			cond := meta.FindStatusCondition(wp.Status.Conditions, prismv1alpha1.ConditionProfiled)
+			if cond == nil || cond.Status != tc.wantStatus || cond.Reason != tc.wantReason {
+				t.Fatalf("Profiled condition %+v, want %s/%s", cond, tc.wantStatus, tc.wantReason)
+			}
+			if cond.Status == metav1.ConditionFalse && cond.ObservedGeneration != wp.Generation {
+				t.Errorf("observedGeneration %d, want %d", cond.ObservedGeneration, wp.Generation)
+			}
+			if tc.wantStatus == metav1.ConditionTrue && tc.wantReason == prismv1alpha1.ReasonReportParsed && tc.wantBound != prismv1alpha1.BoundTypeComputeBound {
+				if src := wp.Status.Source; src == nil || src.ResourceClaim == nil || src.ResourceClaim.UID != testClaimUID {
+					t.Errorf("status.source %+v, want the claim", src)
+				}
+			}
+		})
+	}
+}
+
+func TestProfileName(t *testing.T) {
+	for name, tc := range map[string]struct {
+		annotations map[string]string
+		want        string
+		ok          bool
+	}{
+		"annotated":  {annotations: map[string]string{ProfileAnnotation: "train"}, want: "train", ok: true},
+		"empty":      {annotations: map[string]string{ProfileAnnotation: ""}},
+		"not at all": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ProfileName(&metav1.ObjectMeta{Annotations: tc.annotations})
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("ProfileName = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
