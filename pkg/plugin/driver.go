@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -98,6 +99,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir))
 	}
 	if cfg.PluginDir != "" {
+		if err := os.MkdirAll(cfg.PluginDir, 0o750); err != nil {
+			return nil, fmt.Errorf("start plugin: create plugin directory: %w", err)
+		}
 		opts = append(opts, kubeletplugin.PluginDataDirectoryPath(cfg.PluginDir))
 	}
 	if cfg.RollingUpdatePodUID != "" {
