@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"io/fs"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,38 +78,31 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
 
-	var lib gonvml.Interface
-	var sysfs fs.ReadLinkFS
+	var inventory nvml.Inventory
 	var source cdi.EditSource
 	if o.fleet != "" {
-		fleet, err := nvml.LoadFleet(o.fleet)
-		if err != nil {
-			return fmt.Errorf("load fleet: %w", err)
-		}
-		sim, err := nvml.NewSimulated(fleet, o.nodeName)
-		if err != nil {
-			return fmt.Errorf("simulate fleet %s: %w", o.fleet, err)
-		}
-		lib, sysfs = sim, sim.SysFS()
+		inventory = nvml.NewFleetInventory(o.fleet, o.nodeName)
 		driverRoot := o.driverRoot
 		if driverRoot == "/" {
 			driverRoot = filepath.Join(o.stateDir, "fake-driver-root")
 		}
-		var minors []int
-		for i := range sim.Devices() {
-			minors = append(minors, i)
+		// Device nodes for every minor a fleet may have, so that editing
+		// the fleet file never leaves a GPU without its node.
+		minors := make([]int, nvml.MaxFleetGPUs)
+		for i := range minors {
+			minors[i] = i
 		}
 		if err := cdi.MakeFakeDriverRoot(driverRoot, minors); err != nil {
 			return fmt.Errorf("make fake driver root %s: %w", driverRoot, err)
 		}
 		source = cdi.NewSimulatedSource(driverRoot)
 	} else {
-		if lib, err = nvml.New(ctx, o.driverRoot); err != nil {
+		lib, err := nvml.New(ctx, o.driverRoot)
+		if err != nil {
 			return err
 		}
-		if fsys, ok := os.DirFS("/sys").(fs.ReadLinkFS); ok {
-			sysfs = fsys
-		}
+		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
+		inventory = nvml.NewNVMLInventory(lib, sysfs)
 		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{DriverRoot: o.driverRoot}); err != nil {
 			return err
 		}
@@ -127,8 +119,7 @@ func run(ctx context.Context, o options) error {
 		RegistrarDir:        o.registrarDir,
 		PluginDir:           o.pluginDir,
 		StateDir:            o.stateDir,
-		NVML:                lib,
-		SysFS:               sysfs,
+		Inventory:           inventory,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),

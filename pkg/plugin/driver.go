@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,10 +43,8 @@ type Config struct {
 	PluginDir    string
 	// StateDir holds the checkpoint.
 	StateDir string
-	// NVML answers discovery: the real library or a simulated fleet.
-	NVML gonvml.Interface
-	// SysFS is where the PCIe root of each GPU is looked up; nil omits it.
-	SysFS fs.ReadLinkFS
+	// Inventory reads the node's GPUs: through NVML or from a simulated fleet.
+	Inventory nvml.Inventory
 	// CDI writes the per-claim specs.
 	CDI *cdi.Writer
 	// RediscoverInterval is how often devices are read again and the slice
@@ -74,6 +71,7 @@ type Driver struct {
 	// devices are the node's GPUs by device name, as last discovered.
 	devicesMu sync.RWMutex
 	devices   map[string]gpu.Device
+	sysfs     fs.ReadLinkFS
 	published []resourceapi.Device
 
 	ready chan struct{}
@@ -127,8 +125,8 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 // newDriver does everything Start does short of talking to the kubelet.
 func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	logger := klog.FromContext(ctx)
-	if cfg.NodeName == "" || cfg.KubeClient == nil || cfg.NVML == nil || cfg.CDI == nil || cfg.StateDir == "" {
-		return nil, errors.New("start plugin: node name, kube client, NVML, CDI writer and state dir are required")
+	if cfg.NodeName == "" || cfg.KubeClient == nil || cfg.Inventory == nil || cfg.CDI == nil || cfg.StateDir == "" {
+		return nil, errors.New("start plugin: node name, kube client, inventory, CDI writer and state dir are required")
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
@@ -138,11 +136,11 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
 
-	devices, err := d.discover(ctx)
+	devices, sysfs, err := d.discover(ctx)
 	if err != nil {
 		return nil, err
 	}
-	d.setDevices(devices)
+	d.setDevices(devices, sysfs)
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{})
 	if err != nil {
@@ -172,21 +170,21 @@ func (d *Driver) Stop() {
 // Ready is closed once the plugin is registered and its slice published.
 func (d *Driver) Ready() <-chan struct{} { return d.ready }
 
-func (d *Driver) discover(ctx context.Context) ([]gpu.Device, error) {
-	devices, err := nvml.Discover(ctx, d.cfg.NVML, nvml.Options{})
+func (d *Driver) discover(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error) {
+	devices, sysfs, err := d.cfg.Inventory.Read(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("discover GPUs: %w", err)
+		return nil, nil, fmt.Errorf("discover GPUs: %w", err)
 	}
-	return devices, nil
+	return devices, sysfs, nil
 }
 
-func (d *Driver) setDevices(devices []gpu.Device) {
+func (d *Driver) setDevices(devices []gpu.Device, sysfs fs.ReadLinkFS) {
 	byName := make(map[string]gpu.Device, len(devices))
 	for _, dev := range devices {
 		byName[dev.Name()] = dev
 	}
 	d.devicesMu.Lock()
-	d.devices = byName
+	d.devices, d.sysfs = byName, sysfs
 	d.devicesMu.Unlock()
 }
 
@@ -200,14 +198,7 @@ func (d *Driver) device(name string) (gpu.Device, bool) {
 // publish hands the node's pool to the helper's ResourceSlice controller. An
 // empty pool is still published, so that the scheduler sees the node has none.
 func (d *Driver) publish(ctx context.Context) error {
-	d.devicesMu.RLock()
-	devices := make([]gpu.Device, 0, len(d.devices))
-	for _, dev := range d.devices {
-		devices = append(devices, dev)
-	}
-	d.devicesMu.RUnlock()
-	gpu.SortByIndex(devices)
-	resourceDevices, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: d.cfg.SysFS})
+	resourceDevices, err := d.resourceDevices(ctx)
 	if err != nil {
 		return fmt.Errorf("build ResourceSlice devices: %w", err)
 	}
@@ -226,6 +217,19 @@ func (d *Driver) publish(ctx context.Context) error {
 	return nil
 }
 
+// resourceDevices renders the known GPUs as slice devices, sorted by index.
+func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, error) {
+	d.devicesMu.RLock()
+	devices := make([]gpu.Device, 0, len(d.devices))
+	for _, dev := range d.devices {
+		devices = append(devices, dev)
+	}
+	sysfs := d.sysfs
+	d.devicesMu.RUnlock()
+	gpu.SortByIndex(devices)
+	return gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs})
+}
+
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell
 // off the bus, a driver upgrade, or an edited simulated fleet.
 func (d *Driver) rediscoverLoop(ctx context.Context) {
@@ -238,14 +242,14 @@ func (d *Driver) rediscoverLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		devices, err := d.discover(ctx)
+		devices, sysfs, err := d.discover(ctx)
 		if err != nil {
 			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
 			continue
 		}
-		d.setDevices(devices)
+		d.setDevices(devices, sysfs)
 		previous := d.published
-		resourceDevices, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: d.cfg.SysFS})
+		resourceDevices, err := d.resourceDevices(ctx)
 		if err != nil {
 			logger.Error(err, "Building ResourceSlice devices")
 			continue

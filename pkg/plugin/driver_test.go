@@ -27,19 +27,9 @@ const testNode = "node-a"
 func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", fleetFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := nvml.NewSimulated(fleet, testNode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inventory := nvml.NewFleetInventory(filepath.Join("..", "..", "demo", "fleets", fleetFile), testNode)
 	root := filepath.Join(stateDir, "driver-root")
-	var minors []int
-	for i := range sim.Devices() {
-		minors = append(minors, i)
-	}
+	minors := []int{0, 1, 2, 3, 4, 5, 6, 7}
 	if err := cdi.MakeFakeDriverRoot(root, minors); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +37,7 @@ func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDriver(ctx, Config{NodeName: testNode, KubeClient: fake.NewClientset(), NVML: sim, CDI: writer, StateDir: stateDir})
+	d, err := newDriver(ctx, Config{NodeName: testNode, KubeClient: fake.NewClientset(), Inventory: inventory, CDI: writer, StateDir: stateDir})
 	if err != nil {
 		t.Fatal(err)
 	}

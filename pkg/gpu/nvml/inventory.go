@@ -1,0 +1,54 @@
+package nvml
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/prismgpu/prism/pkg/gpu"
+)
+
+// Inventory reads a node's GPUs afresh on every call, so that a caller
+// polling it sees GPUs that appear or disappear.
+type Inventory interface {
+	Read(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error)
+}
+
+// NewNVMLInventory discovers through an NVML library; sysfs is where PCIe
+// roots are looked up (nil omits them).
+func NewNVMLInventory(lib nvml.Interface, sysfs fs.ReadLinkFS) Inventory {
+	return nvmlInventory{lib: lib, sysfs: sysfs}
+}
+
+type nvmlInventory struct {
+	lib   nvml.Interface
+	sysfs fs.ReadLinkFS
+}
+
+func (i nvmlInventory) Read(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error) {
+	devices, err := Discover(ctx, i.lib, Options{})
+	return devices, i.sysfs, err
+}
+
+// NewFleetInventory simulates the node described by a fleet file, reading the
+// file on every call so that editing it changes the node's GPUs.
+func NewFleetInventory(path, nodeName string) Inventory {
+	return fleetInventory{path: path, nodeName: nodeName}
+}
+
+type fleetInventory struct{ path, nodeName string }
+
+func (i fleetInventory) Read(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error) {
+	fleet, err := LoadFleet(i.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	sim, err := NewSimulated(fleet, i.nodeName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulate fleet %s: %w", i.path, err)
+	}
+	devices, err := Discover(ctx, sim, Options{})
+	return devices, sim.SysFS(), err
+}

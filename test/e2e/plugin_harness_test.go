@@ -1,0 +1,270 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// repoRoot is where fleets and manifests are read from.
+var repoRoot = func() string { d, _ := filepath.Abs("../.."); return d }()
+
+func fleetPath(name string) string { return filepath.Join(repoRoot, "demo", "fleets", name) }
+
+// pluginProc is one prism-kubelet-plugin process serving a test-bed node.
+type pluginProc struct {
+	*testbed.Process
+	node     *testbed.Node
+	StateDir string
+	CDIRoot  string
+	HTTPAddr string
+	args     []string
+	env      []string
+	cluster  *testbed.Cluster
+}
+
+// startPlugin runs prism-kubelet-plugin for node with a simulated fleet.
+// extraEnv reaches the process (PRISM_CRASH_AT, for one).
+func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *testbed.Node, fleet string, extraEnv ...string) *pluginProc {
+	t.Helper()
+	port, err := testbed.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pluginProc{
+		node:     node,
+		cluster:  c,
+		StateDir: filepath.Join(node.Dir, "prism-state"),
+		CDIRoot:  filepath.Join(node.Dir, "cdi"),
+		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
+		env:      extraEnv,
+	}
+	p.args = []string{
+		"--node-name=" + node.Name,
+		"--kubeconfig=" + c.KubeconfigPath,
+		"--kubelet-registrar-dir=" + node.RegistrarDir(),
+		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
+		"--cdi-root=" + p.CDIRoot,
+		"--state-dir=" + p.StateDir,
+		"--fleet=" + fleet,
+		"--http-address=" + p.HTTPAddr,
+		"--rediscover-interval=1s",
+		"-v=4",
+	}
+	p.restart(ctx, t)
+	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	return p
+}
+
+// restart starts the process again with the same flags; the previous one
+// must have ended.
+func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...string) {
+	t.Helper()
+	env := append(append(os.Environ(), p.env...), extraEnv...)
+	proc, err := startProcessWithEnv(ctx, "prism-plugin-"+p.node.Name, p.node.Dir,
+		filepath.Join(p.cluster.WorkDir(), "logs", "prism-plugin-"+p.node.Name+".log"), env, pluginBinary, p.args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Process = proc
+}
+
+func startProcessWithEnv(ctx context.Context, name, dir, logPath string, env []string, bin string, args ...string) (*testbed.Process, error) {
+	old := os.Environ()
+	// StartProcess inherits the environment; set it for the child only.
+	restore := setEnv(env)
+	defer restore(old)
+	return testbed.StartProcess(ctx, name, dir, logPath, bin, args...)
+}
+
+func setEnv(env []string) func([]string) {
+	os.Clearenv()
+	for _, kv := range env {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				os.Setenv(kv[:i], kv[i+1:])
+				break
+			}
+		}
+	}
+	return func(old []string) { setEnv(old) }
+}
+
+// waitForSlice waits for the node's ResourceSlice of the Prism driver with
+// the given number of devices.
+func waitForSlice(ctx context.Context, t *testing.T, client kubernetes.Interface, node string, devices int) *resourceapi.ResourceSlice {
+	t.Helper()
+	var found *resourceapi.ResourceSlice
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := nodeSlice(ctx, client, node)
+		if err != nil || s == nil {
+			return false, err
+		}
+		found = s
+		return len(s.Spec.Devices) == devices, nil
+	})
+	if err != nil {
+		got := -1
+		if found != nil {
+			got = len(found.Spec.Devices)
+		}
+		t.Fatalf("wait for ResourceSlice of node %s with %d devices (last had %d): %v", node, devices, got, err)
+	}
+	return found
+}
+
+func nodeSlice(ctx context.Context, client kubernetes.Interface, node string) (*resourceapi.ResourceSlice, error) {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(list.Items) == 0 {
+		return nil, nil
+	}
+	if len(list.Items) > 1 {
+		return nil, fmt.Errorf("node %s has %d Prism slices, want 1", node, len(list.Items))
+	}
+	return &list.Items[0], nil
+}
+
+func createPrismDeviceClass(ctx context.Context, t *testing.T, c *testbed.Cluster) {
+	t.Helper()
+	out, err := runKubectl(c, "apply", "-f", filepath.Join(repoRoot, "deployments", "static", "deviceclasses.yaml"))
+	if err != nil {
+		t.Fatalf("apply DeviceClasses: %v\n%s", err, out)
+	}
+}
+
+// gpuClaimSpec is a claim for count GPUs of class gpu.prism.dev with the
+// given CEL selectors.
+func gpuClaimSpec(count int64, selectors ...string) resourceapi.ResourceClaimSpec {
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName, Count: count, AllocationMode: resourceapi.DeviceAllocationModeExactCount}
+	for _, s := range selectors {
+		req.Selectors = append(req.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
+	}
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}}
+}
+
+// podWithClaim is a one-container pod using a claim from a template or an
+// existing claim.
+func podWithClaim(name string, template, claim string) *corev1.Pod {
+	prc := corev1.PodResourceClaim{Name: "gpu"}
+	if template != "" {
+		prc.ResourceClaimTemplateName = ptr.To(template)
+	} else {
+		prc.ResourceClaimName = ptr.To(claim)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			ResourceClaims:                []corev1.PodResourceClaim{prc},
+			Containers: []corev1.Container{{
+				Name: "cuda", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+}
+
+func createTemplate(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, spec resourceapi.ResourceClaimSpec) {
+	t.Helper()
+	_, err := client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createPod(ctx context.Context, t *testing.T, client kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	if _, err := client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deletePod deletes the pod and waits until it is gone, which with a real
+// kubelet means its claims were unprepared.
+func deletePod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	if err := client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s was not removed: %v", name, err)
+	}
+}
+
+// podClaim returns the claim generated for the pod's single claim.
+func podClaim(ctx context.Context, t *testing.T, client kubernetes.Interface, pod *corev1.Pod) *resourceapi.ResourceClaim {
+	t.Helper()
+	name := ""
+	if pod.Spec.ResourceClaims[0].ResourceClaimName != nil {
+		name = *pod.Spec.ResourceClaims[0].ResourceClaimName
+	} else if len(pod.Status.ResourceClaimStatuses) == 1 && pod.Status.ResourceClaimStatuses[0].ResourceClaimName != nil {
+		name = *pod.Status.ResourceClaimStatuses[0].ResourceClaimName
+	}
+	if name == "" {
+		t.Fatalf("pod %s has no claim", pod.Name)
+	}
+	claim, err := client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return claim
+}
+
+// allocatedDevice returns the attributes of the single device allocated to the claim.
+func allocatedDevice(ctx context.Context, t *testing.T, client kubernetes.Interface, claim *resourceapi.ResourceClaim) resourceapi.Device {
+	t.Helper()
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s: want one allocated device, got %+v", claim.Name, claim.Status.Allocation)
+	}
+	r := claim.Status.Allocation.Devices.Results[0]
+	slice, err := nodeSlice(ctx, client, r.Pool)
+	if err != nil || slice == nil {
+		t.Fatalf("slice of pool %s: %v", r.Pool, err)
+	}
+	for _, d := range slice.Spec.Devices {
+		if d.Name == r.Device {
+			return d
+		}
+	}
+	t.Fatalf("device %s not in pool %s", r.Device, r.Pool)
+	return resourceapi.Device{}
+}
+
+func stringAttr(d resourceapi.Device, name string) string {
+	a, ok := d.Attributes[resourceapi.QualifiedName("gpu.prism.dev/"+name)]
+	if !ok || a.StringValue == nil {
+		return ""
+	}
+	return *a.StringValue
+}
+
+func runKubectl(c *testbed.Cluster, args ...string) (string, error) {
+	return testbed.Kubectl(context.Background(), c, args...)
+}
