@@ -30,7 +30,7 @@ import (
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	fleet, httpAddress, kubeconfig                                   string
-	rediscover                                                       time.Duration
+	rediscover, staleInterval, staleGrace                            time.Duration
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
 }
@@ -48,6 +48,8 @@ func main() {
 	flag.StringVar(&o.httpAddress, "http-address", env("PRISM_HTTP_ADDRESS", ":8080"), "Address for /metrics, /healthz and /readyz; empty disables (env PRISM_HTTP_ADDRESS).")
 	flag.StringVar(&o.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster configuration when empty (env KUBECONFIG).")
 	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
+	flag.DurationVar(&o.staleInterval, "stale-claim-interval", envDuration("PRISM_STALE_CLAIM_INTERVAL", time.Minute), "How often prepared claims are checked against the API server; 0 disables (env PRISM_STALE_CLAIM_INTERVAL).")
+	flag.DurationVar(&o.staleGrace, "stale-claim-grace", envDuration("PRISM_STALE_CLAIM_GRACE", 2*time.Minute), "How long a prepared claim must be missing from the API before its devices are released (env PRISM_STALE_CLAIM_GRACE).")
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
 	flag.Parse()
@@ -120,6 +122,8 @@ func run(ctx context.Context, o options) error {
 		PluginDir:           o.pluginDir,
 		StateDir:            o.stateDir,
 		Inventory:           inventory,
+		StaleClaimInterval:  o.staleInterval,
+		StaleClaimGrace:     o.staleGrace,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),

@@ -53,7 +53,11 @@ type Config struct {
 	// RollingUpdatePodUID lets two plugin pods of a DaemonSet overlap during
 	// an update, so that the node's slices never disappear.
 	RollingUpdatePodUID types.UID
-	Metrics             *Metrics
+	// StaleClaimInterval is how often prepared claims are checked against the
+	// API; a claim gone for StaleClaimGrace is released. Zero disables it.
+	StaleClaimInterval time.Duration
+	StaleClaimGrace    time.Duration
+	Metrics            *Metrics
 }
 
 // Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.
@@ -75,6 +79,9 @@ type Driver struct {
 	published []resourceapi.Device
 
 	ready chan struct{}
+	// staleSince records when each prepared claim was first seen missing
+	// from the API.
+	staleSince sync.Map
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -117,6 +124,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	close(d.ready)
 	if cfg.RediscoverInterval > 0 {
 		go d.rediscoverLoop(ctx)
+	}
+	if cfg.StaleClaimInterval > 0 {
+		go d.collectStaleLoop(ctx, cfg.StaleClaimInterval, cfg.StaleClaimGrace)
 	}
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.published), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil

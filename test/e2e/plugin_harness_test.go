@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +38,7 @@ type pluginProc struct {
 	HTTPAddr string
 	args     []string
 	env      []string
+	lastEnv  []string
 	cluster  *testbed.Cluster
 }
 
@@ -64,6 +68,8 @@ func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *te
 		"--fleet=" + fleet,
 		"--http-address=" + p.HTTPAddr,
 		"--rediscover-interval=1s",
+		"--stale-claim-interval=1s",
+		"--stale-claim-grace=3s",
 		"-v=4",
 	}
 	p.restart(ctx, t)
@@ -76,12 +82,38 @@ func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *te
 func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...string) {
 	t.Helper()
 	env := append(append(os.Environ(), p.env...), extraEnv...)
+	p.lastEnv = env
 	proc, err := startProcessWithEnv(ctx, "prism-plugin-"+p.node.Name, p.node.Dir,
 		filepath.Join(p.cluster.WorkDir(), "logs", "prism-plugin-"+p.node.Name+".log"), env, pluginBinary, p.args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Process = proc
+	p.waitReady(t)
+}
+
+// waitReady waits for /readyz of the current process: registered with the
+// kubelet, checkpoint reconciled, slice published.
+func (p *pluginProc) waitReady(t *testing.T) {
+	t.Helper()
+	if os.Getenv("PRISM_CRASH_AT") != "" || slices.ContainsFunc(p.lastEnv, func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
+		// A process set to crash may die before it is ready; the caller waits for that.
+		return
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if exited, err := p.Exited(); exited {
+			return false, fmt.Errorf("plugin exited: %v (log %s)", err, p.LogPath)
+		}
+		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("plugin on %s not ready: %v", p.node.Name, err)
+	}
 }
 
 func startProcessWithEnv(ctx context.Context, name, dir, logPath string, env []string, bin string, args ...string) (*testbed.Process, error) {

@@ -29,6 +29,9 @@ type Node struct {
 	cluster *Cluster
 	mu      sync.Mutex
 	kubelet *Process
+	// startedAt is when the current kubelet started; a Ready condition from
+	// before it belongs to the previous one.
+	startedAt time.Time
 }
 
 // NodeOptions configure one node.
@@ -173,6 +176,8 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		return err
 	}
 	n.kubelet = p
+	// Heartbeats have one-second resolution.
+	n.startedAt = time.Now().Truncate(time.Second)
 	return nil
 }
 
@@ -186,12 +191,12 @@ func (n *Node) StopKubelet() {
 	}
 }
 
-// WaitReady waits for the Node to report Ready.
+// WaitReady waits for the current kubelet to report the Node Ready.
 func (n *Node) WaitReady(ctx context.Context, timeout time.Duration) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		n.mu.Lock()
-		k := n.kubelet
+		k, since := n.kubelet, n.startedAt
 		n.mu.Unlock()
 		if exited, err := k.Exited(); exited {
 			return false, fmt.Errorf("kubelet exited (%v), see %s", err, k.LogPath)
@@ -206,8 +211,8 @@ func (n *Node) WaitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
-				last = fmt.Sprintf("Ready=%s: %s", cond.Status, cond.Message)
-				return cond.Status == corev1.ConditionTrue, nil
+				last = fmt.Sprintf("Ready=%s at %s: %s", cond.Status, cond.LastHeartbeatTime, cond.Message)
+				return cond.Status == corev1.ConditionTrue && !cond.LastHeartbeatTime.Time.Before(since), nil
 			}
 		}
 		return false, nil
