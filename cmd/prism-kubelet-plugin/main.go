@@ -16,21 +16,28 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"io/fs"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	fleet, httpAddress, kubeconfig                                   string
 	rediscover, staleInterval, staleGrace                            time.Duration
+	enableProfiling                                                  bool
+	ncuPath, shimPath                                                string
+	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
 }
@@ -50,6 +57,10 @@ func main() {
 	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
 	flag.DurationVar(&o.staleInterval, "stale-claim-interval", envDuration("PRISM_STALE_CLAIM_INTERVAL", time.Minute), "How often prepared claims are checked against the API server; 0 disables (env PRISM_STALE_CLAIM_INTERVAL).")
 	flag.DurationVar(&o.staleGrace, "stale-claim-grace", envDuration("PRISM_STALE_CLAIM_GRACE", 2*time.Minute), "How long a prepared claim must be missing from the API before its devices are released (env PRISM_STALE_CLAIM_GRACE).")
+	flag.BoolVar(&o.enableProfiling, "profiling", envBool("PRISM_PROFILING", true), "Allow claims to ask for an Nsight Compute run (env PRISM_PROFILING).")
+	flag.StringVar(&o.ncuPath, "ncu-path", env("PRISM_NCU_PATH", ""), "Host directory of the Nsight Compute install holding the ncu launcher (env PRISM_NCU_PATH).")
+	flag.StringVar(&o.shimPath, "profiling-shim", env("PRISM_PROFILING_SHIM", "/usr/lib/prism/libprism-profile.so"), "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing (env PRISM_PROFILING_SHIM).")
+	flag.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
 	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
 	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
 	flag.Parse()
@@ -114,6 +125,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	var profilingConfig *plugin.ProfilingConfig
+	if o.enableProfiling {
+		if profilingConfig, err = setUpProfiling(ctx, o, restConfig); err != nil {
+			return err
+		}
+	}
+
 	metrics := plugin.NewMetrics()
 	driver, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            o.nodeName,
@@ -124,6 +142,7 @@ func run(ctx context.Context, o options) error {
 		Inventory:           inventory,
 		StaleClaimInterval:  o.staleInterval,
 		StaleClaimGrace:     o.staleGrace,
+		Profiling:           profilingConfig,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
@@ -163,6 +182,31 @@ func serveHTTP(ctx context.Context, addr string, driver *plugin.Driver, metrics 
 	}
 }
 
+func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*plugin.ProfilingConfig, error) {
+	shim := o.shimPath
+	if _, err := os.Stat(shim); err != nil {
+		built, err := profiling.BuildShim(ctx, filepath.Join(o.stateDir, "shim"))
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "No profiling shim; claims that ask for profiling will fail to prepare", "path", o.shimPath)
+		} else {
+			shim = built
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("create WorkloadProfile client: %w", err)
+	}
+	return &plugin.ProfilingConfig{
+		Options:   profiling.Options{StateDir: o.stateDir, NCUDir: o.ncuPath, ShimPath: shim},
+		Publisher: profiling.NewPublisher(c),
+		Retention: o.profileRetention,
+	}, nil
+}
+
 func kubeConfig(path string) (*rest.Config, error) {
 	if path == "" {
 		cfg, err := rest.InClusterConfig()
@@ -180,6 +224,13 @@ func kubeConfig(path string) (*rest.Config, error) {
 
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
 		return v
 	}
 	return def

@@ -17,6 +17,7 @@ limitations under the License.
 package checkpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -75,6 +76,12 @@ type Sharing struct {
 // Profiling is the profiling setup of a claim.
 type Profiling struct {
 	ReportDir string `json:"reportDir,omitempty"`
+	// Profile names the WorkloadProfile the report goes to; the claim may be
+	// gone from the API by the time it is unprepared.
+	Profile string `json:"profile,omitempty"`
+	// Config is the claim's profiling configuration as JSON, kept so that a
+	// CDI spec lost in a crash can be written again identically.
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 func (d *Data) clone() *Data {
@@ -101,6 +108,7 @@ func (c Claim) clone() Claim {
 	}
 	if c.Profiling != nil {
 		p := *c.Profiling
+		p.Config = slices.Clone(p.Config)
 		c.Profiling = &p
 	}
 	return c

@@ -28,6 +28,7 @@ import (
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // DriverName is the DRA driver name, also the attribute domain.
@@ -57,7 +58,19 @@ type Config struct {
 	// API; a claim gone for StaleClaimGrace is released. Zero disables it.
 	StaleClaimInterval time.Duration
 	StaleClaimGrace    time.Duration
-	Metrics            *Metrics
+	// Profiling enables claims that ask for an ncu run; nil refuses them.
+	Profiling *ProfilingConfig
+	Metrics   *Metrics
+}
+
+// ProfilingConfig is what the plugin needs to profile claims.
+type ProfilingConfig struct {
+	// Host paths of the ncu install and the compiled preload shim.
+	Options profiling.Options
+	// Publisher writes collected reports to WorkloadProfiles.
+	Publisher *profiling.Publisher
+	// Retention is how many raw reports are kept on the node.
+	Retention int
 }
 
 // Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // PrepareResourceClaims prepares each claim on its own: one claim's bad
@@ -120,11 +122,15 @@ func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 		// run yet, so removing it is cheap insurance.
 		return d.cfg.CDI.RemoveClaimSpec(ctx, uid)
 	}
+	rec, _ := d.checkpoint.Get(uid)
 	if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
 		d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
 		return err
 	}
 	crashPoint(CrashAfterCDIRemoved)
+	if rec.Profiling != nil {
+		d.collectProfile(ctx, rec)
+	}
 	if err := d.forget(ctx, uid); err != nil {
 		d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
 		return err
@@ -176,6 +182,28 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 	if len(rec.Devices) == 0 {
 		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", DriverName, d.cfg.NodeName)
 	}
+	// Profiling wraps the claim's containers, so it is a claim-wide choice:
+	// any request asking for it profiles the claim.
+	for _, dev := range rec.Devices {
+		cfg := configs.forRequest(dev.Requests[0])
+		if cfg.Profiling == nil || !cfg.Profiling.Enabled {
+			continue
+		}
+		if d.cfg.Profiling == nil {
+			return rec, errors.New("the claim asks for profiling, which is disabled on this node (prism-kubelet-plugin --profiling=false)")
+		}
+		raw, err := json.Marshal(cfg.Profiling)
+		if err != nil {
+			return rec, err
+		}
+		profile, _ := profiling.ProfileName(claim)
+		rec.Profiling = &checkpoint.Profiling{
+			ReportDir: profiling.ClaimDir(d.cfg.Profiling.Options.StateDir, rec.UID),
+			Profile:   profile,
+			Config:    raw,
+		}
+		break
+	}
 	return rec, nil
 }
 
@@ -200,6 +228,13 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device) error {
 
 func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	spec := cdi.Claim{UID: rec.UID}
+	if rec.Profiling != nil {
+		edits, err := d.profilingEdits(ctx, rec)
+		if err != nil {
+			return err
+		}
+		spec.Edits = edits
+	}
 	for _, dev := range rec.Devices {
 		g, ok := d.device(dev.Name)
 		if !ok {

@@ -1,0 +1,76 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/profile"
+	"github.com/prismgpu/prism/pkg/profiling"
+)
+
+// profilingEdits are the CDI edits that run the claim's workload under ncu.
+func (d *Driver) profilingEdits(ctx context.Context, rec checkpoint.Claim) (*cdispec.ContainerEdits, error) {
+	if d.cfg.Profiling == nil {
+		return nil, fmt.Errorf("claim %s was prepared for profiling, which is now disabled on this node", rec.UID)
+	}
+	var cfg gpuv1alpha1.GpuProfiling
+	if err := json.Unmarshal(rec.Profiling.Config, &cfg); err != nil {
+		return nil, fmt.Errorf("read recorded profiling config: %w", err)
+	}
+	edits, err := profiling.Prepare(ctx, d.cfg.Profiling.Options, rec.UID, &cfg)
+	if err != nil {
+		return nil, fmt.Errorf("prepare profiling: %w", err)
+	}
+	return edits, nil
+}
+
+// collectProfile turns the report a profiled claim left into its
+// WorkloadProfile. Nothing here fails the unprepare: a lost report must not
+// keep a GPU blocked, so problems end up in the profile's conditions and logs.
+func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim) {
+	logger := klog.FromContext(ctx).WithValues("claim", rec.Namespace+"/"+rec.Name, "profile", rec.Profiling.Profile)
+	if d.cfg.Profiling == nil {
+		return
+	}
+	stateDir := d.cfg.Profiling.Options.StateDir
+	report, _, collectErr := profiling.Collect(ctx, stateDir, rec.UID)
+	if collectErr != nil {
+		logger.Info("Profiled claim left no usable report", "reason", collectErr.Error())
+	}
+	if rec.Profiling.Profile == "" {
+		logger.Info("Profiled claim names no WorkloadProfile (annotation prism.dev/profile); keeping only the raw report")
+	} else if d.cfg.Profiling.Publisher != nil {
+		opts := profile.Options{Source: &prismv1alpha1.ProfileSource{
+			Type:          prismv1alpha1.ProfileSourceResourceClaim,
+			ResourceClaim: &prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name},
+		}}
+		if len(rec.Devices) > 0 {
+			if dev, ok := d.device(rec.Devices[0].Name); ok {
+				opts.Device = prismv1alpha1.ProfiledDevice{ProductName: dev.ProductName, ComputeCapability: dev.CUDAComputeCapability.String()}
+			}
+		}
+		err := d.cfg.Profiling.Publisher.Publish(ctx, profiling.Result{
+			Claim:   prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name},
+			Profile: rec.Profiling.Profile,
+			Report:  report,
+			Err:     collectErr,
+			Options: opts,
+		})
+		if err != nil {
+			d.metrics.claimErrors.WithLabelValues("unprepare", "profile-publish").Inc()
+			logger.Error(err, "Publishing the WorkloadProfile")
+		} else {
+			logger.Info("Published WorkloadProfile from the claim's ncu report")
+		}
+	}
+	if err := profiling.Archive(stateDir, rec.UID, d.cfg.Profiling.Retention); err != nil {
+		logger.Error(err, "Archiving the raw report")
+	}
+}

@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// TestProfiledClaimBecomesWorkloadProfile follows one profiled run: the claim
+// is prepared with the profiling edits and nothing else, the report lands in
+// the claim's directory, and unprepare turns it into a WorkloadProfile.
+func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
+	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: []string{filepath.Join(repoRoot, "deployments", "crds")}})
+	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPrismDeviceClass(ctx, t, cluster)
+	ncuDir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(ncuDir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
+	}
+	p := startPlugin(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"))
+	p.args = append(p.args, "--ncu-path="+ncuDir)
+	_ = p.Stop(5 * time.Second)
+	p.restart(ctx, t)
+	waitForSlice(ctx, t, cluster.Client, node.Name, 8)
+
+	spec := gpuClaimSpec(1)
+	spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true,"launchCount":5}}`),
+		}},
+	}}}
+	_, err = cluster.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "vecadd"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"prism.dev/profile": "vecadd"}},
+			Spec:       spec,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPod(ctx, t, cluster.Client, podWithClaim("vecadd", "vecadd", ""))
+	pod, err := testbed.WaitForPod(ctx, cluster.Client, "default", "vecadd", time.Minute, testbed.PodRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := podClaim(ctx, t, cluster.Client, pod)
+
+	// The container runtime sees only CDI devices; the profiling lives in
+	// the edits those devices resolve to.
+	ids := node.Runtime.Created("default", "vecadd")[0].CDIDevices
+	if !slices.Equal(slices.Sorted(slices.Values(ids)), expectedIDs(claim)) {
+		t.Fatalf("container got CDI devices %v, want %v", ids, expectedIDs(claim))
+	}
+	oci := resolveWithCDICache(t, p.CDIRoot, ids)
+	env := strings.Join(oci.Process.Env, "\n")
+	for _, want := range []string{"LD_PRELOAD=" + profiling.ContainerShimPath, profiling.EnvNCU + "=", profiling.EnvProfileDir + "=" + profiling.ContainerProfileDir} {
+		if !strings.Contains(env, want) {
+			t.Errorf("resolved env lacks %q:\n%s", want, env)
+		}
+	}
+	var mounts []string
+	for _, m := range oci.Mounts {
+		mounts = append(mounts, m.Destination)
+	}
+	for _, want := range []string{profiling.ContainerNCUDir, profiling.ContainerProfileDir, profiling.ContainerShimPath} {
+		if !slices.Contains(mounts, want) {
+			t.Errorf("resolved mounts %v lack %s", mounts, want)
+		}
+	}
+	args, err := os.ReadFile(filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ArgsFile))
+	if err != nil || !strings.Contains(string(args), "--launch-count\n5") {
+		t.Errorf("ncu arguments %q (%v) do not carry the claim's launch count", args, err)
+	}
+
+	// Stand in for the profiled container: it leaves ncu's report behind.
+	report, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "ncu", "testdata", "vectoradd_raw.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ReportFile), report, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deletePod(ctx, t, cluster.Client, "vecadd")
+
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wp prismv1alpha1.WorkloadProfile
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "vecadd"}, &wp); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return wp.Status.BoundType != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no WorkloadProfile with a status: %v", err)
+	}
+	if wp.Status.BoundType != prismv1alpha1.BoundTypeMemoryBound {
+		t.Errorf("bound type %s, want MemoryBound for vector add", wp.Status.BoundType)
+	}
+	if m := wp.Status.MemoryThroughputMilliPercent; m == nil || *m < 80000 {
+		t.Errorf("memory throughput %v m%%, want the report's ~90%%", m)
+	}
+	if wp.Status.Device == nil || wp.Status.Device.ProductName != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("profiled device %+v, want the H100 it ran on", wp.Status.Device)
+	}
+
+	out, err := runKubectl(cluster, "get", "workloadprofiles", "-n", "default")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"BOUND", "SM (M%)", "MEMORY (M%)", "OCCUPANCY (M%)", "AGE", "MemoryBound"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl get workloadprofiles lacks %q:\n%s", want, out)
+		}
+	}
+}
