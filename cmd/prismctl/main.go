@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
 	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
 )
 
@@ -37,7 +38,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(profilecmd.NewCommand())
+	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
 		os.Exit(1)

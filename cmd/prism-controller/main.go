@@ -1,0 +1,241 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command prism-controller serves Prism's admission webhooks: the
+// profile-aware rewrite of ResourceClaims and the validation of GpuConfig
+// parameters and WorkloadProfiles.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/webhook"
+)
+
+type options struct {
+	webhookPort                    int
+	webhookHost, certDir           string
+	selfSigned, autoProfile        bool
+	serviceName, namespace, policy string
+	extraSANs                      []string
+	httpAddress, kubeconfig        string
+}
+
+func main() {
+	o := options{}
+	fs := pflag.NewFlagSet("prism-controller", pflag.ContinueOnError)
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook HTTPS server")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook server binds to (empty: all)")
+	fs.StringVar(&o.certDir, "cert-dir", filepath.Join(os.TempDir(), "prism-webhook-certs"), "directory of tls.crt and tls.key; written when --self-signed, watched otherwise")
+	fs.BoolVar(&o.selfSigned, "self-signed", true, "generate and rotate a private CA and serving certificate and inject the CA into the webhook configurations; false: use certificates (from cert-manager) in --cert-dir")
+	fs.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
+	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Service (default: $POD_NAMESPACE)")
+	fs.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
+	fs.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance or economy; a WorkloadProfile's spec.policy overrides it")
+	fs.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
+	fs.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "prism-controller:", err)
+		os.Exit(2)
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "prism-controller:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("prism-controller"))
+	if err := run(ctx, o); err != nil {
+		klog.FromContext(ctx).Error(err, "Exiting")
+		klog.Flush()
+		os.Exit(1)
+	}
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.webhookPort < 1 || o.webhookPort > 65535 {
+		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", o.webhookPort))
+	}
+	if _, err := webhook.ParsePolicy(o.policy); err != nil {
+		errs = append(errs, fmt.Errorf("--policy: %w", err))
+	}
+	if o.selfSigned && o.namespace == "" {
+		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --self-signed"))
+	}
+	if o.certDir == "" {
+		errs = append(errs, errors.New("--cert-dir must not be empty"))
+	}
+	if _, _, err := net.SplitHostPort(o.httpAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--http-address %q: %w", o.httpAddress, err))
+	}
+	return errors.Join(errs...)
+}
+
+func run(ctx context.Context, o options) error {
+	logger := klog.FromContext(ctx)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading client configuration: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating clientset: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	// WorkloadProfiles are read from an informer: a webhook that called
+	// the API server for every claim would add a round trip to each.
+	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&prismv1alpha1.WorkloadProfile{}: {}}})
+	if err != nil {
+		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
+	}
+	if _, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{}); err != nil {
+		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
+	}
+	go func() {
+		if err := profiles.Start(ctx); err != nil {
+			logger.Error(err, "WorkloadProfile cache stopped")
+		}
+	}()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "prism-controller"})
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := webhook.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	policy, _ := webhook.ParsePolicy(o.policy)
+	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	validator, err := webhook.NewValidator(metrics)
+	if err != nil {
+		return err
+	}
+
+	var getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	if o.selfSigned {
+		certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs})
+		if err != nil {
+			return fmt.Errorf("creating self-signed certificates: %w", err)
+		}
+		injector := &webhook.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle}
+		go injector.Run(ctx)
+		go certs.Run(ctx, injector.Sync)
+		getCertificate = certs.GetCertificate
+	} else {
+		w, err := certwatcher.New(filepath.Join(o.certDir, webhook.CertFile), filepath.Join(o.certDir, webhook.KeyFile))
+		if err != nil {
+			return fmt.Errorf("loading certificates from %s: %w", o.certDir, err)
+		}
+		go func() {
+			if err := w.Start(ctx); err != nil {
+				logger.Error(err, "Certificate watcher stopped")
+			}
+		}()
+		getCertificate = w.GetCertificate
+	}
+
+	var ready atomic.Bool
+	go func() {
+		if profiles.WaitForCacheSync(ctx) {
+			ready.Store(true)
+			logger.Info("WorkloadProfile cache synced")
+		}
+	}()
+	go serveHTTP(ctx, o.httpAddress, reg, &ready)
+
+	l, err := net.Listen("tcp", net.JoinHostPort(o.webhookHost, strconv.Itoa(o.webhookPort)))
+	if err != nil {
+		return fmt.Errorf("listening for webhooks: %w", err)
+	}
+	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator))
+}
+
+// serveHTTP serves metrics and probes. Readiness waits for the profile
+// cache: before it syncs every annotated claim would be profiled instead
+// of rewritten.
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready *atomic.Bool) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "WorkloadProfile cache not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.FromContext(ctx).Error(err, "Serving metrics and probes")
+	}
+}

@@ -1,0 +1,211 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package explain tells, for every device of a cluster, which alternative
+// of a ResourceClaim it satisfies, or which selector rules it out. It
+// evaluates selectors with the CEL library kube-scheduler uses, so a
+// verdict here is the verdict the scheduler reaches on the device's
+// attributes; it does not model availability (devices already allocated,
+// node fit, counts), which is the scheduler's business.
+package explain
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
+)
+
+// Attribute names shown in the table.
+const (
+	productAttribute   = "productName"
+	bandwidthAttribute = "bandwidthClass"
+)
+
+// Row is the verdict for one device and one request of the claim.
+type Row struct {
+	Node, Pool, Device string
+	// Product and Class are the device's productName and bandwidthClass.
+	Product, Class string
+	// Request is the claim's request.
+	Request string
+	// Matched names the first alternative (the request itself, or a
+	// subrequest) the device satisfies; empty when rejected.
+	Matched string
+	// Verdict is "matches <alternative>" or "rejected: <reason>".
+	Verdict string
+	// Allocated is the allocation result's request ("gpu/ultra") when the
+	// scheduler gave this device to this request.
+	Allocated string
+}
+
+// alternative is one way of satisfying a request, in preference order.
+type alternative struct {
+	name      string
+	class     string
+	selectors []resourceapi.DeviceSelector
+}
+
+// Explain evaluates every device in slices against every request of claim.
+// classes are the DeviceClasses the claim refers to; a missing one rejects
+// its alternatives. Slices of an outdated pool generation are ignored, as
+// the scheduler does. Rows are sorted by node, device and request.
+func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlices []resourceapi.ResourceSlice, classes []resourceapi.DeviceClass) []Row {
+	compiler := cel.NewCache(32, cel.Features{})
+	classByName := make(map[string]*resourceapi.DeviceClass, len(classes))
+	for i := range classes {
+		classByName[classes[i].Name] = &classes[i]
+	}
+	allocated := make(map[[3]string]string)
+	if a := claim.Status.Allocation; a != nil {
+		for _, r := range a.Devices.Results {
+			allocated[[3]string{r.Driver, r.Pool, r.Device}] = r.Request
+		}
+	}
+
+	var rows []Row
+	for _, s := range currentSlices(resourceSlices) {
+		node := ""
+		switch {
+		case s.Spec.NodeName != nil:
+			node = *s.Spec.NodeName
+		case s.Spec.AllNodes != nil && *s.Spec.AllNodes:
+			node = "<all nodes>"
+		default:
+			node = "<node selector>"
+		}
+		for _, d := range s.Spec.Devices {
+			device := cel.Device{Driver: s.Spec.Driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations}
+			for _, req := range claim.Spec.Devices.Requests {
+				row := Row{
+					Node: node, Pool: s.Spec.Pool.Name, Device: d.Name, Request: req.Name,
+					Product: stringAttribute(d, s.Spec.Driver, productAttribute),
+					Class:   stringAttribute(d, s.Spec.Driver, bandwidthAttribute),
+				}
+				if d.NodeName != nil {
+					row.Node = *d.NodeName
+				}
+				row.Matched, row.Verdict = verdict(ctx, compiler, classByName, alternatives(req), device)
+				if r, ok := allocated[[3]string{s.Spec.Driver, s.Spec.Pool.Name, d.Name}]; ok && parent(r) == req.Name {
+					row.Allocated = r
+				}
+				rows = append(rows, row)
+			}
+		}
+	}
+	slices.SortFunc(rows, func(a, b Row) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Request, b.Request))
+	})
+	return rows
+}
+
+// currentSlices drops slices of a pool generation that has been replaced;
+// during an update both can exist for a while.
+func currentSlices(in []resourceapi.ResourceSlice) []resourceapi.ResourceSlice {
+	latest := make(map[[2]string]int64)
+	for _, s := range in {
+		k := [2]string{s.Spec.Driver, s.Spec.Pool.Name}
+		latest[k] = max(latest[k], s.Spec.Pool.Generation)
+	}
+	var out []resourceapi.ResourceSlice
+	for _, s := range in {
+		if s.Spec.Pool.Generation == latest[[2]string{s.Spec.Driver, s.Spec.Pool.Name}] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func alternatives(req resourceapi.DeviceRequest) []alternative {
+	if req.Exactly != nil {
+		return []alternative{{name: req.Name, class: req.Exactly.DeviceClassName, selectors: req.Exactly.Selectors}}
+	}
+	out := make([]alternative, 0, len(req.FirstAvailable))
+	for _, sub := range req.FirstAvailable {
+		out = append(out, alternative{name: req.Name + "/" + sub.Name, class: sub.DeviceClassName, selectors: sub.Selectors})
+	}
+	return out
+}
+
+// verdict returns the first alternative the device satisfies, or why the
+// last one, the least demanding in a generated list, rejects it.
+func verdict(ctx context.Context, compiler *cel.Cache, classes map[string]*resourceapi.DeviceClass, alts []alternative, device cel.Device) (string, string) {
+	if len(alts) == 0 {
+		return "", "rejected: request has no alternatives"
+	}
+	var reason string
+	for _, alt := range alts {
+		reason = rejection(ctx, compiler, classes, alt, device)
+		if reason == "" {
+			return alt.name, "matches " + alt.name
+		}
+	}
+	if len(alts) > 1 {
+		reason = alts[len(alts)-1].name + ": " + reason
+	}
+	return "", "rejected: " + reason
+}
+
+// rejection returns the first selector of alt (class selectors first, as
+// the scheduler evaluates them) that the device fails, or "".
+func rejection(ctx context.Context, compiler *cel.Cache, classes map[string]*resourceapi.DeviceClass, alt alternative, device cel.Device) string {
+	class, ok := classes[alt.class]
+	if !ok {
+		return fmt.Sprintf("device class %q not found", alt.class)
+	}
+	check := func(selectors []resourceapi.DeviceSelector, prefix string) string {
+		for _, s := range selectors {
+			if s.CEL == nil {
+				continue
+			}
+			expr := s.CEL.Expression
+			r := compiler.GetOrCompile(expr)
+			if r.Error != nil {
+				return fmt.Sprintf("%s%s: compile error: %s", prefix, expr, r.Error.Detail)
+			}
+			match, _, err := r.DeviceMatches(ctx, device)
+			switch {
+			case err != nil:
+				return fmt.Sprintf("%s%s: %v", prefix, expr, err)
+			case !match:
+				return prefix + expr
+			}
+		}
+		return ""
+	}
+	if reason := check(class.Spec.Selectors, "class "+class.Name+": "); reason != "" {
+		return reason
+	}
+	return check(alt.selectors, "")
+}
+
+func stringAttribute(d resourceapi.Device, driver, name string) string {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+		if a, ok := d.Attributes[key]; ok && a.StringValue != nil {
+			return *a.StringValue
+		}
+	}
+	return ""
+}
+
+func parent(request string) string {
+	p, _, _ := strings.Cut(request, "/")
+	return p
+}

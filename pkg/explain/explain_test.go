@@ -1,0 +1,190 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explain
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+func load[T any](t *testing.T, name string) T {
+	t.Helper()
+	var v T
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
+// memoryBoundClaim is claim.json rewritten the way the webhook does for a
+// memory-bound profile with a 30Gi peak (hard need: memory >= 39Gi).
+func memoryBoundClaim(t *testing.T) *resourceapi.ResourceClaim {
+	_, ctx := ktesting.NewTestContext(t)
+	claim := load[*resourceapi.ResourceClaim](t, "claim.json")
+	peak := resource.MustParse("30Gi")
+	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: rewrite.MemoryBound, PeakMemory: &peak})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Spec = *spec
+	return claim
+}
+
+func TestExplain(t *testing.T) {
+	slices := load[[]resourceapi.ResourceSlice](t, "slices.json")
+	classes := load[[]resourceapi.DeviceClass](t, "classes.json")
+	type key struct{ node, device string }
+	tests := []struct {
+		name    string
+		claim   func(t *testing.T) *resourceapi.ResourceClaim
+		classes []resourceapi.DeviceClass
+		// want maps devices to a verdict prefix; every row must be listed.
+		want          map[key]string
+		wantAllocated key
+	}{
+		{
+			name: "plain request",
+			claim: func(t *testing.T) *resourceapi.ResourceClaim {
+				return load[*resourceapi.ResourceClaim](t, "claim.json")
+			},
+			classes: classes,
+			want: map[key]string{
+				{"node-a", "gpu-0"}: "matches gpu",
+				{"node-a", "gpu-1"}: "matches gpu",
+				{"node-b", "gpu-0"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S"`,
+				{"node-b", "gpu-1"}: "matches gpu",
+				// No attributes: the user's unguarded lookup is a
+				// runtime error, which the scheduler also reports.
+				{"node-b", "gpu-2"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S": `,
+				{"node-b", "eth0"}:  `rejected: class gpu.prism.dev: device.driver == "gpu.prism.dev"`,
+			},
+		},
+		{
+			name: "rewritten request with allocation",
+			claim: func(t *testing.T) *resourceapi.ResourceClaim {
+				c := memoryBoundClaim(t)
+				c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "gpu/high", Driver: "gpu.prism.dev", Pool: "node-a", Device: "gpu-1"},
+				}}}
+				return c
+			},
+			classes: classes,
+			want: map[key]string{
+				{"node-a", "gpu-0"}: "matches gpu/ultra",
+				{"node-a", "gpu-1"}: "matches gpu/high",
+				{"node-b", "gpu-0"}: `rejected: gpu/fits: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S"`,
+				{"node-b", "gpu-1"}: `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
+				{"node-b", "gpu-2"}: `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
+				{"node-b", "eth0"}:  "rejected: gpu/fits: class gpu.prism.dev:",
+			},
+			wantAllocated: key{"node-a", "gpu-1"},
+		},
+		{
+			name: "missing class",
+			claim: func(t *testing.T) *resourceapi.ResourceClaim {
+				return load[*resourceapi.ResourceClaim](t, "claim.json")
+			},
+			want: map[key]string{
+				{"node-a", "gpu-0"}: `rejected: device class "gpu.prism.dev" not found`,
+				{"node-a", "gpu-1"}: `rejected: device class "gpu.prism.dev" not found`,
+				{"node-b", "gpu-0"}: `rejected: device class "gpu.prism.dev" not found`,
+				{"node-b", "gpu-1"}: `rejected: device class "gpu.prism.dev" not found`,
+				{"node-b", "gpu-2"}: `rejected: device class "gpu.prism.dev" not found`,
+				{"node-b", "eth0"}:  `rejected: device class "gpu.prism.dev" not found`,
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			rows := Explain(ctx, tc.claim(t), slices, tc.classes)
+			if len(rows) != len(tc.want) {
+				t.Errorf("%d rows, want %d (the stale pool generation must be ignored): %+v", len(rows), len(tc.want), rows)
+			}
+			for _, r := range rows {
+				k := key{r.Node, r.Device}
+				want, ok := tc.want[k]
+				if !ok {
+					t.Errorf("unexpected row %+v", r)
+					continue
+				}
+				if !strings.HasPrefix(r.Verdict, want) {
+					t.Errorf("%v: verdict %q, want prefix %q", k, r.Verdict, want)
+				}
+				if (r.Matched != "") != strings.HasPrefix(want, "matches") {
+					t.Errorf("%v: matched %q with verdict %q", k, r.Matched, r.Verdict)
+				}
+				if gotAlloc := r.Allocated != ""; gotAlloc != (k == tc.wantAllocated) {
+					t.Errorf("%v: allocated %q", k, r.Allocated)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rows := []Row{
+		{Node: "node-a", Device: "gpu-0", Product: "NVIDIA H100 80GB HBM3", Class: "ultra", Request: "gpu", Matched: "gpu/ultra", Verdict: "matches gpu/ultra"},
+		{Node: "node-a", Device: "gpu-1", Product: "NVIDIA A100\tSXM4", Class: "high", Request: "gpu", Matched: "gpu/high", Verdict: "matches gpu/high", Allocated: "gpu/high"},
+		{Node: "node-b", Device: "gpu-2", Request: "gpu", Verdict: "rejected: " + strings.Repeat("x", 200)},
+	}
+	tests := []struct {
+		name string
+		rows []Row
+		wide bool
+		want string
+	}{
+		{name: "narrow", rows: rows, want: "table.txt"},
+		{name: "wide", rows: rows, wide: true, want: "table-wide.txt"},
+		{name: "two requests", rows: append(rows[:1:1], Row{Node: "node-a", Device: "gpu-0", Request: "nic", Verdict: "rejected: x"}), want: "table-requests.txt"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteTable(&buf, tc.rows, tc.wide); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.want)
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if buf.String() != string(want) {
+				t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
+			}
+		})
+	}
+}

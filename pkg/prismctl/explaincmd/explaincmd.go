@@ -1,0 +1,167 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package explaincmd implements `prismctl explain claim`: how every GPU in
+// the cluster fares against a ResourceClaim's selectors, and why.
+package explaincmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/prismgpu/prism/pkg/explain"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// clientFunc returns a clientset and the kubeconfig's namespace.
+type clientFunc func() (kubernetes.Interface, string, error)
+
+// NewCommand returns the `explain` command with its `claim` subcommand.
+func NewCommand() *cobra.Command {
+	var kubeconfig, kubeContext string
+	newClient := func() (kubernetes.Interface, string, error) {
+		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+			&clientcmd.ConfigOverrides{CurrentContext: kubeContext})
+		cfg, err := cc.ClientConfig()
+		if err != nil {
+			return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
+		}
+		ns, _, err := cc.Namespace()
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, "", fmt.Errorf("creating API client: %w", err)
+		}
+		return cs, ns, nil
+	}
+	cmd := newCommand(newClient)
+	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.PersistentFlags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
+	return cmd
+}
+
+func newCommand(newClient clientFunc) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "explain",
+		Short: "Explain device allocation decisions",
+	}
+	var namespace string
+	var wide bool
+	claim := &cobra.Command{
+		Use:   "claim NAME",
+		Short: "Show which GPUs satisfy a ResourceClaim, and which selector rules out the others",
+		Long: `Evaluates the claim's selectors (those of its device class first, then its
+own; for a prioritized list each alternative in order) against every device
+published by the ` + rewrite.DriverName + ` driver, with the CEL library the
+scheduler uses. The device the scheduler allocated is marked with "*".
+
+Verdicts are about attributes only: a matching device may still be taken by
+another claim or sit on a node the pod cannot use.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, defaultNS, err := newClient()
+			if err != nil {
+				return err
+			}
+			ns := namespace
+			if ns == "" {
+				ns = defaultNS
+			}
+			if ns == "" {
+				ns = "default"
+			}
+			return run(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0], wide)
+		},
+	}
+	claim.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the claim (default: the kubeconfig's)")
+	claim.Flags().BoolVar(&wide, "wide", false, "print selectors in verdicts in full")
+	cmd.AddCommand(claim)
+	return cmd
+}
+
+func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace, name string, wide bool) error {
+	claim, err := cs.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting ResourceClaim %s/%s: %w", namespace, name, err)
+	}
+	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("listing ResourceSlices of %s: %w", rewrite.DriverName, err)
+	}
+	classes, err := deviceClasses(ctx, cs, claim)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "Claim:    %s/%s\n", claim.Namespace, claim.Name)
+	if p := claim.Annotations["prism.dev/profile"]; p != "" {
+		fmt.Fprintf(out, "Profile:  %s\n", p)
+	}
+	if plan := claim.Annotations[rewrite.AnnotationKey]; plan != "" {
+		fmt.Fprintf(out, "Rewrite:  %s\n", plan)
+	}
+	if claim.Status.Allocation == nil {
+		fmt.Fprintln(out, "Allocated: not yet")
+	}
+	fmt.Fprintln(out)
+	rows := explain.Explain(ctx, claim, slices.Items, classes)
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(out, "No devices published by %s.\n", rewrite.DriverName)
+		return err
+	}
+	return explain.WriteTable(out, rows, wide)
+}
+
+// deviceClasses gets every class the claim refers to. A class that does
+// not exist is left out; Explain reports it per device.
+func deviceClasses(ctx context.Context, cs kubernetes.Interface, claim *resourceapi.ResourceClaim) ([]resourceapi.DeviceClass, error) {
+	names := sets.New[string]()
+	for _, r := range claim.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			names.Insert(r.Exactly.DeviceClassName)
+		}
+		for _, s := range r.FirstAvailable {
+			names.Insert(s.DeviceClassName)
+		}
+	}
+	var out []resourceapi.DeviceClass
+	for _, n := range sets.List(names) {
+		c, err := cs.ResourceV1().DeviceClasses().Get(ctx, n, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("getting DeviceClass %s: %w", n, err)
+		}
+		out = append(out, *c)
+	}
+	return out, nil
+}

@@ -1,0 +1,87 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explaincmd
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+func TestExplainClaim(t *testing.T) {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ml", Annotations: map[string]string{"prism.dev/rewrite": `{"profile":"p","action":"profile"}`}},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.prism.dev"},
+		}}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.prism.dev", Pool: "n1", Device: "gpu-0"}},
+		}}},
+	}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.prism.dev", NodeName: ptr.To("n1"), Pool: resourceapi.ResourcePool{Name: "n1", Generation: 1},
+			Devices: []resourceapi.Device{{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: ptr.To("NVIDIA L4")}}}}},
+	}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.prism.dev"}}
+
+	tests := []struct {
+		name    string
+		objects []runtime.Object
+		claim   string
+		want    []string
+		wantErr string
+	}{
+		{name: "allocated claim", objects: []runtime.Object{claim, slice, class}, claim: "c",
+			want: []string{"Claim:    ml/c", `Rewrite:  {"profile":"p","action":"profile"}`, "n1    gpu-0   NVIDIA L4  -      * gpu      matches gpu"}},
+		{name: "no devices", objects: []runtime.Object{claim, class}, claim: "c", want: []string{"No devices published by gpu.prism.dev."}},
+		{name: "missing claim", objects: []runtime.Object{slice}, claim: "c", wantErr: "getting ResourceClaim ml/c"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(tc.objects...)
+			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SilenceUsage = true
+			cmd.SetArgs([]string{"claim", tc.claim})
+			err := cmd.Execute()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output does not contain %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}

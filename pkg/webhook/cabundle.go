@@ -1,0 +1,209 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+)
+
+// Names of the webhook configurations the controller keeps a caBundle in.
+const (
+	MutatingConfigName   = "prism-rewrite"
+	ValidatingConfigName = "prism-validate"
+)
+
+// maxBundleCerts bounds the caBundle. Each controller replica (and each
+// restart) in self-signed mode brings its own CA; they are merged rather
+// than replaced so that replicas do not take turns locking each other out.
+const maxBundleCerts = 8
+
+// CABundleInjector keeps the caBundle of the webhook configurations
+// trusting Bundle. Someone resetting it (a Helm upgrade, kubectl apply) is
+// undone within Interval.
+type CABundleInjector struct {
+	Client                       kubernetes.Interface
+	MutatingName, ValidatingName string
+	// Bundle returns the PEM CA certificates that must be trusted.
+	Bundle func() []byte
+	// Interval between checks; defaults to 30s. Failures are retried
+	// sooner, with backoff.
+	Interval time.Duration
+
+	now func() time.Time
+}
+
+// Run calls Sync until ctx is done.
+func (i *CABundleInjector) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	interval := i.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	backoff := time.Second
+	for {
+		wait := interval
+		if err := i.Sync(ctx); err != nil {
+			logger.Error(err, "Updating webhook caBundle, retrying", "in", backoff)
+			wait, backoff = backoff, min(2*backoff, interval)
+		} else {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Sync makes every webhook of both configurations trust Bundle. It fails
+// while a configuration does not exist, which is normal during install.
+func (i *CABundleInjector) Sync(ctx context.Context) error {
+	ours, err := parseCerts(i.Bundle())
+	if err != nil || len(ours) == 0 {
+		return fmt.Errorf("own CA bundle unusable: %w", errors.Join(err, errors.New("no certificates")))
+	}
+	now := time.Now()
+	if i.now != nil {
+		now = i.now()
+	}
+	merge := func(existing []byte) []byte { return mergeBundle(existing, ours, now) }
+
+	var errs []error
+	if i.MutatingName != "" {
+		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			api := i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+			cfg, err := api.Get(ctx, i.MutatingName, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("getting MutatingWebhookConfiguration %s: %w", i.MutatingName, err)
+			}
+			changed := false
+			for j := range cfg.Webhooks {
+				changed = setBundle(&cfg.Webhooks[j].ClientConfig, merge) || changed
+			}
+			if !changed {
+				return nil
+			}
+			if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", i.MutatingName, err)
+			}
+			klog.FromContext(ctx).Info("Updated caBundle", "mutatingWebhookConfiguration", i.MutatingName)
+			return nil
+		}))
+	}
+	if i.ValidatingName != "" {
+		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			api := i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+			cfg, err := api.Get(ctx, i.ValidatingName, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("getting ValidatingWebhookConfiguration %s: %w", i.ValidatingName, err)
+			}
+			changed := false
+			for j := range cfg.Webhooks {
+				changed = setBundle(&cfg.Webhooks[j].ClientConfig, merge) || changed
+			}
+			if !changed {
+				return nil
+			}
+			if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", i.ValidatingName, err)
+			}
+			klog.FromContext(ctx).Info("Updated caBundle", "validatingWebhookConfiguration", i.ValidatingName)
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+func setBundle(cc *admissionregistrationv1.WebhookClientConfig, merge func([]byte) []byte) bool {
+	want := merge(cc.CABundle)
+	if bytes.Equal(want, cc.CABundle) {
+		return false
+	}
+	cc.CABundle = want
+	return true
+}
+
+// mergeBundle returns ours plus the unexpired certificates of existing, at
+// most maxBundleCerts, newest first. The order depends only on the set, so
+// replicas computing it agree and stop updating.
+func mergeBundle(existing []byte, ours []*x509.Certificate, now time.Time) []byte {
+	theirs, _ := parseCerts(existing) // unparsable blocks are dropped
+	keep := slices.Clone(ours)
+	seen := func(c *x509.Certificate) bool {
+		return slices.ContainsFunc(keep, func(k *x509.Certificate) bool { return k.Equal(c) })
+	}
+	sortNewestFirst(theirs)
+	for _, c := range theirs {
+		if len(keep) >= maxBundleCerts {
+			break
+		}
+		if now.Before(c.NotAfter) && !seen(c) {
+			keep = append(keep, c)
+		}
+	}
+	sortNewestFirst(keep)
+	var buf bytes.Buffer
+	for _, c := range keep {
+		_ = pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	return buf.Bytes()
+}
+
+func sortNewestFirst(certs []*x509.Certificate) {
+	slices.SortStableFunc(certs, func(a, b *x509.Certificate) int {
+		if c := b.NotBefore.Compare(a.NotBefore); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Raw, b.Raw)
+	})
+}
+
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
+	var errs []error
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, errors.Join(errs...)
+}

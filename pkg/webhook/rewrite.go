@@ -1,0 +1,463 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+const (
+	// ProfileAnnotation names the WorkloadProfile, in the claim's namespace,
+	// that a claim is rewritten for.
+	ProfileAnnotation = "prism.dev/profile"
+	// AutoProfileAnnotation set to "false" on a claim keeps the webhook
+	// from turning profiling on when the profile has no measurements.
+	AutoProfileAnnotation = "prism.dev/auto-profile"
+	// RewriteAnnotation holds what the webhook did, as compact JSON.
+	RewriteAnnotation = rewrite.AnnotationKey
+)
+
+// Event reasons recorded on claims.
+const (
+	EventReasonRewritten    = "Rewritten"
+	EventReasonProfiling    = "ProfilingRequested"
+	EventReasonNotRewritten = "NotRewritten"
+)
+
+// EventRecorder is the part of record.EventRecorder the webhook uses. The
+// recorder must not block: client-go's broadcaster queues and drops.
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// RewriterOptions configure NewRewriter.
+type RewriterOptions struct {
+	// Profiles reads WorkloadProfiles. It is called on every annotated
+	// claim, so it should be an informer-backed cache.
+	Profiles client.Reader
+	// Policy is the cluster default; a profile's spec.policy overrides it.
+	Policy rewrite.Policy
+	// AutoProfile adds a profiling GpuConfig to claims whose profile has
+	// no measurements yet.
+	AutoProfile bool
+	// Recorder receives one event per annotated claim. Optional.
+	Recorder EventRecorder
+	// Metrics must not be nil.
+	Metrics *Metrics
+}
+
+// ParsePolicy checks a cluster-wide policy name.
+func ParsePolicy(s string) (rewrite.Policy, error) {
+	switch p := rewrite.Policy(s); p {
+	case rewrite.Performance, rewrite.Economy:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown policy %q: must be %q or %q", s, rewrite.Performance, rewrite.Economy)
+}
+
+// NewRewriter returns the mutating webhook for ResourceClaim CREATE. It
+// always admits: a broken or hostile profile costs the claim its rewrite,
+// never its creation.
+func NewRewriter(opts RewriterOptions) (http.Handler, error) {
+	if opts.Profiles == nil || opts.Metrics == nil {
+		return nil, errors.New("rewriter needs a profile reader and metrics")
+	}
+	if _, err := ParsePolicy(string(opts.Policy)); err != nil {
+		return nil, err
+	}
+	r := &rewriter{opts: opts}
+	return &reviewHandler{name: "rewrite", metrics: opts.Metrics, review: r.review}, nil
+}
+
+// warningSkips are the skips the claim's author or the profile's owner can
+// fix; the others are either intended or the operator's business.
+var warningSkips = map[string]bool{
+	skipInvalidProfileName: true,
+	skipInvalidProfile:     true,
+}
+
+type rewriter struct {
+	opts RewriterOptions
+}
+
+// outcome is what review decided, before it is turned into a response.
+type outcome struct {
+	skip    string // skip reason; "" when ops are set
+	message string // for the log and the event
+	ops     []patchOp
+	event   string // event reason, "" for none
+}
+
+func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	logger := klog.FromContext(ctx)
+	if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.Resource.Resource != "resourceclaims" || req.SubResource != "" {
+		r.opts.Metrics.skipped.WithLabelValues(skipUnsupported).Inc()
+		return allowed()
+	}
+	claim := &resourceapi.ResourceClaim{}
+	if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
+		logger.Error(err, "Decoding ResourceClaim, admitting it unchanged")
+		r.opts.Metrics.skipped.WithLabelValues(skipDecodeError).Inc()
+		return allowed()
+	}
+	if claim.Namespace == "" {
+		claim.Namespace = req.Namespace
+	}
+	if claim.Name == "" {
+		claim.Name = req.Name
+	}
+
+	out := r.decide(ctx, claim)
+	if out.skip != "" {
+		r.opts.Metrics.skipped.WithLabelValues(out.skip).Inc()
+		if out.skip != skipNoAnnotation {
+			logger.V(2).Info("Admitting claim unchanged", "reason", out.skip, "detail", out.message)
+			eventType := corev1.EventTypeNormal
+			if warningSkips[out.skip] {
+				eventType = corev1.EventTypeWarning
+			}
+			r.event(ctx, claim, eventType, EventReasonNotRewritten, out.skip+": "+out.message)
+		}
+		return allowed()
+	}
+	resp, err := patched(out.ops)
+	if err != nil {
+		logger.Error(err, "Admitting claim unchanged")
+		r.opts.Metrics.skipped.WithLabelValues(skipEncodeError).Inc()
+		return allowed()
+	}
+	logger.V(2).Info("Patching claim", "action", out.event, "detail", out.message)
+	r.event(ctx, claim, corev1.EventTypeNormal, out.event, out.message)
+	return resp
+}
+
+// decide works out the patch for an annotated claim, or why there is none.
+// It counts rewrites; skips are counted by the caller.
+func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim) outcome {
+	name := claim.Annotations[ProfileAnnotation]
+	if name == "" {
+		return outcome{skip: skipNoAnnotation}
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", ProfileAnnotation, name, strings.Join(errs, "; "))}
+	}
+	if !hasGPURequest(&claim.Spec) {
+		return outcome{skip: skipNotGPU, message: "no request for device class " + rewrite.DeviceClassName}
+	}
+
+	wp := &prismv1alpha1.WorkloadProfile{}
+	err := r.opts.Profiles.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: name}, wp)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.autoProfile(claim, name, nil)
+	case err != nil:
+		return outcome{skip: skipLookupError, message: fmt.Sprintf("getting WorkloadProfile %s/%s: %v", claim.Namespace, name, err)}
+	case wp.Status.BoundType == "":
+		return r.autoProfile(claim, name, wp)
+	}
+	return r.rewrite(ctx, claim, wp)
+}
+
+func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
+	policy := r.opts.Policy
+	if wp.Spec.Policy != "" {
+		policy = rewrite.Policy(wp.Spec.Policy)
+	}
+	profile := rewrite.Profile{
+		Name:                 wp.Name,
+		BoundType:            rewrite.BoundType(wp.Status.BoundType),
+		MinMemory:            wp.Spec.MinMemory,
+		PeakMemory:           wp.Status.PeakMemory,
+		MinComputeCapability: wp.Spec.MinComputeCapability,
+		Policy:               policy,
+	}
+	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile)
+	switch {
+	case errors.Is(err, rewrite.ErrInvalidProfile):
+		return outcome{skip: skipInvalidProfile, message: err.Error()}
+	case err != nil:
+		return outcome{skip: skipRewriteError, message: err.Error()}
+	case len(plan.Rewritten) == 0 && (plan.BoundType == rewrite.Balanced || plan.BoundType == rewrite.Unknown):
+		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
+	case len(plan.Rewritten) == 0:
+		return outcome{skip: skipNoEligible, message: untouchedSummary(plan)}
+	}
+	// pkg/rewrite promises catalogue-only selectors; this is the last line
+	// before the API server, so the promise is checked, not trusted.
+	if bad := foreignSelector(&claim.Spec, spec); bad != "" {
+		klog.FromContext(ctx).Error(nil, "Rewrite produced a selector outside the catalogue, admitting claim unchanged", "selector", bad)
+		return outcome{skip: skipUnexpectedSelector, message: "generated selector is not in the catalogue"}
+	}
+	ann, err := plan.Annotation()
+	if err != nil {
+		return outcome{skip: skipEncodeError, message: err.Error()}
+	}
+	r.opts.Metrics.rewrites.WithLabelValues(string(plan.BoundType), string(plan.Policy)).Inc()
+	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
+	return outcome{ops: ops, event: EventReasonRewritten, message: planSummary(plan)}
+}
+
+// autoProfileNote is the annotation written when a claim is profiled
+// instead of rewritten.
+type autoProfileNote struct {
+	Profile string `json:"profile"`
+	Action  string `json:"action"`
+	Reason  string `json:"reason"`
+}
+
+// profilingParameters is the opaque GpuConfig that turns profiling on with
+// the driver's defaults. It is written out rather than marshalled from
+// GpuConfig so that it carries no defaulted fields: the kubelet plugin's
+// defaults apply, whatever version it is.
+var profilingParameters = []byte(`{"apiVersion":"` + gpuv1alpha1.GroupName + "/" + gpuv1alpha1.Version +
+	`","kind":"` + gpuv1alpha1.GpuConfigKind + `","profiling":{"enabled":true}}`)
+
+func (r *rewriter) autoProfile(claim *resourceapi.ResourceClaim, name string, wp *prismv1alpha1.WorkloadProfile) outcome {
+	reason := "profile not found: this run is profiled"
+	if wp != nil {
+		reason = "profile has no measurements yet: this run is profiled"
+	}
+	switch {
+	case !r.opts.AutoProfile && wp == nil:
+		return outcome{skip: skipNotFoundAutoOff, message: fmt.Sprintf("WorkloadProfile %s not found and auto-profiling is off", name)}
+	case !r.opts.AutoProfile:
+		return outcome{skip: skipNotProfiledAutoOff, message: fmt.Sprintf("WorkloadProfile %s has no measurements and auto-profiling is off", name)}
+	case strings.EqualFold(claim.Annotations[AutoProfileAnnotation], "false"):
+		return outcome{skip: skipOptOut, message: AutoProfileAnnotation + " is false"}
+	case wp != nil && wp.Spec.DisableAutoProfiling:
+		return outcome{skip: skipProfileDisablesAuto, message: fmt.Sprintf("WorkloadProfile %s sets disableAutoProfiling", name)}
+	}
+	refs := unconfiguredGPURequests(&claim.Spec)
+	if len(refs) == 0 {
+		return outcome{skip: skipGPUConfigPresent, message: "every GPU request already has a GpuConfig; it is not overridden"}
+	}
+	if len(claim.Spec.Devices.Config) >= resourceapi.DeviceConfigMaxSize {
+		return outcome{skip: skipConfigLimit, message: fmt.Sprintf("claim already has %d configs", len(claim.Spec.Devices.Config))}
+	}
+	config := resourceapi.DeviceClaimConfiguration{
+		Requests: refs,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver:     rewrite.DriverName,
+			Parameters: runtime.RawExtension{Raw: profilingParameters},
+		}},
+	}
+	note, err := json.Marshal(autoProfileNote{Profile: name, Action: "profile", Reason: reason})
+	if err != nil {
+		return outcome{skip: skipEncodeError, message: err.Error()}
+	}
+	var op patchOp
+	if claim.Spec.Devices.Config == nil {
+		op = patchOp{Op: "add", Path: "/spec/devices/config", Value: []resourceapi.DeviceClaimConfiguration{config}}
+	} else {
+		op = patchOp{Op: "add", Path: "/spec/devices/config/-", Value: config}
+	}
+	r.opts.Metrics.profiling.Inc()
+	return outcome{
+		ops:     []patchOp{op, annotationOp(string(note))},
+		event:   EventReasonProfiling,
+		message: fmt.Sprintf("%s; profiling enabled for %s", reason, strings.Join(refs, ", ")),
+	}
+}
+
+func (r *rewriter) event(ctx context.Context, claim *resourceapi.ResourceClaim, eventType, reason, message string) {
+	if r.opts.Recorder == nil {
+		return
+	}
+	if claim.Name == "" {
+		// Without a name (an old API server that generates names after
+		// admission) the event could not be attached to anything.
+		klog.FromContext(ctx).V(4).Info("Claim has no name yet, not recording event", "reason", reason)
+		return
+	}
+	r.opts.Recorder.Eventf(claim, eventType, reason, "%s", message)
+}
+
+// annotationOp adds or replaces the rewrite annotation. The annotations map
+// exists: the profile annotation brought the claim here.
+func annotationOp(value string) patchOp {
+	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(RewriteAnnotation), Value: value}
+}
+
+// specOps replaces only the requests that changed, so that fields of the
+// claim this binary does not know (from a newer API server) survive. If
+// anything else differs the whole spec is replaced.
+func specOps(orig, out *resourceapi.ResourceClaimSpec) []patchOp {
+	a, b := orig.Devices, out.Devices
+	a.Requests, b.Requests = nil, nil
+	if len(orig.Devices.Requests) != len(out.Devices.Requests) || !equality.Semantic.DeepEqual(a, b) {
+		return []patchOp{{Op: "replace", Path: "/spec", Value: out}}
+	}
+	var ops []patchOp
+	for i := range out.Devices.Requests {
+		if !equality.Semantic.DeepEqual(orig.Devices.Requests[i], out.Devices.Requests[i]) {
+			ops = append(ops, patchOp{Op: "replace", Path: fmt.Sprintf("/spec/devices/requests/%d", i), Value: out.Devices.Requests[i]})
+		}
+	}
+	return ops
+}
+
+// catalogue is the set of selectors pkg/rewrite may generate.
+var catalogue = sync.OnceValue(func() map[string]struct{} {
+	set := make(map[string]struct{})
+	for _, s := range rewrite.Catalogue() {
+		set[s] = struct{}{}
+	}
+	return set
+})
+
+// foreignSelector returns a CEL selector of out that is neither in the
+// catalogue nor one the user wrote in orig, or "".
+func foreignSelector(orig, out *resourceapi.ResourceClaimSpec) string {
+	own := make(map[string]struct{})
+	forEachSelector(orig, func(s resourceapi.DeviceSelector) string {
+		if s.CEL != nil {
+			own[s.CEL.Expression] = struct{}{}
+		}
+		return ""
+	})
+	cat := catalogue()
+	return forEachSelector(out, func(s resourceapi.DeviceSelector) string {
+		if s.CEL == nil {
+			return "<non-CEL selector>"
+		}
+		if _, ok := cat[s.CEL.Expression]; ok {
+			return ""
+		}
+		if _, ok := own[s.CEL.Expression]; ok {
+			return ""
+		}
+		return s.CEL.Expression
+	})
+}
+
+// forEachSelector calls f for every request selector and stops at the first
+// non-empty result.
+func forEachSelector(spec *resourceapi.ResourceClaimSpec, f func(resourceapi.DeviceSelector) string) string {
+	for _, r := range spec.Devices.Requests {
+		var lists [][]resourceapi.DeviceSelector
+		if r.Exactly != nil {
+			lists = append(lists, r.Exactly.Selectors)
+		}
+		for _, sub := range r.FirstAvailable {
+			lists = append(lists, sub.Selectors)
+		}
+		for _, l := range lists {
+			for _, s := range l {
+				if bad := f(s); bad != "" {
+					return bad
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func hasGPURequest(spec *resourceapi.ResourceClaimSpec) bool {
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && r.Exactly.DeviceClassName == rewrite.DeviceClassName {
+			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if sub.DeviceClassName == rewrite.DeviceClassName {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unconfiguredGPURequests returns the GPU requests (subrequests as
+// "request/subrequest") that no gpu.prism.dev config of the claim applies
+// to. The kubelet plugin uses the last matching GpuConfig as a whole, so
+// adding one for a request the user configured would silently drop the
+// user's settings.
+func unconfiguredGPURequests(spec *resourceapi.ResourceClaimSpec) []string {
+	configured := make(map[string]bool)
+	for _, c := range spec.Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != rewrite.DriverName {
+			continue
+		}
+		if len(c.Requests) == 0 {
+			return nil
+		}
+		for _, name := range c.Requests {
+			configured[name] = true
+		}
+	}
+	var refs []string
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && r.Exactly.DeviceClassName == rewrite.DeviceClassName && !configured[r.Name] {
+			refs = append(refs, r.Name)
+		}
+		if configured[r.Name] {
+			continue
+		}
+		for _, sub := range r.FirstAvailable {
+			ref := r.Name + "/" + sub.Name
+			if sub.DeviceClassName == rewrite.DeviceClassName && !configured[ref] {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	return refs
+}
+
+func planSummary(p *rewrite.Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "profile %s (%s, %s): %s", p.Profile, p.BoundType, p.Policy, strings.Join(p.Rewritten, ", "))
+	names := make([]string, 0, len(p.Alternatives))
+	for _, a := range p.Alternatives {
+		names = append(names, a.Name)
+	}
+	fmt.Fprintf(&b, " -> firstAvailable [%s]", strings.Join(names, ", "))
+	if p.HardNeeds != "" {
+		fmt.Fprintf(&b, "; hard needs %s", p.HardNeeds)
+	}
+	if len(p.Untouched) > 0 {
+		fmt.Fprintf(&b, "; %d request(s) untouched", len(p.Untouched))
+	}
+	return b.String()
+}
+
+func untouchedSummary(p *rewrite.Plan) string {
+	parts := make([]string, 0, len(p.Untouched))
+	for _, u := range p.Untouched {
+		parts = append(parts, u.Request+": "+u.Reason)
+	}
+	return "no request could be rewritten (" + strings.Join(parts, "; ") + ")"
+}

@@ -1,0 +1,79 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Paths the webhooks are served on; the webhook configurations must use
+// them.
+const (
+	RewritePath  = "/rewrite-resourceclaims"
+	ValidatePath = "/validate"
+)
+
+// NewMux routes the two webhooks.
+func NewMux(rewriter, validator http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle(RewritePath, rewriter)
+	mux.Handle(ValidatePath, validator)
+	return mux
+}
+
+// Serve serves handler over TLS on l until ctx is done, then drains
+// in-flight requests for a few seconds. getCertificate is asked on every
+// handshake, so rotated certificates are picked up without a restart.
+func Serve(ctx context.Context, l net.Listener, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), handler http.Handler) error {
+	srv := &http.Server{
+		Handler: handler,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: getCertificate,
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		// The API server keeps connections open; an idle limit above its
+		// own (90s) would make it reuse a connection we are closing.
+		IdleTimeout: 60 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			klog.FromContext(ctx).Error(err, "Shutting down webhook server")
+		}
+	}()
+	klog.FromContext(ctx).Info("Serving webhooks", "address", l.Addr().String())
+	err := srv.ServeTLS(l, "", "")
+	if errors.Is(err, http.ErrServerClosed) {
+		<-done
+		return nil
+	}
+	return fmt.Errorf("serving webhooks on %s: %w", l.Addr(), err)
+}

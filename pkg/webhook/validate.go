@@ -1,0 +1,177 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// MaxProfileMinMemory bounds spec.minMemory. No GPU comes close; a larger
+// value is a unit mistake (1T instead of 1Ti is fine, 1P is not).
+var MaxProfileMinMemory = resource.MustParse("1Ti")
+
+var (
+	claimGK         = schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaim"}
+	claimTemplateGK = schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaimTemplate"}
+	profileGK       = prismv1alpha1.GroupVersion.WithKind("WorkloadProfile").GroupKind()
+
+	// computeCapabilityRE matches the CRD's pattern; it is checked here too
+	// because a CRD installed from an older manifest may lack it.
+	computeCapabilityRE = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]{1,2}$`)
+
+	policies = sets.New(string(prismv1alpha1.PolicyPerformance), string(prismv1alpha1.PolicyEconomy))
+	sharings = sets.New(string(prismv1alpha1.SharingExclusive), string(prismv1alpha1.SharingFractional))
+)
+
+// NewValidator returns the validating webhook for GpuConfig parameters in
+// ResourceClaims and ResourceClaimTemplates, and for WorkloadProfile specs.
+// Catching a bad GpuConfig here turns a pod stuck in ContainerCreating into
+// an error at kubectl apply.
+func NewValidator(metrics *Metrics) (http.Handler, error) {
+	if metrics == nil {
+		return nil, errors.New("validator needs metrics")
+	}
+	v := &validator{metrics: metrics}
+	return &reviewHandler{name: "validate", metrics: metrics, review: v.review}, nil
+}
+
+type validator struct {
+	metrics *Metrics
+}
+
+func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return allowed()
+	}
+	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
+	var (
+		errs     field.ErrorList
+		warnings []string
+		err      error
+	)
+	switch gk {
+	case claimGK:
+		claim := &resourceapi.ResourceClaim{}
+		if err = json.Unmarshal(req.Object.Raw, claim); err == nil {
+			errs = validateDeviceConfigs(claim.Spec.Devices.Config, field.NewPath("spec", "devices", "config"))
+		}
+	case claimTemplateGK:
+		tmpl := &resourceapi.ResourceClaimTemplate{}
+		if err = json.Unmarshal(req.Object.Raw, tmpl); err == nil {
+			errs = validateDeviceConfigs(tmpl.Spec.Spec.Devices.Config, field.NewPath("spec", "spec", "devices", "config"))
+		}
+	case profileGK:
+		wp := &prismv1alpha1.WorkloadProfile{}
+		if err = json.Unmarshal(req.Object.Raw, wp); err == nil {
+			errs, warnings = validateProfileSpec(ctx, &wp.Spec, field.NewPath("spec"))
+		}
+	default:
+		return allowed()
+	}
+	if err != nil {
+		// The API server decoded the object before us, so this is a
+		// version skew in a field we do not look at. The kubelet plugin
+		// still validates the config when it prepares the claim.
+		klog.FromContext(ctx).Error(err, "Decoding object, admitting it without validation")
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{"prism: object not validated: " + err.Error()}}
+	}
+	if len(errs) == 0 {
+		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
+	}
+	v.metrics.denied.WithLabelValues(gk.Kind).Inc()
+	status := apierrors.NewInvalid(gk, req.Name, errs).Status()
+	klog.FromContext(ctx).V(2).Info("Denying object", "message", status.Message)
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &status, Warnings: warnings}
+}
+
+// validateDeviceConfigs decodes every opaque GpuConfig the way the kubelet
+// plugin will.
+func validateDeviceConfigs(configs []resourceapi.DeviceClaimConfiguration, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range configs {
+		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.GroupName {
+			continue
+		}
+		p := path.Index(i).Child("opaque", "parameters")
+		if _, err := gpuv1alpha1.Decode(c.Opaque.Parameters.Raw); err != nil {
+			errs = append(errs, field.Invalid(p, field.OmitValueType{}, err.Error()))
+		}
+	}
+	return errs
+}
+
+// validateProfileSpec checks what a user pins. Warnings are for specs that
+// are valid but cannot be acted on, such as a memory floor above every
+// GPU the rewrite knows.
+func validateProfileSpec(ctx context.Context, spec *prismv1alpha1.WorkloadProfileSpec, path *field.Path) (field.ErrorList, []string) {
+	var errs field.ErrorList
+	if q := spec.MinMemory; q != nil {
+		p := path.Child("minMemory")
+		switch {
+		case q.Sign() <= 0:
+			errs = append(errs, field.Invalid(p, q.String(), "must be greater than zero"))
+		case q.Cmp(MaxProfileMinMemory) > 0:
+			errs = append(errs, field.Invalid(p, q.String(), "must be at most "+MaxProfileMinMemory.String()))
+		}
+	}
+	if cc := spec.MinComputeCapability; cc != "" && !computeCapabilityRE.MatchString(cc) {
+		errs = append(errs, field.Invalid(path.Child("minComputeCapability"), cc, `must be "major.minor", for example "8.0"`))
+	}
+	if spec.Policy != "" && !policies.Has(string(spec.Policy)) {
+		errs = append(errs, field.NotSupported(path.Child("policy"), spec.Policy, sets.List(policies)))
+	}
+	if spec.Sharing != "" && !sharings.Has(string(spec.Sharing)) {
+		errs = append(errs, field.NotSupported(path.Child("sharing"), spec.Sharing, sets.List(sharings)))
+	}
+	if len(errs) > 0 {
+		return errs, nil
+	}
+	// A dry run against a one-request claim finds floors the catalogue
+	// cannot express, with pkg/rewrite's own wording.
+	probe := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name:    "probe",
+		Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName},
+	}}}}
+	_, _, err := rewrite.Rewrite(ctx, probe, rewrite.Profile{
+		BoundType:            rewrite.MemoryBound,
+		MinMemory:            spec.MinMemory,
+		MinComputeCapability: spec.MinComputeCapability,
+		Policy:               rewrite.Policy(spec.Policy),
+	})
+	if err != nil {
+		return nil, []string{fmt.Sprintf("claims that use this profile will not be rewritten: %v", err)}
+	}
+	return nil, nil
+}

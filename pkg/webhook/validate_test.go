@@ -1,0 +1,112 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestValidator(t *testing.T) {
+	tests := []struct {
+		name    string
+		fixture string
+		kind    metav1.GroupVersionKind
+		op      admissionv1.Operation
+		// wantDenied lists substrings of the denial message; empty means
+		// the object is admitted.
+		wantDenied  []string
+		wantWarning string
+	}{
+		{name: "claim without config", fixture: "claim-plain.json", kind: claimGVK},
+		{name: "claim with valid GpuConfig", fixture: "claim-good-config.json", kind: claimGVK},
+		{
+			name: "claim with invalid GpuConfig", fixture: "claim-bad-config.json", kind: claimGVK,
+			wantDenied: []string{`ResourceClaim.resource.k8s.io "" is invalid`, "spec.devices.config[1].opaque.parameters", `sharing.strategy: Unsupported value: "Sometimes"`},
+		},
+		{
+			name: "claim update is validated too", fixture: "claim-bad-config.json", kind: claimGVK, op: admissionv1.Update,
+			wantDenied: []string{"spec.devices.config[1].opaque.parameters"},
+		},
+		{name: "claim delete is not validated", fixture: "claim-bad-config.json", kind: claimGVK, op: admissionv1.Delete},
+		{
+			name: "template with invalid GpuConfig", fixture: "template-bad-config.json", kind: tmplGVK,
+			wantDenied: []string{"ResourceClaimTemplate.resource.k8s.io", "spec.spec.devices.config[0].opaque.parameters", "profiling.launchCount", "between 1 and 1000"},
+		},
+		{name: "valid profile", fixture: "profile-good.json", kind: profileGVK},
+		{
+			name: "invalid profile", fixture: "profile-bad.json", kind: profileGVK,
+			wantDenied: []string{
+				`WorkloadProfile.prism.dev "" is invalid`,
+				`spec.minMemory: Invalid value: "2Ti": must be at most 1Ti`,
+				`spec.minComputeCapability: Invalid value: "eight": must be "major.minor"`,
+				`spec.policy: Unsupported value: "cheapest"`,
+				`spec.sharing: Unsupported value: "Sometimes"`,
+			},
+		},
+		{
+			name: "zero memory", fixture: "profile-zero-memory.json", kind: profileGVK,
+			wantDenied: []string{`spec.minMemory: Invalid value: "0": must be greater than zero`},
+		},
+		{
+			name: "memory above the largest GPU is a warning", fixture: "profile-too-big.json", kind: profileGVK,
+			wantWarning: "claims that use this profile will not be rewritten",
+		},
+		{name: "other kinds pass", fixture: "profile-bad.json", kind: metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}},
+	}
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewValidator(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			op := tc.op
+			if op == "" {
+				op = admissionv1.Create
+			}
+			resp := call(t, h, reviewBody(t, op, tc.kind, readFixture(t, tc.fixture)))
+			if len(tc.wantDenied) == 0 {
+				if !resp.Allowed {
+					t.Fatalf("denied: %s", resp.Result.Message)
+				}
+			} else {
+				if resp.Allowed || resp.Result == nil {
+					t.Fatalf("allowed, want denial with %q", tc.wantDenied)
+				}
+				if resp.Result.Reason != metav1.StatusReasonInvalid || resp.Result.Code != 422 {
+					t.Errorf("reason %s code %d, want Invalid 422", resp.Result.Reason, resp.Result.Code)
+				}
+				for _, want := range tc.wantDenied {
+					if !strings.Contains(resp.Result.Message, want) {
+						t.Errorf("message %q does not contain %q", resp.Result.Message, want)
+					}
+				}
+			}
+			warnings := strings.Join(resp.Warnings, "\n")
+			if (tc.wantWarning == "") != (warnings == "") || !strings.Contains(warnings, tc.wantWarning) {
+				t.Errorf("warnings %q, want %q", warnings, tc.wantWarning)
+			}
+		})
+	}
+}
