@@ -298,13 +298,21 @@ func (r *rewriter) event(ctx context.Context, claim *resourceapi.ResourceClaim, 
 	if r.opts.Recorder == nil {
 		return
 	}
-	if claim.Name == "" {
-		// Without a name (an old API server that generates names after
-		// admission) the event could not be attached to anything.
-		klog.FromContext(ctx).V(4).Info("Claim has no name yet, not recording event", "reason", reason)
+	if claim.Name != "" {
+		r.opts.Recorder.Eventf(claim, eventType, reason, "%s", message)
 		return
 	}
-	r.opts.Recorder.Eventf(claim, eventType, reason, "%s", message)
+	// Claims generated from a pod's template get their name only after
+	// mutating admission. Their owning pod is known already, and it is
+	// where a user looks first: kubectl describe pod.
+	for _, ref := range claim.OwnerReferences {
+		if ref.Kind == "Pod" && ref.APIVersion == "v1" && ref.Controller != nil && *ref.Controller {
+			pod := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: claim.Namespace, Name: ref.Name, UID: ref.UID}
+			r.opts.Recorder.Eventf(pod, eventType, reason, "claim for pod %s: %s", ref.Name, message)
+			return
+		}
+	}
+	klog.FromContext(ctx).V(4).Info("Claim has neither a name nor an owning pod yet, not recording event", "reason", reason)
 }
 
 // annotationOp adds or replaces the rewrite annotation. The annotations map

@@ -480,3 +480,33 @@ func TestParsePolicy(t *testing.T) {
 		}
 	}
 }
+
+// A claim generated from a pod's template has no name at mutating admission,
+// so the explanation goes to the pod that owns it.
+func TestUnnamedGeneratedClaimExplainsOnItsPod(t *testing.T) {
+	h, _, rec := newTestRewriter(t, true, fakeReader(t, memoryBound))
+	var claim map[string]any
+	if err := json.Unmarshal(readFixture(t, "claim-profiled.json"), &claim); err != nil {
+		t.Fatal(err)
+	}
+	meta := claim["metadata"].(map[string]any)
+	delete(meta, "name")
+	meta["generateName"] = "trainer-0-gpu-"
+	meta["ownerReferences"] = []any{map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "trainer-0", "uid": "pod-uid", "controller": true}}
+	object, err := json.Marshal(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := call(t, h, reviewBody(t, admissionv1.Create, metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"}, object))
+	if !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("claim not rewritten: %+v", resp)
+	}
+	select {
+	case ev := <-rec.Events:
+		if !strings.Contains(ev, "Rewritten") || !strings.Contains(ev, "claim for pod trainer-0") {
+			t.Errorf("event %q does not explain the rewrite on the pod", ev)
+		}
+	default:
+		t.Error("no event recorded for an unnamed claim")
+	}
+}
