@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -189,8 +190,17 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 		if cfg.Profiling == nil || !cfg.Profiling.Enabled {
 			continue
 		}
-		if d.cfg.Profiling == nil {
-			return rec, errors.New("the claim asks for profiling, which is disabled on this node (prism-kubelet-plugin --profiling=false)")
+		// Profiling is a measurement, not a requirement: where this node
+		// cannot profile, the workload runs unprofiled rather than not at all.
+		unavailable := errors.New("profiling is disabled on this node (prism-kubelet-plugin --profiling=false)")
+		if d.cfg.Profiling != nil {
+			unavailable = profiling.Available(d.cfg.Profiling.Options)
+		}
+		if unavailable != nil {
+			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-unavailable").Inc()
+			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingUnavailable",
+				"Running unprofiled on node %s: %v", d.cfg.NodeName, unavailable)
+			break
 		}
 		raw, err := json.Marshal(cfg.Profiling)
 		if err != nil {

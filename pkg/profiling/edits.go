@@ -127,6 +127,20 @@ type Options struct {
 	ShimPath string
 }
 
+// Available reports whether ncu and the shim are where opts says; the error
+// wraps ErrUnavailable and names what is missing.
+func Available(opts Options) error {
+	if opts.NCUDir == "" {
+		return fmt.Errorf("%w: no Nsight Compute directory configured (prism-kubelet-plugin --ncu-path)", ErrUnavailable)
+	}
+	for _, p := range []string{filepath.Join(opts.NCUDir, ncuBinary), opts.ShimPath} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	return nil
+}
+
 // ClaimDir is the host directory of a claim's report.
 func ClaimDir(stateDir, claimUID string) string {
 	return filepath.Join(stateDir, profilesDir, claimUID)
@@ -148,12 +162,10 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 	if err != nil {
 		return nil, fmt.Errorf("profiling claim %s: %w", claimUID, err)
 	}
-	ncuPath := filepath.Join(opts.NCUDir, ncuBinary)
-	for _, p := range []string{ncuPath, opts.ShimPath} {
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("profiling claim %s: %w: %w", claimUID, ErrUnavailable, err)
-		}
+	if err := Available(opts); err != nil {
+		return nil, fmt.Errorf("profiling claim %s: %w", claimUID, err)
 	}
+	ncuPath := filepath.Join(opts.NCUDir, ncuBinary)
 
 	dir := ClaimDir(opts.StateDir, claimUID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
