@@ -40,6 +40,23 @@ e2e: testbed ## Integration and end-to-end tests on the local test bed (root).
 .PHONY: test
 test: verify unit e2e ## Every test: static checks, unit tests, test-bed integration and e2e.
 
+.PHONY: demo
+demo: testbed ## Start the demo cluster (a daemon, root) and run the scenarios of demo/specs.
+	bin=$(TESTBED_BIN); \
+	PRISM_TESTBED_BIN=$$bin $(GO) run ./demo/cmd/prism-demo up && \
+	PRISM_TESTBED_BIN=$$bin $(GO) run ./demo/cmd/prism-demo run
+
+.PHONY: demo-down
+demo-down: ## Stop the demo cluster and check that nothing is left behind.
+	$(GO) run ./demo/cmd/prism-demo down
+
+.PHONY: bench
+bench: testbed build ## Performance table (allocator, scheduler, prepare, admission, footprint) on the test bed (root); JSON in _output/bench/.
+	bin=$(TESTBED_BIN); \
+	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
+	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
+		--out=$(CURDIR)/_output/bench/bench.json $(BENCH_FLAGS)
+
 .PHONY: clean
 clean:
 	rm -rf $(BIN)

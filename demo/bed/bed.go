@@ -1,0 +1,301 @@
+// Package bed turns a test-bed cluster into a Prism demo environment: it
+// installs what the Helm chart renders that a host-process setup needs
+// (CRDs, DeviceClasses, RBAC), adds heterogeneous GPU nodes each with a
+// prism-kubelet-plugin on a simulated fleet, and runs prism-controller with
+// its webhooks registered by URL on loopback. The prism-demo daemon and the
+// demo e2e test both use it.
+package bed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// NodeSpec is one simulated GPU node.
+type NodeSpec struct {
+	Name  string
+	Fleet string // file name in demo/fleets
+}
+
+// DefaultNodes is the demo's heterogeneous fleet.
+var DefaultNodes = []NodeSpec{
+	{Name: "gpu-h100", Fleet: "h100-sxm-8.yaml"},
+	{Name: "gpu-a100", Fleet: "a100-40gb-8.yaml"},
+	{Name: "gpu-l4", Fleet: "l4-4.yaml"},
+}
+
+// Options configure Setup.
+type Options struct {
+	// RepoRoot holds deployments/ and demo/fleets.
+	RepoRoot string
+	// PluginBin and ControllerBin are the Prism binaries to run.
+	PluginBin, ControllerBin string
+	// NCUDir holds an executable named ncu (test/tools/fake-ncu); it makes
+	// profiled claims work. Empty disables profiling.
+	NCUDir string
+	// Nodes default to DefaultNodes.
+	Nodes []NodeSpec
+	// Log receives progress lines; nil discards them.
+	Log io.Writer
+}
+
+// Bed is a running demo environment.
+type Bed struct {
+	Cluster *testbed.Cluster
+	// StateDirs maps node name to its plugin's --state-dir.
+	StateDirs map[string]string
+	procs     []*testbed.Process
+	log       io.Writer
+}
+
+// CRDDirs are the CRD directories to pass to testbed.Start.
+func CRDDirs(repoRoot string) []string {
+	return []string{filepath.Join(repoRoot, "deployments", "crds")}
+}
+
+func (b *Bed) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "[prism-demo] "+format+"\n", args...)
+}
+
+// Setup installs Prism into a running test-bed cluster. On error, what was
+// started is stopped again (the cluster itself is the caller's).
+func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if len(opts.Nodes) == 0 {
+		opts.Nodes = DefaultNodes
+	}
+	b := &Bed{Cluster: c, StateDirs: map[string]string{}, log: opts.Log}
+	defer func() {
+		if err != nil {
+			b.Stop()
+		}
+	}()
+	if err := b.installManifests(ctx, opts.RepoRoot); err != nil {
+		return nil, err
+	}
+	for _, n := range opts.Nodes {
+		start := time.Now()
+		node, err := c.AddNode(ctx, testbed.NodeOptions{Name: n.Name})
+		if err != nil {
+			return nil, err
+		}
+		fleet := filepath.Join(opts.RepoRoot, "demo", "fleets", n.Fleet)
+		if err := b.startPlugin(ctx, node, fleet, opts); err != nil {
+			return nil, err
+		}
+		b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
+	}
+	start := time.Now()
+	if err := b.startController(ctx, opts.ControllerBin); err != nil {
+		return nil, err
+	}
+	b.logf("prism-controller ready, webhooks prism-rewrite and prism-validate registered (%s)", time.Since(start).Round(100*time.Millisecond))
+	return b, nil
+}
+
+// Stop stops the controller and the plugins, newest first. The cluster is
+// the caller's to stop.
+func (b *Bed) Stop() {
+	for i := len(b.procs) - 1; i >= 0; i-- {
+		_ = b.procs[i].Stop(5 * time.Second)
+	}
+	b.procs = nil
+}
+
+// rbacKinds are the objects of deployments/static/prism.yaml the demo applies.
+var rbacKinds = map[string]bool{"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
+
+func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
+	static := filepath.Join(repoRoot, "deployments", "static")
+	if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", filepath.Join(static, "deviceclasses.yaml")); err != nil {
+		return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
+	}
+	b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
+	data, err := os.ReadFile(filepath.Join(static, "prism.yaml"))
+	if err != nil {
+		return err
+	}
+	var keep [][]byte
+	skipped := map[string]int{}
+	for _, doc := range bytes.Split(data, []byte("\n---")) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind == "" {
+			continue
+		}
+		switch {
+		case rbacKinds[meta.Kind]:
+			keep = append(keep, doc)
+		case meta.Kind == "CustomResourceDefinition" || meta.Kind == "DeviceClass":
+			// Same objects as deployments/crds and deviceclasses.yaml, applied above.
+		default:
+			skipped[meta.Kind]++
+		}
+	}
+	rbac := filepath.Join(b.Cluster.WorkDir(), "prism-rbac.yaml")
+	if err := os.WriteFile(rbac, bytes.Join(keep, []byte("\n---")), 0o644); err != nil {
+		return err
+	}
+	if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", rbac); err != nil {
+		return fmt.Errorf("apply RBAC from prism.yaml: %w\n%s", err, out)
+	}
+	var kinds []string
+	for k, n := range skipped {
+		kinds = append(kinds, k+"×"+strconv.Itoa(n))
+	}
+	b.logf("applied %d Namespace/ServiceAccount/RBAC objects from deployments/static/prism.yaml", len(keep))
+	b.logf("skipped from prism.yaml (the demo runs the binaries as host processes and registers the webhooks by URL): %s", strings.Join(sorted(kinds), ", "))
+	return nil
+}
+
+func sorted(s []string) []string { sort.Strings(s); return s }
+
+func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string, opts Options) error {
+	port, err := testbed.FreePort()
+	if err != nil {
+		return err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	stateDir := filepath.Join(node.Dir, "prism-state")
+	args := []string{
+		"--node-name=" + node.Name,
+		"--kubeconfig=" + b.Cluster.KubeconfigPath,
+		"--kubelet-registrar-dir=" + node.RegistrarDir(),
+		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
+		"--cdi-root=" + filepath.Join(node.Dir, "cdi"),
+		"--state-dir=" + stateDir,
+		"--fleet=" + fleet,
+		"--http-address=" + addr,
+		"-v=2",
+	}
+	if opts.NCUDir != "" {
+		args = append(args, "--ncu-path="+opts.NCUDir)
+	}
+	proc, err := testbed.StartProcess(ctx, "prism-plugin-"+node.Name, node.Dir,
+		filepath.Join(b.Cluster.WorkDir(), "logs", "prism-plugin-"+node.Name+".log"), opts.PluginBin, args...)
+	if err != nil {
+		return err
+	}
+	b.procs = append(b.procs, proc)
+	b.StateDirs[node.Name] = stateDir
+	// Ready once /readyz answers (registered, slice published) and the
+	// slice is visible.
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if exited, err := proc.Exited(); exited {
+			return false, fmt.Errorf("prism-kubelet-plugin on %s exited: %v (log %s)", node.Name, err, proc.LogPath)
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		list, err := b.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
+		})
+		return err == nil && len(list.Items) > 0 && len(list.Items[0].Spec.Devices) > 0, nil
+	})
+}
+
+// startController runs prism-controller on loopback and registers its
+// webhooks by URL; the controller fills in their caBundle.
+func (b *Bed) startController(ctx context.Context, bin string) error {
+	c := b.Cluster
+	port, err := testbed.FreePort()
+	if err != nil {
+		return err
+	}
+	httpPort, err := testbed.FreePort()
+	if err != nil {
+		return err
+	}
+	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), bin,
+		"--kubeconfig="+c.KubeconfigPath, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
+		"--extra-sans=127.0.0.1", "--cert-dir="+filepath.Join(c.WorkDir(), "webhook-certs"), "--namespace=prism-system",
+		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance", "-v=2")
+	if err != nil {
+		return err
+	}
+	b.procs = append(b.procs, proc)
+
+	base := "https://127.0.0.1:" + strconv.Itoa(port)
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	ignore, fail := admissionregistrationv1.Ignore, admissionregistrationv1.Fail
+	create := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
+	createUpdate := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+	rule := func(group, res string, ops []admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{res},
+		}}
+	}
+	_, err = c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "prism-rewrite"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "rewrite.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/rewrite-resourceclaims")},
+			Rules:         []admissionregistrationv1.RuleWithOperations{rule("resource.k8s.io", "resourceclaims", create)},
+			FailurePolicy: &ignore, SideEffects: &sideEffects, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](5),
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	_, err = c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "prism-validate"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "validate.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/validate")},
+			Rules: []admissionregistrationv1.RuleWithOperations{
+				rule("resource.k8s.io", "resourceclaims", createUpdate), rule("resource.k8s.io", "resourceclaimtemplates", createUpdate),
+				rule("prism.dev", "workloadprofiles", createUpdate),
+			},
+			FailurePolicy: &fail, SideEffects: &sideEffects, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](5),
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if exited, err := proc.Exited(); exited {
+			return false, fmt.Errorf("prism-controller exited: %v (log %s)", err, proc.LogPath)
+		}
+		m, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
+		if err != nil || len(m.Webhooks[0].ClientConfig.CABundle) == 0 {
+			return false, nil
+		}
+		v, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "prism-validate", metav1.GetOptions{})
+		if err != nil || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
+			return false, nil
+		}
+		// The webhook answers: a dry-run claim is admitted.
+		_, err = c.Client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "prism-demo-probe"},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName},
+			}}}},
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil, nil
+	})
+}

@@ -1,0 +1,49 @@
+package e2e
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/demo/scenario"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// TestDemo runs every scenario of demo/specs, in-process, against a test-bed
+// cluster set up as `make demo` sets it up (without its daemon), and fails
+// if any scenario misses the expectation written into its spec file.
+func TestDemo(t *testing.T) {
+	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
+	ncuDir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(ncuDir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
+	}
+	var log bytes.Buffer
+	b, err := bed.Setup(ctx, cluster, bed.Options{
+		RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary, NCUDir: ncuDir, Log: &log,
+	})
+	t.Log(strings.TrimSpace(log.String()))
+	if err != nil {
+		t.Fatalf("set up demo environment: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	log.Reset()
+	res, err := scenario.Run(ctx, scenario.Env{Config: cluster.Config, StateDirs: b.StateDirs, RepoRoot: repoRoot, Log: &log}, filepath.Join(repoRoot, "demo", "specs"))
+	t.Log(strings.TrimSpace(log.String()))
+	var table bytes.Buffer
+	res.Print(&table)
+	t.Logf("results:\n%s", table.String())
+	if err != nil {
+		t.Fatalf("run scenarios: %v", err)
+	}
+	if len(res.Scenarios) < 10 {
+		t.Errorf("ran %d scenarios, want the 10 of demo/specs", len(res.Scenarios))
+	}
+	if failed := res.Failed(); len(failed) > 0 {
+		t.Errorf("scenarios missed their expectation: %s", strings.Join(failed, ", "))
+	}
+}
