@@ -9,8 +9,9 @@ import (
 )
 
 // pluginBinary is prism-kubelet-plugin built once for the whole package, with
-// the fault-injection hooks compiled in.
-var pluginBinary string
+// the fault-injection hooks compiled in; controllerBinary and prismctlBinary
+// are the other two binaries as shipped.
+var pluginBinary, controllerBinary, prismctlBinary string
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -24,11 +25,19 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	pluginBinary = filepath.Join(dir, "prism-kubelet-plugin")
-	build := exec.Command("go", "build", "-tags", "faultinject", "-o", pluginBinary, "github.com/prismgpu/prism/cmd/prism-kubelet-plugin")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "build prism-kubelet-plugin: %v\n", err)
-		return 1
+	controllerBinary = filepath.Join(dir, "prism-controller")
+	prismctlBinary = filepath.Join(dir, "prismctl")
+	for _, b := range []struct{ out, pkg, tags string }{
+		{pluginBinary, "github.com/prismgpu/prism/cmd/prism-kubelet-plugin", "faultinject"},
+		{controllerBinary, "github.com/prismgpu/prism/cmd/prism-controller", ""},
+		{prismctlBinary, "github.com/prismgpu/prism/cmd/prismctl", ""},
+	} {
+		build := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, b.pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n", b.pkg, err)
+			return 1
+		}
 	}
 	return m.Run()
 }

@@ -18,8 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -299,4 +302,18 @@ func stringAttr(d resourceapi.Device, name string) string {
 
 func runKubectl(c *testbed.Cluster, args ...string) (string, error) {
 	return testbed.Kubectl(context.Background(), c, args...)
+}
+
+// prismClient reads and writes Prism's own API types in the cluster.
+func prismClient(t *testing.T, c *testbed.Cluster) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

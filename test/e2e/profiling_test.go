@@ -102,14 +102,7 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	}
 	deletePod(ctx, t, cluster.Client, "vecadd")
 
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := prismClient(t, cluster)
 	var wp prismv1alpha1.WorkloadProfile
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "vecadd"}, &wp); err != nil {

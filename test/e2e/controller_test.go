@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// controllerEnv is a heterogeneous cluster (8×H100 SXM, 8×A100-40GB, 4×L4,
+// one real kubelet and plugin each) with prism-controller serving its
+// webhooks over real TLS.
+type controllerEnv struct {
+	ctx     context.Context
+	cluster *testbed.Cluster
+	prism   client.Client
+}
+
+func newControllerEnv(t *testing.T) *controllerEnv {
+	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
+	b, err := bed.Setup(ctx, cluster, bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	c := prismClient(t, cluster)
+	return &controllerEnv{ctx: ctx, cluster: cluster, prism: c}
+}
+
+// createProfile creates a WorkloadProfile and sets its measured status.
+func (e *controllerEnv) createProfile(t *testing.T, name string, spec prismv1alpha1.WorkloadProfileSpec, status prismv1alpha1.WorkloadProfileStatus) error {
+	t.Helper()
+	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: spec}
+	if err := e.prism.Create(e.ctx, wp); err != nil {
+		return err
+	}
+	wp.Status = status
+	if err := e.prism.Status().Update(e.ctx, wp); err != nil {
+		t.Fatalf("set status of profile %s: %v", name, err)
+	}
+	// The controller reads profiles from an informer; give it the update.
+	waitFor(t, "controller sees profile "+name, func() bool {
+		return e.dryRunRewrites(t, name)
+	})
+	return nil
+}
+
+// dryRunRewrites asks the API server to admit a claim for the profile
+// without storing it, and reports whether the controller annotated it.
+func (e *controllerEnv) dryRunRewrites(t *testing.T, profile string) bool {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + profile, Namespace: "default", Annotations: map[string]string{"prism.dev/profile": profile}},
+		Spec:       gpuClaimSpec(1),
+	}
+	out, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return false
+	}
+	var plan struct {
+		BoundType string `json:"boundType"`
+	}
+	_ = json.Unmarshal([]byte(out.Annotations[rewrite.AnnotationKey]), &plan)
+	return plan.BoundType != ""
+}
+
+func (e *controllerEnv) profiledTemplate(t *testing.T, name, profile string, spec resourceapi.ResourceClaimSpec) {
+	t.Helper()
+	meta := metav1.ObjectMeta{}
+	if profile != "" {
+		meta.Annotations = map[string]string{"prism.dev/profile": profile}
+	}
+	_, err := e.cluster.Client.ResourceV1().ResourceClaimTemplates("default").Create(e.ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{ObjectMeta: meta, Spec: spec},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runPod starts a pod on the template and returns the product of the GPU
+// it got and its claim.
+func (e *controllerEnv) runPod(t *testing.T, name, template string) (string, *resourceapi.ResourceClaim) {
+	t.Helper()
+	createPod(e.ctx, t, e.cluster.Client, podWithClaim(name, template, ""))
+	pod, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", name, 2*time.Minute, testbed.PodRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := podClaim(e.ctx, t, e.cluster.Client, pod)
+	return stringAttr(allocatedDevice(e.ctx, t, e.cluster.Client, claim), "productName"), claim
+}
+
+// runPodUntilEnd is runPod for a pod that only lives as long as the subtest,
+// so that a failing subtest cannot leave GPUs taken for the next one.
+func (e *controllerEnv) runPodUntilEnd(t *testing.T, name, template string) (string, *resourceapi.ResourceClaim) {
+	t.Helper()
+	t.Cleanup(func() { deletePod(e.ctx, t, e.cluster.Client, name) })
+	return e.runPod(t, name, template)
+}
+
+func milli(p int32) *int32 { return &p }
+
+func TestProfileAwarePlacement(t *testing.T) {
+	e := newControllerEnv(t)
+	const h100, a100, l4 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4"
+	memoryBound := prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: milli(20000), MemoryThroughputMilliPercent: milli(91000)}
+	q20 := resource.MustParse("20Gi")
+	for _, p := range []struct {
+		name   string
+		spec   prismv1alpha1.WorkloadProfileSpec
+		status prismv1alpha1.WorkloadProfileStatus
+	}{
+		{"stream", prismv1alpha1.WorkloadProfileSpec{}, memoryBound},
+		{"gemm", prismv1alpha1.WorkloadProfileSpec{}, prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeComputeBound, SMThroughputMilliPercent: milli(93000), MemoryThroughputMilliPercent: milli(12000), PeakMemory: &q20}},
+		{"tiny", prismv1alpha1.WorkloadProfileSpec{Policy: prismv1alpha1.PolicyEconomy}, prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeLatencyBound, SMThroughputMilliPercent: milli(4000), MemoryThroughputMilliPercent: milli(3000)}},
+	} {
+		if err := e.createProfile(t, p.name, p.spec, p.status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tmpl := range []struct{ name, profile string }{{"stream", "stream"}, {"gemm", "gemm"}, {"tiny", "tiny"}, {"unknown", "never-profiled"}, {"plain", ""}} {
+		e.profiledTemplate(t, tmpl.name, tmpl.profile, gpuClaimSpec(1))
+	}
+
+	t.Run("memory-bound lands on H100 and is explained", func(t *testing.T) {
+		got, claim := e.runPodUntilEnd(t, "stream-1", "stream")
+		if got != h100 {
+			t.Errorf("memory-bound job got %s, want %s", got, h100)
+		}
+		if claim.Spec.Devices.Requests[0].FirstAvailable == nil {
+			t.Errorf("claim was not rewritten: %+v", claim.Spec.Devices.Requests[0])
+		}
+		if !strings.Contains(claim.Annotations[rewrite.AnnotationKey], "MemoryBound") {
+			t.Errorf("rewrite annotation %q does not explain the bound type", claim.Annotations[rewrite.AnnotationKey])
+		}
+		out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
+		if err != nil {
+			t.Fatalf("prismctl explain: %v\n%s", err, out)
+		}
+		for _, want := range []string{"gpu-h100", "gpu-l4", "matches gpu/ultra", "matches gpu/fits", "* gpu/ultra"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("explain output lacks %q:\n%s", want, out)
+			}
+		}
+		// The claim had no name yet at admission; its pod carries the event.
+		waitFor(t, "Rewritten event on the pod", func() bool {
+			evs, err := e.cluster.Client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "reason=Rewritten,involvedObject.kind=Pod,involvedObject.name=stream-1"})
+			return err == nil && len(evs.Items) > 0
+		})
+	})
+
+	t.Run("latency-bound with economy lands on L4", func(t *testing.T) {
+		if got, _ := e.runPodUntilEnd(t, "tiny-1", "tiny"); got != l4 {
+			t.Errorf("latency-bound economy job got %s, want %s", got, l4)
+		}
+	})
+
+	t.Run("no annotation leaves the claim byte for byte", func(t *testing.T) {
+		_, claim := e.runPodUntilEnd(t, "plain-1", "plain")
+		tmpl, err := e.cluster.Client.ResourceV1().ResourceClaimTemplates("default").Get(e.ctx, "plain", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(tmpl.Spec.Spec)
+		got, _ := json.Marshal(claim.Spec)
+		if string(got) != string(want) {
+			t.Errorf("claim spec changed:\n got %s\nwant %s", got, want)
+		}
+		if _, ok := claim.Annotations[rewrite.AnnotationKey]; ok {
+			t.Error("claim without a profile got a rewrite annotation")
+		}
+	})
+
+	t.Run("unknown profile gets the claim profiled", func(t *testing.T) {
+		_, claim := e.runPodUntilEnd(t, "unknown-1", "unknown")
+		found := slices.ContainsFunc(claim.Spec.Devices.Config, func(c resourceapi.DeviceClaimConfiguration) bool {
+			return c.Opaque != nil && c.Opaque.Driver == "gpu.prism.dev" && strings.Contains(string(c.Opaque.Parameters.Raw), `"profiling":{"enabled":true`)
+		})
+		if !found {
+			t.Errorf("claim for an unknown profile carries no profiling config: %+v", claim.Spec.Devices.Config)
+		}
+	})
+
+	// Fill the H100s, then the A100s, with plain claims; profiled jobs must
+	// still run where their hard needs allow.
+	e.profiledTemplate(t, "all-h100", "", gpuClaimSpec(8, `device.attributes["gpu.prism.dev"].productName == "`+h100+`"`))
+	e.profiledTemplate(t, "all-a100", "", gpuClaimSpec(8, `device.attributes["gpu.prism.dev"].productName == "`+a100+`"`))
+	t.Run("compute-bound 20GB never lands on L4", func(t *testing.T) {
+		createPod(e.ctx, t, e.cluster.Client, podWithClaim("hog-h100", "all-h100", ""))
+		if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", "hog-h100", time.Minute, testbed.PodRunning); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := e.runPodUntilEnd(t, "gemm-1", "gemm")
+		if got == l4 {
+			t.Errorf("a 20 GB compute-bound job landed on a 24 GB L4")
+		}
+		if got != a100 {
+			t.Errorf("with the H100s full, the compute-bound job got %s, want %s", got, a100)
+		}
+	})
+
+	t.Run("every preferred class full falls back and schedules", func(t *testing.T) {
+		createPod(e.ctx, t, e.cluster.Client, podWithClaim("hog-a100", "all-a100", ""))
+		if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", "hog-a100", time.Minute, testbed.PodRunning); err != nil {
+			t.Fatal(err)
+		}
+		got, claim := e.runPod(t, "stream-2", "stream")
+		if got != l4 {
+			t.Errorf("with ultra and high full, the memory-bound job got %s, want the fallback %s", got, l4)
+		}
+		if r := claim.Status.Allocation.Devices.Results[0].Request; !strings.HasSuffix(r, "/fits") {
+			t.Errorf("allocated through subrequest %s, want the last (fits) alternative", r)
+		}
+	})
+
+	t.Run("hostile profiles are rejected or ignored, never spliced into CEL", func(t *testing.T) {
+		huge := resource.MustParse("100Ti")
+		err := e.createProfile(t, "huge", prismv1alpha1.WorkloadProfileSpec{MinMemory: &huge}, memoryBound)
+		if err == nil || !strings.Contains(err.Error(), "minMemory") {
+			t.Errorf("profile with minMemory 100Ti: want a rejection naming minMemory, got %v", err)
+		}
+		err = e.createProfile(t, "quotes", prismv1alpha1.WorkloadProfileSpec{MinComputeCapability: `8.0" || true || "`}, memoryBound)
+		if err == nil {
+			t.Error("profile with CEL in minComputeCapability was admitted")
+		}
+		// Status is written through its own subresource, past validation: a
+		// hostile measurement must make the rewrite skip, not emit odd CEL.
+		wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: "sneaky", Namespace: "default"}}
+		if err := e.prism.Create(e.ctx, wp); err != nil {
+			t.Fatal(err)
+		}
+		huge900 := resource.MustParse("900Ti")
+		wp.Status = memoryBound
+		wp.Status.PeakMemory = &huge900
+		if err := e.prism.Status().Update(e.ctx, wp); err != nil {
+			t.Fatal(err)
+		}
+		e.profiledTemplate(t, "sneaky", "sneaky", gpuClaimSpec(1, `device.attributes["gpu.prism.dev"].index >= 0`))
+		createPod(e.ctx, t, e.cluster.Client, podWithClaim("sneaky-1", "sneaky", ""))
+		waitFor(t, "claim generated", func() bool {
+			list, err := e.cluster.Client.ResourceV1().ResourceClaims("default").List(e.ctx, metav1.ListOptions{})
+			if err != nil {
+				return false
+			}
+			for _, c := range list.Items {
+				if c.Annotations["prism.dev/profile"] == "sneaky" {
+					assertCatalogueOnly(t, c, `device.attributes["gpu.prism.dev"].index >= 0`)
+					return true
+				}
+			}
+			return false
+		})
+	})
+}
+
+// assertCatalogueOnly fails if the claim has a selector that is neither the
+// user's nor one of the rewrite catalogue's canonical strings.
+func assertCatalogueOnly(t *testing.T, c resourceapi.ResourceClaim, user ...string) {
+	t.Helper()
+	allowed := append(rewrite.Catalogue(), user...)
+	check := func(sels []resourceapi.DeviceSelector) {
+		for _, s := range sels {
+			if s.CEL != nil && !slices.Contains(allowed, s.CEL.Expression) {
+				t.Errorf("claim %s carries a selector outside the catalogue: %q", c.Name, s.CEL.Expression)
+			}
+		}
+	}
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			check(r.Exactly.Selectors)
+		}
+		for _, sub := range r.FirstAvailable {
+			check(sub.Selectors)
+		}
+	}
+}
