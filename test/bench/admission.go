@@ -1,0 +1,251 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// AdmissionOptions bound the admission phase.
+type AdmissionOptions struct {
+	ControllerBin string
+	RepoRoot      string
+	Rate          int           // requests per second for each of the two kinds
+	Duration      time.Duration // how long the rate is held
+}
+
+// AdmissionResult carries the controller's RSS for the footprint rows.
+type AdmissionResult struct {
+	Rows               []Row
+	IdleRSS, LoadedRSS float64
+}
+
+// Admission runs prism-controller on loopback TLS and posts AdmissionReviews
+// straight to its mutating webhook at a sustained rate, a claim whose
+// profile has measurements (rewritten) and one without annotation
+// (passed through), interleaved so that noise hits both.
+func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o AdmissionOptions) (*AdmissionResult, error) {
+	// The profile the fixture claim names: MemoryBound with a 30Gi peak,
+	// as in pkg/webhook's BenchmarkAdmission.
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cr, err := crclient.New(c.Config, crclient.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}}
+	if err := cr.Create(ctx, wp); err != nil {
+		return nil, fmt.Errorf("create WorkloadProfile: %w", err)
+	}
+	peak := resource.MustParse("30Gi")
+	wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+	wp.Status.PeakMemory = &peak
+	if err := cr.Status().Update(ctx, wp); err != nil {
+		return nil, fmt.Errorf("set WorkloadProfile status: %w", err)
+	}
+
+	port, err := testbed.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	httpPort, err := testbed.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	certDir := filepath.Join(c.WorkDir(), "webhook-certs")
+	// No webhook configuration is registered: the API server's own claims
+	// (scheduling, prepare) must not pass through it. The controller's
+	// caBundle injector retries in the background.
+	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), o.ControllerBin,
+		"--kubeconfig="+c.KubeconfigPath, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
+		"--extra-sans=127.0.0.1", "--cert-dir="+certDir, "--namespace=prism-system",
+		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = proc.Stop(5 * time.Second) }()
+	if err := waitHTTP(ctx, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/readyz", proc); err != nil {
+		return nil, err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(certDir, webhook.CAFile))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{
+		Timeout:   10 * time.Second, // the API server's webhook timeout
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64},
+	}
+	url := "https://127.0.0.1:" + strconv.Itoa(port) + webhook.RewritePath
+
+	fixture := func(name string) ([]byte, error) {
+		obj, err := os.ReadFile(filepath.Join(o.RepoRoot, "pkg", "webhook", "testdata", name))
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID:       "3c1f7a0e",
+				Kind:      metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"},
+				Resource:  metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"},
+				Operation: admissionv1.Create, Namespace: "ml", Object: runtime.RawExtension{Raw: obj},
+			},
+		})
+	}
+	bodies := [2][]byte{}
+	if bodies[0], err = fixture("claim-plain.json"); err != nil {
+		return nil, err
+	}
+	if bodies[1], err = fixture("claim-profiled.json"); err != nil {
+		return nil, err
+	}
+	post := func(body []byte) (time.Duration, []byte, error) {
+		start := time.Now()
+		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return 0, nil, err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		d := time.Since(start)
+		if err != nil {
+			return 0, nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return 0, nil, fmt.Errorf("status %d: %s", resp.StatusCode, data)
+		}
+		return d, data, nil
+	}
+	patched := func(data []byte) (bool, error) {
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(data, &review); err != nil || review.Response == nil {
+			return false, fmt.Errorf("bad AdmissionReview response: %v", err)
+		}
+		return len(review.Response.Patch) > 0, nil
+	}
+	// Until the controller's informer has the profile, the claim would be
+	// auto-profiled instead of rewritten.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, data, err := post(bodies[1])
+		if err != nil {
+			return nil, err
+		}
+		var review admissionv1.AdmissionReview
+		_ = json.Unmarshal(data, &review)
+		if review.Response != nil && bytes.Contains(review.Response.Patch, []byte("firstAvailable")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("controller never rewrote the profiled claim: %s", data)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res := &AdmissionResult{}
+	time.Sleep(2 * time.Second)
+	if res.IdleRSS, err = RSSMiB(proc.Pid()); err != nil {
+		return nil, err
+	}
+	for range 20 { // warm both paths
+		for _, b := range bodies {
+			if _, _, err := post(b); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	n := o.Rate * int(o.Duration/time.Second)
+	var mu sync.Mutex
+	samples := [2][]time.Duration{}
+	var errs []error
+	var wg sync.WaitGroup
+	ticker := time.NewTicker(time.Second / time.Duration(2*o.Rate))
+	for i := range 2 * n {
+		<-ticker.C
+		kind := i % 2
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, data, err := post(bodies[kind])
+			if err == nil {
+				var p bool
+				if p, err = patched(data); err == nil && p != (kind == 1) {
+					err = fmt.Errorf("kind %d: patched=%v", kind, p)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			samples[kind] = append(samples[kind], d)
+		}()
+	}
+	ticker.Stop()
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%d of %d admission requests failed, first: %w", len(errs), 2*n, errs[0])
+	}
+	if res.LoadedRSS, err = RSSMiB(proc.Pid()); err != nil {
+		return nil, err
+	}
+	cse := fmt.Sprintf("prism-controller over loopback TLS, %d req/s each for %s", o.Rate, o.Duration)
+	note := fmt.Sprintf("%d + %d requests, interleaved", len(samples[0]), len(samples[1]))
+	res.Rows = []Row{
+		NewRow("admission", cse, "mutating webhook p50", "ms", "no-annotation", ms(Percentile(samples[0], 0.5)), "rewrite", ms(Percentile(samples[1], 0.5)), note),
+		NewRow("admission", cse, "mutating webhook p99", "ms", "no-annotation", ms(Percentile(samples[0], 0.99)), "rewrite", ms(Percentile(samples[1], 0.99)), ""),
+	}
+	return res, nil
+}
+
+func waitHTTP(ctx context.Context, url string, proc *testbed.Process) error {
+	deadline := time.Now().Add(time.Minute)
+	hc := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		if exited, err := proc.Exited(); exited {
+			return fmt.Errorf("%s exited: %v (log %s)", proc.Name, err, proc.LogPath)
+		}
+		if resp, err := hc.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s: %s not ready after 1m (log %s)", proc.Name, url, proc.LogPath)
+}

@@ -1,0 +1,225 @@
+// Command prism-bench measures Prism on the local test bed and prints one
+// table, every row comparing two things measured in the same run; the table
+// is also written as JSON. Run it as root through `make bench`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/prismgpu/prism/test/bench"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+func main() {
+	klog.InitFlags(nil)
+	var (
+		repo        = flag.String("repo", ".", "repository root")
+		binDir      = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
+		out         = flag.String("out", "_output/bench/bench.json", "JSON output")
+		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs)")
+		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")
+		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
+		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
+		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
+		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
+		admRate     = flag.Int("admission-rate", 100, "admission requests per second per kind")
+		admDuration = flag.Duration("admission-duration", 5*time.Second, "how long the admission rate is held")
+		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,scheduling,prepare,admission,startup); empty: all")
+		keep        = flag.Bool("keep", false, "keep the test-bed directory")
+	)
+	flag.Set("v", "0")
+	flag.Parse()
+	// envtest logs through controller-runtime.
+	ctrllog.SetLogger(klog.NewKlogr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+
+	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}
+	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *prepCalls, *admRate, *admDuration, *starts, *only, *keep)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
+	fmt.Println()
+	bench.Print(os.Stdout, rep.Rows)
+	fmt.Printf("\nstate dir file system: %s; %d CPUs; %s; phases:", rep.Host.StateFS, rep.Host.CPUs, rep.Host.GoVersion)
+	for _, p := range rep.Phases {
+		fmt.Printf(" %s %ss", p.Phase, p.Seconds)
+	}
+	fmt.Printf("; total %s\n", rep.Duration)
+	if werr := bench.WriteJSON(*out, rep); werr != nil {
+		err = errors.Join(err, werr)
+	} else {
+		fmt.Println("wrote", *out)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "prism-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf string,
+	prepCalls, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
+	logger := klog.FromContext(ctx)
+	want := func(phase string) bool {
+		return only == "" || strings.Contains(","+only+",", ","+phase+",")
+	}
+	repo, _ = filepath.Abs(repo)
+	binDir, _ = filepath.Abs(binDir)
+	skus, err := bench.LoadSKUs(repo)
+	if err != nil {
+		return err
+	}
+	phase := func(name string, fn func() error) error {
+		start := time.Now()
+		logger.Info("Phase", "name", name)
+		err := fn()
+		rep.Phases = append(rep.Phases, bench.PhaseTiming{Phase: name, Seconds: fmt.Sprintf("%.1f", time.Since(start).Seconds())})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+
+	// In process, before the cluster exists, so that it has the CPUs.
+	if want("allocator") {
+		var sizes []int
+		for _, s := range strings.Split(sizesFlag, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("--alloc-sizes: %w", err)
+			}
+			sizes = append(sizes, n)
+		}
+		if err := phase("allocator", func() error {
+			rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: passes, SKUs: skus})
+			rep.Rows = append(rep.Rows, rows...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") {
+		return nil
+	}
+
+	// Short: unix socket paths are limited to 108 bytes. /tmp is where the
+	// plugin's checkpoint is fsynced; its file system is reported.
+	dir, err := os.MkdirTemp("/tmp", "prism-bench-")
+	if err != nil {
+		return err
+	}
+	rep.Host.StateFS = bench.FSType(dir)
+	var c *testbed.Cluster
+	defer func() {
+		if c != nil {
+			c.Stop(context.WithoutCancel(ctx))
+		}
+		if keep || retErr != nil {
+			fmt.Fprintln(os.Stderr, "test-bed directory kept:", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	}()
+	if err := phase("testbed", func() error {
+		c, err = testbed.Start(ctx, testbed.Options{
+			WorkDir: dir,
+			CRDDirs: []string{filepath.Join(repo, "deployments", "crds")},
+			// Hand-made nodes would otherwise start tainted not-ready.
+			ExtraAPIServerArgs: map[string]string{"disable-admission-plugins": "TaintNodesByCondition"},
+		})
+		if err != nil {
+			return err
+		}
+		if out, err := testbed.Kubectl(ctx, c, "apply", "-f", filepath.Join(repo, "deployments", "static", "deviceclasses.yaml")); err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		return nil
+	}); err != nil {
+		if c == nil {
+			keep = true
+		}
+		return err
+	}
+	cfg := *c.Config
+	cfg.QPS, cfg.Burst = 1000, 2000
+	client, err := kubernetes.NewForConfig(&cfg)
+	if err != nil {
+		return err
+	}
+	pluginBin := filepath.Join(binDir, "prism-kubelet-plugin")
+	fleet := filepath.Join(repo, "demo", "fleets", "h100-sxm-8.yaml")
+
+	var errs []error
+	if want("scheduling") {
+		errs = append(errs, phase("scheduling", func() error {
+			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, SKUs: skus, Profile: schedProf})
+			rep.Rows = append(rep.Rows, rows...)
+			return err
+		}))
+	}
+	var footprint []bench.Row
+	if want("prepare") {
+		errs = append(errs, phase("prepare", func() error {
+			res, err := bench.Prepare(ctx, c, client, bench.PrepareOptions{Calls: prepCalls, Warmup: 10, PluginBin: pluginBin, Fleet: fleet, Dir: filepath.Join(dir, "prep")})
+			if err != nil {
+				return err
+			}
+			rep.Rows = append(rep.Rows, res.Rows...)
+			footprint = append(footprint, bench.NewRow("footprint", "prism-kubelet-plugin, 8 simulated H100", "RSS (VmRSS)", "MiB",
+				"idle", res.IdleRSS, "after prepare load", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare; ref. example driver 43-53 MB", 2*(prepCalls+10))))
+			return nil
+		}))
+	}
+	if want("admission") {
+		errs = append(errs, phase("admission", func() error {
+			res, err := bench.Admission(ctx, c, client, bench.AdmissionOptions{ControllerBin: filepath.Join(binDir, "prism-controller"), RepoRoot: repo, Rate: admRate, Duration: admDuration})
+			if err != nil {
+				return err
+			}
+			rep.Rows = append(rep.Rows, res.Rows...)
+			footprint = append(footprint, bench.NewRow("footprint", "prism-controller", "RSS (VmRSS)", "MiB",
+				"idle", res.IdleRSS, "after admission load", res.LoadedRSS, ""))
+			return nil
+		}))
+	}
+	if want("startup") {
+		errs = append(errs, phase("startup", func() error {
+			res, err := bench.Startup(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "start"), starts)
+			if err != nil {
+				return err
+			}
+			footprint = append(footprint, bench.NewRow("footprint", fmt.Sprintf("prism-kubelet-plugin start, median of %d", starts), "process start to ...", "ms",
+				"/readyz", float64(bench.Median(res.Ready))/1e6, "slice visible", float64(bench.Median(res.Slice))/1e6,
+				"slice: "+joinDurations(res.Slice)))
+			return nil
+		}))
+	}
+	rep.Rows = append(rep.Rows, footprint...)
+	return errors.Join(errs...)
+}
+
+func joinDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.Round(time.Millisecond).String()
+	}
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,330 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// RSSMiB reads VmRSS of a process.
+func RSSMiB(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// FSType names the file system that holds path (ext4, tmpfs, ...).
+func FSType(path string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return "unknown: " + err.Error()
+	}
+	switch st.Type {
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlay"
+	}
+	return fmt.Sprintf("0x%x", st.Type)
+}
+
+// PluginProc is one prism-kubelet-plugin process with no kubelet: its
+// registration socket sits in a directory nobody watches.
+type PluginProc struct {
+	*testbed.Process
+	Node, Dir, HTTPAddr string
+	Started             time.Time
+}
+
+// Socket is the DRA gRPC socket.
+func (p *PluginProc) Socket() string {
+	return filepath.Join(p.Dir, "plugins", rewrite.DriverName, "dra.sock")
+}
+
+// StartPlugin runs the plugin for node with a simulated fleet, state under dir.
+// Profiling is off: in a real image the preload shim is installed, while
+// here it would be compiled with gcc on every fresh state dir.
+func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet string) (*PluginProc, error) {
+	port, err := testbed.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &PluginProc{Node: node, Dir: dir, HTTPAddr: "127.0.0.1:" + strconv.Itoa(port)}
+	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
+		return nil, err
+	}
+	p.Started = time.Now()
+	p.Process, err = testbed.StartProcess(ctx, "prism-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "prism-plugin-"+node+".log"), bin,
+		"--node-name="+node,
+		"--kubeconfig="+c.KubeconfigPath,
+		"--kubelet-registrar-dir="+filepath.Join(dir, "registry"),
+		"--kubelet-plugin-dir="+filepath.Join(dir, "plugins", rewrite.DriverName),
+		"--cdi-root="+filepath.Join(dir, "cdi"),
+		"--state-dir="+filepath.Join(dir, "state"),
+		"--fleet="+fleet,
+		"--http-address="+p.HTTPAddr,
+		"--profiling=false",
+	)
+	return p, err
+}
+
+// WaitReady polls /readyz and returns when it first answered 200.
+func (p *PluginProc) WaitReady(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	hc := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		if exited, err := p.Exited(); exited {
+			return time.Time{}, fmt.Errorf("plugin exited: %v (log %s)", err, p.LogPath)
+		}
+		resp, err := hc.Get("http://" + p.HTTPAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return time.Time{}, fmt.Errorf("plugin on %s not ready after %s (log %s)", p.Node, timeout, p.LogPath)
+}
+
+// PrepareOptions bound the prepare phase.
+type PrepareOptions struct {
+	Calls, Warmup int
+	PluginBin     string
+	Fleet         string
+	Dir           string
+}
+
+// PrepareResult carries the plugin's RSS for the footprint rows.
+type PrepareResult struct {
+	Rows                 []Row
+	IdleRSS, LoadedRSS   float64
+	StateFS              string
+	PreparedPerIteration int
+}
+
+const prepNode = "bench-prep"
+
+// Prepare calls NodePrepareResources then NodeUnprepareResources over the
+// plugin's real gRPC socket, sequentially, each on a new claim, alternating
+// a 1-GPU and a 4-GPU claim.
+func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o PrepareOptions) (*PrepareResult, error) {
+	ns := "bench-prep"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := CreateReadyNode(ctx, client, prepNode); err != nil {
+		return nil, err
+	}
+	total := o.Calls + o.Warmup
+	claims := map[int][]*resourceapi.ResourceClaim{1: make([]*resourceapi.ResourceClaim, total), 4: make([]*resourceapi.ResourceClaim, total)}
+	for _, gpus := range []int{1, 4} {
+		if err := parallel(total, 8, func(i int) error {
+			cl, err := createAllocatedClaim(ctx, client, ns, fmt.Sprintf("prep%d-%d", gpus, i), gpus)
+			claims[gpus][i] = cl
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("create allocated claims: %w", err)
+		}
+	}
+
+	p, err := StartPlugin(ctx, c, o.PluginBin, prepNode, o.Dir, o.Fleet)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = p.Stop(5 * time.Second) }()
+	if _, err := p.WaitReady(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	res := &PrepareResult{StateFS: FSType(filepath.Join(o.Dir, "state"))}
+	time.Sleep(2 * time.Second) // let start-up garbage go
+	if res.IdleRSS, err = RSSMiB(p.Pid()); err != nil {
+		return nil, err
+	}
+
+	conn, err := grpc.NewClient("unix://"+p.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	dra := drapb.NewDRAPluginClient(conn)
+	call := func(cl *resourceapi.ResourceClaim) (prep, unprep time.Duration, err error) {
+		req := []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}
+		start := time.Now()
+		resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: req})
+		prep = time.Since(start)
+		if err != nil {
+			return 0, 0, fmt.Errorf("prepare %s: %w", cl.Name, err)
+		}
+		if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
+			return 0, 0, fmt.Errorf("prepare %s: %+v", cl.Name, r)
+		}
+		start = time.Now()
+		uresp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: req})
+		unprep = time.Since(start)
+		if err != nil {
+			return 0, 0, fmt.Errorf("unprepare %s: %w", cl.Name, err)
+		}
+		if r := uresp.Claims[string(cl.UID)]; r == nil || r.Error != "" {
+			return 0, 0, fmt.Errorf("unprepare %s: %+v", cl.Name, r)
+		}
+		return prep, unprep, nil
+	}
+	var prep1, prep4, unprep1, unprep4, gets []time.Duration
+	for i := range total {
+		// The floor: one GET of a claim, what the helper does before
+		// calling the driver.
+		start := time.Now()
+		if _, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claims[1][i].Name, metav1.GetOptions{}); err != nil {
+			return nil, err
+		}
+		get := time.Since(start)
+		p1, u1, err := call(claims[1][i])
+		if err != nil {
+			return nil, err
+		}
+		p4, u4, err := call(claims[4][i])
+		if err != nil {
+			return nil, err
+		}
+		if i < o.Warmup {
+			continue
+		}
+		gets, prep1, unprep1, prep4, unprep4 = append(gets, get), append(prep1, p1), append(unprep1, u1), append(prep4, p4), append(unprep4, u4)
+	}
+	if res.LoadedRSS, err = RSSMiB(p.Pid()); err != nil {
+		return nil, err
+	}
+	cse := fmt.Sprintf("real plugin over gRPC, %d sequential new claims, state on %s", o.Calls, res.StateFS)
+	res.Rows = []Row{
+		NewRow("prepare", cse, "NodePrepareResources p50", "ms", "1 GPU", ms(Percentile(prep1, 0.5)), "4 GPUs", ms(Percentile(prep4, 0.5)), "ref. example driver p50 5.1-5.9 ms"),
+		NewRow("prepare", cse, "NodePrepareResources p99", "ms", "1 GPU", ms(Percentile(prep1, 0.99)), "4 GPUs", ms(Percentile(prep4, 0.99)), "ref. example driver p99 14-17 ms"),
+		NewRow("prepare", cse, "NodeUnprepareResources p50", "ms", "1 GPU", ms(Percentile(unprep1, 0.5)), "4 GPUs", ms(Percentile(unprep4, 0.5)), ""),
+		NewRow("prepare", cse, "NodeUnprepareResources p99", "ms", "1 GPU", ms(Percentile(unprep1, 0.99)), "4 GPUs", ms(Percentile(unprep4, 0.99)), ""),
+		NewRow("prepare", cse, "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", ms(Percentile(gets, 0.5)), "prepare 1 GPU", ms(Percentile(prep1, 0.5)), "ref. GET p50 1.2-1.5 ms"),
+	}
+	return res, nil
+}
+
+func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, name string, gpus int) (*resourceapi.ResourceClaim, error) {
+	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       *GPUSpec(int64(gpus)),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	alloc := &resourceapi.AllocationResult{}
+	for d := range gpus {
+		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
+			Request: "gpu", Driver: rewrite.DriverName, Pool: prepNode, Device: fmt.Sprintf("gpu-%d", d),
+		})
+	}
+	alloc.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{prepNode}}},
+	}}}
+	cl.Status.Allocation = alloc
+	return client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
+}
+
+// StartupResult holds the start-up times.
+type StartupResult struct {
+	Ready, Slice []time.Duration
+}
+
+// Startup starts a fresh plugin for a new node n times and measures the
+// time from process start to /readyz and to its ResourceSlice being
+// visible through a watch on the API server.
+func Startup(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, bin, fleet, dir string, n int) (*StartupResult, error) {
+	res := &StartupResult{}
+	for i := range n {
+		node := fmt.Sprintf("bench-start-%d", i)
+		if err := CreateReadyNode(ctx, client, node); err != nil {
+			return nil, err
+		}
+		w, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, node).String(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		p, err := StartPlugin(ctx, c, bin, node, filepath.Join(dir, strconv.Itoa(i)), fleet)
+		if err != nil {
+			w.Stop()
+			return nil, err
+		}
+		readyCh := make(chan error, 1)
+		var readyAt time.Time
+		go func() {
+			t, err := p.WaitReady(ctx, time.Minute)
+			readyAt = t
+			readyCh <- err
+		}()
+		var sliceAt time.Time
+		timeout := time.After(time.Minute)
+	wait:
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				if ev.Type == watch.Added || ev.Type == watch.Modified {
+					sliceAt = time.Now()
+					break wait
+				}
+			case <-timeout:
+				w.Stop()
+				_ = p.Stop(5 * time.Second)
+				return nil, fmt.Errorf("no ResourceSlice for %s after 1m (log %s)", node, p.LogPath)
+			}
+		}
+		w.Stop()
+		if err := <-readyCh; err != nil {
+			_ = p.Stop(5 * time.Second)
+			return nil, err
+		}
+		res.Ready = append(res.Ready, readyAt.Sub(p.Started))
+		res.Slice = append(res.Slice, sliceAt.Sub(p.Started))
+		_ = p.Stop(5 * time.Second)
+	}
+	return res, nil
+}

@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// parallel runs fn(i) for i in [0, n) on workers goroutines and returns the
+// first error.
+func parallel(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// CreateReadyNode creates a Node by hand with a Ready condition, capacity
+// for 110 pods and a Lease, so that neither the scheduler nor the
+// node-lifecycle controller keeps pods off it. The apiserver must run with
+// TaintNodesByCondition disabled, or the node starts tainted not-ready.
+func CreateReadyNode(ctx context.Context, client kubernetes.Interface, name string) error {
+	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "prism.dev/bench": "true"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+	// Controllers touch a new node at once (labels, pod CIDR): retry.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node.Status = corev1.NodeStatus{
+			Capacity: res, Allocatable: res,
+			Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
+		}
+		_, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			if n, gerr := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); gerr == nil {
+				node = n
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set status of node %s: %w", name, err)
+	}
+	_, err = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &metav1.MicroTime{Time: time.Now()},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create lease of node %s: %w", name, err)
+	}
+	return nil
+}
+
+// renewLeases keeps the hand-made nodes' leases fresh, as kubelets would,
+// so that the node-lifecycle controller does not taint them unreachable.
+func renewLeases(ctx context.Context, client kubernetes.Interface, names []string, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_ = parallel(len(names), 4, func(i int) error {
+			l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, names[i], metav1.GetOptions{})
+			if err != nil {
+				return nil
+			}
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			_, _ = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
+			return nil
+		})
+	}
+}
+
+// SchedulingOptions bound the scheduling phase.
+type SchedulingOptions struct {
+	Nodes, Pods, Warmup int
+	SKUs                map[string]SKU
+	Profile             string // name of one of Profiles for the rewritten claims
+}
+
+const benchScheduler = "prism-bench-scheduler"
+
+// Scheduling publishes Nodes and ResourceSlices for a mixed fleet directly,
+// runs a kube-scheduler of the test bed's build with its own profile name
+// and a client QPS that does not throttle, and measures how fast it binds
+// pods whose claims are plain or rewritten.
+func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o SchedulingOptions) ([]Row, error) {
+	logger := klog.FromContext(ctx)
+	f, err := NewMixedFleet(o.SKUs, "sched-", o.Nodes, 8)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	names := make([]string, len(f.Nodes))
+	for i, n := range f.Nodes {
+		names[i] = n.Name
+	}
+	if err := parallel(len(f.Nodes), 16, func(i int) error {
+		if err := CreateReadyNode(ctx, client, names[i]); err != nil {
+			return err
+		}
+		_, err := client.ResourceV1().ResourceSlices().Create(ctx, f.Slices[i], metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	defer stopRenew()
+	go renewLeases(renewCtx, client, names, 15*time.Second)
+	logger.Info("Published nodes and slices", "nodes", len(names), "elapsed", time.Since(start).Round(time.Millisecond))
+
+	sched, err := startBenchScheduler(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sched.Stop(10 * time.Second) }()
+
+	var profile *struct{ Name string }
+	spec := GPUSpec(1)
+	var rewritten *resourceapi.ResourceClaimSpec
+	for _, p := range Profiles {
+		if p.Name == o.Profile {
+			profile = &struct{ Name string }{p.Name}
+			if rewritten, err = RewrittenSpec(ctx, 1, p.Profile); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if profile == nil {
+		return nil, fmt.Errorf("unknown profile %q", o.Profile)
+	}
+	ns := "bench-sched"
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := waitForServiceAccount(ctx, client, ns); err != nil {
+		return nil, err
+	}
+	// Warm up: the scheduler's informers, its CEL cache, both claim shapes.
+	for _, w := range []struct {
+		kind string
+		spec *resourceapi.ResourceClaimSpec
+	}{{"warm-plain", spec}, {"warm-rewritten", rewritten}} {
+		if _, err := schedulePods(ctx, client, ns, w.kind, w.spec, o.Warmup); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	// Alternate plain and rewritten batches so that drift on the shared
+	// machine (and the GPUs already taken) hits both.
+	var plainRes, rwRes []schedResult
+	batches := 2
+	for b := range batches {
+		r, err := schedulePods(ctx, client, ns, fmt.Sprintf("plain-%d", b), spec, o.Pods/batches)
+		if err != nil {
+			return nil, err
+		}
+		plainRes = append(plainRes, r)
+		r, err = schedulePods(ctx, client, ns, fmt.Sprintf("rewritten-%d", b), rewritten, o.Pods/batches)
+		if err != nil {
+			return nil, err
+		}
+		rwRes = append(rwRes, r)
+	}
+	tainted := 0
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "prism.dev/bench=true"})
+	if err == nil {
+		for _, n := range nodes.Items {
+			if len(n.Spec.Taints) > 0 {
+				tainted++
+			}
+		}
+	}
+	p, r := sumSched(plainRes), sumSched(rwRes)
+	cse := fmt.Sprintf("%d nodes x 8 GPUs, %s", o.Nodes, o.Profile)
+	note := fmt.Sprintf("%d pods each in %d alternating batches; wall plain %s, rewritten %s; %d nodes tainted at end",
+		p.pods, batches, p.wall.Round(time.Millisecond), r.wall.Round(time.Millisecond), tainted)
+	return []Row{
+		NewRow("scheduling", cse, "pods bound per second", "pods/s", "plain", p.rate(), "rewritten", r.rate(), note),
+		NewRow("scheduling", cse, "create-to-bound p50", "ms", "plain", ms(Percentile(p.latencies, 0.5)), "rewritten", ms(Percentile(r.latencies, 0.5)), ""),
+		NewRow("scheduling", cse, "create-to-bound p99", "ms", "plain", ms(Percentile(p.latencies, 0.99)), "rewritten", ms(Percentile(r.latencies, 0.99)), ""),
+	}, nil
+}
+
+type schedResult struct {
+	pods      int
+	wall      time.Duration // first pod created to last pod bound
+	latencies []time.Duration
+}
+
+func (s schedResult) rate() float64 { return float64(s.pods) / s.wall.Seconds() }
+
+func sumSched(rs []schedResult) schedResult {
+	var out schedResult
+	for _, r := range rs {
+		out.pods += r.pods
+		out.wall += r.wall
+		out.latencies = append(out.latencies, r.latencies...)
+	}
+	return out
+}
+
+func waitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns string) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("no default ServiceAccount in %s", ns)
+}
+
+// schedulePods creates n claims with spec, then n pods using them, and
+// waits until every pod has a node. Claims are created first so that only
+// pod creation overlaps with scheduling.
+func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind string, spec *resourceapi.ResourceClaimSpec, n int) (schedResult, error) {
+	if err := parallel(n, 8, func(i int) error {
+		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", kind, i)},
+			Spec:       *spec,
+		}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return schedResult{}, fmt.Errorf("create claims: %w", err)
+	}
+	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: "bench=" + kind})
+	if err != nil {
+		return schedResult{}, err
+	}
+	defer w.Stop()
+	created := make([]time.Time, n)
+	start := time.Now()
+	createErr := make(chan error, 1)
+	go func() {
+		createErr <- parallel(n, 8, func(i int) error {
+			pod := benchPod(fmt.Sprintf("%s-%d", kind, i), kind)
+			created[i] = time.Now()
+			_, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+			return err
+		})
+	}()
+	bound := map[string]time.Time{}
+	timeout := time.After(3 * time.Minute)
+	for len(bound) < n {
+		select {
+		case err := <-createErr:
+			if err != nil {
+				return schedResult{}, fmt.Errorf("create pods: %w", err)
+			}
+			createErr = nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return schedResult{}, fmt.Errorf("pod watch closed after %d of %d bound", len(bound), n)
+			}
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || pod.Spec.NodeName == "" {
+				continue
+			}
+			if _, seen := bound[pod.Name]; !seen {
+				bound[pod.Name] = time.Now()
+			}
+		case <-timeout:
+			return schedResult{}, fmt.Errorf("%s: only %d of %d pods bound after 3m", kind, len(bound), n)
+		}
+	}
+	if createErr != nil {
+		if err := <-createErr; err != nil {
+			return schedResult{}, err
+		}
+	}
+	var last time.Time
+	res := schedResult{pods: n}
+	for i := range n {
+		t := bound[fmt.Sprintf("%s-%d", kind, i)]
+		if t.After(last) {
+			last = t
+		}
+		res.latencies = append(res.latencies, t.Sub(created[i]))
+	}
+	res.wall = last.Sub(start)
+	return res, nil
+}
+
+func benchPod(name, kind string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": kind}},
+		Spec: corev1.PodSpec{
+			SchedulerName:                 benchScheduler,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
+			Containers: []corev1.Container{{
+				Name: "cuda", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+}
+
+// startBenchScheduler runs the test bed's kube-scheduler binary a second
+// time, for pods with schedulerName prism-bench-scheduler only. Its client
+// QPS is raised from the default 50 so that the numbers show the
+// scheduler's work, not client-side throttling (each pod costs a claim
+// status update, a binding and an event).
+func startBenchScheduler(ctx context.Context, c *testbed.Cluster) (*testbed.Process, error) {
+	dir := filepath.Join(c.WorkDir(), "run", "bench-scheduler")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 1000
+  burst: 2000
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: %s
+`, c.KubeconfigPath, benchScheduler)), 0o644); err != nil {
+		return nil, err
+	}
+	return testbed.StartProcess(ctx, "bench-scheduler", dir, filepath.Join(c.WorkDir(), "logs", "bench-scheduler.log"),
+		c.BinPath("kube-scheduler"), "--config="+cfg, "--secure-port=0", "--v=1")
+}

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+)
+
+// Row compares A and B, both measured in this run. Ratio is B/A.
+type Row struct {
+	Section string  `json:"section"`
+	Case    string  `json:"case"`
+	Metric  string  `json:"metric"`
+	Unit    string  `json:"unit"`
+	AName   string  `json:"aName"`
+	A       float64 `json:"a"`
+	BName   string  `json:"bName"`
+	B       float64 `json:"b"`
+	Ratio   float64 `json:"ratio"`
+	// Note holds context: sample counts, where the worst case was, the
+	// reference figures of docs/allocator-cost.md.
+	Note string `json:"note,omitempty"`
+}
+
+// NewRow fills in the ratio.
+func NewRow(section, cse, metric, unit, aName string, a float64, bName string, b float64, note string) Row {
+	r := Row{Section: section, Case: cse, Metric: metric, Unit: unit, AName: aName, A: a, BName: bName, B: b, Note: note}
+	if a != 0 {
+		r.Ratio = b / a
+	}
+	return r
+}
+
+// Report is what bench.json holds.
+type Report struct {
+	Started  time.Time     `json:"started"`
+	Duration string        `json:"duration"`
+	Host     Host          `json:"host"`
+	Rows     []Row         `json:"rows"`
+	Errors   []string      `json:"errors,omitempty"`
+	Phases   []PhaseTiming `json:"phases"`
+}
+
+// Host describes where the numbers were taken.
+type Host struct {
+	CPUs      int    `json:"cpus"`
+	GoVersion string `json:"goVersion"`
+	StateFS   string `json:"stateFS"`
+}
+
+// PhaseTiming is how long each phase of the run took.
+type PhaseTiming struct {
+	Phase   string `json:"phase"`
+	Seconds string `json:"seconds"`
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+// Print writes the rows as one aligned table.
+func Print(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SECTION\tCASE\tMETRIC\tA\tB\tB/A\tNOTE")
+	for _, r := range rows {
+		ratio := "-"
+		if r.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2fx", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s [%s]\t%s %s\t%s %s\t%s\t%s\n", r.Section, r.Case, r.Metric, r.Unit,
+			r.AName, fmtNum(r.A), r.BName, fmtNum(r.B), ratio, r.Note)
+	}
+	tw.Flush()
+}
+
+// WriteJSON writes the report, creating the directory.
+func WriteJSON(path string, rep *Report) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// Percentile of sorted-in-place samples, nearest rank.
+func Percentile(samples []time.Duration, q float64) time.Duration {
+	if len(samples) == 0 {
+		return 0
+	}
+	slices.Sort(samples)
+	i := int(math.Ceil(q*float64(len(samples)))) - 1
+	return samples[min(max(i, 0), len(samples)-1)]
+}
+
+// Median of durations.
+func Median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
