@@ -35,7 +35,7 @@ type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	fleet, httpAddress, kubeconfig                                   string
 	rediscover, staleInterval, staleGrace                            time.Duration
-	enableProfiling                                                  bool
+	enableProfiling, shareMemory                                     bool
 	ncuPath, shimPath                                                string
 	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
@@ -57,6 +57,7 @@ func main() {
 	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
 	flag.DurationVar(&o.staleInterval, "stale-claim-interval", envDuration("PRISM_STALE_CLAIM_INTERVAL", time.Minute), "How often prepared claims are checked against the API server; 0 disables (env PRISM_STALE_CLAIM_INTERVAL).")
 	flag.DurationVar(&o.staleGrace, "stale-claim-grace", envDuration("PRISM_STALE_CLAIM_GRACE", 2*time.Minute), "How long a prepared claim must be missing from the API before its devices are released (env PRISM_STALE_CLAIM_GRACE).")
+	flag.BoolVar(&o.shareMemory, "consumable-capacity", envBool("PRISM_CONSUMABLE_CAPACITY", false), "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory (env PRISM_CONSUMABLE_CAPACITY).")
 	flag.BoolVar(&o.enableProfiling, "profiling", envBool("PRISM_PROFILING", true), "Allow claims to ask for an Nsight Compute run (env PRISM_PROFILING).")
 	flag.StringVar(&o.ncuPath, "ncu-path", env("PRISM_NCU_PATH", ""), "Host directory of the Nsight Compute install holding the ncu launcher (env PRISM_NCU_PATH).")
 	flag.StringVar(&o.shimPath, "profiling-shim", env("PRISM_PROFILING_SHIM", "/usr/lib/prism/libprism-profile.so"), "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing (env PRISM_PROFILING_SHIM).")
@@ -143,6 +144,7 @@ func run(ctx context.Context, o options) error {
 		StaleClaimInterval:  o.staleInterval,
 		StaleClaimGrace:     o.staleGrace,
 		Profiling:           profilingConfig,
+		ShareMemory:         o.shareMemory,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),

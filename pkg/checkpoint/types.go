@@ -64,7 +64,10 @@ type Device struct {
 	Pool         string   `json:"pool,omitempty"`
 	Name         string   `json:"name"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
-	Sharing      *Sharing `json:"sharing,omitempty"`
+	// ShareID identifies this claim's share of a device that several claims
+	// use at once; empty for a device held exclusively.
+	ShareID string   `json:"shareID,omitempty"`
+	Sharing *Sharing `json:"sharing,omitempty"`
 }
 
 // Sharing is the sharing setup applied to a device.

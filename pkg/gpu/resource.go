@@ -41,7 +41,15 @@ type PublishOptions struct {
 	// simulated node supplies a fake tree. When nil, pcieRoot is not
 	// published.
 	SysFS fs.ReadLinkFS
+	// ShareMemory publishes each GPU as shareable by memory: several claims
+	// may each consume a slice of its memory capacity, and the scheduler
+	// never hands out more than the GPU has.
+	ShareMemory bool
 }
+
+// MemoryShareStep is the granularity of memory shares; requests are rounded
+// up to it, which keeps the scheduler's arithmetic on round numbers.
+var MemoryShareStep = resource.MustParse("1Gi")
 
 type namedAttribute struct {
 	name  resourceapi.QualifiedName
@@ -140,13 +148,27 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 	// Zero memory means unknown; publishing it would make the GPU match
 	// nothing that asks for memory, which is worse than not saying.
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	var shareable *bool
 	if d.MemoryBytes > 0 {
-		capacity[qualified("memory")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(d.MemoryBytes), resource.BinarySI)}
+		memory := resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(d.MemoryBytes), resource.BinarySI)}
+		if opts.ShareMemory {
+			step := MemoryShareStep.Value()
+			// A claim that names no amount takes the whole GPU, rounded down
+			// to the step because the default must itself be a valid request.
+			whole := resource.NewQuantity(int64(d.MemoryBytes)/step*step, resource.BinarySI)
+			memory.RequestPolicy = &resourceapi.CapacityRequestPolicy{
+				Default:    whole,
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &MemoryShareStep, Step: &MemoryShareStep},
+			}
+			shareable = ptr.To(true)
+		}
+		capacity[qualified("memory")] = memory
 	}
 	return resourceapi.Device{
-		Name:       d.Name(),
-		Attributes: enforceLimits(logger, attrs, len(capacity)),
-		Capacity:   capacity,
+		Name:                     d.Name(),
+		Attributes:               enforceLimits(logger, attrs, len(capacity)),
+		Capacity:                 capacity,
+		AllowMultipleAllocations: shareable,
 	}, nil
 }
 

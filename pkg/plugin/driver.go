@@ -58,6 +58,8 @@ type Config struct {
 	// API; a claim gone for StaleClaimGrace is released. Zero disables it.
 	StaleClaimInterval time.Duration
 	StaleClaimGrace    time.Duration
+	// ShareMemory publishes GPUs that several claims may share by memory.
+	ShareMemory bool
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
 	Profiling *ProfilingConfig
 	Metrics   *Metrics
@@ -250,7 +252,7 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 	sysfs := d.sysfs
 	d.devicesMu.RUnlock()
 	gpu.SortByIndex(devices)
-	return gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs})
+	return gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory})
 }
 
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -240,5 +241,58 @@ func TestConcurrentPrepareUnprepare(t *testing.T) {
 	}
 	if left := d.checkpoint.List(); len(left) != 0 {
 		t.Errorf("%d claims left prepared", len(left))
+	}
+}
+
+// sharedClaim is a claim allocated a share of gpu-0's memory.
+func sharedClaim(uid, memory string) *resourceapi.ResourceClaim {
+	c := allocatedClaim(uid, []string{"gpu-0"})
+	share := types.UID("share-" + uid)
+	c.Status.Allocation.Devices.Results[0].ShareID = &share
+	c.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{memoryCapacity: resource.MustParse(memory)}
+	return c
+}
+
+func TestSharedDeviceGuard(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		claims  []*resourceapi.ResourceClaim
+		wantErr string // for the last claim; the others must succeed
+	}{
+		{"shares that fit", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), sharedClaim("b", "20Gi"), sharedClaim("c", "40Gi")}, ""},
+		{"shares past the GPU's memory", []*resourceapi.ResourceClaim{sharedClaim("a", "60Gi"), sharedClaim("b", "30Gi")}, "would add up to"},
+		{"whole claim after a share", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), allocatedClaim("b", []string{"gpu-0"})}, "refusing to share"},
+		{"share after a whole claim", []*resourceapi.ResourceClaim{allocatedClaim("a", []string{"gpu-0"}), sharedClaim("b", "20Gi")}, "refusing to share"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
+			for i, c := range tc.claims {
+				err := prepare(t, d, c)[c.UID].Err
+				last := i == len(tc.claims)-1
+				switch {
+				case last && tc.wantErr != "":
+					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+						t.Errorf("claim %s: want error containing %q, got %v", c.UID, tc.wantErr, err)
+					}
+				case err != nil:
+					t.Errorf("claim %s: %v", c.UID, err)
+				}
+			}
+		})
+	}
+}
+
+func TestShareIsToldToTheWorkload(t *testing.T) {
+	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
+	res := prepare(t, d, sharedClaim("a", "20Gi"))["a"]
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if res.Devices[0].ShareID == nil || *res.Devices[0].ShareID != "share-a" {
+		t.Errorf("kubelet device lacks the share ID: %+v", res.Devices[0])
+	}
+	rec, _ := d.checkpoint.Get("a")
+	if got := rec.Devices[0].Sharing.MemoryShareBytes; got != 20<<30 {
+		t.Errorf("recorded share %d bytes, want 20Gi", got)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
@@ -178,6 +180,18 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 		if cfg.Sharing != nil && cfg.Sharing.Strategy != "" {
 			dev.Sharing = &checkpoint.Sharing{Strategy: string(cfg.Sharing.Strategy)}
 		}
+		if result.ShareID != nil {
+			// The scheduler allocated a share of the device: record how much
+			// memory it counted, so the workload can be told its limit and
+			// the guard below can add up shares.
+			dev.ShareID = string(*result.ShareID)
+			if dev.Sharing == nil {
+				dev.Sharing = &checkpoint.Sharing{}
+			}
+			if q, ok := result.ConsumedCapacity[memoryCapacity]; ok {
+				dev.Sharing.MemoryShareBytes = q.Value()
+			}
+		}
 		rec.Devices = append(rec.Devices, dev)
 	}
 	if len(rec.Devices) == 0 {
@@ -217,20 +231,35 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 	return rec, nil
 }
 
-// checkExclusive refuses a device that another claim holds. A claim that is
+// checkExclusive refuses a device that another claim holds whole, and a
+// share that would take a shared device past its memory. A claim that is
 // only PrepareStarted holds its devices too: its prepare may be in flight or
 // about to be retried.
 func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device) error {
-	for _, other := range d.checkpoint.List() {
-		if other.UID == uid {
-			continue
-		}
-		for _, od := range other.Devices {
-			for _, dev := range devices {
-				if od.Name == dev.Name {
+	for _, dev := range devices {
+		var sharedBytes int64
+		for _, other := range d.checkpoint.List() {
+			if other.UID == uid {
+				continue
+			}
+			for _, od := range other.Devices {
+				if od.Name != dev.Name {
+					continue
+				}
+				if od.ShareID == "" || dev.ShareID == "" {
 					return fmt.Errorf("device %s is already prepared for claim %s/%s (uid %s); refusing to share it", dev.Name, other.Namespace, other.Name, other.UID)
 				}
+				if od.Sharing != nil {
+					sharedBytes += od.Sharing.MemoryShareBytes
+				}
 			}
+		}
+		if dev.ShareID == "" || dev.Sharing == nil {
+			continue
+		}
+		g, _ := d.device(dev.Name)
+		if total := sharedBytes + dev.Sharing.MemoryShareBytes; g.MemoryBytes > 0 && uint64(total) > g.MemoryBytes {
+			return fmt.Errorf("device %s has %d bytes of memory; the shares prepared on it would add up to %d", dev.Name, g.MemoryBytes, total)
 		}
 	}
 	return nil
@@ -250,7 +279,7 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: sharingEdits(dev.Sharing)})
 	}
 	ids, err := d.cfg.CDI.WriteClaimSpec(ctx, spec)
 	if err != nil {
@@ -266,15 +295,49 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	return nil
 }
 
+// memoryCapacity is the capacity a memory share is counted in.
+const memoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
+
+// Environment variables that tell a workload how it may use a shared GPU.
+const (
+	// EnvMemoryLimit is the bytes of GPU memory the claim's share holds. It
+	// is advisory: nothing on the GPU enforces it without a layer such as
+	// HAMi-core that intercepts CUDA allocations.
+	EnvMemoryLimit = "PRISM_GPU_MEMORY_LIMIT"
+	// EnvTimeSlice names the time-slice interval asked for.
+	EnvTimeSlice = "PRISM_GPU_TIMESLICE"
+)
+
+func sharingEdits(s *checkpoint.Sharing) *cdispec.ContainerEdits {
+	if s == nil {
+		return nil
+	}
+	var env []string
+	if s.MemoryShareBytes > 0 {
+		env = append(env, fmt.Sprintf("%s=%d", EnvMemoryLimit, s.MemoryShareBytes))
+	}
+	if s.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
+		env = append(env, EnvTimeSlice+"="+s.Strategy)
+	}
+	if len(env) == 0 {
+		return nil
+	}
+	return &cdispec.ContainerEdits{Env: env}
+}
+
 func kubeletDevices(rec checkpoint.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(rec.Devices))
 	for _, dev := range rec.Devices {
-		out = append(out, kubeletplugin.Device{
+		kd := kubeletplugin.Device{
 			Requests:     slices.Clone(dev.Requests),
 			PoolName:     dev.Pool,
 			DeviceName:   dev.Name,
 			CDIDeviceIDs: slices.Clone(dev.CDIDeviceIDs),
-		})
+		}
+		if dev.ShareID != "" {
+			kd.ShareID = ptr.To(types.UID(dev.ShareID))
+		}
+		out = append(out, kd)
 	}
 	return out
 }

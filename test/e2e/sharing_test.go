@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// memoryShare is a claim for a slice of one GPU's memory.
+func memoryShare(amount string) resourceapi.ResourceClaimSpec {
+	spec := gpuClaimSpec(1)
+	spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
+		Requests: map[resourceapi.QualifiedName]resource.Quantity{"gpu.prism.dev/memory": resource.MustParse(amount)},
+	}
+	return spec
+}
+
+// TestMemorySharesPackOneGPU: with consumable capacity, the real scheduler
+// packs three 20Gi claims onto one 80 GB GPU, sends a 30Gi claim that no
+// longer fits there to another GPU, and each container is told its share.
+func TestMemorySharesPackOneGPU(t *testing.T) {
+	ctx, cluster := testbed.ForTest(t, testbed.Options{})
+	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPrismDeviceClass(ctx, t, cluster)
+	p := startPlugin(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"))
+	p.args = append(p.args, "--consumable-capacity")
+	_ = p.Stop(5 * time.Second)
+	p.restart(ctx, t)
+	waitFor(t, "GPUs republished as shareable by memory", func() bool {
+		s, err := nodeSlice(ctx, cluster.Client, node.Name)
+		if err != nil || s == nil || len(s.Spec.Devices) != 8 {
+			return false
+		}
+		d := s.Spec.Devices[0]
+		return d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations && d.Capacity["gpu.prism.dev/memory"].RequestPolicy != nil
+	})
+
+	createTemplate(ctx, t, cluster.Client, "share-20", memoryShare("20Gi"))
+	createTemplate(ctx, t, cluster.Client, "share-30", memoryShare("30Gi"))
+	devices := map[string]string{}
+	for _, pod := range []string{"share-a", "share-b", "share-c", "share-d"} {
+		template := "share-20"
+		if pod == "share-d" {
+			template = "share-30"
+		}
+		createPod(ctx, t, cluster.Client, podWithClaim(pod, template, ""))
+		running, err := testbed.WaitForPod(ctx, cluster.Client, "default", pod, time.Minute, testbed.PodRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim := podClaim(ctx, t, cluster.Client, running)
+		r := claim.Status.Allocation.Devices.Results[0]
+		if r.ShareID == nil {
+			t.Errorf("%s: allocation has no share ID: %+v", pod, r)
+		}
+		devices[pod] = r.Device
+
+		want := "20"
+		if pod == "share-d" {
+			want = "30"
+		}
+		oci := resolveWithCDICache(t, p.CDIRoot, node.Runtime.Created("default", pod)[0].CDIDevices)
+		share := resource.MustParse(want + "Gi")
+		wantEnv := plugin.EnvMemoryLimit + "=" + itoa(int(share.Value()))
+		if !slices.Contains(oci.Process.Env, wantEnv) {
+			t.Errorf("%s: container env lacks %s: %v", pod, wantEnv, oci.Process.Env)
+		}
+	}
+	if devices["share-a"] != devices["share-b"] || devices["share-b"] != devices["share-c"] {
+		t.Errorf("three 20Gi shares spread over %s, %s, %s; want one GPU", devices["share-a"], devices["share-b"], devices["share-c"])
+	}
+	if devices["share-d"] == devices["share-a"] {
+		t.Errorf("the 30Gi share landed on %s next to 60Gi of shares on an 80Gi GPU", devices["share-d"])
+	}
+	var shared int
+	for _, c := range readCheckpoint(t, p.StateDir) {
+		if c.Devices[0].Name == devices["share-a"] {
+			shared++
+		}
+	}
+	if shared != 3 {
+		t.Errorf("checkpoint holds %d claims on %s, want the 3 shares", shared, devices["share-a"])
+	}
+}
