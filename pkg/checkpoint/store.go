@@ -220,7 +220,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
 	if rec.MigratedFrom != "" || rec.BootIDChanged {
-		if err := s.persist(data); err != nil {
+		if err := s.persist(data, true); err != nil {
 			return nil, rec, fmt.Errorf("persisting recovered checkpoint: %w", err)
 		}
 	}
@@ -256,6 +256,20 @@ func (s *Store) List() []Claim {
 // fails, the result is invalid or cannot be written, the error is returned
 // and the store keeps its previous content.
 func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
+	return s.update(ctx, fn, true)
+}
+
+// UpdateWithoutSync is Update without the fsyncs, for a change that may be
+// lost in a power failure but not in a crash of the process: the file is
+// still replaced by rename, so the process's own crash leaves old or new.
+// The plugin uses it for PrepareStarted, whose loss only leaves a CDI spec
+// behind that start-up reconciliation removes, and which a reboot makes
+// stale anyway. It halves the fsyncs of a prepare.
+func (s *Store) UpdateWithoutSync(ctx context.Context, fn func(*Data) error) error {
+	return s.update(ctx, fn, false)
+}
+
+func (s *Store) update(ctx context.Context, fn func(*Data) error, sync bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -273,7 +287,7 @@ func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
 		return fmt.Errorf("refusing to persist invalid checkpoint: %w", err)
 	}
 	start := time.Now()
-	if err := s.persist(next); err != nil {
+	if err := s.persist(next, sync); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(5).Info("Persisted checkpoint", "claims", len(next.Claims), "duration", time.Since(start))
@@ -284,12 +298,12 @@ func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
 	return nil
 }
 
-func (s *Store) persist(d *Data) error {
+func (s *Store) persist(d *Data, sync bool) error {
 	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims})
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	if err := s.writeAtomic(content); err != nil {
+	if err := s.writeAtomic(content, sync); err != nil {
 		return fmt.Errorf("writing checkpoint %s: %w", s.path, err)
 	}
 	return nil
@@ -300,7 +314,7 @@ func (s *Store) persist(d *Data) error {
 // directory sync fails the new file may already be visible; memory then
 // still holds the old state, and the next successful write, which always
 // rewrites everything, brings the two back together.
-func (s *Store) writeAtomic(content []byte) (err error) {
+func (s *Store) writeAtomic(content []byte, sync bool) (err error) {
 	f, err := s.fs.CreateTemp(s.dir, s.name+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("creating temporary file: %w", err)
@@ -315,15 +329,20 @@ func (s *Store) writeAtomic(content []byte) (err error) {
 		_ = f.Close()
 		return fmt.Errorf("writing temporary file: %w", err)
 	}
-	if err = f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("syncing temporary file: %w", err)
+	if sync {
+		if err = f.Sync(); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("syncing temporary file: %w", err)
+		}
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("closing temporary file: %w", err)
 	}
 	if err = s.fs.Rename(tmp, s.path); err != nil {
 		return fmt.Errorf("renaming temporary file: %w", err)
+	}
+	if !sync {
+		return nil
 	}
 	if err = s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("syncing directory: %w", err)

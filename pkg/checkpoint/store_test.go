@@ -702,3 +702,27 @@ func (f *faultyFile) Close() error {
 	}
 	return f.file.Close()
 }
+
+// An unsynced update must still be atomic and readable by the next Open:
+// only its durability across power loss differs.
+func TestUpdateWithoutSyncPersistsAtomically(t *testing.T) {
+	dir := t.TempDir()
+	s, _, err := Open(context.Background(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.UpdateWithoutSync(context.Background(), func(d *Data) error {
+		d.Claims["u1"] = Claim{UID: "u1", Namespace: "ns", Name: "c", State: PrepareStarted, Devices: []Device{{Name: "gpu-0"}}}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reopened, rec, err := Open(context.Background(), dir, Options{})
+	if err != nil || rec.Corruption != nil {
+		t.Fatalf("reopen: %v %v", err, rec.Corruption)
+	}
+	if c, ok := reopened.Get("u1"); !ok || c.State != PrepareStarted {
+		t.Errorf("unsynced update not persisted: %+v %v", c, ok)
+	}
+}

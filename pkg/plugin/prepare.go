@@ -88,8 +88,11 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 
 	// Phase one: the devices are claimed before anything exists on disk, so a
 	// crash from here on leaves a record that start-up reconciliation undoes.
+	// It is not fsynced: only a power loss could lose it, and then the CDI
+	// spec it would have explained is an orphan that reconciliation removes
+	// (and /var/run/cdi is gone with the reboot anyway).
 	planned.State = checkpoint.PrepareStarted
-	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+	if err := d.checkpoint.UpdateWithoutSync(ctx, func(data *checkpoint.Data) error {
 		data.Claims[uid] = planned
 		return nil
 	}); err != nil {

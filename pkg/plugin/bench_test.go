@@ -1,0 +1,28 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+)
+
+// BenchmarkPrepareUnprepare is the plugin's own share of a kubelet call, on
+// real files in a temporary directory: no gRPC and no API server GET.
+func BenchmarkPrepareUnprepare(b *testing.B) {
+	d := newTestDriver(b, "h100-sxm-8.yaml", b.TempDir())
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		uid := fmt.Sprintf("bench-%d", i)
+		res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim(uid, []string{"gpu-0"})})
+		if err != nil || res[types.UID(uid)].Err != nil {
+			b.Fatal(err, res[types.UID(uid)].Err)
+		}
+		if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
