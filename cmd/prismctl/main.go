@@ -27,6 +27,7 @@ import (
 
 	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
 	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
+	"github.com/prismgpu/prism/pkg/prismctl/simulatecmd"
 )
 
 func main() {
@@ -38,7 +39,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand())
+	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand(), simulatecmd.NewCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
 		os.Exit(1)
