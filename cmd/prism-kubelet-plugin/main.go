@@ -11,9 +11,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"io/fs"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,7 +37,9 @@ type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	fleet, httpAddress, kubeconfig                                   string
 	rediscover, staleInterval, staleGrace                            time.Duration
-	enableProfiling, shareMemory                                     bool
+	enableProfiling, shareMemory, health                             bool
+	ignoredXIDs, simulatedFaults                                     string
+	healthRecoverAfter                                               time.Duration
 	ncuPath, shimPath                                                string
 	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
@@ -57,6 +61,10 @@ func main() {
 	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
 	flag.DurationVar(&o.staleInterval, "stale-claim-interval", envDuration("PRISM_STALE_CLAIM_INTERVAL", time.Minute), "How often prepared claims are checked against the API server; 0 disables (env PRISM_STALE_CLAIM_INTERVAL).")
 	flag.DurationVar(&o.staleGrace, "stale-claim-grace", envDuration("PRISM_STALE_CLAIM_GRACE", 2*time.Minute), "How long a prepared claim must be missing from the API before its devices are released (env PRISM_STALE_CLAIM_GRACE).")
+	flag.BoolVar(&o.health, "health", envBool("PRISM_HEALTH", true), "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice (env PRISM_HEALTH).")
+	flag.StringVar(&o.ignoredXIDs, "ignored-xids", env("PRISM_IGNORED_XIDS", joinXIDs(plugin.DefaultIgnoredXIDs)), "Comma-separated Xids that are the application's fault and taint nothing (env PRISM_IGNORED_XIDS).")
+	flag.DurationVar(&o.healthRecoverAfter, "health-recover-after", envDuration("PRISM_HEALTH_RECOVER_AFTER", 5*time.Minute), "How long an unhealthy GPU must stay quiet before its taint is removed (env PRISM_HEALTH_RECOVER_AFTER).")
+	flag.StringVar(&o.simulatedFaults, "simulated-faults", env("PRISM_SIMULATED_FAULTS", ""), "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events (env PRISM_SIMULATED_FAULTS).")
 	flag.BoolVar(&o.shareMemory, "consumable-capacity", envBool("PRISM_CONSUMABLE_CAPACITY", false), "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory (env PRISM_CONSUMABLE_CAPACITY).")
 	flag.BoolVar(&o.enableProfiling, "profiling", envBool("PRISM_PROFILING", true), "Allow claims to ask for an Nsight Compute run (env PRISM_PROFILING).")
 	flag.StringVar(&o.ncuPath, "ncu-path", env("PRISM_NCU_PATH", ""), "Host directory of the Nsight Compute install holding the ncu launcher (env PRISM_NCU_PATH).")
@@ -94,8 +102,28 @@ func run(ctx context.Context, o options) error {
 
 	var inventory nvml.Inventory
 	var source cdi.EditSource
+	var healthLib gonvml.Interface
 	if o.fleet != "" {
 		inventory = nvml.NewFleetInventory(o.fleet, o.nodeName)
+		fleet, err := nvml.LoadFleet(o.fleet)
+		if err != nil {
+			return err
+		}
+		sim, err := nvml.NewSimulated(fleet, o.nodeName)
+		if err != nil {
+			return err
+		}
+		lib, faults := nvml.SimulateFaults(sim)
+		healthLib = lib
+		if o.simulatedFaults != "" {
+			go plugin.FeedSimulatedFaults(ctx, o.simulatedFaults, func(i int) (string, bool) {
+				if i < 0 || i >= len(sim.Devices()) {
+					return "", false
+				}
+				uuid, _ := sim.Devices()[i].GetUUID()
+				return uuid, true
+			}, faults)
+		}
 		driverRoot := o.driverRoot
 		if driverRoot == "/" {
 			driverRoot = filepath.Join(o.stateDir, "fake-driver-root")
@@ -117,6 +145,7 @@ func run(ctx context.Context, o options) error {
 		}
 		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
 		inventory = nvml.NewNVMLInventory(lib, sysfs)
+		healthLib = lib
 		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{DriverRoot: o.driverRoot}); err != nil {
 			return err
 		}
@@ -133,6 +162,15 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	var health *plugin.HealthConfig
+	if o.health {
+		ignored, err := parseXIDs(o.ignoredXIDs)
+		if err != nil {
+			return err
+		}
+		health = &plugin.HealthConfig{NVML: healthLib, IgnoredXIDs: ignored, RecoverAfter: o.healthRecoverAfter}
+	}
+
 	metrics := plugin.NewMetrics()
 	driver, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            o.nodeName,
@@ -145,6 +183,7 @@ func run(ctx context.Context, o options) error {
 		StaleClaimGrace:     o.staleGrace,
 		Profiling:           profilingConfig,
 		ShareMemory:         o.shareMemory,
+		Health:              health,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
@@ -206,6 +245,7 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 		Options:   profiling.Options{StateDir: o.stateDir, NCUDir: o.ncuPath, ShimPath: shim},
 		Publisher: profiling.NewPublisher(c),
 		Retention: o.profileRetention,
+		ProcRoot:  "/proc",
 	}, nil
 }
 
@@ -229,6 +269,26 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+func parseXIDs(list string) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	for _, f := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' }) {
+		x, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--ignored-xids: %q is not an Xid number", f)
+		}
+		out[x] = true
+	}
+	return out, nil
+}
+
+func joinXIDs(xids []uint64) string {
+	parts := make([]string, len(xids))
+	for i, x := range xids {
+		parts[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(parts, ",")
 }
 
 func envBool(name string, def bool) bool {

@@ -58,6 +58,8 @@ type Config struct {
 	// API; a claim gone for StaleClaimGrace is released. Zero disables it.
 	StaleClaimInterval time.Duration
 	StaleClaimGrace    time.Duration
+	// Health watches NVML events and taints unhealthy GPUs; nil disables it.
+	Health *HealthConfig
 	// ShareMemory publishes GPUs that several claims may share by memory.
 	ShareMemory bool
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
@@ -73,6 +75,9 @@ type ProfilingConfig struct {
 	Publisher *profiling.Publisher
 	// Retention is how many raw reports are kept on the node.
 	Retention int
+	// ProcRoot is where the NVIDIA driver's parameters are read, to warn
+	// when counters are restricted; "/proc" on a real node.
+	ProcRoot string
 }
 
 // Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.
@@ -91,6 +96,7 @@ type Driver struct {
 	devicesMu sync.RWMutex
 	devices   map[string]gpu.Device
 	sysfs     fs.ReadLinkFS
+	unhealthy map[string]unhealthy
 	published []resourceapi.Device
 
 	ready chan struct{}
@@ -143,6 +149,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.StaleClaimInterval > 0 {
 		go d.collectStaleLoop(ctx, cfg.StaleClaimInterval, cfg.StaleClaimGrace)
 	}
+	if cfg.Health != nil {
+		go d.watchHealth(ctx)
+	}
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.published), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
@@ -156,7 +165,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{})}
+	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{}}
 	d.broadcast = record.NewBroadcaster(record.WithContext(ctx))
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
@@ -250,9 +259,22 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 		devices = append(devices, dev)
 	}
 	sysfs := d.sysfs
+	taints := map[string]resourceapi.DeviceTaint{}
+	for name, u := range d.unhealthy {
+		taints[name] = u.taint
+	}
 	d.devicesMu.RUnlock()
 	gpu.SortByIndex(devices)
-	return gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory})
+	out, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if t, ok := taints[out[i].Name]; ok {
+			out[i].Taints = []resourceapi.DeviceTaint{t}
+		}
+	}
+	return out, nil
 }
 
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell

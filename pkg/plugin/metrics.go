@@ -16,6 +16,7 @@ type Metrics struct {
 	preparedClaims    prometheus.Gauge
 	publishedDevices  prometheus.Gauge
 	checkpointRecover *prometheus.CounterVec
+	healthEvents      *prometheus.CounterVec
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -51,8 +52,12 @@ func NewMetrics() *Metrics {
 			Namespace: "prism", Subsystem: "plugin", Name: "checkpoint_recoveries_total",
 			Help: "Repairs made to the checkpoint or CDI specs at start-up, by kind.",
 		}, []string{"kind"}),
+		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "gpu_health_events_total",
+			Help: "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, recoveries.",
+		}, []string{"kind"}),
 	}
-	m.Registry.MustRegister(m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+	m.Registry.MustRegister(m.healthEvents, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -219,6 +219,7 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 				"Running unprofiled on node %s: %v", d.cfg.NodeName, unavailable)
 			break
 		}
+		d.warnIfProfilingForbidden(claim)
 		raw, err := json.Marshal(cfg.Profiling)
 		if err != nil {
 			return rec, err

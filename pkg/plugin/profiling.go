@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -72,5 +75,32 @@ func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim) {
 	}
 	if err := profiling.Archive(stateDir, rec.UID, d.cfg.Profiling.Retention); err != nil {
 		logger.Error(err, "Archiving the raw report")
+	}
+}
+
+// warnIfProfilingForbidden tells the claim's author, before the run rather
+// than after a failed one, that ncu will fail with ERR_NVGPUCTRPERM: the
+// driver restricts the counters and no container of the pod may read them.
+// Prepare still proceeds; the workload runs, only unprofiled.
+func (d *Driver) warnIfProfilingForbidden(claim *resourceapi.ResourceClaim) {
+	procRoot := d.cfg.Profiling.ProcRoot
+	if procRoot == "" {
+		return
+	}
+	restricted, err := profiling.DriverRestrictsProfiling(procRoot)
+	if err != nil || !restricted {
+		return
+	}
+	for _, ref := range claim.Status.ReservedFor {
+		if ref.Resource != "pods" {
+			continue
+		}
+		pod, err := d.cfg.KubeClient.CoreV1().Pods(claim.Namespace).Get(context.Background(), ref.Name, metav1.GetOptions{})
+		if err != nil || profiling.PodMayProfile(pod) {
+			continue
+		}
+		d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingNotPermitted",
+			"Pod %s cannot read GPU performance counters: the NVIDIA driver on node %s sets RestrictProfilingToAdminUsers=1. "+
+				"Either add capabilities: {add: [SYS_ADMIN]} to the profiled container, or set NVreg_RestrictProfilingToAdminUsers=0 in the driver's module options", ref.Name, d.cfg.NodeName)
 	}
 }

@@ -17,6 +17,8 @@ limitations under the License.
 package profiling
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -118,4 +120,34 @@ func hasCapSysAdmin(path string) (bool, error) {
 		return mask&(1<<capSysAdmin) != 0, nil
 	}
 	return false, fmt.Errorf("%s: no CapEff line", path)
+}
+
+// DriverRestrictsProfiling reports whether the NVIDIA driver under procRoot
+// keeps the performance counters to administrators, so that a workload can
+// only be profiled with CAP_SYS_ADMIN.
+func DriverRestrictsProfiling(procRoot string) (bool, error) {
+	return driverRestricted(filepath.Join(procRoot, "driver", "nvidia", "params"))
+}
+
+// PodMayProfile reports whether some container of the pod may read the
+// performance counters of a restricting driver: it is privileged or adds
+// CAP_SYS_ADMIN. CDI cannot grant capabilities, so only the pod spec can.
+func PodMayProfile(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		sc := c.SecurityContext
+		if sc == nil {
+			continue
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			return true
+		}
+		if sc.Capabilities != nil {
+			for _, cap := range sc.Capabilities.Add {
+				if cap == "SYS_ADMIN" || cap == "CAP_SYS_ADMIN" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

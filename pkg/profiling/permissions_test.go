@@ -17,6 +17,8 @@ limitations under the License.
 package profiling
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"errors"
 	"path/filepath"
 	"strings"
@@ -50,6 +52,27 @@ func TestCheckPermissions(t *testing.T) {
 			var pe *PermissionError
 			if got := errors.As(err, &pe); got != tc.wantPermission {
 				t.Errorf("errors.As(*PermissionError) = %v, want %v", got, tc.wantPermission)
+			}
+		})
+	}
+}
+
+func TestPodMayProfile(t *testing.T) {
+	privileged, sysAdmin := true, corev1.Capability("SYS_ADMIN")
+	for _, tc := range []struct {
+		name string
+		sc   *corev1.SecurityContext
+		want bool
+	}{
+		{"no security context", nil, false},
+		{"privileged", &corev1.SecurityContext{Privileged: &privileged}, true},
+		{"adds SYS_ADMIN", &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN", sysAdmin}}}, true},
+		{"other capabilities only", &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "a"}, {Name: "b", SecurityContext: tc.sc}}}}
+			if got := PodMayProfile(pod); got != tc.want {
+				t.Errorf("PodMayProfile = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"io"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"strconv"
 	"strings"
@@ -34,3 +36,7 @@ func promValue(t *testing.T, addr, series string) float64 {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func metav1ListOptions(fieldSelector string) metav1.ListOptions {
+	return metav1.ListOptions{FieldSelector: fieldSelector}
+}

@@ -49,6 +49,12 @@ type pluginProc struct {
 // extraEnv reaches the process (PRISM_CRASH_AT, for one).
 func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *testbed.Node, fleet string, extraEnv ...string) *pluginProc {
 	t.Helper()
+	return startPluginWithFlags(ctx, t, c, node, fleet, nil, extraEnv...)
+}
+
+// startPluginWithFlags is startPlugin with extra command-line flags.
+func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster, node *testbed.Node, fleet string, flags []string, extraEnv ...string) *pluginProc {
+	t.Helper()
 	port, err := testbed.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +81,7 @@ func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *te
 		"--stale-claim-grace=3s",
 		"-v=4",
 	}
+	p.args = append(p.args, flags...)
 	p.restart(ctx, t)
 	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
 	return p
