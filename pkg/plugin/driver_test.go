@@ -3,10 +3,14 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"github.com/prismgpu/prism/pkg/profiling"
+	corev1 "k8s.io/api/core/v1"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -294,5 +298,62 @@ func TestShareIsToldToTheWorkload(t *testing.T) {
 	rec, _ := d.checkpoint.Get("a")
 	if got := rec.Devices[0].Sharing.MemoryShareBytes; got != 20<<30 {
 		t.Errorf("recorded share %d bytes, want 20Gi", got)
+	}
+}
+
+// TestProfilingNotPermittedIsExplained: when the driver restricts the
+// counters and the pod cannot read them, the claim says so before the run.
+func TestProfilingNotPermittedIsExplained(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		privileged bool
+		wantEvent  bool
+	}{
+		{"pod without SYS_ADMIN", false, true},
+		{"privileged pod", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ncuDir := filepath.Join(dir, "ncu")
+			shim := filepath.Join(dir, "libprism-profile.so")
+			for _, f := range []string{filepath.Join(ncuDir, "ncu"), shim} {
+				if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(f, nil, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := newTestDriver(t, "t4-2.yaml", dir)
+			d.cfg.Profiling = &ProfilingConfig{
+				Options:  profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
+				ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
+			}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "ns"},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "cuda", SecurityContext: &corev1.SecurityContext{Privileged: &tc.privileged}}}}}
+			client := d.cfg.KubeClient
+			if _, err := client.CoreV1().Pods("ns").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			claim := allocatedClaim("p1", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
+			claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "trainer", UID: "pod-uid"}}
+			if r := prepare(t, d, claim)["p1"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			found := false
+			for range 50 {
+				evs, _ := client.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+				for _, e := range evs.Items {
+					found = found || e.Reason == "ProfilingNotPermitted"
+				}
+				if found {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if found != tc.wantEvent {
+				t.Errorf("ProfilingNotPermitted event recorded = %v, want %v", found, tc.wantEvent)
+			}
+		})
 	}
 }
