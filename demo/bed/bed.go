@@ -52,6 +52,8 @@ type Options struct {
 	// NCUDir holds an executable named ncu (test/tools/fake-ncu); it makes
 	// profiled claims work. Empty disables profiling.
 	NCUDir string
+	// PluginFlags are added to every prism-kubelet-plugin's command line.
+	PluginFlags []string
 	// Nodes default to DefaultNodes.
 	Nodes []NodeSpec
 	// Log receives progress lines; nil discards them.
@@ -192,6 +194,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	}
 	if opts.NCUDir != "" {
 		args = append(args, "--ncu-path="+opts.NCUDir)
+	}
+	if len(opts.PluginFlags) > 0 {
+		args = append(args, opts.PluginFlags...)
 	}
 	proc, err := testbed.StartProcess(ctx, "prism-plugin-"+node.Name, node.Dir,
 		filepath.Join(b.Cluster.WorkDir(), "logs", "prism-plugin-"+node.Name+".log"), opts.PluginBin, args...)

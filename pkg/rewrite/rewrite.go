@@ -58,7 +58,13 @@ type Profile struct {
 	MinComputeCapability string
 	// Policy defaults to Performance when empty.
 	Policy Policy
+	// ShareMemory asks for the memory need as a share of a GPU rather than a
+	// whole one, on GPUs published as shareable (consumable capacity).
+	ShareMemory bool
 }
+
+// MemoryCapacity is the device capacity a memory share is requested from.
+const MemoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
 
 // ErrInvalidProfile is wrapped by every error caused by profile contents.
 var ErrInvalidProfile = errors.New("invalid profile")
@@ -83,6 +89,8 @@ type needs struct {
 	memory selectorID // -1: none
 	cc     selectorID // -1: none
 	text   string
+	// share is the memory to request from a shareable GPU; nil: the whole GPU.
+	share *resource.Quantity
 }
 
 func (p Profile) needs() (needs, error) {
@@ -111,6 +119,13 @@ func (p Profile) needs() (needs, error) {
 		}
 		if n.memory < 0 {
 			return n, fmt.Errorf("%w: needs %d bytes per device, more than the largest bucket (%dGi)", ErrInvalidProfile, bytes, memoryFloorsGi[len(memoryFloorsGi)-1])
+		}
+		if p.ShareMemory {
+			// Whole GiB, the step the plugin publishes, so that the share is
+			// exactly what the scheduler will count.
+			gi := (bytes + 1<<30 - 1) >> 30
+			n.share = resource.NewQuantity(gi<<30, resource.BinarySI)
+			n.text += fmt.Sprintf(" share=%dGi", gi)
 		}
 	}
 	if p.MinComputeCapability != "" {
@@ -193,7 +208,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated)
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n.share)
 		req.Exactly = nil
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}
@@ -244,10 +259,13 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 	return ""
 }
 
-func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string) []resourceapi.DeviceSubRequest {
+func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, share *resource.Quantity) []resourceapi.DeviceSubRequest {
 	subs := make([]resourceapi.DeviceSubRequest, len(ladder))
 	for i, t := range ladder {
 		e := exact.DeepCopy()
+		if share != nil {
+			requestShare(e, *share)
+		}
 		subs[i] = resourceapi.DeviceSubRequest{
 			Name:            t.name,
 			DeviceClassName: e.DeviceClassName,
@@ -259,6 +277,20 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 		}
 	}
 	return subs
+}
+
+// requestShare asks for a share of memory unless the user named an amount.
+func requestShare(e *resourceapi.ExactDeviceRequest, share resource.Quantity) {
+	if e.Capacity == nil {
+		e.Capacity = &resourceapi.CapacityRequirements{}
+	}
+	if _, userSet := e.Capacity.Requests[MemoryCapacity]; userSet {
+		return
+	}
+	if e.Capacity.Requests == nil {
+		e.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{}
+	}
+	e.Capacity.Requests[MemoryCapacity] = share
 }
 
 // selectors gives each subrequest its own objects, so that a caller editing

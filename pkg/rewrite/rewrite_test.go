@@ -346,3 +346,46 @@ func equalStrings(a, b []string) bool {
 func equalSpecs(a, b *resourceapi.ResourceClaimSpec) bool {
 	return apiequality.Semantic.DeepEqual(a, b)
 }
+
+func TestShareMemoryRequestsTheFootprint(t *testing.T) {
+	peak := resource.MustParse("20Gi")
+	userAmount := resource.MustParse("30Gi")
+	for _, tc := range []struct {
+		name      string
+		share     bool
+		userAsks  *resource.Quantity
+		wantShare string // "" means no capacity request
+	}{
+		{"sharing asks for peak plus headroom (20Gi + 10 % + 2Gi) in whole GiB", true, nil, "24Gi"},
+		{"a user's own amount is kept", true, &userAmount, "30Gi"},
+		{"without sharing the whole GPU is asked for", false, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+			}}}}
+			if tc.userAsks != nil {
+				spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: *tc.userAsks}}
+			}
+			out, _, err := Rewrite(context.Background(), spec, Profile{Name: "train", BoundType: MemoryBound, PeakMemory: &peak, ShareMemory: tc.share})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs := out.Devices.Requests[0].FirstAvailable
+			if len(subs) == 0 {
+				t.Fatal("request not rewritten")
+			}
+			for _, sub := range subs {
+				var got string
+				if sub.Capacity != nil {
+					if q, ok := sub.Capacity.Requests[MemoryCapacity]; ok {
+						got = q.String()
+					}
+				}
+				if got != tc.wantShare {
+					t.Errorf("subrequest %s asks for memory %q, want %q", sub.Name, got, tc.wantShare)
+				}
+			}
+		})
+	}
+}

@@ -205,6 +205,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		PeakMemory:           wp.Status.PeakMemory,
 		MinComputeCapability: wp.Spec.MinComputeCapability,
 		Policy:               policy,
+		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
 	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile)
 	switch {

@@ -31,7 +31,10 @@ type controllerEnv struct {
 
 func newControllerEnv(t *testing.T) *controllerEnv {
 	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
-	b, err := bed.Setup(ctx, cluster, bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary})
+	// GPUs are shareable by memory: the placement rules must hold with
+	// sharing on, and a profile that allows it asks for its footprint.
+	b, err := bed.Setup(ctx, cluster, bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary,
+		PluginFlags: []string{"--consumable-capacity"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +117,11 @@ func (e *controllerEnv) runPodUntilEnd(t *testing.T, name, template string) (str
 
 func milli(p int32) *int32 { return &p }
 
+func withPeak(s prismv1alpha1.WorkloadProfileStatus, peak resource.Quantity) prismv1alpha1.WorkloadProfileStatus {
+	s.PeakMemory = &peak
+	return s
+}
+
 func TestProfileAwarePlacement(t *testing.T) {
 	e := newControllerEnv(t)
 	const h100, a100, l4 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4"
@@ -127,12 +135,13 @@ func TestProfileAwarePlacement(t *testing.T) {
 		{"stream", prismv1alpha1.WorkloadProfileSpec{}, memoryBound},
 		{"gemm", prismv1alpha1.WorkloadProfileSpec{}, prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeComputeBound, SMThroughputMilliPercent: milli(93000), MemoryThroughputMilliPercent: milli(12000), PeakMemory: &q20}},
 		{"tiny", prismv1alpha1.WorkloadProfileSpec{Policy: prismv1alpha1.PolicyEconomy}, prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeLatencyBound, SMThroughputMilliPercent: milli(4000), MemoryThroughputMilliPercent: milli(3000)}},
+		{"small-stream", prismv1alpha1.WorkloadProfileSpec{Sharing: prismv1alpha1.SharingFractional}, withPeak(memoryBound, q20)},
 	} {
 		if err := e.createProfile(t, p.name, p.spec, p.status); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, tmpl := range []struct{ name, profile string }{{"stream", "stream"}, {"gemm", "gemm"}, {"tiny", "tiny"}, {"unknown", "never-profiled"}, {"plain", ""}} {
+	for _, tmpl := range []struct{ name, profile string }{{"stream", "stream"}, {"gemm", "gemm"}, {"tiny", "tiny"}, {"small-stream", "small-stream"}, {"unknown", "never-profiled"}, {"plain", ""}} {
 		e.profiledTemplate(t, tmpl.name, tmpl.profile, gpuClaimSpec(1))
 	}
 
@@ -161,6 +170,18 @@ func TestProfileAwarePlacement(t *testing.T) {
 			evs, err := e.cluster.Client.CoreV1().Events("default").List(e.ctx, metav1.ListOptions{FieldSelector: "reason=Rewritten,involvedObject.kind=Pod,involvedObject.name=stream-1"})
 			return err == nil && len(evs.Items) > 0
 		})
+	})
+
+	t.Run("a profile that allows sharing asks for its footprint", func(t *testing.T) {
+		got, claim := e.runPodUntilEnd(t, "small-stream-1", "small-stream")
+		if got != h100 {
+			t.Errorf("memory-bound share got %s, want %s", got, h100)
+		}
+		r := claim.Status.Allocation.Devices.Results[0]
+		// 20Gi measured + 10 % + 2Gi of headroom, in whole GiB.
+		if q, ok := r.ConsumedCapacity["gpu.prism.dev/memory"]; !ok || q.String() != "24Gi" {
+			t.Errorf("consumed %v of the GPU's memory, want the 24Gi footprint share", r.ConsumedCapacity)
+		}
 	})
 
 	t.Run("latency-bound with economy lands on L4", func(t *testing.T) {
