@@ -116,8 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
-		// The driver serialises what needs it itself; unprepare of one claim
-		// need not wait for the prepare of another.
+		// The driver serialises prepare and unprepare itself (d.mu), around
+		// exactly the steps that must not interleave; the helper's lock would
+		// only add a second one around the same work.
 		kubeletplugin.Serialize(false),
 		kubeletplugin.HealthService(false),
 	}
