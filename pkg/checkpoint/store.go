@@ -458,3 +458,32 @@ func migrateV1(raw json.RawMessage) (payload, error) {
 	}
 	return p, nil
 }
+
+// Reload replaces the in-memory state with the file's, for when another
+// process may have written it: during a rolling update the old and the new
+// plugin instance share the checkpoint, their calls ordered by a file lock.
+// A missing file means empty; an unreadable one is an error and leaves the
+// state as it was, because moving it aside is Open's decision alone.
+func (s *Store) Reload(ctx context.Context) error {
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	raw, err := os.ReadFile(s.path)
+	data := &Data{Claims: map[string]Claim{}}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("reloading checkpoint: %w", err)
+	default:
+		p, _, _, err := decode(raw)
+		if err != nil {
+			return fmt.Errorf("reloading checkpoint %s: %w", s.path, err)
+		}
+		if p.Claims != nil {
+			data.Claims = p.Claims
+		}
+	}
+	s.mu.Lock()
+	s.data = data
+	s.mu.Unlock()
+	return nil
+}

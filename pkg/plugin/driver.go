@@ -116,10 +116,10 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
-		// The driver serialises prepare and unprepare itself (d.mu), around
-		// exactly the steps that must not interleave; the helper's lock would
-		// only add a second one around the same work.
-		kubeletplugin.Serialize(false),
+		// Alone on the node the driver's own lock (d.mu) is enough. During a
+		// rolling update two instances share the node, and only the helper's
+		// serialisation takes a file lock that orders calls across processes.
+		kubeletplugin.Serialize(cfg.RollingUpdatePodUID != ""),
 		kubeletplugin.HealthService(false),
 	}
 	if cfg.RegistrarDir != "" {

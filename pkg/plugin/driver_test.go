@@ -357,3 +357,36 @@ func TestProfilingNotPermittedIsExplained(t *testing.T) {
 		})
 	}
 }
+
+// TestRollingUpdateInstancesShareTheCheckpoint: during a DaemonSet rolling
+// update the old and the new instance prepare claims on the same node, one
+// call at a time (the helper's file lock). Each must see the other's claims,
+// or both could hand out the same GPU.
+func TestRollingUpdateInstancesShareTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	old := newTestDriver(t, "t4-2.yaml", dir)
+	updated := newTestDriver(t, "t4-2.yaml", dir)
+	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+
+	if r := prepare(t, old, allocatedClaim("a", []string{"gpu-0"}))["a"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	r := prepare(t, updated, allocatedClaim("b", []string{"gpu-0"}))["b"]
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "claim-a") {
+		t.Fatalf("the new instance handed out gpu-0 that the old one prepared: %v", r.Err)
+	}
+	if r := prepare(t, updated, allocatedClaim("c", []string{"gpu-1"}))["c"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// The old instance's next write must keep the new instance's claim.
+	if _, err := old.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	reopened := newTestDriver(t, "t4-2.yaml", dir)
+	if _, ok := reopened.checkpoint.Get("c"); !ok {
+		t.Error("the old instance's write lost the claim the new instance prepared")
+	}
+	if _, ok := reopened.checkpoint.Get("a"); ok {
+		t.Error("claim a is still recorded after its unprepare")
+	}
+}

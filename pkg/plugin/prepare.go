@@ -70,6 +70,9 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.syncWithOtherInstance(ctx); err != nil {
+		return nil, err
+	}
 	uid := string(claim.UID)
 
 	if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
@@ -122,6 +125,9 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.syncWithOtherInstance(ctx); err != nil {
+		return err
+	}
 	uid := string(claim.UID)
 	if _, ok := d.checkpoint.Get(uid); !ok {
 		// Nothing recorded; a spec can only exist if reconciliation has not
@@ -143,6 +149,15 @@ func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 	}
 	crashPoint(CrashAfterUnprepared)
 	return nil
+}
+
+// syncWithOtherInstance rereads the checkpoint while a rolling update may
+// have another instance writing it; the helper's file lock orders the calls.
+func (d *Driver) syncWithOtherInstance(ctx context.Context) error {
+	if d.cfg.RollingUpdatePodUID == "" {
+		return nil
+	}
+	return d.checkpoint.Reload(ctx)
 }
 
 func (d *Driver) forget(ctx context.Context, uid string) error {
