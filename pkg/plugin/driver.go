@@ -183,6 +183,9 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.checkpoint = store
 	d.reportRecovery(ctx, recovered)
+	if recovered.Corruption != nil {
+		d.adoptSpecs(ctx)
+	}
 	if err := d.reconcile(ctx); err != nil {
 		// Not fatal: a plugin that refuses to start blocks every claim on the
 		// node, while what could not be repaired here is retried by the
@@ -330,7 +333,7 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 		d.metrics.checkpointRecover.WithLabelValues("corrupt-" + string(r.Corruption.Reason)).Inc()
 		logger.Error(r.Corruption, "Checkpoint was unusable and was moved aside; starting empty and rebuilding from the CDI specs on disk")
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
-			"Prism checkpoint %s was unusable (%s) and moved to %s; claims prepared before are forgotten: their running pods are unaffected, the scheduler still keeps their devices allocated, and their unprepare will succeed", r.Corruption.Path, r.Corruption.Reason, r.Corruption.MovedTo)
+			"Prism checkpoint %s was unusable (%s) and moved to %s; prepared claims are rebuilt from their CDI specs and the API server", r.Corruption.Path, r.Corruption.Reason, r.Corruption.MovedTo)
 	}
 	if r.MigratedFrom != "" {
 		d.metrics.checkpointRecover.WithLabelValues("migrated").Inc()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
@@ -67,4 +69,48 @@ func (d *Driver) reconcile(ctx context.Context) error {
 	}
 	d.updateGauges()
 	return errors.Join(errs...)
+}
+
+// adoptSpecs rebuilds the records of a lost checkpoint from what survived
+// it: each CDI spec names its claim's UID, and the claim in the API server
+// says which devices and configuration it was prepared with. Adopting the
+// specs rather than deleting them keeps running pods' containers able to
+// restart and keeps their GPUs guarded. Specs whose claim is gone are left
+// to reconcile, which removes them as orphans.
+func (d *Driver) adoptSpecs(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	onDisk, err := d.cfg.CDI.ListClaimSpecs(ctx)
+	if err != nil || len(onDisk) == 0 {
+		return
+	}
+	claims, err := d.cfg.KubeClient.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		logger.Error(err, "Listing claims to rebuild the lost checkpoint; their CDI specs will be removed")
+		return
+	}
+	byUID := map[string]*resourceapi.ResourceClaim{}
+	for i := range claims.Items {
+		byUID[string(claims.Items[i].UID)] = &claims.Items[i]
+	}
+	err = d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+		for _, uid := range onDisk {
+			claim, ok := byUID[uid]
+			if !ok {
+				continue
+			}
+			rec, err := d.plan(claim)
+			if err != nil {
+				logger.Info("Not adopting a CDI spec", "claim", klog.KObj(claim), "reason", err.Error())
+				continue
+			}
+			rec.State = checkpoint.PrepareCompleted
+			data.Claims[uid] = rec
+			d.metrics.checkpointRecover.WithLabelValues("adopted").Inc()
+			logger.Info("Adopted a prepared claim from its CDI spec", "claim", klog.KObj(claim))
+		}
+		return nil
+	})
+	if err != nil {
+		logger.Error(err, "Recording adopted claims")
+	}
 }

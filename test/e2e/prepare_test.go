@@ -339,12 +339,18 @@ func TestCorruptCheckpointIsMovedAside(t *testing.T) {
 				evs, err := client.CoreV1().Events("default").List(env.ctx, metav1.ListOptions{FieldSelector: "reason=CheckpointCorrupt"})
 				return err == nil && len(evs.Items) > 0 && evs.Items[0].InvolvedObject.Kind == "Node"
 			})
-			// The orphaned spec of the forgotten claim is gone; deleting the
-			// pod still succeeds because unknown claims unprepare cleanly.
-			if files := specFiles(t, env.plugin.CDIRoot); len(files) != 0 {
-				t.Errorf("spec of a claim the checkpoint lost is still on disk: %v", files)
+			// The running pod's claim is rebuilt from its spec and the API,
+			// so its spec stays and its GPU stays guarded.
+			if files := specFiles(t, env.plugin.CDIRoot); len(files) != 1 {
+				t.Errorf("want the running pod's spec kept, found %v", files)
+			}
+			if claims := readCheckpoint(t, env.plugin.StateDir); len(claims) != 1 || claims[0].Name == "" {
+				t.Errorf("checkpoint not rebuilt with the running claim: %+v", claims)
 			}
 			deletePod(env.ctx, t, client, "victim")
+			waitFor(t, "adopted claim unprepared", func() bool {
+				return len(specFiles(t, env.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, env.plugin.StateDir)) == 0
+			})
 		})
 	}
 }
