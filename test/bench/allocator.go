@@ -52,7 +52,6 @@ func GPUClass() *resourceapi.DeviceClass {
 type AllocatorOptions struct {
 	Sizes  []int // node counts, 8 GPUs each
 	Passes int   // timed passes over every node; per-node medians
-	SKUs   map[string]SKU
 }
 
 // Allocator runs one Allocate(ctx, node, claims) per node, as kube-scheduler's
@@ -61,7 +60,7 @@ type AllocatorOptions struct {
 func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 	var rows []Row
 	for _, n := range o.Sizes {
-		f, err := NewMixedFleet(o.SKUs, "", n, 8)
+		f, err := NewMixedFleet(ctx, "", n, 8)
 		if err != nil {
 			return nil, err
 		}

@@ -8,52 +8,19 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/sim"
 )
 
-// SKU is one GPU model as pkg/rewrite/testdata/gpus.json describes it (the
-// same data pkg/rewrite's BenchmarkAllocator uses).
-type SKU struct {
-	ProductName           string `json:"productName"`
-	Architecture          string `json:"architecture"`
-	CUDAComputeCapability string `json:"cudaComputeCapability"`
-	MemoryBandwidthGBps   int64  `json:"memoryBandwidthGBps"`
-	BandwidthClass        string `json:"bandwidthClass"`
-	MultiprocessorCount   int64  `json:"multiprocessorCount"`
-	FP32GFLOPS            int64  `json:"fp32GFLOPS"`
-	FP16TensorTFLOPS      *int64 `json:"fp16TensorTFLOPS"`
-	MIGCapable            bool   `json:"migCapable"`
-	Memory                string `json:"memory"`
-}
-
-// LoadSKUs reads the SKU table from the repository.
-func LoadSKUs(repoRoot string) (map[string]SKU, error) {
-	data, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "rewrite", "testdata", "gpus.json"))
-	if err != nil {
-		return nil, err
-	}
-	var f struct {
-		SKUs map[string]SKU `json:"skus"`
-	}
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, err
-	}
-	return f.SKUs, nil
-}
-
-// MixedModels is the fleet mix: equal parts of each.
-var MixedModels = []string{"H100", "A100-80", "L40S", "L4"}
+// MixedModels is the fleet mix: equal parts of each product.
+var MixedModels = []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "NVIDIA L40S", "NVIDIA L4"}
 
 // Fleet is a set of nodes with one ResourceSlice each.
 type Fleet struct {
@@ -62,87 +29,33 @@ type Fleet struct {
 	Slices []*resourceapi.ResourceSlice
 }
 
-// NewMixedFleet builds n nodes (n/4 of each MixedModels entry) with gpus
-// GPUs each, named <prefix><model>-<i>.
-func NewMixedFleet(skus map[string]SKU, prefix string, n, gpus int) (*Fleet, error) {
-	f := &Fleet{}
-	per := n / len(MixedModels)
-	for _, model := range MixedModels {
-		s, ok := skus[model]
-		if !ok {
-			return nil, fmt.Errorf("unknown SKU %q", model)
-		}
-		for i := 0; i < per; i++ {
-			name := fmt.Sprintf("%s%s-%d", prefix, sanitize(model), i)
-			f.Nodes = append(f.Nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-			f.Model = append(f.Model, model)
-			f.Slices = append(f.Slices, NodeSlice(name, s, gpus))
-		}
+// NewMixedFleet builds n nodes (n/4 of each MixedModels product) with gpus
+// GPUs each, their slices exactly as prism-kubelet-plugin publishes them
+// (through the simulator's use of gpu.ResourceDevices), named
+// <prefix><group>-<i>.
+func NewMixedFleet(ctx context.Context, prefix string, n, gpus int) (*Fleet, error) {
+	cfg := &sim.FleetConfig{}
+	for i, model := range MixedModels {
+		cfg.NodeGroups = append(cfg.NodeGroups, sim.NodeGroup{
+			Name: fmt.Sprintf("%sg%d", prefix, i), Product: model, GPUsPerNode: gpus, Nodes: n / len(MixedModels),
+		})
+	}
+	cl, err := sim.BuildCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{Slices: cl.Slices}
+	for _, node := range cl.Nodes {
+		f.Nodes = append(f.Nodes, node.Obj)
+		f.Model = append(f.Model, MixedModels[groupIndex(node.Template.Name, prefix)])
 	}
 	return f, nil
 }
 
-func sanitize(s string) string {
-	out := []byte(s)
-	for i, c := range out {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c >= 'A' && c <= 'Z':
-			out[i] = c - 'A' + 'a'
-		default:
-			out[i] = '-'
-		}
-	}
-	return string(out)
-}
-
-func attr(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
-func iattr(i int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &i} }
-func battr(b bool) resourceapi.DeviceAttribute  { return resourceapi.DeviceAttribute{BoolValue: &b} }
-func vattr(v string) resourceapi.DeviceAttribute {
-	return resourceapi.DeviceAttribute{VersionValue: &v}
-}
-
-// NodeSlice publishes n GPUs of one model on one node the way the kubelet
-// plugin does: one pool per node, one slice (copied from pkg/rewrite's
-// fleet_test.go so that the numbers are comparable).
-func NodeSlice(node string, s SKU, n int) *resourceapi.ResourceSlice {
-	devices := make([]resourceapi.Device, n)
-	for i := range devices {
-		a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"uuid":                  attr(fmt.Sprintf("GPU-%s-%d", node, i)),
-			"productName":           attr(s.ProductName),
-			"architecture":          attr(s.Architecture),
-			"cudaComputeCapability": vattr(s.CUDAComputeCapability),
-			"memoryBandwidthGBps":   iattr(s.MemoryBandwidthGBps),
-			"bandwidthClass":        attr(s.BandwidthClass),
-			"multiprocessorCount":   iattr(s.MultiprocessorCount),
-			"fp32GFLOPS":            iattr(s.FP32GFLOPS),
-			"numaNode":              iattr(int64(i / 4)),
-			"nvlinkDomain":          iattr(0),
-			"migCapable":            battr(s.MIGCapable),
-			"index":                 iattr(int64(i)),
-		}
-		if s.FP16TensorTFLOPS != nil {
-			a["fp16TensorTFLOPS"] = iattr(*s.FP16TensorTFLOPS)
-		}
-		devices[i] = resourceapi.Device{
-			Name:       fmt.Sprintf("gpu-%d", i),
-			Attributes: a,
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				"memory": {Value: resource.MustParse(s.Memory)},
-			},
-		}
-	}
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + rewrite.DriverName},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   rewrite.DriverName,
-			NodeName: ptr.To(node),
-			Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
-			Devices:  devices,
-		},
-	}
+func groupIndex(group, prefix string) int {
+	var i int
+	fmt.Sscanf(strings.TrimPrefix(group, prefix), "g%d", &i)
+	return i
 }
 
 func qty(s string) *resource.Quantity {

@@ -127,7 +127,6 @@ func renewLeases(ctx context.Context, client kubernetes.Interface, names []strin
 // SchedulingOptions bound the scheduling phase.
 type SchedulingOptions struct {
 	Nodes, Pods, Warmup int
-	SKUs                map[string]SKU
 	Profile             string // name of one of Profiles for the rewritten claims
 }
 
@@ -139,7 +138,7 @@ const benchScheduler = "prism-bench-scheduler"
 // pods whose claims are plain or rewritten.
 func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o SchedulingOptions) ([]Row, error) {
 	logger := klog.FromContext(ctx)
-	f, err := NewMixedFleet(o.SKUs, "sched-", o.Nodes, 8)
+	f, err := NewMixedFleet(ctx, "sched-", o.Nodes, 8)
 	if err != nil {
 		return nil, err
 	}

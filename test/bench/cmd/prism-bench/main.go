@@ -83,10 +83,6 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	}
 	repo, _ = filepath.Abs(repo)
 	binDir, _ = filepath.Abs(binDir)
-	skus, err := bench.LoadSKUs(repo)
-	if err != nil {
-		return err
-	}
 	phase := func(name string, fn func() error) error {
 		start := time.Now()
 		logger.Info("Phase", "name", name)
@@ -109,7 +105,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 			sizes = append(sizes, n)
 		}
 		if err := phase("allocator", func() error {
-			rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: passes, SKUs: skus})
+			rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: passes})
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}); err != nil {
@@ -170,7 +166,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	var errs []error
 	if want("scheduling") {
 		errs = append(errs, phase("scheduling", func() error {
-			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, SKUs: skus, Profile: schedProf})
+			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf})
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}))
