@@ -65,8 +65,11 @@ type Bed struct {
 	Cluster *testbed.Cluster
 	// StateDirs maps node name to its plugin's --state-dir.
 	StateDirs map[string]string
-	procs     []*testbed.Process
-	log       io.Writer
+	// FaultsFiles maps node name to its plugin's --simulated-faults file:
+	// a JSON line appended to it is raised as an NVML Xid event (RaiseXID).
+	FaultsFiles map[string]string
+	procs       []*testbed.Process
+	log         io.Writer
 }
 
 // CRDDirs are the CRD directories to pass to testbed.Start.
@@ -87,7 +90,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = DefaultNodes
 	}
-	b := &Bed{Cluster: c, StateDirs: map[string]string{}, log: opts.Log}
+	b := &Bed{Cluster: c, StateDirs: map[string]string{}, FaultsFiles: map[string]string{}, log: opts.Log}
 	defer func() {
 		if err != nil {
 			b.Stop()
@@ -123,6 +126,45 @@ func (b *Bed) Stop() {
 		_ = b.procs[i].Stop(5 * time.Second)
 	}
 	b.procs = nil
+}
+
+// HealthRecoverAfter is the plugins' --health-recover-after: short, so that
+// the demo sees a tainted GPU come back.
+const HealthRecoverAfter = 20 * time.Second
+
+// FaultsFileName is the --simulated-faults file in each node's directory
+// (next to its plugin's state directory).
+const FaultsFileName = "faults.jsonl"
+
+// FaultsFile is the --simulated-faults file of the plugin whose --state-dir
+// is stateDir. The path is deterministic, so that a runner that knows only
+// the state directories (prism-demo run against the daemon) finds it.
+func FaultsFile(stateDir string) string {
+	return filepath.Join(filepath.Dir(stateDir), FaultsFileName)
+}
+
+// RaiseXID makes the plugin on node see NVML report Xid xid on GPU index
+// gpu, as a failing GPU would: it appends the fault to the node's
+// --simulated-faults file.
+func (b *Bed) RaiseXID(node string, gpu, xid int) error {
+	path, ok := b.FaultsFiles[node]
+	if !ok {
+		return fmt.Errorf("no node %s in the demo bed", node)
+	}
+	return AppendFault(path, gpu, xid)
+}
+
+// AppendFault appends one simulated Xid event to a --simulated-faults file.
+func AppendFault(path string, gpu, xid int) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(f, "{\"gpu\":%d,\"xid\":%d}\n", gpu, xid); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // rbacKinds are the objects of deployments/static/prism.yaml the demo applies.
@@ -181,6 +223,7 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	stateDir := filepath.Join(node.Dir, "prism-state")
+	faults := FaultsFile(stateDir)
 	args := []string{
 		"--node-name=" + node.Name,
 		"--kubeconfig=" + b.Cluster.KubeconfigPath,
@@ -190,6 +233,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 		"--state-dir=" + stateDir,
 		"--fleet=" + fleet,
 		"--http-address=" + addr,
+		"--consumable-capacity",
+		"--simulated-faults=" + faults,
+		"--health-recover-after=" + HealthRecoverAfter.String(),
 		"-v=2",
 	}
 	if opts.NCUDir != "" {
@@ -205,6 +251,7 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	}
 	b.procs = append(b.procs, proc)
 	b.StateDirs[node.Name] = stateDir
+	b.FaultsFiles[node.Name] = faults
 	// Ready once /readyz answers (registered, slice published) and the
 	// slice is visible.
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -10,8 +10,20 @@
 //     the next step starts.
 //   - pod annotations demo.prism.dev/expect-*: what the pod must get
 //     (expect-product, expect-class, expect-gpus, expect-node,
-//     expect-same-gpu-as, expect-same-nvlink-domain, expect-config,
-//     expect-why).
+//     expect-same-gpu-as, expect-different-gpu-from,
+//     expect-same-nvlink-domain, expect-config, expect-why,
+//     expect-memory-share: the gpu.prism.dev/memory its allocation consumes,
+//     expect-not-device: a device name, or pool/device, it must not get).
+//   - pod annotation demo.prism.dev/make-room: "<node>=<n>": before the
+//     pod's step, pods of earlier scenarios on that node are deleted, newest
+//     first, until n of its GPUs are free (earlier scenarios may have taken
+//     them; the scheduler chooses).
+//   - pod annotation demo.prism.dev/raise-xid: "<node>/<gpu index>/<xid>":
+//     before the pod's step the runner plays a failing GPU: it appends the
+//     Xid to the node's --simulated-faults file and waits until the plugin
+//     has tainted the device in its ResourceSlice. After the step it waits,
+//     bounded, for the taint to go again (the plugin's
+//     --health-recover-after).
 //   - pod annotation demo.prism.dev/stand-in-report: a recorded ncu report
 //     (path from the repository root). No container runs in the test bed,
 //     so the runner plays the profiled container: it drops the report where
@@ -41,6 +53,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -65,6 +78,12 @@ const (
 	prefix          = "demo.prism.dev/"
 	stepLabel       = prefix + "step"
 	standInReport   = prefix + "stand-in-report"
+	makeRoomAnnot   = prefix + "make-room"
+	raiseXIDAnnot   = prefix + "raise-xid"
+	memoryCapacity  = resourceapi.QualifiedName(attrDomain + "memory")
+	taintTimeout    = 30 * time.Second
+	recoverTimeout  = 2 * time.Minute
+	roomTimeout     = time.Minute
 	profileAnnot    = "prism.dev/profile"
 	attrDomain      = "gpu.prism.dev/"
 	podTimeout      = 2 * time.Minute
@@ -82,6 +101,10 @@ type Env struct {
 	// prism-kubelet-plugin; the stand-in for a profiled container writes
 	// there.
 	StateDirs map[string]string
+	// FaultsFiles maps node name to the --simulated-faults file of its
+	// prism-kubelet-plugin; raise-xid appends there. A node missing here
+	// uses bed.FaultsFile of its state directory.
+	FaultsFiles map[string]string
 	// RepoRoot resolves stand-in report paths.
 	RepoRoot string
 	// Log receives progress lines; nil discards them.
@@ -394,7 +417,39 @@ func (r *runner) runScenario(ctx context.Context, f specFile) Result {
 		order = append(order, s)
 	}
 	sort.Ints(order)
+	mine := map[string]bool{} // this scenario's pods
+	for _, obj := range f.objs {
+		if obj.GetKind() == "Pod" {
+			mine[obj.GetName()] = true
+		}
+	}
+	got := map[string][]string{} // pod → allocated device IDs
 	for _, step := range order {
+		var notes []string
+		faults := map[string]*fault{} // pod → the fault raised before its step
+		for _, obj := range steps[step] {
+			if obj.GetKind() != "Pod" {
+				continue
+			}
+			if spec, ok := obj.GetAnnotations()[makeRoomAnnot]; ok {
+				note, err := r.makeRoom(ctx, spec, mine)
+				if err != nil {
+					res.Err = fmt.Errorf("pod %s: %s: %w", obj.GetName(), makeRoomAnnot, err)
+					return res
+				}
+				if note != "" {
+					notes = append(notes, note)
+				}
+			}
+			if spec, ok := obj.GetAnnotations()[raiseXIDAnnot]; ok {
+				ft, err := r.raiseXID(ctx, spec)
+				if err != nil {
+					res.Err = fmt.Errorf("pod %s: %s: %w", obj.GetName(), raiseXIDAnnot, err)
+					return res
+				}
+				faults[obj.GetName()] = ft
+			}
+		}
 		var pods []*unstructured.Unstructured
 		for _, obj := range steps[step] {
 			if err := r.apply(ctx, obj); err != nil {
@@ -406,7 +461,6 @@ func (r *runner) runScenario(ctx context.Context, f specFile) Result {
 			}
 		}
 		var rows []Row
-		got := map[string][]string{} // pod → allocated device IDs
 		for _, p := range pods {
 			row, devices, pod := r.observe(ctx, p.GetName())
 			got[p.GetName()] = devices
@@ -415,11 +469,43 @@ func (r *runner) runScenario(ctx context.Context, f specFile) Result {
 			}
 			rows = append(rows, row)
 		}
+		if len(rows) > 0 && len(notes) > 0 {
+			rows[0].Note = strings.Join(notes, "; ")
+		}
 		for i, p := range pods {
 			if other, ok := p.GetAnnotations()[prefix+"expect-same-gpu-as"]; ok {
 				if len(got[p.GetName()]) == 0 || !slices.Equal(got[p.GetName()], got[other]) {
 					rows[i].Problems = append(rows[i].Problems, fmt.Sprintf("got %v, want the same GPU as %s %v", got[p.GetName()], other, got[other]))
 				}
+			}
+			if other, ok := p.GetAnnotations()[prefix+"expect-different-gpu-from"]; ok {
+				switch {
+				case len(got[p.GetName()]) == 0 || len(got[other]) == 0:
+					rows[i].Problems = append(rows[i].Problems, fmt.Sprintf("got %v, want a GPU other than %s's %v", got[p.GetName()], other, got[other]))
+				default:
+					for _, id := range got[p.GetName()] {
+						if slices.Contains(got[other], id) {
+							rows[i].Problems = append(rows[i].Problems, fmt.Sprintf("got %s, which %s has too; want a different GPU", id, other))
+						}
+					}
+				}
+			}
+		}
+		for i, p := range pods {
+			ft := faults[p.GetName()]
+			if ft == nil {
+				continue
+			}
+			if slices.Contains(got[p.GetName()], ft.id()) {
+				rows[i].Problems = append(rows[i].Problems, fmt.Sprintf("got the tainted GPU %s", ft.id()))
+			} else if len(got[p.GetName()]) > 0 {
+				rows[i].Why = joinNonEmpty(rows[i].Why, fmt.Sprintf("GPU %s tainted %s: avoided", ft.device, ft.taint.Value))
+			}
+			note, err := r.waitRecovered(ctx, ft)
+			if err != nil {
+				rows[i].Problems = append(rows[i].Problems, err.Error())
+			} else {
+				rows[i].Note = joinNonEmpty(rows[i].Note, note)
 			}
 		}
 		for i, p := range pods {
@@ -634,6 +720,13 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 		case req.Exactly != nil && len(req.Exactly.Selectors) > 0:
 			parts = append(parts, "selector")
 		}
+		if req.Exactly != nil && req.Exactly.Capacity != nil && c.Status.Allocation != nil {
+			for _, res := range c.Status.Allocation.Devices.Results {
+				if q, ok := res.ConsumedCapacity[memoryCapacity]; ok && res.Request == req.Name && res.ShareID != nil {
+					parts = append(parts, "memory share "+q.String())
+				}
+			}
+		}
 	}
 	for _, con := range spec.Constraints {
 		if con.MatchAttribute != nil {
@@ -766,6 +859,19 @@ func (r *runner) check(pod *corev1.Pod, ids []string) []string {
 			problems = append(problems, fmt.Sprintf("placement reason %q lacks %q", got, want))
 		}
 	}
+	if want, ok := ann[prefix+"expect-not-device"]; ok {
+		for _, id := range ids {
+			if id == want || strings.SplitN(id, "/", 2)[1] == want {
+				problems = append(problems, fmt.Sprintf("got %s, want any GPU but %s", id, want))
+			}
+		}
+		if len(ids) == 0 {
+			problems = append(problems, fmt.Sprintf("no GPU, want one other than %s", want))
+		}
+	}
+	if want, ok := ann[prefix+"expect-memory-share"]; ok {
+		problems = append(problems, r.checkMemoryShare(pod, want)...)
+	}
 	if want, ok := ann[prefix+"expect-config"]; ok {
 		claims, _ := r.podClaims(context.Background(), pod)
 		found := false
@@ -791,7 +897,56 @@ func (r *runner) check(pod *corev1.Pod, ids []string) []string {
 	return problems
 }
 
-var knownExpectations = []string{"product", "class", "gpus", "node", "same-gpu-as", "same-nvlink-domain", "config", "why"}
+var knownExpectations = []string{"product", "class", "gpus", "node", "same-gpu-as", "different-gpu-from", "same-nvlink-domain", "config", "why", "memory-share", "not-device"}
+
+// checkMemoryShare: every Prism device of the pod's claims is a share
+// (allocation with a shareID) consuming want of gpu.prism.dev/memory.
+func (r *runner) checkMemoryShare(pod *corev1.Pod, want string) []string {
+	q, err := resource.ParseQuantity(want)
+	if err != nil {
+		return []string{fmt.Sprintf("expect-memory-share %q: %v", want, err)}
+	}
+	claims, err := r.podClaims(context.Background(), pod)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var problems []string
+	n := 0
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, res := range c.Status.Allocation.Devices.Results {
+			if res.Driver != plugin.DriverName {
+				continue
+			}
+			n++
+			got, ok := res.ConsumedCapacity[memoryCapacity]
+			switch {
+			case res.ShareID == nil:
+				problems = append(problems, fmt.Sprintf("%s/%s: allocation has no shareID, want a %s share", res.Pool, res.Device, want))
+			case !ok:
+				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes no %s, want %s", res.Pool, res.Device, memoryCapacity, want))
+			case got.Cmp(q) != 0:
+				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes %s of %s, want %s", res.Pool, res.Device, got.String(), memoryCapacity, want))
+			}
+		}
+	}
+	if n == 0 {
+		problems = append(problems, "no GPU, want a "+want+" memory share")
+	}
+	return problems
+}
+
+func joinNonEmpty(a, b string) string {
+	switch {
+	case a == "" || a == "-":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
 
 // standIn plays the profiled container: the plugin prepared the claim with
 // profiling and collects <state-dir>/profiles/<claim UID>/report.csv when

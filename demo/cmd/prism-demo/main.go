@@ -45,10 +45,12 @@ type state struct {
 	WorkDir    string            `json:"workDir"`
 	Kubeconfig string            `json:"kubeconfig"`
 	StateDirs  map[string]string `json:"stateDirs"`
-	Kubectl    string            `json:"kubectl"`
-	Prismctl   string            `json:"prismctl"`
-	Log        string            `json:"log"`
-	StartedAt  time.Time         `json:"startedAt"`
+	// FaultsFiles are the plugins' --simulated-faults files.
+	FaultsFiles map[string]string `json:"faultsFiles,omitempty"`
+	Kubectl     string            `json:"kubectl"`
+	Prismctl    string            `json:"prismctl"`
+	Log         string            `json:"log"`
+	StartedAt   time.Time         `json:"startedAt"`
 }
 
 func main() {
@@ -285,7 +287,7 @@ func daemon() (err error) {
 		return err
 	}
 	s := state{
-		Pid: os.Getpid(), WorkDir: workDir, Kubeconfig: cluster.KubeconfigPath, StateDirs: b.StateDirs,
+		Pid: os.Getpid(), WorkDir: workDir, Kubeconfig: cluster.KubeconfigPath, StateDirs: b.StateDirs, FaultsFiles: b.FaultsFiles,
 		Kubectl: cluster.BinPath("kubectl"), Prismctl: filepath.Join(out, "bin", "prismctl"),
 		Log: filepath.Join(out, "daemon.log"), StartedAt: time.Now(),
 	}
@@ -328,7 +330,7 @@ func run() error {
 	cfg.QPS, cfg.Burst = 50, 100
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := scenario.Run(ctx, scenario.Env{Config: cfg, StateDirs: s.StateDirs, RepoRoot: root, Log: os.Stdout}, filepath.Join(root, "demo", "specs"))
+	res, err := scenario.Run(ctx, scenario.Env{Config: cfg, StateDirs: s.StateDirs, FaultsFiles: s.FaultsFiles, RepoRoot: root, Log: os.Stdout}, filepath.Join(root, "demo", "specs"))
 	fmt.Println()
 	res.Print(os.Stdout)
 	if err != nil {
