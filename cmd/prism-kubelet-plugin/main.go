@@ -103,6 +103,7 @@ func run(ctx context.Context, o options) error {
 	var inventory nvml.Inventory
 	var source cdi.EditSource
 	var healthLib gonvml.Interface
+	var slicer plugin.TimeSlicer
 	if o.fleet != "" {
 		inventory = nvml.NewFleetInventory(o.fleet, o.nodeName)
 		fleet, err := nvml.LoadFleet(o.fleet)
@@ -113,6 +114,8 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
+		// Simulated GPUs have no scheduler to configure; the setting is kept.
+		slicer = &plugin.RecordedTimeSlices{}
 		lib, faults := nvml.SimulateFaults(sim)
 		healthLib = lib
 		if o.simulatedFaults != "" {
@@ -146,6 +149,7 @@ func run(ctx context.Context, o options) error {
 		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
 		inventory = nvml.NewNVMLInventory(lib, sysfs)
 		healthLib = lib
+		slicer = plugin.NvidiaSMI{Path: filepath.Join(o.driverRoot, "usr", "bin", "nvidia-smi")}
 		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{DriverRoot: o.driverRoot}); err != nil {
 			return err
 		}
@@ -184,6 +188,7 @@ func run(ctx context.Context, o options) error {
 		Profiling:           profilingConfig,
 		ShareMemory:         o.shareMemory,
 		Health:              health,
+		TimeSlicer:          slicer,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),

@@ -72,7 +72,9 @@ type Device struct {
 
 // Sharing is the sharing setup applied to a device.
 type Sharing struct {
-	Strategy         string `json:"strategy,omitempty"`
+	Strategy string `json:"strategy,omitempty"`
+	// TimeSlice is the interval asked for with the TimeSlicing strategy.
+	TimeSlice        string `json:"timeSlice,omitempty"`
 	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
 }
 

@@ -60,6 +60,8 @@ type Config struct {
 	StaleClaimGrace    time.Duration
 	// Health watches NVML events and taints unhealthy GPUs; nil disables it.
 	Health *HealthConfig
+	// TimeSlicer applies time-slicing asked for in GpuConfig; nil ignores it.
+	TimeSlicer TimeSlicer
 	// ShareMemory publishes GPUs that several claims may share by memory.
 	ShareMemory bool
 	// Profiling enables claims that ask for an ncu run; nil refuses them.

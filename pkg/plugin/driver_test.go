@@ -390,3 +390,45 @@ func TestRollingUpdateInstancesShareTheCheckpoint(t *testing.T) {
 		t.Error("claim a is still recorded after its unprepare")
 	}
 }
+
+func TestNvidiaSMISetsTheTimeSlice(t *testing.T) {
+	dir := t.TempDir()
+	record := filepath.Join(dir, "args")
+	smi := filepath.Join(dir, "nvidia-smi")
+	if err := os.WriteFile(smi, []byte("#!/bin/sh\necho \"$@\" > "+record+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := (NvidiaSMI{Path: smi}).SetTimeSlice(context.Background(), "GPU-1234", "Long"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "compute-policy -i GPU-1234 --set-timeslice=3\n"; string(got) != want {
+		t.Errorf("nvidia-smi called with %q, want %q", got, want)
+	}
+	if err := (NvidiaSMI{Path: filepath.Join(dir, "missing")}).SetTimeSlice(context.Background(), "GPU-1234", "Long"); err == nil {
+		t.Error("a missing nvidia-smi did not fail the call")
+	}
+}
+
+func TestTimeSlicingIsAppliedAndReset(t *testing.T) {
+	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
+	slices := &RecordedTimeSlices{}
+	d.cfg.TimeSlicer = slices
+	cfg := `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
+	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-1"}, opaque(cfg)))["ts"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	g, _ := d.device("gpu-1")
+	if got := slices.Get(g.UUID); got != "Long" {
+		t.Errorf("time slice after prepare = %q, want Long", got)
+	}
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "ts"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Get(g.UUID); got != "Default" {
+		t.Errorf("time slice after unprepare = %q, want Default", got)
+	}
+}

@@ -109,6 +109,10 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return nil, errors.Join(err, d.forget(ctx, uid))
 	}
 	crashPoint(CrashAfterCDIWritten)
+	if err := d.applyTimeSlices(ctx, d.timeSliced(planned, "")); err != nil {
+		d.metrics.claimErrors.WithLabelValues("prepare", "timeslice").Inc()
+		return nil, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid), d.forget(ctx, uid))
+	}
 
 	planned.State = checkpoint.PrepareCompleted
 	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
@@ -140,6 +144,11 @@ func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 		return err
 	}
 	crashPoint(CrashAfterCDIRemoved)
+	if err := d.applyTimeSlices(ctx, d.timeSliced(rec, uid)); err != nil {
+		// The claim is going regardless; a GPU left on a long slice only
+		// costs other workloads latency, so log and carry on.
+		klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
+	}
 	if rec.Profiling != nil {
 		d.collectProfile(ctx, rec)
 	}
@@ -158,6 +167,48 @@ func (d *Driver) syncWithOtherInstance(ctx context.Context) error {
 		return nil
 	}
 	return d.checkpoint.Reload(ctx)
+}
+
+// timeSliced lists the time-slice settings a claim's devices need. With
+// releasing set, it lists the resets to Default of the devices that no other
+// time-sliced claim still uses.
+func (d *Driver) timeSliced(rec checkpoint.Claim, releasing string) []deviceSharing {
+	var out []deviceSharing
+	for _, dev := range rec.Devices {
+		if dev.Sharing == nil || dev.Sharing.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
+			continue
+		}
+		g, ok := d.device(dev.Name)
+		if !ok {
+			continue
+		}
+		interval := gpuv1alpha1.TimeSliceInterval(dev.Sharing.TimeSlice)
+		if interval == "" {
+			interval = gpuv1alpha1.DefaultTimeSlice
+		}
+		if releasing != "" {
+			if d.otherTimeSlicedUser(releasing, dev.Name) {
+				continue
+			}
+			interval = gpuv1alpha1.DefaultTimeSlice
+		}
+		out = append(out, deviceSharing{uuid: g.UUID, interval: interval})
+	}
+	return out
+}
+
+func (d *Driver) otherTimeSlicedUser(uid, device string) bool {
+	for _, c := range d.checkpoint.List() {
+		if c.UID == uid {
+			continue
+		}
+		for _, dev := range c.Devices {
+			if dev.Name == device && dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (d *Driver) forget(ctx context.Context, uid string) error {
@@ -197,6 +248,9 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 		}
 		if cfg.Sharing != nil && cfg.Sharing.Strategy != "" {
 			dev.Sharing = &checkpoint.Sharing{Strategy: string(cfg.Sharing.Strategy)}
+			if cfg.Sharing.TimeSlicing != nil {
+				dev.Sharing.TimeSlice = string(cfg.Sharing.TimeSlicing.Interval)
+			}
 		}
 		if result.ShareID != nil {
 			// The scheduler allocated a share of the device: record how much
@@ -323,7 +377,7 @@ const (
 	// is advisory: nothing on the GPU enforces it without a layer such as
 	// HAMi-core that intercepts CUDA allocations.
 	EnvMemoryLimit = "PRISM_GPU_MEMORY_LIMIT"
-	// EnvTimeSlice names the time-slice interval asked for.
+	// EnvTimeSlice names the time-slice interval the GPU was set to.
 	EnvTimeSlice = "PRISM_GPU_TIMESLICE"
 )
 
@@ -336,7 +390,11 @@ func sharingEdits(s *checkpoint.Sharing) *cdispec.ContainerEdits {
 		env = append(env, fmt.Sprintf("%s=%d", EnvMemoryLimit, s.MemoryShareBytes))
 	}
 	if s.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
-		env = append(env, EnvTimeSlice+"="+s.Strategy)
+		slice := s.TimeSlice
+		if slice == "" {
+			slice = string(gpuv1alpha1.DefaultTimeSlice)
+		}
+		env = append(env, EnvTimeSlice+"="+slice)
 	}
 	if len(env) == 0 {
 		return nil
