@@ -98,46 +98,26 @@ func (i *CABundleInjector) Sync(ctx context.Context) error {
 
 	var errs []error
 	if i.MutatingName != "" {
-		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			api := i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-			cfg, err := api.Get(ctx, i.MutatingName, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("getting MutatingWebhookConfiguration %s: %w", i.MutatingName, err)
-			}
-			changed := false
-			for j := range cfg.Webhooks {
-				changed = setBundle(&cfg.Webhooks[j].ClientConfig, merge) || changed
-			}
-			if !changed {
-				return nil
-			}
-			if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating MutatingWebhookConfiguration %s: %w", i.MutatingName, err)
-			}
-			klog.FromContext(ctx).Info("Updated caBundle", "mutatingWebhookConfiguration", i.MutatingName)
-			return nil
-		}))
+		api := i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+		errs = append(errs, updateBundles(ctx, "MutatingWebhookConfiguration", i.MutatingName, api.Get, api.Update,
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+				for j := range c.Webhooks {
+					out[j] = &c.Webhooks[j].ClientConfig
+				}
+				return out
+			}, merge))
 	}
 	if i.ValidatingName != "" {
-		errs = append(errs, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			api := i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-			cfg, err := api.Get(ctx, i.ValidatingName, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("getting ValidatingWebhookConfiguration %s: %w", i.ValidatingName, err)
-			}
-			changed := false
-			for j := range cfg.Webhooks {
-				changed = setBundle(&cfg.Webhooks[j].ClientConfig, merge) || changed
-			}
-			if !changed {
-				return nil
-			}
-			if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", i.ValidatingName, err)
-			}
-			klog.FromContext(ctx).Info("Updated caBundle", "validatingWebhookConfiguration", i.ValidatingName)
-			return nil
-		}))
+		api := i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+		errs = append(errs, updateBundles(ctx, "ValidatingWebhookConfiguration", i.ValidatingName, api.Get, api.Update,
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+				for j := range c.Webhooks {
+					out[j] = &c.Webhooks[j].ClientConfig
+				}
+				return out
+			}, merge))
 	}
 	return errors.Join(errs...)
 }
@@ -206,4 +186,31 @@ func parseCerts(data []byte) ([]*x509.Certificate, error) {
 		out = append(out, c)
 	}
 	return out, errors.Join(errs...)
+}
+
+// updateBundles merges our CA into every webhook of one configuration, the
+// mutating and the validating kind alike, retrying on conflicts.
+func updateBundles[C any](ctx context.Context, kind, name string,
+	get func(context.Context, string, metav1.GetOptions) (C, error),
+	update func(context.Context, C, metav1.UpdateOptions) (C, error),
+	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
+	merge func([]byte) []byte) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cfg, err := get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("getting %s %s: %w", kind, name, err)
+		}
+		changed := false
+		for _, cc := range clientConfigs(cfg) {
+			changed = setBundle(cc, merge) || changed
+		}
+		if !changed {
+			return nil
+		}
+		if _, err := update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating %s %s: %w", kind, name, err)
+		}
+		klog.FromContext(ctx).Info("Updated caBundle", "kind", kind, "name", name)
+		return nil
+	})
 }

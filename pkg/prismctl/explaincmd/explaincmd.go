@@ -30,9 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/prismgpu/prism/pkg/explain"
+	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -41,18 +41,11 @@ type clientFunc func() (kubernetes.Interface, string, error)
 
 // NewCommand returns the `explain` command with its `claim` subcommand.
 func NewCommand() *cobra.Command {
-	var kubeconfig, kubeContext string
+	var conn kubeconfig.Flags
 	newClient := func() (kubernetes.Interface, string, error) {
-		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-			&clientcmd.ConfigOverrides{CurrentContext: kubeContext})
-		cfg, err := cc.ClientConfig()
+		cfg, ns, err := conn.Load()
 		if err != nil {
-			return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
-		}
-		ns, _, err := cc.Namespace()
-		if err != nil {
-			return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+			return nil, "", err
 		}
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
@@ -61,8 +54,7 @@ func NewCommand() *cobra.Command {
 		return cs, ns, nil
 	}
 	cmd := newCommand(newClient)
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.PersistentFlags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
+	conn.AddTo(cmd.PersistentFlags())
 	return cmd
 }
 

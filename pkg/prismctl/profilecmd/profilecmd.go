@@ -33,12 +33,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
@@ -50,18 +50,11 @@ type clientFunc func() (client.Client, string, error)
 // subcommands. Connection flags (--kubeconfig, --context, --namespace)
 // are its own, so it can be added to any root command.
 func NewCommand() *cobra.Command {
-	var kubeconfig, kubeContext string
+	var conn kubeconfig.Flags
 	newClient := func() (client.Client, string, error) {
-		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-			&clientcmd.ConfigOverrides{CurrentContext: kubeContext})
-		cfg, err := cc.ClientConfig()
+		cfg, ns, err := conn.Load()
 		if err != nil {
-			return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
-		}
-		ns, _, err := cc.Namespace()
-		if err != nil {
-			return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+			return nil, "", err
 		}
 		scheme := runtime.NewScheme()
 		if err := v1alpha1.AddToScheme(scheme); err != nil {
@@ -74,8 +67,7 @@ func NewCommand() *cobra.Command {
 		return c, ns, nil
 	}
 	cmd := newCommand(newClient)
-	cmd.PersistentFlags().StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.PersistentFlags().StringVar(&kubeContext, "context", "", "kubeconfig context to use")
+	conn.AddTo(cmd.PersistentFlags())
 	return cmd
 }
 

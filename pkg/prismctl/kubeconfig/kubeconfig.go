@@ -1,0 +1,39 @@
+// Package kubeconfig holds the connection flags every prismctl command takes.
+package kubeconfig
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Flags select the cluster: a kubeconfig file and a context in it.
+type Flags struct {
+	Kubeconfig string
+	Context    string
+}
+
+// AddTo registers --kubeconfig and --context.
+func (f *Flags) AddTo(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&f.Context, "context", "", "kubeconfig context to use")
+}
+
+// Load returns the REST config and the kubeconfig's namespace, the default
+// for commands run without --namespace.
+func (f *Flags) Load() (*rest.Config, string, error) {
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: f.Kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{CurrentContext: f.Context})
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
+	}
+	return cfg, ns, nil
+}
