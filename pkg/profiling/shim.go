@@ -41,8 +41,8 @@ func ShimSource() []byte {
 }
 
 // BuildShim compiles the preload library into outDir and returns its path.
-// The compiler is $CC, or gcc. It is meant for image builds and tests; the
-// plugin itself never compiles at run time.
+// The compiler is $CC, or gcc. Image builds and tests use it, and the plugin
+// falls back to it at start-up when --profiling-shim does not exist.
 func BuildShim(ctx context.Context, outDir string) (string, error) {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return "", fmt.Errorf("creating shim output directory: %w", err)
