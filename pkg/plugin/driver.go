@@ -242,10 +242,15 @@ func (d *Driver) publish(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("build ResourceSlice devices: %w", err)
 	}
+	return d.publishDevices(ctx, resourceDevices)
+}
+
+// publishDevices publishes devices already built by resourceDevices.
+func (d *Driver) publishDevices(ctx context.Context, resourceDevices []resourceapi.Device) error {
 	if resourceDevices == nil {
 		resourceDevices = []resourceapi.Device{}
 	}
-	err = d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: resourceDevices}}},
 	}})
 	if err != nil {
@@ -311,7 +316,7 @@ func (d *Driver) rediscoverLoop(ctx context.Context) {
 			continue
 		}
 		logger.Info("GPUs changed, republishing", "before", len(previous), "after", len(resourceDevices))
-		if err := d.publish(ctx); err != nil {
+		if err := d.publishDevices(ctx, resourceDevices); err != nil {
 			logger.Error(err, "Republishing")
 		}
 	}
@@ -326,7 +331,7 @@ func nonNil(devs []resourceapi.Device) []resourceapi.Device {
 
 // nodeRef is the object events about the plugin's own state are attached to.
 func (d *Driver) nodeRef() *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Node", Name: d.cfg.NodeName, UID: types.UID(d.cfg.NodeName), APIVersion: "v1"}
+	return &corev1.ObjectReference{Kind: "Node", Name: d.cfg.NodeName, APIVersion: "v1"}
 }
 
 func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {

@@ -133,12 +133,12 @@ func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 		return err
 	}
 	uid := string(claim.UID)
-	if _, ok := d.checkpoint.Get(uid); !ok {
+	rec, ok := d.checkpoint.Get(uid)
+	if !ok {
 		// Nothing recorded; a spec can only exist if reconciliation has not
 		// run yet, so removing it is cheap insurance.
 		return d.cfg.CDI.RemoveClaimSpec(ctx, uid)
 	}
-	rec, _ := d.checkpoint.Get(uid)
 	if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
 		d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
 		return err
@@ -309,9 +309,10 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 // only PrepareStarted holds its devices too: its prepare may be in flight or
 // about to be retried.
 func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device) error {
+	others := d.checkpoint.List()
 	for _, dev := range devices {
 		var sharedBytes int64
-		for _, other := range d.checkpoint.List() {
+		for _, other := range others {
 			if other.UID == uid {
 				continue
 			}

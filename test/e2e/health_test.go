@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/test/testbed"
@@ -86,7 +87,7 @@ func TestUnhealthyGPUIsTainted(t *testing.T) {
 	if got := podClaim(ctx, t, cluster.Client, pod).Status.Allocation.Devices.Results[0].Device; got != "gpu-0" {
 		t.Errorf("after recovery the waiting pod got %s, want gpu-0", got)
 	}
-	evs, err := cluster.Client.CoreV1().Events("default").List(ctx, metav1ListOptions("reason=GPUUnhealthy"))
+	evs, err := cluster.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=GPUUnhealthy"})
 	if err != nil || len(evs.Items) == 0 || evs.Items[0].Type != corev1.EventTypeWarning {
 		t.Errorf("no GPUUnhealthy warning event on the node: %v", err)
 	}

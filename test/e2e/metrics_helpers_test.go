@@ -3,7 +3,6 @@ package e2e
 import (
 	"io"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,12 +10,13 @@ import (
 )
 
 // promValue reads one sample from a Prometheus text endpoint; a series that
-// is not there yet counts as 0.
+// is not there yet counts as 0, an endpoint that does not answer fails.
 func promValue(t *testing.T, addr, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0
+		// An unreachable endpoint must not read as "nothing counted".
+		t.Fatalf("read metrics from %s: %v", addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -36,7 +36,3 @@ func promValue(t *testing.T, addr, series string) float64 {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-func metav1ListOptions(fieldSelector string) metav1.ListOptions {
-	return metav1.ListOptions{FieldSelector: fieldSelector}
-}

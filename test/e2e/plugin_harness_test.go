@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,7 +40,6 @@ type pluginProc struct {
 	HTTPAddr string
 	args     []string
 	env      []string
-	lastEnv  []string
 	cluster  *testbed.Cluster
 }
 
@@ -91,25 +89,24 @@ func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster,
 // must have ended.
 func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...string) {
 	t.Helper()
-	env := append(append(os.Environ(), p.env...), extraEnv...)
-	p.lastEnv = env
-	proc, err := startProcessWithEnv(ctx, "prism-plugin-"+p.node.Name, p.node.Dir,
+	env := append(slices.Clone(p.env), extraEnv...)
+	proc, err := testbed.StartProcessWithEnv(ctx, "prism-plugin-"+p.node.Name, p.node.Dir,
 		filepath.Join(p.cluster.WorkDir(), "logs", "prism-plugin-"+p.node.Name+".log"), env, pluginBinary, p.args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Process = proc
-	p.waitReady(t)
+	// A process set to crash may die before it is ready; the caller waits
+	// for that instead.
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
+		p.waitReady(t)
+	}
 }
 
 // waitReady waits for /readyz of the current process: registered with the
 // kubelet, checkpoint reconciled, slice published.
 func (p *pluginProc) waitReady(t *testing.T) {
 	t.Helper()
-	if os.Getenv("PRISM_CRASH_AT") != "" || slices.ContainsFunc(p.lastEnv, func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
-		// A process set to crash may die before it is ready; the caller waits for that.
-		return
-	}
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
 			return false, fmt.Errorf("plugin exited: %v (log %s)", err, p.LogPath)
@@ -124,27 +121,6 @@ func (p *pluginProc) waitReady(t *testing.T) {
 	if err != nil {
 		t.Fatalf("plugin on %s not ready: %v", p.node.Name, err)
 	}
-}
-
-func startProcessWithEnv(ctx context.Context, name, dir, logPath string, env []string, bin string, args ...string) (*testbed.Process, error) {
-	old := os.Environ()
-	// StartProcess inherits the environment; set it for the child only.
-	restore := setEnv(env)
-	defer restore(old)
-	return testbed.StartProcess(ctx, name, dir, logPath, bin, args...)
-}
-
-func setEnv(env []string) func([]string) {
-	os.Clearenv()
-	for _, kv := range env {
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				os.Setenv(kv[:i], kv[i+1:])
-				break
-			}
-		}
-	}
-	return func(old []string) { setEnv(old) }
 }
 
 // waitForSlice waits for the node's ResourceSlice of the Prism driver with

@@ -220,9 +220,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 				}
 				deletePod(env.ctx, t, client, pod)
 			}
-			waitFor(t, "node drained", func() bool {
-				return len(specFiles(t, env.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, env.plugin.StateDir)) == 0
-			})
+			env.waitDrained(t, "node drained")
 		})
 	}
 }
@@ -265,9 +263,7 @@ func TestRestartsKeepPreparedState(t *testing.T) {
 		t.Errorf("checkpoint holds %d claims, want 1", len(claims))
 	}
 	deletePod(env.ctx, t, client, "steady")
-	waitFor(t, "unprepare after both restarts", func() bool {
-		return len(specFiles(t, env.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, env.plugin.StateDir)) == 0
-	})
+	env.waitDrained(t, "unprepare after both restarts")
 }
 
 // TestPodDeletedWhileKubeletDownIsReleased covers the kubelet's blind spot: a
@@ -292,9 +288,7 @@ func TestPodDeletedWhileKubeletDownIsReleased(t *testing.T) {
 	if err := env.node.StartKubelet(env.ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stale claim released", func() bool {
-		return len(specFiles(t, env.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, env.plugin.StateDir)) == 0
-	})
+	env.waitDrained(t, "stale claim released")
 	if n := promValue(t, env.plugin.HTTPAddr, `prism_plugin_checkpoint_recoveries_total{kind="stale-released"}`); n != 1 {
 		t.Errorf("stale-released recoveries = %v, want 1", n)
 	}
@@ -348,11 +342,18 @@ func TestCorruptCheckpointIsMovedAside(t *testing.T) {
 				t.Errorf("checkpoint not rebuilt with the running claim: %+v", claims)
 			}
 			deletePod(env.ctx, t, client, "victim")
-			waitFor(t, "adopted claim unprepared", func() bool {
-				return len(specFiles(t, env.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, env.plugin.StateDir)) == 0
-			})
+			env.waitDrained(t, "adopted claim unprepared")
 		})
 	}
+}
+
+// waitDrained waits until the node holds no prepared claim: no CDI spec and
+// an empty checkpoint.
+func (e *prepareEnv) waitDrained(t *testing.T, what string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		return len(specFiles(t, e.plugin.CDIRoot)) == 0 && len(readCheckpoint(t, e.plugin.StateDir)) == 0
+	})
 }
 
 func (e *prepareEnv) restartPlugin(t *testing.T, extraEnv ...string) {

@@ -36,10 +36,7 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
 	}
-	p := startPlugin(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"))
-	p.args = append(p.args, "--ncu-path="+ncuDir)
-	_ = p.Stop(5 * time.Second)
-	p.restart(ctx, t)
+	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--ncu-path=" + ncuDir})
 	waitForSlice(ctx, t, cluster.Client, node.Name, 8)
 
 	spec := gpuClaimSpec(1)

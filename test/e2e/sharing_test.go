@@ -31,10 +31,7 @@ func TestMemorySharesPackOneGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	createPrismDeviceClass(ctx, t, cluster)
-	p := startPlugin(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"))
-	p.args = append(p.args, "--consumable-capacity")
-	_ = p.Stop(5 * time.Second)
-	p.restart(ctx, t)
+	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--consumable-capacity"})
 	waitFor(t, "GPUs republished as shareable by memory", func() bool {
 		s, err := nodeSlice(ctx, cluster.Client, node.Name)
 		if err != nil || s == nil || len(s.Spec.Devices) != 8 {

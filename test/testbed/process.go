@@ -26,6 +26,12 @@ type Process struct {
 // StartProcess runs bin with args in dir, appending stdout and stderr to logPath.
 // The child gets its own process group so that Stop reaches anything it spawned.
 func StartProcess(ctx context.Context, name, dir, logPath, bin string, args ...string) (*Process, error) {
+	return StartProcessWithEnv(ctx, name, dir, logPath, nil, bin, args...)
+}
+
+// StartProcessWithEnv is StartProcess with extra environment variables
+// (KEY=VALUE) for the child, on top of this process's environment.
+func StartProcessWithEnv(ctx context.Context, name, dir, logPath string, env []string, bin string, args ...string) (*Process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -35,6 +41,9 @@ func StartProcess(ctx context.Context, name, dir, logPath, bin string, args ...s
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
