@@ -122,6 +122,7 @@ type Store struct {
 type payload struct {
 	BootID string           `json:"bootID,omitempty"`
 	Claims map[string]Claim `json:"claims,omitempty"`
+	Taints map[string]Taint `json:"taints,omitempty"`
 }
 
 type envelope struct {
@@ -216,7 +217,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	if p.Claims == nil {
 		p.Claims = map[string]Claim{}
 	}
-	data := &Data{Claims: p.Claims}
+	data := &Data{Claims: p.Claims, Taints: p.Taints}
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
 	if rec.MigratedFrom != "" || rec.BootIDChanged {
@@ -239,6 +240,13 @@ func (s *Store) Get(uid string) (Claim, bool) {
 		return Claim{}, false
 	}
 	return c.clone(), true
+}
+
+// Taints returns a copy of the GPUs' health taints by device name.
+func (s *Store) Taints() map[string]Taint {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.data.Taints)
 }
 
 // List returns copies of all claims, sorted by UID.
@@ -299,7 +307,7 @@ func (s *Store) update(ctx context.Context, fn func(*Data) error, sync bool) err
 }
 
 func (s *Store) persist(d *Data, sync bool) error {
-	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims})
+	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims, Taints: d.Taints})
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
@@ -407,7 +415,7 @@ func decode(raw []byte) (payload, string, CorruptionReason, error) {
 		if err := json.Unmarshal(env.Data, &p); err != nil {
 			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing data: %w", err)
 		}
-		if err := (&Data{Claims: p.Claims}).validate(); err != nil {
+		if err := (&Data{Claims: p.Claims, Taints: p.Taints}).validate(); err != nil {
 			return payload{}, "", ReasonInvalidData, err
 		}
 		return p, "", "", nil
@@ -481,6 +489,7 @@ func (s *Store) Reload(ctx context.Context) error {
 		if p.Claims != nil {
 			data.Claims = p.Claims
 		}
+		data.Taints = p.Taints
 	}
 	s.mu.Lock()
 	s.data = data

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 )
 
 // PrepareState is the phase a claim's preparation has reached.
@@ -41,6 +42,22 @@ const (
 type Data struct {
 	// Claims is keyed by claim UID.
 	Claims map[string]Claim `json:"claims,omitempty"`
+	// Taints are the health taints of the node's GPUs, keyed by device
+	// name, so that a restart or an OOM kill does not offer a faulty GPU
+	// again. Added within v2: older v2 files have none, and an older plugin
+	// reading a newer file ignores them.
+	Taints map[string]Taint `json:"taints,omitempty"`
+}
+
+// Taint is a GPU's health taint as published in the ResourceSlice.
+type Taint struct {
+	// UUID is the GPU that was tainted; a different GPU under the same
+	// device name after a hardware swap is not.
+	UUID      string    `json:"uuid"`
+	Key       string    `json:"key"`
+	Value     string    `json:"value,omitempty"`
+	Effect    string    `json:"effect"`
+	TimeAdded time.Time `json:"timeAdded"`
 }
 
 // Claim is what the plugin must remember about one claim to answer a
@@ -90,7 +107,7 @@ type Profiling struct {
 }
 
 func (d *Data) clone() *Data {
-	out := &Data{Claims: make(map[string]Claim, len(d.Claims))}
+	out := &Data{Claims: make(map[string]Claim, len(d.Claims)), Taints: maps.Clone(d.Taints)}
 	for uid, c := range d.Claims {
 		out.Claims[uid] = c.clone()
 	}
@@ -134,6 +151,11 @@ func (d *Data) validate() error {
 		}
 		if c.State != PrepareStarted && c.State != PrepareCompleted {
 			errs = append(errs, fmt.Errorf("claim %s has unknown state %q", uid, c.State))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.Taints)) {
+		if t := d.Taints[name]; name == "" || t.Key == "" || t.Effect == "" {
+			errs = append(errs, fmt.Errorf("taint of device %q lacks a device name, key or effect", name))
 		}
 	}
 	return errors.Join(errs...)

@@ -23,6 +23,7 @@ package nvml
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -40,10 +41,27 @@ type Options struct {
 	LookupSpec func(product string) (gpu.Spec, bool)
 }
 
+// UnreadableError lists the GPUs Discover could not read. It comes with
+// the GPUs that could be read: one failing GPU (fallen off the bus, most
+// often) must not hide the healthy ones.
+type UnreadableError struct {
+	// GPUs maps a GPU's index to why it could not be read.
+	GPUs map[int]error
+}
+
+func (e *UnreadableError) Error() string {
+	parts := make([]string, 0, len(e.GPUs))
+	for _, i := range slices.Sorted(maps.Keys(e.GPUs)) {
+		parts = append(parts, fmt.Sprintf("reading GPU %d: %v", i, e.GPUs[i]))
+	}
+	return strings.Join(parts, "; ")
+}
+
 // Discover reads every GPU NVML can see, sorted by index. A field NVML
 // cannot report (ERROR_NOT_SUPPORTED, a symbol missing from an old driver,
-// ...) is taken from the spec table; only the fields without which a GPU
-// cannot be identified or handed to a container are fatal.
+// ...) is taken from the spec table; a GPU without the fields that identify
+// it or hand it to a container is left out and reported in an
+// *UnreadableError, returned with the GPUs that were read.
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]gpu.Device, error) {
 	logger := klog.FromContext(ctx)
 	if opts.LookupSpec == nil {
@@ -79,17 +97,20 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]gpu.Devi
 
 	devices := make([]gpu.Device, 0, count)
 	links := make([][]string, 0, count)
+	unreadable := map[int]error{}
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("discovering GPUs: %w", err)
 		}
 		h, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
-			return nil, fmt.Errorf("getting handle of GPU %d: %w", i, ret)
+			unreadable[i] = fmt.Errorf("getting handle: %w", ret)
+			continue
 		}
 		d, peers, err := readDevice(klog.LoggerWithValues(logger, "index", i), h, i, opts.LookupSpec)
 		if err != nil {
-			return nil, fmt.Errorf("reading GPU %d: %w", i, err)
+			unreadable[i] = err
+			continue
 		}
 		d.DriverVersion = driverVersion
 		d.CUDADriverVersion = cudaDriverVersion
@@ -98,7 +119,10 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) ([]gpu.Devi
 	}
 	assignNVLinkDomains(devices, links)
 	gpu.SortByIndex(devices)
-	logger.V(2).Info("Discovered GPUs", "count", len(devices))
+	logger.V(2).Info("Discovered GPUs", "count", len(devices), "unreadable", len(unreadable))
+	if len(unreadable) > 0 {
+		return devices, &UnreadableError{GPUs: unreadable}
+	}
 	return devices, nil
 }
 

@@ -19,6 +19,7 @@ package nvml
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -280,23 +281,66 @@ func TestDiscoverFallsBackWhenNVMLCannotAnswer(t *testing.T) {
 	})
 }
 
-func TestDiscoverFailsWithoutIdentity(t *testing.T) {
+// TestUnreadableGPUIsLeftOutAlone: a GPU whose identity NVML cannot read
+// is reported, and the others are still returned.
+func TestUnreadableGPUIsLeftOutAlone(t *testing.T) {
 	for call, tc := range map[string]struct {
 		break_  func(sim *Simulated)
+		broken  int
 		wantErr string
 	}{
 		"UUID": {
 			break_: func(sim *Simulated) {
 				sim.Devices()[1].GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
 			},
+			broken:  1,
 			wantErr: "reading GPU 1: getting UUID",
 		},
 		"PCI info": {
 			break_: func(sim *Simulated) {
 				sim.Devices()[0].GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_UNKNOWN }
 			},
+			broken:  0,
 			wantErr: "reading GPU 0: getting PCI info",
 		},
+		"handle": {
+			break_: func(sim *Simulated) {
+				handle := sim.DeviceGetHandleByIndexFunc
+				sim.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 1 {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return handle(i)
+				}
+			},
+			broken:  1,
+			wantErr: "reading GPU 1: getting handle",
+		},
+	} {
+		t.Run(call, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 2}}}, "node-a")
+			tc.break_(sim)
+			devices, err := Discover(ctx, sim, Options{})
+			var unreadable *UnreadableError
+			if !errors.As(err, &unreadable) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Discover error %v; want an UnreadableError containing %q", err, tc.wantErr)
+			}
+			if _, ok := unreadable.GPUs[tc.broken]; !ok || len(unreadable.GPUs) != 1 {
+				t.Errorf("unreadable GPUs %v, want only %d", unreadable.GPUs, tc.broken)
+			}
+			if len(devices) != 1 || devices[0].Index == tc.broken {
+				t.Errorf("Discover returned %+v, want only the readable GPU", devices)
+			}
+		})
+	}
+}
+
+func TestDiscoverFailsWithoutNVML(t *testing.T) {
+	for call, tc := range map[string]struct {
+		break_  func(sim *Simulated)
+		wantErr string
+	}{
 		"device count": {
 			break_: func(sim *Simulated) {
 				sim.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNINITIALIZED }

@@ -11,7 +11,8 @@ import (
 )
 
 // Inventory reads a node's GPUs afresh on every call, so that a caller
-// polling it sees GPUs that appear or disappear.
+// polling it sees GPUs that appear or disappear. Like Discover, it returns
+// the GPUs it could read alongside an *UnreadableError.
 type Inventory interface {
 	Read(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error)
 }
