@@ -142,6 +142,12 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 		claim.Name = req.Name
 	}
 
+	// The configurations declare sideEffects: None, so a dry run (kubectl
+	// apply --dry-run=server, kubectl diff) must leave no Event behind.
+	record := r.event
+	if req.DryRun != nil && *req.DryRun {
+		record = func(context.Context, *resourceapi.ResourceClaim, string, string, string) {}
+	}
 	out := r.decide(ctx, claim)
 	if out.skip != "" {
 		r.opts.Metrics.skipped.WithLabelValues(out.skip).Inc()
@@ -151,7 +157,7 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 			if warningSkips[out.skip] {
 				eventType = corev1.EventTypeWarning
 			}
-			r.event(ctx, claim, eventType, EventReasonNotRewritten, out.skip+": "+out.message)
+			record(ctx, claim, eventType, EventReasonNotRewritten, out.skip+": "+out.message)
 		}
 		return allowed()
 	}
@@ -162,7 +168,7 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 		return allowed()
 	}
 	logger.V(2).Info("Patching claim", "action", out.event, "detail", out.message)
-	r.event(ctx, claim, corev1.EventTypeNormal, out.event, out.message)
+	record(ctx, claim, corev1.EventTypeNormal, out.event, out.message)
 	return resp
 }
 

@@ -37,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -508,5 +509,41 @@ func TestUnnamedGeneratedClaimExplainsOnItsPod(t *testing.T) {
 		}
 	default:
 		t.Error("no event recorded for an unnamed claim")
+	}
+}
+
+// The webhooks declare sideEffects: None, so a server-side dry run gets the
+// same answer as a real request but leaves no Event.
+func TestDryRunRecordsNoEvents(t *testing.T) {
+	tests := []struct {
+		name      string
+		profiles  []*prismv1alpha1.WorkloadProfile
+		wantPatch bool
+	}{
+		{name: "rewritten", profiles: []*prismv1alpha1.WorkloadProfile{memoryBound}, wantPatch: true},
+		{name: "skipped: balanced profile", profiles: []*prismv1alpha1.WorkloadProfile{balanced}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _, rec := newTestRewriter(t, true, fakeReader(t, tc.profiles...))
+			var review admissionv1.AdmissionReview
+			if err := json.Unmarshal(reviewBody(t, admissionv1.Create, claimGVK, readFixture(t, "claim-profiled.json")), &review); err != nil {
+				t.Fatal(err)
+			}
+			review.Request.DryRun = ptr.To(true)
+			body, err := json.Marshal(review)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := call(t, h, body)
+			if !resp.Allowed || (len(resp.Patch) > 0) != tc.wantPatch {
+				t.Fatalf("response %+v, want patch: %v", resp, tc.wantPatch)
+			}
+			select {
+			case ev := <-rec.Events:
+				t.Errorf("dry run recorded event %q", ev)
+			default:
+			}
+		})
 	}
 }

@@ -43,10 +43,20 @@ func NewMux(rewriter, validator http.Handler) *http.ServeMux {
 	return mux
 }
 
-// Serve serves handler over TLS on l until ctx is done, then drains
-// in-flight requests for a few seconds. getCertificate is asked on every
-// handshake, so rotated certificates are picked up without a restart.
+// shutdownGrace is how long in-flight reviews may take after ctx is done.
+// Reviews take milliseconds; the margin is for a slow event sink or a
+// stalled client. It stays below the pod's default 30s termination grace.
+const shutdownGrace = 10 * time.Second
+
+// Serve serves handler over TLS on l until ctx is done, then stops
+// accepting connections and lets in-flight reviews finish for up to
+// shutdownGrace.
+// Request contexts do not inherit ctx's cancellation: a review cut off at
+// SIGTERM fails the API server's request, or with failurePolicy Ignore
+// admits a claim unrewritten. getCertificate is asked on every handshake,
+// so rotated certificates are picked up without a restart.
 func Serve(ctx context.Context, l net.Listener, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), handler http.Handler) error {
+	requestCtx := context.WithoutCancel(ctx)
 	srv := &http.Server{
 		Handler: handler,
 		TLSConfig: &tls.Config{
@@ -57,16 +67,16 @@ func Serve(ctx context.Context, l net.Listener, getCertificate func(*tls.ClientH
 		// The API server keeps connections open; an idle limit above its
 		// own (90s) would make it reuse a connection we are closing.
 		IdleTimeout: 60 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return ctx },
+		BaseContext: func(net.Listener) context.Context { return requestCtx },
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(requestCtx, shutdownGrace)
 		defer cancel()
 		if err := srv.Shutdown(shutdownCtx); err != nil {
-			klog.FromContext(ctx).Error(err, "Shutting down webhook server")
+			klog.FromContext(ctx).Error(err, "Draining webhook requests", "grace", shutdownGrace)
 		}
 	}()
 	klog.FromContext(ctx).Info("Serving webhooks", "address", l.Addr().String())
