@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prismgpu/prism/pkg/explain"
+	"github.com/prismgpu/prism/pkg/prismctl/cmdgroup"
 	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -59,10 +60,6 @@ func NewCommand() *cobra.Command {
 }
 
 func newCommand(newClient clientFunc) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "explain",
-		Short: "Explain device allocation decisions",
-	}
 	var namespace string
 	var wide bool
 	claim := &cobra.Command{
@@ -93,8 +90,7 @@ another claim or sit on a node the pod cannot use.`,
 	}
 	claim.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the claim (default: the kubeconfig's)")
 	claim.Flags().BoolVar(&wide, "wide", false, "print selectors in verdicts in full")
-	cmd.AddCommand(claim)
-	return cmd
+	return cmdgroup.New("explain", "Explain device allocation decisions", claim)
 }
 
 func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace, name string, wide bool) error {

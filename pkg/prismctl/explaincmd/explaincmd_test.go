@@ -85,3 +85,14 @@ func TestExplainClaim(t *testing.T) {
 		})
 	}
 }
+
+// `prismctl explain foo` used to print the help and exit 0.
+func TestExplainRejectsUnknownSubcommand(t *testing.T) {
+	cmd := newCommand(func() (kubernetes.Interface, string, error) { return fake.NewClientset(), "ml", nil })
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetArgs([]string{"foo"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `unknown command "foo"`) {
+		t.Errorf("error %v, want unknown command", err)
+	}
+}

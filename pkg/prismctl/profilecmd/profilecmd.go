@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/prismctl/cmdgroup"
 	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
 	"github.com/prismgpu/prism/pkg/profile"
 )
@@ -72,10 +73,7 @@ func NewCommand() *cobra.Command {
 }
 
 func newCommand(newClient clientFunc) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "profile",
-		Short: "Import and inspect GPU workload profiles",
-	}
+	cmd := cmdgroup.New("profile", "Import and inspect GPU workload profiles")
 	var namespace string
 	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "namespace of the WorkloadProfile (default: the kubeconfig's)")
 	ns := func(fallback string) string {

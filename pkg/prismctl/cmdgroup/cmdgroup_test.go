@@ -1,0 +1,66 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cmdgroup
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+func TestGroupRejectsUnknownSubcommands(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantOut string
+		wantErr string
+	}{
+		{name: "subcommand runs", args: []string{"explain", "claim"}, wantOut: "claim ran"},
+		{name: "no subcommand prints help", args: []string{"explain"}, wantOut: "Available Commands:"},
+		{name: "unknown subcommand fails", args: []string{"explain", "foo"}, wantErr: `unknown command "foo" for "prismctl explain"`},
+		{name: "extra argument fails", args: []string{"explain", "foo", "bar"}, wantErr: `unknown command "foo"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := &cobra.Command{Use: "claim", RunE: func(cmd *cobra.Command, _ []string) error {
+				cmd.Print("claim ran")
+				return nil
+			}}
+			root := &cobra.Command{Use: "prismctl", SilenceUsage: true, SilenceErrors: true}
+			root.AddCommand(New("explain", "Explain things", sub))
+			var out bytes.Buffer
+			root.SetOut(&out)
+			root.SetErr(&out)
+			root.SetArgs(tc.args)
+			err := root.Execute()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.wantOut) {
+				t.Errorf("output %q does not contain %q", out.String(), tc.wantOut)
+			}
+		})
+	}
+}
