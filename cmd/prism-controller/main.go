@@ -23,7 +23,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -52,6 +51,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/logging"
+	"github.com/prismgpu/prism/pkg/version"
 	"github.com/prismgpu/prism/pkg/webhook"
 )
 
@@ -62,42 +64,63 @@ type options struct {
 	serviceName, namespace, policy string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
+	logging                        *logging.Options
+	showVersion                    bool
+}
+
+// envNames are the variables that do not follow PRISM_<FLAG>: the
+// namespace comes from the downward API, the kubeconfig from the usual name.
+var envNames = map[string]string{
+	"namespace":  "POD_NAMESPACE",
+	"kubeconfig": "KUBECONFIG",
+	"v":          "PRISM_VERBOSITY",
+}
+
+func newFlags(o *options) *pflag.FlagSet {
+	flags := pflag.NewFlagSet("prism-controller", pflag.ContinueOnError)
+	flags.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook HTTPS server")
+	flags.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook server binds to (empty: all)")
+	flags.StringVar(&o.certDir, "cert-dir", filepath.Join(os.TempDir(), "prism-webhook-certs"), "directory of tls.crt and tls.key; written when --self-signed, watched otherwise")
+	flags.BoolVar(&o.selfSigned, "self-signed", true, "generate and rotate a private CA and serving certificate and inject the CA into the webhook configurations; false: use certificates (from cert-manager) in --cert-dir")
+	flags.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
+	flags.StringVar(&o.namespace, "namespace", "", "namespace of the Service")
+	flags.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
+	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance or economy; a WorkloadProfile's spec.policy overrides it")
+	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
+	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
+	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
+	o.logging = logging.NewOptions()
+	o.logging.AddFlags(flags)
+	flags.BoolVar(&o.showVersion, "version", false, "print the build information and exit")
+	envflag.Bind(flags, "PRISM_", envNames, "version")
+	return flags
 }
 
 func main() {
-	o := options{}
-	fs := pflag.NewFlagSet("prism-controller", pflag.ContinueOnError)
-	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook HTTPS server")
-	fs.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook server binds to (empty: all)")
-	fs.StringVar(&o.certDir, "cert-dir", filepath.Join(os.TempDir(), "prism-webhook-certs"), "directory of tls.crt and tls.key; written when --self-signed, watched otherwise")
-	fs.BoolVar(&o.selfSigned, "self-signed", true, "generate and rotate a private CA and serving certificate and inject the CA into the webhook configurations; false: use certificates (from cert-manager) in --cert-dir")
-	fs.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
-	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Service (default: $POD_NAMESPACE)")
-	fs.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
-	fs.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance or economy; a WorkloadProfile's spec.policy overrides it")
-	fs.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
-	fs.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
-
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	var o options
+	flags := newFlags(&o)
+	if err := envflag.Parse(flags, os.Args[1:], os.LookupEnv); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "prism-controller:", err)
 		os.Exit(2)
 	}
-	if err := o.validate(); err != nil {
+	if o.showVersion {
+		fmt.Println("prism-controller", version.Get())
+		return
+	}
+	if err := errors.Join(o.validate(), o.logging.Apply()); err != nil {
 		fmt.Fprintln(os.Stderr, "prism-controller:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background().WithName("prism-controller"))
+	logger := klog.Background().WithName("prism-controller")
+	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", version.Get().KeysAndValues()...)
 	if err := run(ctx, o); err != nil {
-		klog.FromContext(ctx).Error(err, "Exiting")
+		logger.Error(err, "Exiting")
 		klog.Flush()
 		os.Exit(1)
 	}

@@ -4,8 +4,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,7 +17,7 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"io/fs"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -28,9 +28,12 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/pkg/version"
 )
 
 type options struct {
@@ -44,44 +47,82 @@ type options struct {
 	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
+	logging                                                          *logging.Options
+	showVersion                                                      bool
+}
+
+// envNames are the variables that predate the PRISM_<FLAG> scheme; the
+// chart and existing installs set them.
+var envNames = map[string]string{
+	"node-name":             "NODE_NAME",
+	"kubelet-registrar-dir": "KUBELET_REGISTRAR_DIRECTORY_PATH",
+	"kubelet-plugin-dir":    "KUBELET_PLUGINS_DIRECTORY_PATH",
+	"cdi-root":              "CDI_ROOT",
+	"driver-root":           "NVIDIA_DRIVER_ROOT",
+	"kubeconfig":            "KUBECONFIG",
+	"v":                     "PRISM_VERBOSITY",
+}
+
+func newFlags(o *options) *pflag.FlagSet {
+	flags := pflag.NewFlagSet("prism-kubelet-plugin", pflag.ContinueOnError)
+	flags.StringVar(&o.nodeName, "node-name", "", "Name of this node. Required.")
+	flags.StringVar(&o.registrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
+	flags.StringVar(&o.pluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+plugin.DriverName, "This driver's kubelet plugin directory, for its gRPC socket.")
+	flags.StringVar(&o.cdiRoot, "cdi-root", cdi.DefaultRoot, "Directory for the per-claim CDI specs.")
+	flags.StringVar(&o.driverRoot, "driver-root", "/", "Where the NVIDIA driver is installed. With --fleet, a fake driver root is made under --state-dir unless this is set.")
+	flags.StringVar(&o.stateDir, "state-dir", "/var/lib/prism", "Directory for the checkpoint.")
+	flags.StringVar(&o.fleet, "fleet", "", "Simulate this node's GPUs from a fleet file instead of NVML.")
+	flags.StringVar(&o.httpAddress, "http-address", ":8080", "Address for /metrics, /healthz and /readyz; empty disables.")
+	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
+	flags.DurationVar(&o.rediscover, "rediscover-interval", time.Minute, "How often to re-read the GPUs and republish when they changed; 0 disables.")
+	flags.DurationVar(&o.staleInterval, "stale-claim-interval", time.Minute, "How often prepared claims are checked against the API server; 0 disables.")
+	flags.DurationVar(&o.staleGrace, "stale-claim-grace", 2*time.Minute, "How long a prepared claim must be missing from the API before its devices are released.")
+	flags.BoolVar(&o.health, "health", true, "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice.")
+	flags.StringVar(&o.ignoredXIDs, "ignored-xids", joinXIDs(plugin.DefaultIgnoredXIDs), "Comma-separated Xids that are the application's fault and taint nothing.")
+	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed.")
+	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events.")
+	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
+	flags.BoolVar(&o.enableProfiling, "profiling", true, "Allow claims to ask for an Nsight Compute run.")
+	flags.StringVar(&o.ncuPath, "ncu-path", "", "Host directory of the Nsight Compute install holding the ncu launcher.")
+	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")
+	flags.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
+	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
+	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
+	o.logging = logging.NewOptions()
+	o.logging.AddFlags(flags)
+	flags.BoolVar(&o.showVersion, "version", false, "Print the build information and exit.")
+	envflag.Bind(flags, "PRISM_", envNames, "version")
+	return flags
 }
 
 func main() {
-	klog.InitFlags(nil)
 	var o options
-	flag.StringVar(&o.nodeName, "node-name", env("NODE_NAME", ""), "Name of this node (env NODE_NAME). Required.")
-	flag.StringVar(&o.registrarDir, "kubelet-registrar-dir", env("KUBELET_REGISTRAR_DIRECTORY_PATH", "/var/lib/kubelet/plugins_registry"), "Kubelet plugin registration directory (env KUBELET_REGISTRAR_DIRECTORY_PATH).")
-	flag.StringVar(&o.pluginDir, "kubelet-plugin-dir", env("KUBELET_PLUGINS_DIRECTORY_PATH", "/var/lib/kubelet/plugins/"+plugin.DriverName), "This driver's kubelet plugin directory, for its gRPC socket (env KUBELET_PLUGINS_DIRECTORY_PATH).")
-	flag.StringVar(&o.cdiRoot, "cdi-root", env("CDI_ROOT", cdi.DefaultRoot), "Directory for the per-claim CDI specs (env CDI_ROOT).")
-	flag.StringVar(&o.driverRoot, "driver-root", env("NVIDIA_DRIVER_ROOT", "/"), "Where the NVIDIA driver is installed (env NVIDIA_DRIVER_ROOT). With --fleet, a fake driver root is made under --state-dir unless this is set.")
-	flag.StringVar(&o.stateDir, "state-dir", env("PRISM_STATE_DIR", "/var/lib/prism"), "Directory for the checkpoint (env PRISM_STATE_DIR).")
-	flag.StringVar(&o.fleet, "fleet", env("PRISM_FLEET", ""), "Simulate this node's GPUs from a fleet file instead of NVML (env PRISM_FLEET).")
-	flag.StringVar(&o.httpAddress, "http-address", env("PRISM_HTTP_ADDRESS", ":8080"), "Address for /metrics, /healthz and /readyz; empty disables (env PRISM_HTTP_ADDRESS).")
-	flag.StringVar(&o.kubeconfig, "kubeconfig", env("KUBECONFIG", ""), "Kubeconfig file; in-cluster configuration when empty (env KUBECONFIG).")
-	flag.DurationVar(&o.rediscover, "rediscover-interval", envDuration("PRISM_REDISCOVER_INTERVAL", time.Minute), "How often to re-read the GPUs and republish when they changed; 0 disables (env PRISM_REDISCOVER_INTERVAL).")
-	flag.DurationVar(&o.staleInterval, "stale-claim-interval", envDuration("PRISM_STALE_CLAIM_INTERVAL", time.Minute), "How often prepared claims are checked against the API server; 0 disables (env PRISM_STALE_CLAIM_INTERVAL).")
-	flag.DurationVar(&o.staleGrace, "stale-claim-grace", envDuration("PRISM_STALE_CLAIM_GRACE", 2*time.Minute), "How long a prepared claim must be missing from the API before its devices are released (env PRISM_STALE_CLAIM_GRACE).")
-	flag.BoolVar(&o.health, "health", envBool("PRISM_HEALTH", true), "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice (env PRISM_HEALTH).")
-	flag.StringVar(&o.ignoredXIDs, "ignored-xids", env("PRISM_IGNORED_XIDS", joinXIDs(plugin.DefaultIgnoredXIDs)), "Comma-separated Xids that are the application's fault and taint nothing (env PRISM_IGNORED_XIDS).")
-	flag.DurationVar(&o.healthRecoverAfter, "health-recover-after", envDuration("PRISM_HEALTH_RECOVER_AFTER", 5*time.Minute), "How long an unhealthy GPU must stay quiet before its taint is removed (env PRISM_HEALTH_RECOVER_AFTER).")
-	flag.StringVar(&o.simulatedFaults, "simulated-faults", env("PRISM_SIMULATED_FAULTS", ""), "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events (env PRISM_SIMULATED_FAULTS).")
-	flag.BoolVar(&o.shareMemory, "consumable-capacity", envBool("PRISM_CONSUMABLE_CAPACITY", false), "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory (env PRISM_CONSUMABLE_CAPACITY).")
-	flag.BoolVar(&o.enableProfiling, "profiling", envBool("PRISM_PROFILING", true), "Allow claims to ask for an Nsight Compute run (env PRISM_PROFILING).")
-	flag.StringVar(&o.ncuPath, "ncu-path", env("PRISM_NCU_PATH", ""), "Host directory of the Nsight Compute install holding the ncu launcher (env PRISM_NCU_PATH).")
-	flag.StringVar(&o.shimPath, "profiling-shim", env("PRISM_PROFILING_SHIM", "/usr/lib/prism/libprism-profile.so"), "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing (env PRISM_PROFILING_SHIM).")
-	flag.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
-	flag.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
-	flag.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
-	flag.Parse()
+	flags := newFlags(&o)
+	if err := envflag.Parse(flags, os.Args[1:], os.LookupEnv); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
+		os.Exit(2)
+	}
+	if o.showVersion {
+		fmt.Println("prism-kubelet-plugin", version.Get())
+		return
+	}
+	if err := o.logging.Apply(); err != nil {
+		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logger := klog.LoggerWithName(klog.Background(), "prism-kubelet-plugin")
 	ctx = klog.NewContext(ctx, logger)
+	logger.Info("Starting", version.Get().KeysAndValues()...)
 	if err := run(ctx, o); err != nil {
-		// One line that says what to do; the plugin does not retry on its own
-		// because the kubelet (or the DaemonSet) restarts it.
-		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
+		// No retry here: the kubelet (or the DaemonSet) restarts the plugin.
+		logger.Error(err, "Exiting")
+		klog.Flush()
 		os.Exit(1)
 	}
 }
@@ -269,13 +310,6 @@ func kubeConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
 func parseXIDs(list string) (map[uint64]bool, error) {
 	out := map[uint64]bool{}
 	for _, f := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' }) {
@@ -294,23 +328,4 @@ func joinXIDs(xids []uint64) string {
 		parts[i] = strconv.FormatUint(x, 10)
 	}
 	return strings.Join(parts, ",")
-}
-
-func envBool(name string, def bool) bool {
-	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-		if s, err := strconv.Atoi(v); err == nil {
-			return time.Duration(s) * time.Second
-		}
-	}
-	return def
 }

@@ -25,20 +25,35 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
 	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
 	"github.com/prismgpu/prism/pkg/prismctl/simulatecmd"
+	"github.com/prismgpu/prism/pkg/version"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	logs := logging.NewOptions()
 	root := &cobra.Command{
 		Use:           "prismctl",
 		Short:         "Prism GPU allocation client",
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := envflag.Apply(cmd.Root().PersistentFlags(), os.LookupEnv); err != nil {
+				return err
+			}
+			return logs.Apply()
+		},
 	}
+	root.SetVersionTemplate("prismctl {{.Version}}\n")
+	// client-go logs through klog: -v=6 shows every API call prismctl makes.
+	logs.AddFlags(root.PersistentFlags())
+	envflag.Bind(root.PersistentFlags(), "PRISM_", map[string]string{"v": "PRISM_VERBOSITY"})
 	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand(), simulatecmd.NewCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)

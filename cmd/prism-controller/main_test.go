@@ -1,0 +1,117 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/prismgpu/prism/pkg/envflag"
+)
+
+// A flag without a variable cannot be set through the chart's extraEnv,
+// and a renamed variable silently stops configuring what it did.
+func TestEveryFlagHasAnEnvMirror(t *testing.T) {
+	want := map[string]string{
+		"webhook-port":   "PRISM_WEBHOOK_PORT",
+		"cert-dir":       "PRISM_CERT_DIR",
+		"self-signed":    "PRISM_SELF_SIGNED",
+		"namespace":      "POD_NAMESPACE",
+		"extra-sans":     "PRISM_EXTRA_SANS",
+		"policy":         "PRISM_POLICY",
+		"auto-profile":   "PRISM_AUTO_PROFILE",
+		"http-address":   "PRISM_HTTP_ADDRESS",
+		"kubeconfig":     "KUBECONFIG",
+		"logging-format": "PRISM_LOGGING_FORMAT",
+		"v":              "PRISM_VERBOSITY",
+		"vmodule":        "PRISM_VMODULE",
+		"feature-gates":  "PRISM_FEATURE_GATES",
+	}
+	seen := map[string]string{}
+	newFlags(&options{}).VisitAll(func(f *pflag.Flag) {
+		name := envflag.Name(f)
+		switch {
+		case f.Name == "version":
+			if name != "" {
+				t.Errorf("--version reads %s; a stray variable must not turn start-up into printing the version", name)
+			}
+			return
+		case name == "":
+			t.Errorf("--%s has no environment variable", f.Name)
+		case want[f.Name] != "" && name != want[f.Name]:
+			t.Errorf("--%s reads %s, want %s", f.Name, name, want[f.Name])
+		case seen[name] != "":
+			t.Errorf("--%s and --%s both read %s", f.Name, seen[name], name)
+		}
+		seen[name] = f.Name
+	})
+	for flag := range want {
+		if _, ok := seen[want[flag]]; !ok {
+			t.Errorf("no flag reads %s (--%s)", want[flag], flag)
+		}
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(options) bool
+		wantErr string
+	}{{
+		name: "every setting can come from the environment",
+		env: map[string]string{"PRISM_WEBHOOK_PORT": "8443", "PRISM_SELF_SIGNED": "false", "POD_NAMESPACE": "gpu-system",
+			"PRISM_EXTRA_SANS": "127.0.0.1,prism.local"},
+		check: func(o options) bool {
+			return o.webhookPort == 8443 && !o.selfSigned && o.namespace == "gpu-system" &&
+				strings.Join(o.extraSANs, ",") == "127.0.0.1,prism.local"
+		},
+	}, {
+		name:  "the command line wins over the environment",
+		args:  []string{"--namespace=prism-system", "-v=2"},
+		env:   map[string]string{"POD_NAMESPACE": "other", "PRISM_VERBOSITY": "4"},
+		check: func(o options) bool { return o.namespace == "prism-system" },
+	}, {
+		name:    "a port that does not parse",
+		env:     map[string]string{"PRISM_WEBHOOK_PORT": "https"},
+		wantErr: `environment variable PRISM_WEBHOOK_PORT="https" is not a valid value for --webhook-port`,
+	}, {
+		name:    "a bool that does not parse",
+		env:     map[string]string{"PRISM_AUTO_PROFILE": "off"},
+		wantErr: `environment variable PRISM_AUTO_PROFILE="off" is not a valid value for --auto-profile`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o options
+			err := envflag.Parse(newFlags(&o), tc.args, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(o) {
+				t.Errorf("options = %+v", o)
+			}
+		})
+	}
+}

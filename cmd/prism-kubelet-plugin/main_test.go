@@ -1,0 +1,122 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/prismgpu/prism/pkg/envflag"
+)
+
+// The chart configures the plugin through env only, so a flag without a
+// variable cannot be set from values, and a renamed variable silently
+// stops configuring what it did.
+func TestEveryFlagHasAnEnvMirror(t *testing.T) {
+	want := map[string]string{
+		"node-name":             "NODE_NAME",
+		"kubelet-registrar-dir": "KUBELET_REGISTRAR_DIRECTORY_PATH",
+		"kubelet-plugin-dir":    "KUBELET_PLUGINS_DIRECTORY_PATH",
+		"cdi-root":              "CDI_ROOT",
+		"driver-root":           "NVIDIA_DRIVER_ROOT",
+		"state-dir":             "PRISM_STATE_DIR",
+		"fleet":                 "PRISM_FLEET",
+		"http-address":          "PRISM_HTTP_ADDRESS",
+		"kubeconfig":            "KUBECONFIG",
+		"profiling":             "PRISM_PROFILING",
+		"profile-retention":     "PRISM_PROFILE_RETENTION",
+		"kube-api-qps":          "PRISM_KUBE_API_QPS",
+		"kube-api-burst":        "PRISM_KUBE_API_BURST",
+		"logging-format":        "PRISM_LOGGING_FORMAT",
+		"v":                     "PRISM_VERBOSITY",
+		"vmodule":               "PRISM_VMODULE",
+		"feature-gates":         "PRISM_FEATURE_GATES",
+	}
+	seen := map[string]string{}
+	newFlags(&options{}).VisitAll(func(f *pflag.Flag) {
+		name := envflag.Name(f)
+		switch {
+		case f.Name == "version":
+			if name != "" {
+				t.Errorf("--version reads %s; a stray variable must not turn start-up into printing the version", name)
+			}
+			return
+		case name == "":
+			t.Errorf("--%s has no environment variable", f.Name)
+		case want[f.Name] != "" && name != want[f.Name]:
+			t.Errorf("--%s reads %s, want %s", f.Name, name, want[f.Name])
+		case seen[name] != "":
+			t.Errorf("--%s and --%s both read %s", f.Name, seen[name], name)
+		}
+		seen[name] = f.Name
+	})
+	for flag := range want {
+		if _, ok := seen[want[flag]]; !ok {
+			t.Errorf("no flag reads %s (--%s)", want[flag], flag)
+		}
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(options) bool
+		wantErr string
+	}{{
+		name:  "flags that had no variable before",
+		env:   map[string]string{"PRISM_PROFILE_RETENTION": "5", "PRISM_KUBE_API_QPS": "7.5", "PRISM_KUBE_API_BURST": "9"},
+		check: func(o options) bool { return o.profileRetention == 5 && o.kubeAPIQPS == 7.5 && o.kubeAPIBurst == 9 },
+	}, {
+		name:  "the command line wins over the environment",
+		args:  []string{"--node-name=gpu-2", "-v=4"},
+		env:   map[string]string{"NODE_NAME": "gpu-1", "PRISM_PROFILING": "false"},
+		check: func(o options) bool { return o.nodeName == "gpu-2" && !o.enableProfiling },
+	}, {
+		name:    "a bool that does not parse",
+		env:     map[string]string{"PRISM_PROFILING": "off"},
+		wantErr: `environment variable PRISM_PROFILING="off" is not a valid value for --profiling`,
+	}, {
+		name:    "a duration that does not parse",
+		env:     map[string]string{"PRISM_STALE_CLAIM_GRACE": "2 minutes"},
+		wantErr: `environment variable PRISM_STALE_CLAIM_GRACE="2 minutes"`,
+	}, {
+		name:    "a verbosity that does not parse",
+		env:     map[string]string{"PRISM_VERBOSITY": "debug"},
+		wantErr: `environment variable PRISM_VERBOSITY="debug" is not a valid value for --v`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o options
+			err := envflag.Parse(newFlags(&o), tc.args, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(o) {
+				t.Errorf("options = %+v", o)
+			}
+		})
+	}
+}

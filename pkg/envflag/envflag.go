@@ -1,0 +1,94 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package envflag gives every command-line flag an environment variable,
+// so that a DaemonSet or Deployment can configure a binary through env and
+// an operator can still override any of it on the command line.
+package envflag
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+)
+
+// annotation is the pflag annotation key that records a flag's variable,
+// so that help output, Apply and tests all read the same mapping.
+const annotation = "prism.dev/env"
+
+// Bind gives every flag of fs an environment variable: names[flag] where
+// given (for names that predate this package, such as NODE_NAME), else
+// prefix plus the flag name in upper case with dashes as underscores. Flags
+// in skip get none. The variable is appended to the flag's help text.
+// Call it after all flags are defined; a flag added later has no variable.
+func Bind(fs *pflag.FlagSet, prefix string, names map[string]string, skip ...string) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		name, ok := names[f.Name]
+		if !ok {
+			name = prefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		}
+		// SetAnnotation only fails for an unknown flag name, and f is known.
+		_ = fs.SetAnnotation(f.Name, annotation, []string{name})
+		f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, name)
+	})
+}
+
+// Name returns the environment variable of a flag, or "" when it has none.
+func Name(f *pflag.Flag) string {
+	if v := f.Annotations[annotation]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// Apply sets every flag that was not given on the command line from its
+// variable, when that is set and not empty. Call it after fs.Parse, so
+// that the command line wins without list flags appending to the env value.
+// A value that does not parse is an error naming the variable, the value
+// and the flag: a typo such as PRISM_PROFILING=off must stop the start-up
+// rather than leave the default in force.
+func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := Name(f)
+		if err != nil || name == "" || f.Changed {
+			return
+		}
+		value, ok := lookup(name)
+		if !ok || value == "" {
+			return
+		}
+		if setErr := fs.Set(f.Name, value); setErr != nil {
+			err = fmt.Errorf("environment variable %s=%q is not a valid value for --%s: %w", name, value, f.Name, setErr)
+		}
+	})
+	return err
+}
+
+// Parse parses the command line, then applies the environment to the flags
+// it left unset.
+func Parse(fs *pflag.FlagSet, args []string, lookup func(string) (string, bool)) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return Apply(fs, lookup)
+}

@@ -1,0 +1,66 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package logging configures klog the way Kubernetes components do, through
+// component-base: --logging-format (text or json), -v, --vmodule, and
+// --feature-gates for contextual logging and the logging option gates.
+package logging
+
+import (
+	"fmt"
+
+	"github.com/spf13/pflag"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	// Registers the json format; without it --logging-format offers text only.
+	_ "k8s.io/component-base/logs/json/register"
+)
+
+// Options are the logging flags of one binary.
+type Options struct {
+	config *logsapi.LoggingConfiguration
+	gates  featuregate.MutableVersionedFeatureGate
+}
+
+// NewOptions returns the defaults: text format, verbosity 0, contextual
+// logging on (its gate is beta and on by default).
+func NewOptions() *Options {
+	gates := featuregate.NewFeatureGate()
+	// Fails only when a gate is registered twice, which a fresh gate rules out.
+	if err := logsapi.AddFeatureGates(gates); err != nil {
+		panic(fmt.Sprintf("register logging feature gates: %v", err))
+	}
+	return &Options{config: logsapi.NewLoggingConfiguration(), gates: gates}
+}
+
+// AddFlags adds the logging flags and --feature-gates to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	logsapi.AddFlags(o.config, fs)
+	o.gates.AddFlag(fs)
+}
+
+// Apply validates the parsed flags and installs the logger. Call it once,
+// right after parsing, before anything logs.
+func (o *Options) Apply() error {
+	return o.apply(nil)
+}
+
+func (o *Options) apply(streams *logsapi.LoggingOptions) error {
+	if err := logsapi.ValidateAndApplyWithOptions(o.config, streams, o.gates); err != nil {
+		return fmt.Errorf("configure logging: %w", err)
+	}
+	return nil
+}
