@@ -24,10 +24,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -39,10 +41,17 @@ const (
 	ValidatingConfigName = "prism-validate"
 )
 
-// maxBundleCerts bounds the caBundle. Each controller replica (and each
-// restart) in self-signed mode brings its own CA; they are merged rather
-// than replaced so that replicas do not take turns locking each other out.
+// maxBundleCerts bounds the caBundle. Each controller replica in
+// self-signed mode brings its own CA; they are merged rather than replaced
+// so that replicas do not take turns locking each other out. CAs of
+// replicas that are gone are pruned (see CABundleInjector.Replicas); the
+// bound is for when that cannot be known.
 const maxBundleCerts = 8
+
+// orphanGrace is how long a CA whose replica is not listed stays trusted.
+// A replica that has just started may not be in the Service's
+// EndpointSlices yet; one that is terminating still is.
+const orphanGrace = 5 * time.Minute
 
 // CABundleInjector keeps the caBundle of the webhook configurations
 // trusting Bundle. Someone resetting it (a Helm upgrade, kubectl apply) is
@@ -55,8 +64,21 @@ type CABundleInjector struct {
 	// Interval between checks; defaults to 30s. Failures are retried
 	// sooner, with backoff.
 	Interval time.Duration
+	// Replica is this replica's name, the CertOptions.Replica its CAs
+	// carry. A CA that carries it but is not in Bundle was made by an
+	// earlier container of this pod, whose key is gone: it is dropped.
+	Replica string
+	// Replicas lists the replicas that exist now. CAs of other replicas
+	// are dropped once orphanGrace has passed without their replica being
+	// listed. Nil, or an error: only expired CAs are dropped.
+	Replicas func(context.Context) (sets.Set[string], error)
 
 	now func() time.Time
+
+	mu sync.Mutex
+	// orphanSince is when each CA (by its DER) was first seen without a
+	// listed replica.
+	orphanSince map[string]time.Time
 }
 
 // Run calls Sync until ctx is done.
@@ -94,7 +116,24 @@ func (i *CABundleInjector) Sync(ctx context.Context) error {
 	if i.now != nil {
 		now = i.now()
 	}
-	merge := func(existing []byte) []byte { return mergeBundle(existing, ours, now) }
+	var live sets.Set[string]
+	if i.Replicas != nil {
+		if live, err = i.Replicas(ctx); err != nil {
+			// The bundle stays bounded by expiry and maxBundleCerts.
+			klog.FromContext(ctx).Error(err, "Listing controller replicas, not pruning their CAs")
+			live = nil
+		} else if i.Replica != "" && !live.Has(i.Replica) {
+			// A list without this replica is wrong (a Service of another
+			// name) or lagging; acting on it would drop live replicas' CAs.
+			klog.FromContext(ctx).V(2).Info("This replica is not listed, not pruning CAs", "replica", i.Replica, "listed", sets.List(live))
+			live = nil
+		}
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	merge := func(existing []byte) []byte {
+		return mergeBundle(existing, ours, now, func(c *x509.Certificate) bool { return i.stale(c, live, now) })
+	}
 
 	var errs []error
 	if i.MutatingName != "" {
@@ -131,10 +170,39 @@ func setBundle(cc *admissionregistrationv1.WebhookClientConfig, merge func([]byt
 	return true
 }
 
-// mergeBundle returns ours plus the unexpired certificates of existing, at
-// most maxBundleCerts, newest first. The order depends only on the set, so
-// replicas computing it agree and stop updating.
-func mergeBundle(existing []byte, ours []*x509.Certificate, now time.Time) []byte {
+// stale tells whether another replica's CA can be dropped: it was made by
+// an earlier container of this pod, or its replica has not been listed for
+// orphanGrace. CAs not made by a Prism controller are left alone. i.mu is
+// held.
+func (i *CABundleInjector) stale(c *x509.Certificate, live sets.Set[string], now time.Time) bool {
+	owner, ok := caReplica(c)
+	switch {
+	case !ok:
+		return false
+	case owner != "" && owner == i.Replica:
+		return true
+	case live == nil:
+		return false
+	case live.Has(owner):
+		delete(i.orphanSince, string(c.Raw))
+		return false
+	}
+	if i.orphanSince == nil {
+		i.orphanSince = make(map[string]time.Time)
+	}
+	since, seen := i.orphanSince[string(c.Raw)]
+	if !seen {
+		i.orphanSince[string(c.Raw)] = now
+		return false
+	}
+	return now.Sub(since) >= orphanGrace
+}
+
+// mergeBundle returns ours plus the unexpired certificates of existing
+// that are not stale, at most maxBundleCerts, newest first. The order
+// depends only on the set, so replicas computing it agree and stop
+// updating.
+func mergeBundle(existing []byte, ours []*x509.Certificate, now time.Time, stale func(*x509.Certificate) bool) []byte {
 	theirs, _ := parseCerts(existing) // unparsable blocks are dropped
 	keep := slices.Clone(ours)
 	seen := func(c *x509.Certificate) bool {
@@ -145,7 +213,7 @@ func mergeBundle(existing []byte, ours []*x509.Certificate, now time.Time) []byt
 		if len(keep) >= maxBundleCerts {
 			break
 		}
-		if now.Before(c.NotAfter) && !seen(c) {
+		if now.Before(c.NotAfter) && !seen(c) && !stale(c) {
 			keep = append(keep, c)
 		}
 	}

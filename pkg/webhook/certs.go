@@ -32,6 +32,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,9 +56,14 @@ type CertOptions struct {
 	ServiceName, Namespace string
 	// ExtraSANs are more DNS names or IP addresses for the serving cert.
 	ExtraSANs []string
-	// CAValidity defaults to ten years, CertValidity to one year. Both are
-	// re-issued after RotateAfter (80 %) of their life.
+	// CAValidity defaults to one year, CertValidity to 30 days. Both are
+	// re-issued after RotateAfter (80 %) of their life, so a leaked key is
+	// useful for weeks, not years.
 	CAValidity, CertValidity time.Duration
+	// Replica names this replica (its pod name). It is written into the
+	// CA's subject so that CABundleInjector can tell whose CA is whose and
+	// drop those of replicas that are gone.
+	Replica string
 }
 
 // RotateAfter is the fraction of a certificate's lifetime after which it is
@@ -90,10 +96,10 @@ func NewSelfSignedCerts(ctx context.Context, opts CertOptions) (*SelfSignedCerts
 		return nil, errors.New("self-signed certificates need a service name and namespace")
 	}
 	if opts.CAValidity == 0 {
-		opts.CAValidity = 10 * 365 * 24 * time.Hour
+		opts.CAValidity = 365 * 24 * time.Hour
 	}
 	if opts.CertValidity == 0 {
-		opts.CertValidity = 365 * 24 * time.Hour
+		opts.CertValidity = 30 * 24 * time.Hour
 	}
 	if opts.CertValidity > opts.CAValidity {
 		return nil, fmt.Errorf("certificate validity %s exceeds CA validity %s", opts.CertValidity, opts.CAValidity)
@@ -202,7 +208,7 @@ func (s *SelfSignedCerts) rotateCA() error {
 	now := s.now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "prism-webhook-ca@" + now.UTC().Format(time.RFC3339)},
+		Subject:               caSubject(s.opts.Replica, now),
 		NotBefore:             now.Add(-time.Hour), // clock skew between nodes
 		NotAfter:              now.Add(s.opts.CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -225,6 +231,30 @@ func (s *SelfSignedCerts) rotateCA() error {
 	}
 	s.ca = &issuer{cert: cert, key: key}
 	return nil
+}
+
+// caCommonNamePrefix starts the common name of every CA this package makes.
+const caCommonNamePrefix = "prism-webhook-ca@"
+
+// caSubject names a CA after its replica, in the organizational unit.
+func caSubject(replica string, now time.Time) pkix.Name {
+	name := pkix.Name{CommonName: caCommonNamePrefix + now.UTC().Format(time.RFC3339)}
+	if replica != "" {
+		name.OrganizationalUnit = []string{replica}
+	}
+	return name
+}
+
+// caReplica returns the replica a Prism CA belongs to, "" for one made
+// before CAs carried it; ok is false for a CA this package did not make.
+func caReplica(c *x509.Certificate) (replica string, ok bool) {
+	if !strings.HasPrefix(c.Subject.CommonName, caCommonNamePrefix) {
+		return "", false
+	}
+	if len(c.Subject.OrganizationalUnit) == 1 {
+		return c.Subject.OrganizationalUnit[0], true
+	}
+	return "", true
 }
 
 func (s *SelfSignedCerts) rotateCert(ctx context.Context) error {

@@ -19,16 +19,28 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 )
@@ -265,4 +277,172 @@ func TestCABundleInjector(t *testing.T) {
 			t.Errorf("bundle has %d certificates (%v), want only our own", len(certs), err)
 		}
 	})
+}
+
+// A leaked CA key must not be good for a decade: the defaults are a year
+// for the CA and a month for the serving certificate.
+func TestSelfSignedCertsDefaultValidity(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	s, err := NewSelfSignedCerts(ctx, CertOptions{ServiceName: "prism-controller", Namespace: "prism", Replica: "prism-controller-7d9f-abcde"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	life := func(c *x509.Certificate) time.Duration { return c.NotAfter.Sub(c.NotBefore) - time.Hour } // NotBefore is back-dated an hour
+	cert, _ := s.GetCertificate(nil)
+	if got := life(s.currentCA()); got > 366*24*time.Hour {
+		t.Errorf("CA valid for %s, want at most a year", got)
+	}
+	if got := life(cert.Leaf); got > 31*24*time.Hour {
+		t.Errorf("serving certificate valid for %s, want at most a month", got)
+	}
+	if replica, ok := caReplica(s.currentCA()); !ok || replica != "prism-controller-7d9f-abcde" {
+		t.Errorf("CA names replica %q (Prism CA: %v), want the pod name", replica, ok)
+	}
+}
+
+func replicaCA(t *testing.T, replica string) *x509.Certificate {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	s, err := NewSelfSignedCerts(ctx, CertOptions{ServiceName: "prism-controller", Namespace: "prism", Replica: replica, CAValidity: 10 * time.Hour, CertValidity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.currentCA()
+}
+
+func foreignCA(t *testing.T) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "someone else's CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func pemBundle(certs ...*x509.Certificate) []byte {
+	var buf bytes.Buffer
+	for _, c := range certs {
+		_ = pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
+	}
+	return buf.Bytes()
+}
+
+// The bundle trusts the CAs of replicas that exist, and forgets those of
+// replicas that are gone once orphanGrace has passed.
+func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ours := replicaCA(t, "ctl-a")
+	earlierContainer := replicaCA(t, "ctl-a") // same pod, before a restart
+	peer := replicaCA(t, "ctl-b")
+	gone := replicaCA(t, "ctl-c")
+	untagged := replicaCA(t, "") // made by a controller before CAs named their replica
+	foreign := foreignCA(t) // left alone: not ours to judge
+
+	tests := []struct {
+		name     string
+		replicas func(context.Context) (sets.Set[string], error)
+		// want after the first sync, and after orphanGrace more.
+		wantNow, wantLater []*x509.Certificate
+	}{
+		{
+			name:      "gone replicas pruned after the grace",
+			replicas:  listed("ctl-a", "ctl-b"),
+			wantNow:   []*x509.Certificate{ours, peer, gone, untagged, foreign},
+			wantLater: []*x509.Certificate{ours, peer, foreign},
+		},
+		{
+			name:      "listing fails: only the earlier container's CA goes",
+			replicas:  func(context.Context) (sets.Set[string], error) { return nil, errors.New("forbidden") },
+			wantNow:   []*x509.Certificate{ours, peer, gone, untagged, foreign},
+			wantLater: []*x509.Certificate{ours, peer, gone, untagged, foreign},
+		},
+		{
+			name:      "a list without this replica is not trusted",
+			replicas:  listed("ctl-b"),
+			wantNow:   []*x509.Certificate{ours, peer, gone, untagged, foreign},
+			wantLater: []*x509.Certificate{ours, peer, gone, untagged, foreign},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(webhookConfigs()...)
+			v, _ := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, ValidatingConfigName, metav1.GetOptions{})
+			v.Webhooks[0].ClientConfig.CABundle = pemBundle(earlierContainer, peer, gone, untagged, foreign)
+			if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			inj := &CABundleInjector{Client: cs, ValidatingName: ValidatingConfigName, Bundle: func() []byte { return pemBundle(ours) },
+				Replica: "ctl-a", Replicas: tc.replicas, now: func() time.Time { return now }}
+			for _, step := range []struct {
+				name string
+				want []*x509.Certificate
+			}{{"first sync", tc.wantNow}, {"after the grace", tc.wantLater}} {
+				if err := inj.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got, err := parseCerts(bundles(t, cs)[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !sameCerts(got, step.want) {
+					t.Errorf("%s: bundle holds %s, want %s", step.name, subjects(got), subjects(step.want))
+				}
+				now = now.Add(orphanGrace)
+			}
+		})
+	}
+}
+
+func listed(names ...string) func(context.Context) (sets.Set[string], error) {
+	return func(context.Context) (sets.Set[string], error) { return sets.New(names...), nil }
+}
+
+func sameCerts(a, b []*x509.Certificate) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, c := range a {
+		if !slices.ContainsFunc(b, c.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+func subjects(certs []*x509.Certificate) []string {
+	out := make([]string, 0, len(certs))
+	for _, c := range certs {
+		out = append(out, fmt.Sprintf("%s/%v", c.Subject.CommonName, c.Subject.OrganizationalUnit))
+	}
+	return out
+}
+
+func TestServiceReplicas(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	slice := func(name, service string, pods ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "prism", Labels: map[string]string{discoveryv1.LabelServiceName: service}}}
+		for _, p := range pods {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: p}})
+		}
+		return s
+	}
+	cs := fake.NewClientset(slice("ctl-ipv4", "prism-controller", "ctl-a", "ctl-b"), slice("ctl-ipv6", "prism-controller", "ctl-a"), slice("other", "metrics", "m-0"))
+	got, err := ServiceReplicas(cs, "prism", "prism-controller")(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := sets.New("ctl-a", "ctl-b"); !got.Equal(want) {
+		t.Errorf("replicas %v, want %v", sets.List(got), sets.List(want))
+	}
 }
