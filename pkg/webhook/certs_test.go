@@ -346,7 +346,7 @@ func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
 	peer := replicaCA(t, "ctl-b")
 	gone := replicaCA(t, "ctl-c")
 	untagged := replicaCA(t, "") // made by a controller before CAs named their replica
-	foreign := foreignCA(t) // left alone: not ours to judge
+	foreign := foreignCA(t)      // left alone: not ours to judge
 
 	tests := []struct {
 		name     string
