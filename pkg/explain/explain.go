@@ -15,11 +15,12 @@ limitations under the License.
 */
 
 // Package explain tells, for every device of a cluster, which alternative
-// of a ResourceClaim it satisfies, or which selector rules it out. It
-// evaluates selectors with the CEL library kube-scheduler uses, so a
-// verdict here is the verdict the scheduler reaches on the device's
-// attributes; it does not model availability (devices already allocated,
-// node fit, counts), which is the scheduler's business.
+// of a ResourceClaim it satisfies, or which selector rules it out, and
+// which claims hold it. It evaluates selectors with the CEL library
+// kube-scheduler uses, so a verdict here is the verdict the scheduler
+// reaches on the device's attributes. Of availability it reports who holds
+// a device, from the claims' allocations; node fit and remaining shared
+// capacity are the scheduler's business.
 package explain
 
 import (
@@ -54,6 +55,8 @@ type Row struct {
 	// Allocated is the allocation result's request ("gpu/ultra") when the
 	// scheduler gave this device to this request.
 	Allocated string
+	// HeldBy are the other claims the device is allocated to.
+	HeldBy []Holder
 }
 
 // alternative is one way of satisfying a request, in preference order.
@@ -65,9 +68,11 @@ type alternative struct {
 
 // Explain evaluates every device in slices against every request of claim.
 // classes are the DeviceClasses the claim refers to; a missing one rejects
-// its alternatives. Slices of an outdated pool generation are ignored, as
-// the scheduler does. Rows are sorted by node, device and request.
-func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlices []resourceapi.ResourceSlice, classes []resourceapi.DeviceClass) []Row {
+// its alternatives. holders (from Holders) say which other claims hold a
+// device; a match on a device another claim holds says so. Slices of an
+// outdated pool generation are ignored, as the scheduler does. Rows are
+// sorted by node, device and request.
+func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlices []resourceapi.ResourceSlice, classes []resourceapi.DeviceClass, holders map[DeviceID][]Holder) []Row {
 	compiler := cel.NewCache(32, cel.Features{})
 	classByName := make(map[string]*resourceapi.DeviceClass, len(classes))
 	for i := range classes {
@@ -106,6 +111,10 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 				if r, ok := allocated[[3]string{s.Spec.Driver, s.Spec.Pool.Name, d.Name}]; ok && parent(r) == req.Name {
 					row.Allocated = r
 				}
+				row.HeldBy = others(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], claim.Namespace, claim.Name)
+				if row.Matched != "" {
+					row.Verdict += availability(row.HeldBy)
+				}
 				rows = append(rows, row)
 			}
 		}
@@ -114,6 +123,20 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Device, b.Device), cmp.Compare(a.Request, b.Request))
 	})
 	return rows
+}
+
+// availability qualifies a match on a device other claims hold: it is of
+// no use to this claim unless the device can be shared.
+func availability(heldBy []Holder) string {
+	if len(heldBy) == 0 {
+		return ""
+	}
+	for _, h := range heldBy {
+		if !h.Shared {
+			return ", but " + h.Claim() + " holds it"
+		}
+	}
+	return fmt.Sprintf(", shared with %d other claim(s)", len(heldBy))
 }
 
 // currentSlices drops slices of a pool generation that has been replaced;

@@ -18,6 +18,7 @@ package explain
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 
@@ -66,9 +68,12 @@ func TestExplain(t *testing.T) {
 		name    string
 		claim   func(t *testing.T) *resourceapi.ResourceClaim
 		classes []resourceapi.DeviceClass
+		holders map[DeviceID][]Holder
 		// want maps devices to a verdict prefix; every row must be listed.
 		want          map[key]string
 		wantAllocated key
+		// wantHeldBy maps devices to the other claims listed as holding them.
+		wantHeldBy map[key]string
 	}{
 		{
 			name: "plain request",
@@ -108,6 +113,31 @@ func TestExplain(t *testing.T) {
 			wantAllocated: key{"node-a", "gpu-1"},
 		},
 		{
+			name: "devices held by other claims",
+			claim: func(t *testing.T) *resourceapi.ResourceClaim {
+				c := load[*resourceapi.ResourceClaim](t, "claim.json")
+				c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "gpu", Driver: "gpu.prism.dev", Pool: "node-a", Device: "gpu-1"},
+				}}}
+				return c
+			},
+			classes: classes,
+			holders: Holders(load[[]resourceapi.ResourceClaim](t, "claims.json")),
+			want: map[key]string{
+				{"node-a", "gpu-0"}: "matches gpu, but ml/other-gpu holds it",
+				{"node-a", "gpu-1"}: "matches gpu",
+				{"node-b", "gpu-0"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S"`,
+				{"node-b", "gpu-1"}: "matches gpu, shared with 2 other claim(s)",
+				{"node-b", "gpu-2"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S": `,
+				{"node-b", "eth0"}:  `rejected: class gpu.prism.dev: device.driver == "gpu.prism.dev"`,
+			},
+			wantAllocated: key{"node-a", "gpu-1"},
+			wantHeldBy: map[key]string{
+				{"node-a", "gpu-0"}: "ml/other-gpu (exclusive)",
+				{"node-b", "gpu-1"}: "team-b/infer-1 (shared 8Gi), team-b/infer-2 (shared 4Gi)",
+			},
+		},
+		{
 			name: "missing class",
 			claim: func(t *testing.T) *resourceapi.ResourceClaim {
 				return load[*resourceapi.ResourceClaim](t, "claim.json")
@@ -125,7 +155,7 @@ func TestExplain(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			rows := Explain(ctx, tc.claim(t), slices, tc.classes)
+			rows := Explain(ctx, tc.claim(t), slices, tc.classes, tc.holders)
 			if len(rows) != len(tc.want) {
 				t.Errorf("%d rows, want %d (the stale pool generation must be ignored): %+v", len(rows), len(tc.want), rows)
 			}
@@ -145,6 +175,9 @@ func TestExplain(t *testing.T) {
 				if gotAlloc := r.Allocated != ""; gotAlloc != (k == tc.wantAllocated) {
 					t.Errorf("%v: allocated %q", k, r.Allocated)
 				}
+				if got, want := joinHolders(r.HeldBy), cmp.Or(tc.wantHeldBy[k], "-"); got != want {
+					t.Errorf("%v: held by %q, want %q", k, got, want)
+				}
 			}
 		})
 	}
@@ -152,7 +185,8 @@ func TestExplain(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rows := []Row{
-		{Node: "node-a", Device: "gpu-0", Product: "NVIDIA H100 80GB HBM3", Class: "ultra", Request: "gpu", Matched: "gpu/ultra", Verdict: "matches gpu/ultra"},
+		{Node: "node-a", Device: "gpu-0", Product: "NVIDIA H100 80GB HBM3", Class: "ultra", Request: "gpu", Matched: "gpu/ultra", Verdict: "matches gpu/ultra, but ml/other holds it",
+			HeldBy: []Holder{{Namespace: "ml", Name: "other", Request: "gpu"}}},
 		{Node: "node-a", Device: "gpu-1", Product: "NVIDIA A100\tSXM4", Class: "high", Request: "gpu", Matched: "gpu/high", Verdict: "matches gpu/high", Allocated: "gpu/high"},
 		{Node: "node-b", Device: "gpu-2", Request: "gpu", Verdict: "rejected: " + strings.Repeat("x", 200)},
 	}
@@ -186,5 +220,21 @@ func TestWriteTable(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
 			}
 		})
+	}
+}
+
+func TestHolders(t *testing.T) {
+	got := Holders(load[[]resourceapi.ResourceClaim](t, "claims.json"))
+	eightGi, fourGi := resource.MustParse("8Gi"), resource.MustParse("4Gi")
+	want := map[DeviceID][]Holder{
+		{"gpu.prism.dev", "node-a", "gpu-1"}: {{Namespace: "ml", Name: "trainer-0-gpu", Request: "gpu", Pods: []string{"trainer-0"}}},
+		{"gpu.prism.dev", "node-a", "gpu-0"}: {{Namespace: "ml", Name: "other-gpu", Request: "gpu/ultra", Pods: []string{"other-0", "other-1"}}},
+		{"gpu.prism.dev", "node-b", "gpu-1"}: {
+			{Namespace: "team-b", Name: "infer-1", Request: "gpu", Shared: true, Memory: &eightGi},
+			{Namespace: "team-b", Name: "infer-2", Request: "gpu", Pods: []string{"infer-2-pod"}, Shared: true, Memory: &fourGi},
+		},
+	}
+	if !equality.Semantic.DeepEqual(want, got) {
+		t.Errorf("holders:\n%+v\nwant\n%+v", got, want)
 	}
 }

@@ -27,9 +27,9 @@ import (
 // are long, and the start names the attribute that failed.
 const maxVerdict = 110
 
-// WriteTable prints rows as NODE, DEVICE, PRODUCT, CLASS, ALLOCATED and
-// VERDICT columns; REQUEST is added when rows cover several requests. The
-// verdict comes last because it is the long one.
+// WriteTable prints rows as NODE, DEVICE, PRODUCT, CLASS, ALLOCATED,
+// HELD BY and VERDICT columns; REQUEST is added when rows cover several
+// requests. The verdict comes last because it is the long one.
 // wide prints verdicts without shortening them.
 func WriteTable(w io.Writer, rows []Row, wide bool) error {
 	requests := make(map[string]bool)
@@ -42,7 +42,7 @@ func WriteTable(w io.Writer, rows []Row, wide bool) error {
 	if multi {
 		header = append(header, "REQUEST")
 	}
-	fmt.Fprintln(tw, strings.Join(append(header, "ALLOCATED", "VERDICT"), "\t"))
+	fmt.Fprintln(tw, strings.Join(append(header, "ALLOCATED", "HELD BY", "VERDICT"), "\t"))
 	for _, r := range rows {
 		cols := []string{r.Node, r.Device, dash(r.Product), dash(r.Class)}
 		if multi {
@@ -56,7 +56,7 @@ func WriteTable(w io.Writer, rows []Row, wide bool) error {
 		if r.Allocated != "" {
 			alloc = "* " + r.Allocated
 		}
-		cols = append(cols, alloc, v)
+		cols = append(cols, alloc, joinHolders(r.HeldBy), v)
 		// Tabs and newlines in attribute values would break the columns.
 		for i := range cols {
 			cols[i] = clean(cols[i])

@@ -69,9 +69,11 @@ func newCommand(newClient clientFunc) *cobra.Command {
 own; for a prioritized list each alternative in order) against every device
 published by the ` + rewrite.DriverName + ` driver, with the CEL library the
 scheduler uses. The device the scheduler allocated is marked with "*".
+HELD BY names the other claims a device is allocated to, exclusively or
+with their share of its memory.
 
-Verdicts are about attributes only: a matching device may still be taken by
-another claim or sit on a node the pod cannot use.`,
+A matching device that is free may still sit on a node the pod cannot use,
+or lack the capacity left for a share.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cs, defaultNS, err := newClient()
@@ -108,6 +110,15 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	if err != nil {
 		return err
 	}
+	// Who holds which device needs every claim; a user who may not list
+	// them all still gets the verdicts.
+	var holders map[explain.DeviceID][]explain.Holder
+	claims, err := cs.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fmt.Fprintf(out, "Note:     holders unknown, listing ResourceClaims: %v\n", err)
+	} else {
+		holders = explain.Holders(claims.Items)
+	}
 
 	fmt.Fprintf(out, "Claim:    %s/%s\n", claim.Namespace, claim.Name)
 	if p := claim.Annotations["prism.dev/profile"]; p != "" {
@@ -120,7 +131,7 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 		fmt.Fprintln(out, "Allocated: not yet")
 	}
 	fmt.Fprintln(out)
-	rows := explain.Explain(ctx, claim, slices.Items, classes)
+	rows := explain.Explain(ctx, claim, slices.Items, classes, holders)
 	if len(rows) == 0 {
 		_, err := fmt.Fprintf(out, "No devices published by %s.\n", rewrite.DriverName)
 		return err

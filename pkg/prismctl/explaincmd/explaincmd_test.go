@@ -45,6 +45,14 @@ func TestExplainClaim(t *testing.T) {
 			Devices: []resourceapi.Device{{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: ptr.To("NVIDIA L4")}}}}},
 	}
 	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.prism.dev"}}
+	twoGPUs := slice.DeepCopy()
+	twoGPUs.Spec.Devices = append(twoGPUs.Spec.Devices, resourceapi.Device{Name: "gpu-1"})
+	other := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "team-b"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: "gpu.prism.dev", Pool: "n1", Device: "gpu-1"}},
+		}}},
+	}
 
 	tests := []struct {
 		name    string
@@ -54,7 +62,9 @@ func TestExplainClaim(t *testing.T) {
 		wantErr string
 	}{
 		{name: "allocated claim", objects: []runtime.Object{claim, slice, class}, claim: "c",
-			want: []string{"Claim:    ml/c", `Rewrite:  {"profile":"p","action":"profile"}`, "n1    gpu-0   NVIDIA L4  -      * gpu      matches gpu"}},
+			want: []string{"Claim:    ml/c", `Rewrite:  {"profile":"p","action":"profile"}`, "n1    gpu-0   NVIDIA L4  -      * gpu      -        matches gpu"}},
+		{name: "device held by another claim", objects: []runtime.Object{claim, other, twoGPUs, class}, claim: "c",
+			want: []string{"n1    gpu-1   -          -      -          team-b/other (exclusive)  matches gpu, but team-b/other holds it"}},
 		{name: "no devices", objects: []runtime.Object{claim, class}, claim: "c", want: []string{"No devices published by gpu.prism.dev."}},
 		{name: "missing claim", objects: []runtime.Object{slice}, claim: "c", wantErr: "getting ResourceClaim ml/c"},
 	}

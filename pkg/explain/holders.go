@@ -1,0 +1,139 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explain
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// memoryCapacity is the capacity a memory share is counted in.
+const memoryCapacity = "memory"
+
+// DeviceID names a published device.
+type DeviceID struct {
+	Driver, Pool, Device string
+}
+
+// Holder is a claim a device is allocated to.
+type Holder struct {
+	Namespace, Name string
+	// Request is the claim's request (or "request/subrequest") the device
+	// serves.
+	Request string
+	// Pods are those the claim is reserved for: the ones using the device.
+	Pods []string
+	// Shared is true when the device was allocated as one of several
+	// allocations; Memory is the share of memory then, when known.
+	Shared bool
+	Memory *resource.Quantity
+}
+
+// Claim is "namespace/name".
+func (h Holder) Claim() string {
+	return h.Namespace + "/" + h.Name
+}
+
+// Share is "exclusive", "shared" or "shared 20Gi".
+func (h Holder) Share() string {
+	switch {
+	case !h.Shared:
+		return "exclusive"
+	case h.Memory != nil:
+		return "shared " + h.Memory.String()
+	}
+	return "shared"
+}
+
+// String is "ml/train-0 (exclusive)".
+func (h Holder) String() string {
+	return fmt.Sprintf("%s (%s)", h.Claim(), h.Share())
+}
+
+// Holders returns, for every allocated device, the claims holding it,
+// sorted by namespace and name. It reads allocations only, as the
+// scheduler does: a claim holds its devices until it is deallocated, even
+// after its pods are gone.
+func Holders(claims []resourceapi.ResourceClaim) map[DeviceID][]Holder {
+	out := make(map[DeviceID][]Holder)
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var pods []string
+		for _, ref := range c.Status.ReservedFor {
+			if ref.Resource == "pods" && ref.APIGroup == "" {
+				pods = append(pods, ref.Name)
+			}
+		}
+		slices.Sort(pods)
+		for _, r := range c.Status.Allocation.Devices.Results {
+			id := DeviceID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+			h := Holder{Namespace: c.Namespace, Name: c.Name, Request: r.Request, Pods: pods,
+				Shared: r.ShareID != nil || len(r.ConsumedCapacity) > 0}
+			if q, ok := capacity(r.ConsumedCapacity, r.Driver, memoryCapacity); ok {
+				h.Memory = &q
+			}
+			out[id] = append(out[id], h)
+		}
+	}
+	for _, hs := range out {
+		slices.SortFunc(hs, func(a, b Holder) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Request, b.Request))
+		})
+	}
+	return out
+}
+
+// others returns the holders that are not the claim ns/name.
+func others(holders []Holder, namespace, name string) []Holder {
+	var out []Holder
+	for _, h := range holders {
+		if h.Namespace != namespace || h.Name != name {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// joinHolders is the HELD BY column: "-" for a free device.
+func joinHolders(holders []Holder) string {
+	if len(holders) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(holders))
+	for i, h := range holders {
+		parts[i] = h.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// capacity looks a capacity up under its short and its driver-qualified
+// name; the plugin publishes the qualified one.
+func capacity(m map[resourceapi.QualifiedName]resource.Quantity, driver, name string) (resource.Quantity, bool) {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+		if q, ok := m[key]; ok {
+			return q, true
+		}
+	}
+	return resource.Quantity{}, false
+}
