@@ -87,15 +87,7 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 
 	var rows []Row
 	for _, s := range currentSlices(resourceSlices) {
-		node := ""
-		switch {
-		case s.Spec.NodeName != nil:
-			node = *s.Spec.NodeName
-		case s.Spec.AllNodes != nil && *s.Spec.AllNodes:
-			node = "<all nodes>"
-		default:
-			node = "<node selector>"
-		}
+		node := sliceNode(s)
 		for _, d := range s.Spec.Devices {
 			device := cel.Device{Driver: s.Spec.Driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations}
 			for _, req := range claim.Spec.Devices.Requests {

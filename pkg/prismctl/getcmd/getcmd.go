@@ -1,0 +1,95 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package getcmd implements `prismctl get gpus`: the fleet at a glance, one
+// row per GPU with who holds it, from ResourceSlices and ResourceClaims.
+package getcmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/prismgpu/prism/pkg/explain"
+	"github.com/prismgpu/prism/pkg/prismctl/cmdgroup"
+	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// NewCommand returns the `get` command with its `gpus` subcommand.
+func NewCommand() *cobra.Command {
+	var conn kubeconfig.Flags
+	cmd := newCommand(func() (kubernetes.Interface, error) {
+		cfg, _, err := conn.Load()
+		if err != nil {
+			return nil, err
+		}
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("creating API client: %w", err)
+		}
+		return cs, nil
+	})
+	conn.AddTo(cmd.PersistentFlags())
+	return cmd
+}
+
+func newCommand(newClient func() (kubernetes.Interface, error)) *cobra.Command {
+	gpus := &cobra.Command{
+		Use:   "gpus",
+		Short: "List every GPU with its node, model, speed, memory, health taint and holders",
+		Long: `Lists every GPU the ` + rewrite.DriverName + ` driver publishes, one row per GPU:
+its node, product, bandwidth class, memory bandwidth, FP32 peak, memory,
+health taint, and the claims it is allocated to (exclusively, or their share
+of its memory) with the pods those claims are reserved for.
+
+Built from ResourceSlices and ResourceClaims alone; it needs list access to
+both, cluster-wide.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cs, err := newClient()
+			if err != nil {
+				return err
+			}
+			return listGPUs(cmd.Context(), cmd.OutOrStdout(), cs)
+		},
+	}
+	return cmdgroup.New("get", "Display Prism resources", gpus)
+}
+
+func listGPUs(ctx context.Context, out io.Writer, cs kubernetes.Interface) error {
+	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("listing ResourceSlices of %s: %w", rewrite.DriverName, err)
+	}
+	claims, err := cs.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	gpus := explain.Fleet(slices.Items, explain.Holders(claims.Items))
+	if len(gpus) == 0 {
+		_, err := fmt.Fprintf(out, "No GPUs published by %s.\n", rewrite.DriverName)
+		return err
+	}
+	return explain.WriteFleet(out, gpus)
+}
