@@ -202,11 +202,18 @@ func run(ctx context.Context, o options) error {
 
 	var getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	if o.selfSigned {
-		certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs})
+		// A pod's hostname is its name, which the Service's EndpointSlices
+		// list: CAs of replicas that are gone can then be told apart.
+		replica, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("reading the hostname, this replica's name: %w", err)
+		}
+		certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs, Replica: replica})
 		if err != nil {
 			return fmt.Errorf("creating self-signed certificates: %w", err)
 		}
-		injector := &webhook.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle}
+		injector := &webhook.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle,
+			Replica: replica, Replicas: webhook.ServiceReplicas(cs, o.namespace, o.serviceName)}
 		go injector.Run(ctx)
 		go certs.Run(ctx, injector.Sync)
 		getCertificate = certs.GetCertificate

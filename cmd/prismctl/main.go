@@ -28,6 +28,7 @@ import (
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
+	"github.com/prismgpu/prism/pkg/prismctl/getcmd"
 	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
 	"github.com/prismgpu/prism/pkg/prismctl/simulatecmd"
 	"github.com/prismgpu/prism/pkg/version"
@@ -54,7 +55,7 @@ func main() {
 	// client-go logs through klog: -v=6 shows every API call prismctl makes.
 	logs.AddFlags(root.PersistentFlags())
 	envflag.Bind(root.PersistentFlags(), "PRISM_", map[string]string{"v": "PRISM_VERBOSITY"})
-	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand(), simulatecmd.NewCommand())
+	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand(), getcmd.NewCommand(), simulatecmd.NewCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "prismctl:", err)
 		os.Exit(1)
