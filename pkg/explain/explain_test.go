@@ -28,6 +28,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/rewrite"
@@ -236,5 +237,37 @@ func TestHolders(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(want, got) {
 		t.Errorf("holders:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestMisplacedProfileAnnotation(t *testing.T) {
+	profiled := map[string]string{ProfileAnnotation: "train"}
+	tests := []struct {
+		name string
+		tmpl resourceapi.ResourceClaimTemplate
+		want string
+	}{
+		{name: "on the template's metadata only",
+			tmpl: resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Annotations: profiled}},
+			want: "prism.dev/profile=train on ResourceClaimTemplate gpu's own metadata is ignored: claims are made from spec.metadata, so put it under spec.metadata.annotations"},
+		{name: "under spec.metadata",
+			tmpl: resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: resourceapi.ResourceClaimTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: profiled}}}},
+		{name: "in both places",
+			tmpl: resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Annotations: profiled}, Spec: resourceapi.ResourceClaimTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: profiled}}}},
+		{name: "none", tmpl: resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MisplacedOnTemplate(&tc.tmpl); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	pod := &metav1.ObjectMeta{Name: "trainer-0", Annotations: profiled}
+	if got, want := MisplacedOnPod(pod), "prism.dev/profile=train on Pod trainer-0 is ignored: put it on the ResourceClaim, or under spec.metadata.annotations of its ResourceClaimTemplate"; got != want {
+		t.Errorf("pod: got %q, want %q", got, want)
+	}
+	if got := MisplacedOnPod(&metav1.ObjectMeta{Name: "plain"}); got != "" {
+		t.Errorf("pod without the annotation: %q", got)
 	}
 }

@@ -127,6 +127,14 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 }
 
 func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
+	// A profiled claim's report is collected after the lock is released
+	// (deferred calls run last in, first out): see releaseProfile.
+	var collect func()
+	defer func() {
+		if collect != nil {
+			collect()
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.syncWithOtherInstance(ctx); err != nil {
@@ -150,7 +158,7 @@ func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.Namespa
 		klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
 	}
 	if rec.Profiling != nil {
-		d.collectProfile(ctx, rec)
+		collect = d.releaseProfile(ctx, rec)
 	}
 	if err := d.forget(ctx, uid); err != nil {
 		d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()

@@ -34,16 +34,33 @@ func (d *Driver) profilingEdits(ctx context.Context, rec checkpoint.Claim) (*cdi
 	return edits, nil
 }
 
-// collectProfile turns the report a profiled claim left into its
+// releaseProfile sets a profiled claim's report directory aside, under the
+// driver lock, and returns what is left to do once the lock is released:
+// collecting, publishing and archiving the report. The directory is the
+// tenant's and publishing waits for the API server, so neither may hold up
+// the other claims on the node. It returns nil when there is nothing to
+// collect, for example when an earlier unprepare of the claim got that far.
+func (d *Driver) releaseProfile(ctx context.Context, rec checkpoint.Claim) func() {
+	if d.cfg.Profiling == nil {
+		return nil
+	}
+	dir, err := profiling.Detach(d.cfg.Profiling.Options.StateDir, rec.UID)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Setting the report of a profiled claim aside; it is not collected", "claim", rec.Namespace+"/"+rec.Name)
+		return nil
+	}
+	if dir == "" {
+		return nil
+	}
+	return func() { d.collectProfile(ctx, rec, dir) }
+}
+
+// collectProfile turns the report a profiled claim left in dir into its
 // WorkloadProfile. Nothing here fails the unprepare: a lost report must not
 // keep a GPU blocked, so problems end up in the profile's conditions and logs.
-func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim) {
+func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir string) {
 	logger := klog.FromContext(ctx).WithValues("claim", rec.Namespace+"/"+rec.Name, "profile", rec.Profiling.Profile)
-	if d.cfg.Profiling == nil {
-		return
-	}
-	stateDir := d.cfg.Profiling.Options.StateDir
-	report, _, collectErr := profiling.Collect(ctx, stateDir, rec.UID)
+	report, collectErr := profiling.Collect(ctx, dir)
 	if collectErr != nil {
 		logger.Info("Profiled claim left no usable report", "reason", collectErr.Error())
 	}
@@ -73,7 +90,7 @@ func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim) {
 			logger.Info("Published WorkloadProfile from the claim's ncu report")
 		}
 	}
-	if err := profiling.Archive(stateDir, rec.UID, d.cfg.Profiling.Retention); err != nil {
+	if err := profiling.Archive(d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
 		logger.Error(err, "Archiving the raw report")
 	}
 }
@@ -101,6 +118,6 @@ func (d *Driver) warnIfProfilingForbidden(claim *resourceapi.ResourceClaim) {
 		}
 		d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingNotPermitted",
 			"Pod %s cannot read GPU performance counters: the NVIDIA driver on node %s sets RestrictProfilingToAdminUsers=1. "+
-				"Either add capabilities: {add: [SYS_ADMIN]} to the profiled container, or set NVreg_RestrictProfilingToAdminUsers=0 in the driver's module options", ref.Name, d.cfg.NodeName)
+				"Add capabilities: {add: [SYS_ADMIN]} to the profiled container. (NVreg_RestrictProfilingToAdminUsers=0 on the node would also do, but lets every user there read the performance counters of other users' GPU work.)", ref.Name, d.cfg.NodeName)
 	}
 }

@@ -18,6 +18,7 @@ package profile
 
 import (
 	"fmt"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -72,41 +73,49 @@ func abs(x int32) int32 {
 // roofline compares a speed-of-light class with the FP32 roofline. It only
 // reports: the class stays what the speed-of-light rule said, because the
 // rule sees every unit while the roofline sees FP32 work and DRAM only.
-func roofline(bound v1alpha1.BoundType, flops, dramBytes, peakFLOPS, peakBandwidth float64, device string) metav1.Condition {
-	c := metav1.Condition{Type: v1alpha1.ConditionRooflineConsistent, Status: metav1.ConditionUnknown}
+// judged is false when the roofline has nothing to say about this
+// workload; the condition's reason and message then say why, for the log.
+func roofline(bound v1alpha1.BoundType, flops, dramBytes, peakFLOPS, peakBandwidth float64) (c metav1.Condition, judged bool) {
+	c = metav1.Condition{Type: v1alpha1.ConditionRooflineConsistent, Status: metav1.ConditionUnknown}
 	switch {
-	case flops <= 0:
-		// Without FP32 work or DRAM traffic the intensity is 0 or
-		// infinite and says nothing about the class.
-		c.Reason = v1alpha1.ReasonRooflineNotMeasured
-		c.Message = "the report has no FP32 work on launches with DRAM traffic; collect the fadd, fmul and ffma instruction metrics (ncu --set roofline) to cross-check"
-		return c
-	case dramBytes <= 0:
-		c.Reason = v1alpha1.ReasonRooflineNotMeasured
-		c.Message = "the report has no DRAM bytes on launches with FP32 work; collect dram__bytes.sum to cross-check"
-		return c
+	case bound != v1alpha1.BoundTypeMemoryBound && bound != v1alpha1.BoundTypeComputeBound:
+		c.Reason, c.Message = "NotApplicable", "the roofline does not judge "+string(bound)+" workloads"
+		return c, false
+	case flops <= 0 || dramBytes <= 0:
+		// Integer, tensor-core or copy kernels have no FP32 work; the
+		// intensity is then 0 or infinite and says nothing.
+		c.Reason, c.Message = "NotMeasured", "no launch has both FP32 work and DRAM traffic"
+		return c, false
 	case peakFLOPS <= 0 || peakBandwidth <= 0:
-		c.Reason = v1alpha1.ReasonRooflineNotMeasured
-		c.Message = fmt.Sprintf("the FP32 peak and DRAM bandwidth of device %q are not known", device)
-		return c
+		c.Reason, c.Message = "NotMeasured", "the device's FP32 peak and DRAM bandwidth are not known"
+		return c, false
 	}
 	ai, ridge := flops/dramBytes, peakFLOPS/peakBandwidth
 	memorySide := ai < ridge
-	where := fmt.Sprintf("arithmetic intensity %.3g FLOP/byte against a ridge point of %.3g", ai, ridge)
+	where := fmt.Sprintf("%s FLOP per byte of DRAM traffic, against the device's ridge point of %s", plain(ai), plain(ridge))
 	switch {
-	case bound == v1alpha1.BoundTypeMemoryBound && memorySide,
-		bound == v1alpha1.BoundTypeComputeBound && !memorySide:
+	case bound == v1alpha1.BoundTypeMemoryBound && memorySide:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonRooflineAgrees
-		c.Message = where + " agrees with " + string(bound)
+		c.Message = "The FP32 roofline agrees that memory limits this workload: " + where + "."
+	case bound == v1alpha1.BoundTypeComputeBound && !memorySide:
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonRooflineAgrees
+		c.Message = "The FP32 roofline agrees that compute limits this workload: " + where + "."
 	case bound == v1alpha1.BoundTypeComputeBound:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonRooflineDisagrees
-		c.Message = where + " is on the memory side, yet the SMs are the busier unit: the work is probably not FP32 (integer, special-function or tensor-core instructions are not on this roofline)"
-	case bound == v1alpha1.BoundTypeMemoryBound:
-		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonRooflineDisagrees
-		c.Message = where + " is on the compute side, yet memory is the busier unit: the traffic is probably to L1, L2 or shared memory rather than DRAM"
+		c.Message = "The SMs are the busier unit, yet the FP32 roofline puts this workload on the memory side (" + where +
+			"). Most of its work is probably not FP32: integer, special-function or tensor-core instructions are not on this roofline."
 	default:
-		c.Reason = v1alpha1.ReasonRooflineNotApplicable
-		c.Message = where + "; the roofline does not judge " + string(bound) + " workloads"
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonRooflineDisagrees
+		c.Message = "Memory is the busier unit, yet the FP32 roofline puts this workload on the compute side (" + where +
+			"). The traffic is probably to L1, L2 or shared memory rather than DRAM."
 	}
-	return c
+	return c, true
+}
+
+// plain prints a ratio with three significant digits and no exponent.
+func plain(v float64) string {
+	if v >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
 }

@@ -59,6 +59,8 @@ type Options struct {
 	PeakMemory *resource.Quantity
 	// Source is recorded as the status's source.
 	Source *v1alpha1.ProfileSource
+	// Report identifies the raw report, when the caller has it.
+	Report *v1alpha1.ReportDigest
 	// ObservedAt is recorded as the observation time; zero means now.
 	ObservedAt time.Time
 	// TopKernels is how many kernels to list, 5 when zero, at most 10.
@@ -89,11 +91,15 @@ func ForClaim(ctx context.Context, claim v1alpha1.ClaimReference, report []byte,
 
 // Apply writes a fresh status into a WorkloadProfile. It replaces every
 // measured field and merges the conditions, so that a condition whose
-// status did not change keeps its transition time.
+// status did not change keeps its transition time. The roofline verdict is
+// a measurement too: one the new status lacks is removed.
 func Apply(wp *v1alpha1.WorkloadProfile, st v1alpha1.WorkloadProfileStatus) {
 	conditions := wp.Status.Conditions
 	wp.Status = *st.DeepCopy()
 	wp.Status.Conditions = conditions
+	if meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRooflineConsistent) == nil {
+		meta.RemoveStatusCondition(&wp.Status.Conditions, v1alpha1.ConditionRooflineConsistent)
+	}
 	for _, c := range st.Conditions {
 		c.ObservedGeneration = wp.Generation
 		meta.SetStatusCondition(&wp.Status.Conditions, c)
@@ -137,6 +143,7 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 		NCUVersion: rep.Version,
 		ObservedAt: &metav1.Time{Time: observedAt},
 		Source:     opts.Source,
+		Report:     opts.Report,
 		PeakMemory: opts.PeakMemory,
 	}
 	if st.NCUVersion == "" {
@@ -218,6 +225,9 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 	st.DRAMThroughputMilliPercent = milliPercent(dram)
 	st.L2ThroughputMilliPercent = milliPercent(l2)
 	st.AchievedOccupancyMilliPercent = milliPercent(occupancy)
+	st.SMThroughput = formatPercent(st.SMThroughputMilliPercent)
+	st.MemoryThroughput = formatPercent(st.MemoryThroughputMilliPercent)
+	st.AchievedOccupancy = formatPercent(st.AchievedOccupancyMilliPercent)
 	if v, ok := waves.value(); ok {
 		st.WavesPerSM = resource.NewMilliQuantity(clampInt64(v*1000), resource.DecimalSI)
 	}
@@ -257,14 +267,17 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 	if peakFLOPS <= 0 || peakBandwidth <= 0 {
 		peakFLOPS, peakBandwidth, _ = peaksOf(product)
 	}
-	rc := roofline(st.BoundType, rooflineFLOPs, rooflineBytes, peakFLOPS, peakBandwidth, product)
-	rc.LastTransitionTime = now
 	st.Conditions = []metav1.Condition{{
 		Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReportParsed,
 		Message: msg, LastTransitionTime: now,
-	}, rc}
+	}}
+	rc, judged := roofline(st.BoundType, rooflineFLOPs, rooflineBytes, peakFLOPS, peakBandwidth)
+	if judged {
+		rc.LastTransitionTime = now
+		st.Conditions = append(st.Conditions, rc)
+	}
 	logger.V(2).Info("Summarised ncu report", "boundType", st.BoundType, "launches", st.KernelLaunches,
-		"kernels", len(kernels), "roofline", rc.Reason)
+		"kernels", len(kernels), "roofline", rc.Reason, "rooflineMessage", rc.Message)
 	return st
 }
 
@@ -372,6 +385,18 @@ func count(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// formatPercent is the column people read: one decimal, "20.9%". It is
+// empty when the value is, so that kubectl prints <none> as it did for
+// the integer.
+func formatPercent(v *int32) string {
+	if v == nil {
+		return ""
+	}
+	// In integers, so that 87.55 % rounds up as a person would.
+	tenths := (*v + 50) / 100
+	return fmt.Sprintf("%d.%d%%", tenths/10, tenths%10)
 }
 
 // FormatMilliPercent prints milli-percent as a percentage, "87.5%".

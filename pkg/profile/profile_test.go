@@ -53,12 +53,14 @@ func ptr(v int32) *int32 { return &v }
 // file, so that a change to any field is seen in review.
 func TestFromReportGolden(t *testing.T) {
 	type want struct {
-		Bound                      v1alpha1.BoundType
-		Sm, Memory, Dram, Occ      *int32
-		Waves                      string
-		Launches                   int32
-		GpuTime                    int64
-		Flops, DramBytes, Ai       string
+		Bound                 v1alpha1.BoundType
+		Sm, Memory, Dram, Occ *int32
+		Waves                 string
+		Launches              int32
+		GpuTime               int64
+		Flops, DramBytes, Ai  string
+		// Shown is what kubectl's columns print: SM, memory, occupancy.
+		Shown                      [3]string
 		Roofline                   metav1.ConditionStatus
 		RooflineReason             string
 		Top                        []v1alpha1.KernelSummary
@@ -72,6 +74,7 @@ func TestFromReportGolden(t *testing.T) {
 	}{{
 		file: "vectoradd_raw.csv", product: h100,
 		want: want{
+			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
 			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
 			Waves: "992970m", Launches: 1, GpuTime: 1_068_512,
 			Flops: "268435456", DramBytes: "3221430016", Ai: "83m", // 0.0833 FLOP/byte, far below H100's ridge of 20
@@ -82,15 +85,16 @@ func TestFromReportGolden(t *testing.T) {
 	}, {
 		file: "vectoradd_details.csv", product: h100,
 		want: want{
+			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
 			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
 			Waves: "992970m", Launches: 1, GpuTime: 1_070_000,
-			DramBytes: "3220700k", // 3.01 Tbyte/s for 1.07 ms
-			Roofline:  metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
+			DramBytes:         "3220700k", // 3.01 Tbyte/s for 1.07 ms
 			ComputeCapability: "9.0",
 		},
 	}, {
 		file: "fmaloop_raw.csv", product: h100,
 		want: want{
+			Shown: [3]string{"91.3%", "9.8%", "97.8%"},
 			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
 			Waves: "1", Launches: 1, GpuTime: 196_830,
 			Flops: "8858370048", DramBytes: "1212420", Ai: "7306354m",
@@ -100,27 +104,27 @@ func TestFromReportGolden(t *testing.T) {
 	}, {
 		file: "fmaloop_details.csv", product: h100,
 		want: want{
+			Shown: [3]string{"91.3%", "9.8%", "97.8%"},
 			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
 			Waves: "1", Launches: 1, GpuTime: 196_830,
-			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
 			ComputeCapability: "9.0",
 		},
 	}, {
 		file: "tinygrid_raw.csv", product: h100,
 		want: want{
+			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
 			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
 			Waves: "10m", Launches: 1, GpuTime: 4_256,
 			// (0.3026 + 2*19.3691) inst/cycle * 1.59 GHz * 4256 ns
 			Flops: "264191", DramBytes: "16380", Ai: "16129m",
-			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotApplicable,
 			ComputeCapability: "9.0",
 		},
 	}, {
 		file: "tinygrid_details.csv", product: h100,
 		want: want{
+			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
 			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
 			Waves: "10m", Launches: 1, GpuTime: 4_260,
-			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
 			ComputeCapability: "9.0",
 		},
 	}, {
@@ -128,6 +132,7 @@ func TestFromReportGolden(t *testing.T) {
 		// 15 us of tinyKernel; the n/a launch is left out.
 		file: "mixed_raw.csv", product: a100,
 		want: want{
+			Shown:  [3]string{"26.2%", "82.2%", "80.9%"},
 			Bound:  v1alpha1.BoundTypeMemoryBound,
 			Sm:     ptr(26_205), // (20*2e6 + 90*2e5 + 3*1.5e4) / 2.215e6 = 26.2054
 			Memory: ptr(82_181), // (90*2e6 + 10*2e5 + 2*1.5e4) / 2.215e6 = 82.1806
@@ -136,7 +141,6 @@ func TestFromReportGolden(t *testing.T) {
 			Occ:  ptr(80_853), // (80*2e6 + 95*2e5 + 6*1.5e4) / 2.215e6 = 80.8533
 			// (229.1*2e6 + 1*2e5 + 0.01*1.5e4) / 2.215e6 = 206.9532
 			Waves: "206953m", Launches: 6, GpuTime: 2_215_000,
-			Roofline: metav1.ConditionUnknown, RooflineReason: v1alpha1.ReasonRooflineNotMeasured,
 			Top: []v1alpha1.KernelSummary{
 				{Name: vectorAdd, Launches: 2, TimeShareMilliPercent: 90_293, SMThroughputMilliPercent: 20_000, MemoryThroughputMilliPercent: 90_000},
 				{Name: "fmaLoop(float *, int)", Launches: 1, TimeShareMilliPercent: 9_029, SMThroughputMilliPercent: 90_000, MemoryThroughputMilliPercent: 10_000},
@@ -167,6 +171,7 @@ func TestFromReportGolden(t *testing.T) {
 				Waves: qty(st.WavesPerSM), Launches: st.KernelLaunches, GpuTime: st.TotalGPUTimeNanoseconds,
 				Flops: qty(st.FLOPs), DramBytes: qty(st.DRAMBytes), Ai: qty(st.ArithmeticIntensity),
 				Version: st.NCUVersion, ComputeCapability: st.Device.ComputeCapability,
+				Shown: [3]string{st.SMThroughput, st.MemoryThroughput, st.AchievedOccupancy},
 			}
 			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRooflineConsistent); c != nil {
 				got.Roofline, got.RooflineReason = c.Status, c.Reason
@@ -311,7 +316,6 @@ func TestApply(t *testing.T) {
 		BoundType: v1alpha1.BoundTypeMemoryBound,
 		Conditions: []metav1.Condition{
 			{Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReportParsed, LastTransitionTime: now},
-			{Type: v1alpha1.ConditionRooflineConsistent, Status: metav1.ConditionUnknown, Reason: v1alpha1.ReasonRooflineNotMeasured, LastTransitionTime: now},
 		},
 	}
 	Apply(wp, st)
@@ -325,9 +329,10 @@ func TestApply(t *testing.T) {
 	if !p.LastTransitionTime.Equal(&before) || p.Reason != v1alpha1.ReasonReportParsed || p.ObservedGeneration != 3 {
 		t.Errorf("Profiled = %+v, want the old transition time, the new reason and generation 3", p)
 	}
-	r := meta.FindStatusCondition(wp.Status.Conditions, v1alpha1.ConditionRooflineConsistent)
-	if !r.LastTransitionTime.Equal(&now) || r.Status != metav1.ConditionUnknown {
-		t.Errorf("RooflineConsistent = %+v, want a new transition at %v", r, now)
+	// The new report gave the roofline nothing to judge: the old verdict
+	// was about another run and must go.
+	if r := meta.FindStatusCondition(wp.Status.Conditions, v1alpha1.ConditionRooflineConsistent); r != nil {
+		t.Errorf("RooflineConsistent = %+v, want it removed", r)
 	}
 	// Apply must not alias the caller's status.
 	st.Conditions[0].Reason = "Mutated"
@@ -353,5 +358,28 @@ func TestTruncateKeepsUTF8(t *testing.T) {
 	got := truncate(s, maxKernelName)
 	if len(got) != maxKernelName-1 || !strings.HasPrefix(s, got) {
 		t.Errorf("truncate split a rune: len %d", len(got))
+	}
+}
+
+// TestFormatPercent: kubectl's columns show what a person reads, to one
+// decimal, next to the milli-percent integers kept for programs.
+func TestFormatPercent(t *testing.T) {
+	tests := []struct {
+		milli *int32
+		want  string
+	}{
+		{nil, ""},
+		{ptr(0), "0.0%"},
+		{ptr(20_923), "20.9%"},
+		{ptr(87_550), "87.6%"},
+		{ptr(99_960), "100.0%"},
+		{ptr(100_000), "100.0%"},
+		{ptr(49), "0.0%"},
+		{ptr(50), "0.1%"},
+	}
+	for _, tc := range tests {
+		if got := formatPercent(tc.milli); got != tc.want {
+			t.Errorf("formatPercent(%v) = %q, want %q", tc.milli, got, tc.want)
+		}
 	}
 }

@@ -19,51 +19,37 @@ package profiling
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"time"
 )
 
-const (
-	archiveDir = "archive"
-	// archiveTimeFormat sorts lexically in time order and keeps claims
-	// archived in the same second apart.
-	archiveTimeFormat = "20060102T150405.000000000Z"
-)
+const archiveDir = "archive"
 
 var archiveNameRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
 
-// now is replaced in tests.
-var now = time.Now
-
-// Archive moves a claim's profile directory to
-// <stateDir>/profiles/archive/<timestamp>-<claimUID> and removes all but the
-// newest keep archived directories, so that reports survive for inspection
-// but not forever. A claim without a directory is not an error. The caller
-// logs the error and goes on: unprepare must never fail because of
-// retention.
-func Archive(stateDir, claimUID string, keep int) error {
-	if err := validateClaimUID(claimUID); err != nil {
-		return err
-	}
-	src := ClaimDir(stateDir, claimUID)
-	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
-		return nil
+// Archive moves a directory that Detach set aside, after Collect has read
+// it, to <stateDir>/profiles/archive and removes all but the newest keep
+// archived directories, so that reports survive for inspection but not
+// forever. The caller logs the error and goes on: unprepare must never fail
+// because of retention.
+func Archive(stateDir, dir string, keep int) error {
+	name := filepath.Base(dir)
+	if filepath.Dir(dir) != filepath.Join(stateDir, profilesDir, collectDir) || !archiveNameRE.MatchString(name) {
+		return fmt.Errorf("archiving %s: not a directory set aside by Detach", dir)
 	}
 	root := filepath.Join(stateDir, profilesDir, archiveDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return fmt.Errorf("creating profile archive: %w", err)
 	}
-	dst := filepath.Join(root, now().UTC().Format(archiveTimeFormat)+"-"+claimUID)
-	if err := os.Rename(src, dst); err != nil {
-		return fmt.Errorf("archiving profile of claim %s: %w", claimUID, err)
+	dst := filepath.Join(root, name)
+	if err := os.Rename(dir, dst); err != nil {
+		return fmt.Errorf("archiving %s: %w", dir, err)
 	}
-	// Archived reports are for people, not for containers.
+	// No container writes here any more.
 	if err := os.Chmod(dst, 0o755); err != nil {
-		return fmt.Errorf("archiving profile of claim %s: %w", claimUID, err)
+		return fmt.Errorf("archiving %s: %w", dir, err)
 	}
 	return prune(root, keep)
 }

@@ -20,11 +20,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2/ktesting"
 )
 
-func TestArchive(t *testing.T) {
+func TestDetachAndArchive(t *testing.T) {
 	state := t.TempDir()
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tick := 0
@@ -45,18 +48,29 @@ func TestArchive(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, ReportFile), []byte(uid), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := Archive(state, uid, 2); err != nil {
-			t.Fatalf("Archive(%s): %v", uid, err)
+		detached, err := Detach(state, uid)
+		if err != nil {
+			t.Fatalf("Detach(%s): %v", uid, err)
 		}
+		// A new preparation of the claim must not find the old report.
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("claim directory %s still there: %v", dir, err)
 		}
+		if data, err := os.ReadFile(filepath.Join(detached, ReportFile)); err != nil || string(data) != uid {
+			t.Errorf("detached report: %q, %v", data, err)
+		}
+		if err := Archive(state, detached, 2); err != nil {
+			t.Fatalf("Archive(%s): %v", detached, err)
+		}
 	}
-	if err := Archive(state, "never-prepared", 2); err != nil {
-		t.Errorf("Archive of a claim without a directory: %v", err)
+	if detached, err := Detach(state, "never-prepared"); err != nil || detached != "" {
+		t.Errorf("Detach of a claim without a directory: %q, %v", detached, err)
 	}
-	if err := Archive(state, "../escape", 2); err == nil {
-		t.Errorf("Archive accepted a claim UID with a path")
+	if _, err := Detach(state, "../escape"); err == nil {
+		t.Errorf("Detach accepted a claim UID with a path")
+	}
+	if err := Archive(state, filepath.Join(state, "profiles", "uid-x"), 2); err == nil {
+		t.Errorf("Archive accepted a directory Detach did not set aside")
 	}
 
 	entries, err := os.ReadDir(archive)
@@ -74,5 +88,74 @@ func TestArchive(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(archive, want[1], ReportFile))
 	if err != nil || string(data) != "uid-d" {
 		t.Errorf("archived report: %q, %v", data, err)
+	}
+}
+
+// TestDiscardClaimDir: a stale claim's report directory goes with it,
+// and a symbolic link in it is removed, not followed.
+func TestDiscardClaimDir(t *testing.T) {
+	state := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := ClaimDir(state, testClaimUID)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, ReportFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := DiscardClaimDir(state, testClaimUID); err != nil {
+		t.Fatalf("DiscardClaimDir: %v", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("claim directory still there: %v", err)
+	}
+	if data, err := os.ReadFile(outside); err != nil || string(data) != "keep" {
+		t.Errorf("file behind the link: %q, %v", data, err)
+	}
+	if err := DiscardClaimDir(state, testClaimUID); err != nil {
+		t.Errorf("DiscardClaimDir of a claim without a directory: %v", err)
+	}
+	if err := DiscardClaimDir(state, "../.."); err == nil {
+		t.Errorf("DiscardClaimDir accepted a claim UID with a path")
+	}
+}
+
+func TestSweepClaimDirs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	state := t.TempDir()
+	profiles := filepath.Join(state, "profiles")
+	for _, d := range []string{
+		"prepared-uid", "gone-uid", "archive/20260301T120000.000000000Z-old-uid",
+		"collect/20260301T120000.000000000Z-interrupted-uid",
+	} {
+		if err := os.MkdirAll(filepath.Join(profiles, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(profiles, preloadFile), []byte(ContainerShimPath), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := SweepClaimDirs(ctx, state, func(uid string) bool { return uid == "prepared-uid" }); err != nil {
+		t.Fatalf("SweepClaimDirs: %v", err)
+	}
+	var got []string
+	err := filepath.WalkDir(profiles, func(path string, _ os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(profiles, path)
+		got = append(got, rel)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	want := []string{".", "archive", "archive/20260301T120000.000000000Z-old-uid", "collect", preloadFile, "prepared-uid"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("after the sweep: %q, want %q", got, want)
+	}
+	if err := SweepClaimDirs(ctx, t.TempDir(), func(string) bool { return false }); err != nil {
+		t.Errorf("SweepClaimDirs without a profiles directory: %v", err)
 	}
 }

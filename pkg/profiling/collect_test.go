@@ -17,11 +17,16 @@ limitations under the License.
 package profiling
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2/ktesting"
 )
@@ -41,101 +46,210 @@ func fixture(t *testing.T, name string) []byte {
 	return data
 }
 
+// secret stands for a host file the plugin can read and the tenant must
+// not: quoted, so that it would pass for CSV if it were ever read.
+const secret = `"-----BEGIN EC PRIVATE KEY-----","MHcCAQEEIBkg4LVWM9nuwNSk3yMrpmO5"`
+
+// entry is what a test puts in the claim directory under one name.
+type entry struct {
+	fixture string // a file from testdata
+	content string // a file with this content
+	size    int64  // a sparse file of this size
+	symlink bool   // a symbolic link to a secret outside the directory
+	fifo    bool
+	dir     bool
+}
+
+func (e entry) create(t *testing.T, path string) {
+	t.Helper()
+	var err error
+	switch {
+	case e.fixture != "":
+		err = os.WriteFile(path, fixture(t, e.fixture), 0o644)
+	case e.size > 0:
+		err = os.WriteFile(path, nil, 0o644)
+		if err == nil {
+			err = os.Truncate(path, e.size)
+		}
+	case e.symlink:
+		outside := filepath.Join(t.TempDir(), "kubelet-client-current.pem")
+		if err = os.WriteFile(outside, []byte(secret+"\n"), 0o600); err == nil {
+			err = os.Symlink(outside, path)
+		}
+	case e.fifo:
+		err = syscall.Mkfifo(path, 0o644)
+	case e.dir:
+		err = os.Mkdir(path, 0o755)
+	default:
+		err = os.WriteFile(path, []byte(e.content), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCollect(t *testing.T) {
 	version := "NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.2.1.0 (build 1) (public-release)\n"
 	tests := map[string]struct {
-		// files maps file names in the claim directory to fixture names,
-		// or to literal content when prefixed with "=".
-		files      map[string]string
+		files      map[string]entry
 		wantReason Reason
 		wantDetail string
-		// wantReport is a substring of the returned report.
+		// wantReport is a substring of the returned report, and wantFile
+		// the file it came from.
 		wantReport []string
+		wantFile   string
 	}{
 		"nothing collected": {
 			wantReason: ReasonReportMissing,
 			wantDetail: "did not run under the profiler",
 		},
 		"empty report": {
-			files:      map[string]string{ReportFile: "=", LogFile: "===PROF== Disconnected from process 1\n"},
+			files:      map[string]entry{ReportFile: {}, LogFile: {content: "==PROF== Disconnected from process 1\n"}},
 			wantReason: ReasonReportMissing,
-			wantDetail: "ncu.log ends with: ==PROF== Disconnected",
+			wantDetail: "neither report.csv (0 bytes) nor ncu.log (37 bytes) holds an ncu CSV table",
 		},
 		"garbled report": {
-			files:      map[string]string{ReportFile: "garbled.csv"},
+			files:      map[string]entry{ReportFile: {fixture: "garbled.csv"}},
 			wantReason: ReasonReportUnparseable,
-			wantDetail: "parsing report.csv",
+			wantDetail: "report.csv (",
 		},
 		"shim could not start ncu": {
-			files:      map[string]string{ErrorFile: "=prism-profile: pid 7: ncu is not executable, running without the profiler: /opt/prism/ncu/ncu: No such file or directory\n"},
+			files:      map[string]entry{ErrorFile: {content: "prism-profile: pid 7: ncu is not executable, running without the profiler: /opt/prism/ncu/ncu: No such file or directory\n"}},
 			wantReason: ReasonProfilerFailed,
-			wantDetail: "/opt/prism/ncu/ncu: No such file or directory",
+			wantDetail: "ran the workload without ncu: ncu is not executable (profile-error.txt, 121 bytes",
 		},
 		"no permission for the counters": {
-			files:      map[string]string{ReportFile: "=", LogFile: "ncu-perm.log"},
+			files:      map[string]entry{ReportFile: {}, LogFile: {fixture: "ncu-perm.log"}},
 			wantReason: ReasonProfilerFailed,
-			wantDetail: "NVreg_RestrictProfilingToAdminUsers=0",
+			wantDetail: "CAP_SYS_ADMIN",
 		},
 		"raw report with version": {
-			files:      map[string]string{ReportFile: "vectoradd_raw.csv", VersionFile: "=" + version, LogFile: "===PROF== Disconnected\n"},
+			files:      map[string]entry{ReportFile: {fixture: "vectoradd_raw.csv"}, VersionFile: {content: version}, LogFile: {content: "==PROF== Disconnected\n"}},
 			wantReport: []string{"Version 2025.2.1.0", `"vectorAdd(const float *`},
+			wantFile:   ReportFile,
 		},
 		"details report": {
-			files:      map[string]string{ReportFile: "fmaloop_details.csv"},
+			files:      map[string]entry{ReportFile: {fixture: "fmaloop_details.csv"}},
 			wantReport: []string{`"fmaLoop`},
+			wantFile:   ReportFile,
 		},
 		"report printed into the log": {
-			files:      map[string]string{ReportFile: "=", LogFile: "tinygrid_raw.csv"},
+			files:      map[string]entry{ReportFile: {}, LogFile: {fixture: "tinygrid_raw.csv"}},
 			wantReport: []string{`"tinyKernel`},
+			wantFile:   LogFile,
+		},
+
+		// The directory is the tenant's: what it holds decides nothing
+		// about what the plugin reads.
+		"report is a symbolic link to a host file": {
+			files:      map[string]entry{ReportFile: {symlink: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "report.csv is a symbolic link",
+		},
+		"log is a symbolic link to a host file": {
+			files:      map[string]entry{ReportFile: {}, LogFile: {symlink: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "ncu.log is a symbolic link",
+		},
+		"shim error is a symbolic link to a host file": {
+			files:      map[string]entry{ErrorFile: {symlink: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "profile-error.txt is a symbolic link",
+		},
+		"report is a directory": {
+			files:      map[string]entry{ReportFile: {dir: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "report.csv is not a regular file (a directory)",
+		},
+		"report is a FIFO": {
+			files:      map[string]entry{ReportFile: {fifo: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "report.csv is not a regular file (a FIFO)",
+		},
+		"log is a FIFO": {
+			files:      map[string]entry{ReportFile: {}, LogFile: {fifo: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "ncu.log is not a regular file (a FIFO)",
+		},
+		"report larger than the budget": {
+			files:      map[string]entry{ReportFile: {size: collectBudget + 1}},
+			wantReason: ReasonReportTooLarge,
+			wantDetail: "report.csv has at least 67108865 bytes",
+		},
+		"files together larger than the budget": {
+			files:      map[string]entry{ReportFile: {size: collectBudget / 2}, LogFile: {size: collectBudget/2 + 1}},
+			wantReason: ReasonReportTooLarge,
+			wantDetail: "ncu.log has at least 33554433 bytes, more than the 33554432 bytes left",
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			state := t.TempDir()
-			dir := ClaimDir(state, testClaimUID)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			dir := filepath.Join(t.TempDir(), "claim")
+			if err := os.Mkdir(dir, 0o777); err != nil {
 				t.Fatal(err)
 			}
-			for file, src := range tc.files {
-				data := []byte(strings.TrimPrefix(src, "="))
-				if !strings.HasPrefix(src, "=") {
-					data = fixture(t, src)
-				}
-				if err := os.WriteFile(filepath.Join(dir, file), data, 0o644); err != nil {
-					t.Fatal(err)
-				}
+			for file, e := range tc.files {
+				e.create(t, filepath.Join(dir, file))
 			}
-			report, _, err := Collect(ctx, state, testClaimUID)
+
+			// A FIFO used to block Collect for good. The deadline only
+			// keeps a regression from hanging the test run; Collect is
+			// never waited for on time.
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			type result struct {
+				report *Report
+				err    error
+			}
+			done := make(chan result, 1)
+			go func() {
+				report, err := Collect(ctx, dir)
+				done <- result{report, err}
+			}()
+			var got result
+			select {
+			case got = <-done:
+			case <-ctx.Done():
+				t.Fatalf("Collect did not return: it blocks on what the tenant put in the directory")
+			}
+
+			var text string
+			if got.err != nil {
+				text = got.err.Error()
+			}
+			if got.report != nil {
+				text += string(got.report.CSV)
+			}
+			if strings.Contains(text, "PRIVATE KEY") || strings.Contains(text, "MHcCAQEE") {
+				t.Fatalf("the secret behind a symbolic link reached the result: %q", text)
+			}
 			if tc.wantReason != "" {
 				var ce *CollectError
-				if !errors.As(err, &ce) {
-					t.Fatalf("Collect: got %v, want a *CollectError", err)
+				if !errors.As(got.err, &ce) {
+					t.Fatalf("Collect: got %v, want a *CollectError", got.err)
 				}
 				if ce.Reason != tc.wantReason || !strings.Contains(ce.Error(), tc.wantDetail) {
 					t.Errorf("Collect: got %s %q, want %s containing %q", ce.Reason, ce.Error(), tc.wantReason, tc.wantDetail)
 				}
-				if report != nil {
+				if got.report != nil {
 					t.Errorf("report returned with an error")
 				}
 				return
 			}
-			if err != nil {
-				t.Fatalf("Collect: %v", err)
+			if got.err != nil {
+				t.Fatalf("Collect: %v", got.err)
 			}
 			for _, s := range tc.wantReport {
-				if !strings.Contains(string(report), s) {
-					t.Errorf("report lacks %q:\n%s", s, report)
+				if !strings.Contains(string(got.report.CSV), s) {
+					t.Errorf("report lacks %q:\n%s", s, got.report.CSV)
 				}
 			}
+			source := fixture(t, tc.files[tc.wantFile].fixture)
+			sum := sha256.Sum256(source)
+			if got.report.File != tc.wantFile || got.report.SHA256 != hex.EncodeToString(sum[:]) || got.report.Size != int64(len(source)) {
+				t.Errorf("report identified as %s, %s, %d bytes; want %s, %x, %d bytes", got.report.File, got.report.SHA256, got.report.Size, tc.wantFile, sum, len(source))
+			}
 		})
-	}
-}
-
-func TestCollectTail(t *testing.T) {
-	long := strings.Repeat("==PROF== noise\n", 1000) + "==ERROR== the actual reason\n"
-	got := tail([]byte(long))
-	if len(got) > maxTail+3 || !strings.HasSuffix(got, "==ERROR== the actual reason") || !strings.HasPrefix(got, "...==PROF==") {
-		t.Errorf("tail kept %d bytes: %q...", len(got), got[:min(len(got), 40)])
 	}
 }

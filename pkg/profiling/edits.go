@@ -47,6 +47,12 @@ const (
 	ContainerProfileDir = "/var/run/prism/profile"
 	// ContainerShimPath is where the preload library is mounted.
 	ContainerShimPath = "/opt/prism/lib/" + ShimName
+	// ContainerPreloadList is the dynamic loader's list of libraries to
+	// preload into every program. Prism loads the shim through it rather
+	// than LD_PRELOAD: a CDI environment edit replaces the variable, and
+	// with it a workload's own preload (jemalloc, tcmalloc), while the
+	// loader reads this file in addition to LD_PRELOAD.
+	ContainerPreloadList = "/etc/ld.so.preload"
 )
 
 // Environment variables the shim reads. The CDI edits set them to the
@@ -74,6 +80,9 @@ const (
 
 const (
 	profilesDir = "profiles"
+	// preloadFile, in the profiles directory, is mounted as
+	// ContainerPreloadList. It names only the shim.
+	preloadFile = "ld.so.preload"
 	ncuBinary   = "ncu"
 	// versionTimeout bounds "ncu --version" at prepare; it never touches a
 	// GPU and answers in well under a second.
@@ -167,12 +176,23 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 	}
 	ncuPath := filepath.Join(opts.NCUDir, ncuBinary)
 
+	root, err := ensureProfilesRoot(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("profiling claim %s: %w", claimUID, err)
+	}
+	preload := filepath.Join(root, preloadFile)
+	if err := writeFileAtomic(preload, []byte(ContainerShimPath+"\n")); err != nil {
+		return nil, fmt.Errorf("writing the preload list: %w", err)
+	}
 	dir := ClaimDir(opts.StateDir, claimUID)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating profile directory: %w", err)
 	}
-	// The container may run as any user; the directory is mounted into
-	// this claim's containers only.
+	// World-writable, because the plugin cannot know the container's user:
+	// the image's USER applies when the pod names none, and a pod in a
+	// user namespace maps every host owner to nobody. The world is small:
+	// the parent is root's alone (profilesMode), and only this claim's
+	// containers mount the directory. Collect reads it as untrusted.
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("opening profile directory %s to the container: %w", dir, err)
 	}
@@ -183,7 +203,6 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 
 	edits := &cdispec.ContainerEdits{
 		Env: []string{
-			"LD_PRELOAD=" + ContainerShimPath,
 			EnvNCU + "=" + ContainerNCUDir + "/" + ncuBinary,
 			EnvNCUArgs + "=" + ContainerProfileDir + "/" + ArgsFile,
 			EnvProfileDir + "=" + ContainerProfileDir,
@@ -191,6 +210,7 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 		Mounts: []*cdispec.Mount{
 			{HostPath: opts.NCUDir, ContainerPath: ContainerNCUDir, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "rbind"}},
 			{HostPath: opts.ShimPath, ContainerPath: ContainerShimPath, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}},
+			{HostPath: preload, ContainerPath: ContainerPreloadList, Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}},
 			{HostPath: dir, ContainerPath: ContainerProfileDir, Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 		},
 	}
@@ -202,7 +222,10 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 // argument. The result is written to a file and passed to execv; it never
 // goes through a shell.
 func ncuArgs(cfg *gpuv1alpha1.GpuProfiling) ([]string, error) {
-	args := []string{"--csv", "--page", "raw"}
+	// ncu locks the GPU's clocks to base for stable numbers by default;
+	// on a GPU that other claims may use at the same time (time-slicing,
+	// memory shares, MPS) that would slow their work too.
+	args := []string{"--csv", "--page", "raw", "--clock-control", "none"}
 	metrics := defaultMetrics
 	switch {
 	case len(cfg.Metrics) > 0:

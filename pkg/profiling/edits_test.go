@@ -78,34 +78,34 @@ func TestPrepareArgs(t *testing.T) {
 	}{
 		"defaults": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true},
-			want: []string{"--csv", "--page", "raw", "--metrics", defaultMetricList, "--launch-count", "1"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics", defaultMetricList, "--launch-count", "1"},
 		},
 		"basic set means Prism's metrics": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true, Set: gpuv1alpha1.BasicProfilingSet, LaunchCount: ptr.To[int32](1)},
-			want: []string{"--csv", "--page", "raw", "--metrics", defaultMetricList, "--launch-count", "1"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics", defaultMetricList, "--launch-count", "1"},
 		},
 		"custom set keeps Prism's metrics": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true, Set: gpuv1alpha1.RooflineProfilingSet},
-			want: []string{"--csv", "--page", "raw", "--set", "roofline", "--metrics", defaultMetricList, "--launch-count", "1"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--set", "roofline", "--metrics", defaultMetricList, "--launch-count", "1"},
 		},
 		"custom metrics get the required ones": {
 			cfg: gpuv1alpha1.GpuProfiling{Enabled: true, Metrics: []string{"l1tex__throughput.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum"}},
-			want: []string{"--csv", "--page", "raw", "--metrics",
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics",
 				"l1tex__throughput.avg.pct_of_peak_sustained_active,gpu__time_duration.sum," +
 					"sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
 				"--launch-count", "1"},
 		},
 		"launch count": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true, LaunchCount: ptr.To[int32](250)},
-			want: []string{"--csv", "--page", "raw", "--metrics", defaultMetricList, "--launch-count", "250"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics", defaultMetricList, "--launch-count", "250"},
 		},
 		"kernel name": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true, KernelFilter: "vectorAdd"},
-			want: []string{"--csv", "--page", "raw", "--metrics", defaultMetricList, "--launch-count", "1", "--kernel-name", "vectorAdd"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics", defaultMetricList, "--launch-count", "1", "--kernel-name", "vectorAdd"},
 		},
 		"kernel regex": {
 			cfg:  gpuv1alpha1.GpuProfiling{Enabled: true, KernelFilter: "regex:gemm.+f16", LaunchCount: ptr.To[int32](3)},
-			want: []string{"--csv", "--page", "raw", "--metrics", defaultMetricList, "--launch-count", "3", "--kernel-name", "regex:gemm.+f16"},
+			want: []string{"--csv", "--page", "raw", "--clock-control", "none", "--metrics", defaultMetricList, "--launch-count", "3", "--kernel-name", "regex:gemm.+f16"},
 		},
 	}
 	for name, tc := range tests {
@@ -128,7 +128,6 @@ func TestPrepareArgs(t *testing.T) {
 			}
 			want := &cdispec.ContainerEdits{
 				Env: []string{
-					"LD_PRELOAD=/opt/prism/lib/libprism-profile.so",
 					"PRISM_NCU=/opt/prism/ncu/ncu",
 					"PRISM_NCU_ARGS_FILE=/var/run/prism/profile/ncu.args",
 					"PRISM_PROFILE_DIR=/var/run/prism/profile",
@@ -136,6 +135,7 @@ func TestPrepareArgs(t *testing.T) {
 				Mounts: []*cdispec.Mount{
 					{HostPath: opts.NCUDir, ContainerPath: "/opt/prism/ncu", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "rbind"}},
 					{HostPath: opts.ShimPath, ContainerPath: "/opt/prism/lib/libprism-profile.so", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}},
+					{HostPath: filepath.Join(opts.StateDir, "profiles", "ld.so.preload"), ContainerPath: "/etc/ld.so.preload", Type: "bind", Options: []string{"ro", "nosuid", "nodev", "bind"}},
 					{HostPath: dir, ContainerPath: "/var/run/prism/profile", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 				},
 			}
@@ -148,6 +148,16 @@ func TestPrepareArgs(t *testing.T) {
 			}
 			if st.Mode().Perm() != 0o777 {
 				t.Errorf("profile directory mode %v, want 0777 so any container user can write", st.Mode().Perm())
+			}
+			parent, err := os.Stat(filepath.Dir(dir))
+			if err != nil || parent.Mode().Perm() != 0o700 {
+				t.Errorf("profiles directory: %v, %v; want mode 0700 so that no other host user reaches the world-writable claim directories", parent.Mode().Perm(), err)
+			}
+			// The loader preloads what the list names on top of the
+			// workload's own LD_PRELOAD, which no edit may set.
+			list, err := os.ReadFile(filepath.Join(opts.StateDir, "profiles", "ld.so.preload"))
+			if err != nil || string(list) != "/opt/prism/lib/libprism-profile.so\n" {
+				t.Errorf("preload list: %q, %v; want the shim's container path alone", list, err)
 			}
 			version, err := os.ReadFile(filepath.Join(dir, VersionFile))
 			if err != nil || !strings.Contains(string(version), "Version 2025.2.1.0") {

@@ -31,8 +31,11 @@ import (
 // capSysAdmin is the bit of CAP_SYS_ADMIN in the capability masks.
 const capSysAdmin = 21
 
-const permissionAdvice = "set NVreg_RestrictProfilingToAdminUsers=0 in the nvidia kernel module options on the node, " +
-	"or add CAP_SYS_ADMIN to the container's securityContext.capabilities (CDI cannot add capabilities)"
+// permissionAdvice names the fix that stays within the profiled pod. The
+// node-wide switch is named too, with its price, because an administrator
+// will find it anyway.
+const permissionAdvice = "add CAP_SYS_ADMIN to the profiled container's securityContext.capabilities (CDI cannot add capabilities). " +
+	"Setting NVreg_RestrictProfilingToAdminUsers=0 on the node instead lets every user there read the performance counters of other users' GPU work"
 
 // PermissionError says that ncu would fail with ERR_NVGPUCTRPERM: the
 // driver restricts the counters to administrators and the process is not

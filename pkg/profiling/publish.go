@@ -54,7 +54,7 @@ type Result struct {
 	// Profile is the WorkloadProfile's name, from ProfileAnnotation.
 	Profile string
 	// Report and Err are what Collect returned.
-	Report []byte
+	Report *Report
 	Err    error
 	// Options are passed to profile.ForClaim (device name, peaks, NVML's
 	// peak memory).
@@ -142,13 +142,19 @@ func (p *Publisher) status(ctx context.Context, r Result) (prismv1alpha1.Workloa
 		}
 		return fail(ReasonReportMissing, r.Err.Error())
 	}
+	if r.Report == nil {
+		return fail(ReasonReportMissing, "no report was collected")
+	}
 	opts := r.Options
 	if opts.ObservedAt.IsZero() {
 		opts.ObservedAt = p.now()
 	}
-	st, err := profile.ForClaim(ctx, r.Claim, r.Report, opts)
+	opts.Report = &prismv1alpha1.ReportDigest{File: r.Report.File, SHA256: r.Report.SHA256, SizeBytes: r.Report.Size}
+	st, err := profile.ForClaim(ctx, r.Claim, r.Report.CSV, opts)
 	if err != nil {
-		return fail(ReasonReportUnparseable, err.Error())
+		// Not err: the parser quotes what it could not read, and the
+		// report is the tenant's.
+		return fail(ReasonReportUnparseable, fmt.Sprintf("%s (%d bytes) is not an ncu CSV report with the required metrics", r.Report.File, r.Report.Size))
 	}
 	return st, nil
 }

@@ -18,7 +18,10 @@ package profiling
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,9 +145,10 @@ func TestPublish(t *testing.T) {
 					},
 				}).Build()
 
-			var report []byte
+			var report *Report
 			if tc.report != "" {
-				report = fixture(t, tc.report)
+				data := fixture(t, tc.report)
+				report = &Report{CSV: data, File: ReportFile, SHA256: fmt.Sprintf("%x", sha256.Sum256(data)), Size: int64(len(data))}
 			}
 			err := NewPublisher(c).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: tc.err, Options: profile.Options{}})
 			if tc.wantErr {
@@ -172,6 +176,20 @@ func TestPublish(t *testing.T) {
 			}
 			if cond.Status == metav1.ConditionFalse && cond.ObservedGeneration != wp.Generation {
 				t.Errorf("observedGeneration %d, want %d", cond.ObservedGeneration, wp.Generation)
+			}
+			if report != nil {
+				// The report is the tenant's: none of it goes into a message.
+				for _, field := range strings.FieldsFunc(string(report.CSV), func(r rune) bool { return r == '\n' || r == ',' }) {
+					if len(field) > 8 && strings.Contains(cond.Message, field) {
+						t.Errorf("condition message %q quotes the report: %q", cond.Message, field)
+					}
+				}
+			}
+			if tc.wantStatus == metav1.ConditionTrue && tc.wantPolicy == "" {
+				want := prismv1alpha1.ReportDigest{File: ReportFile, SHA256: report.SHA256, SizeBytes: report.Size}
+				if wp.Status.Report == nil || *wp.Status.Report != want {
+					t.Errorf("status.report %+v, want %+v", wp.Status.Report, want)
+				}
 			}
 			if tc.wantStatus == metav1.ConditionTrue && tc.wantReason == prismv1alpha1.ReasonReportParsed && tc.wantBound != prismv1alpha1.BoundTypeComputeBound {
 				if src := wp.Status.Source; src == nil || src.ResourceClaim == nil || src.ResourceClaim.UID != testClaimUID {

@@ -68,14 +68,16 @@ func buildFakeNCU(t *testing.T) string {
 // can: bind mounts are impossible, so every environment value that names a
 // container path is rewritten to the host path mounted there. The shim
 // takes all its paths from the environment, which makes this faithful.
+//
+// The preload list cannot be mounted on /etc/ld.so.preload either. The
+// loader loads its libraries after those of LD_PRELOAD, and alike, so they
+// are appended to the workload's LD_PRELOAD (from extra) instead.
 func containerEnv(t *testing.T, edits *cdispec.ContainerEdits, extra ...string) []string {
 	t.Helper()
 	mounts := append([]*cdispec.Mount(nil), edits.Mounts...)
 	// The longest container path is the most specific mount.
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].ContainerPath) > len(mounts[j].ContainerPath) })
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	for _, kv := range edits.Env {
-		k, v, _ := strings.Cut(kv, "=")
+	hostPath := func(k, v string) string {
 		for _, m := range mounts {
 			if v == m.ContainerPath || strings.HasPrefix(v, m.ContainerPath+"/") {
 				v = m.HostPath + strings.TrimPrefix(v, m.ContainerPath)
@@ -85,9 +87,57 @@ func containerEnv(t *testing.T, edits *cdispec.ContainerEdits, extra ...string) 
 		if strings.HasPrefix(v, "/opt/prism") || strings.HasPrefix(v, "/var/run/prism") {
 			t.Fatalf("%s=%s names a container path that no mount provides", k, v)
 		}
-		env = append(env, k+"="+v)
+		return v
 	}
-	return append(env, extra...)
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	for _, kv := range edits.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "LD_PRELOAD" {
+			t.Fatalf("the edits set %s, which replaces the workload's own preload", kv)
+		}
+		env = append(env, k+"="+hostPath(k, v))
+	}
+	var preload []string
+	for _, kv := range extra {
+		if k, v, _ := strings.Cut(kv, "="); k == "LD_PRELOAD" {
+			preload = append(preload, v)
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, m := range mounts {
+		if m.ContainerPath != ContainerPreloadList {
+			continue
+		}
+		list, err := os.ReadFile(m.HostPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lib := range strings.Fields(string(list)) {
+			preload = append(preload, hostPath(ContainerPreloadList, lib))
+		}
+	}
+	if len(preload) > 0 {
+		env = append(env, "LD_PRELOAD="+strings.Join(preload, " "))
+	}
+	return env
+}
+
+// buildPreloadMarker compiles a library that stands for a workload's own
+// preload (jemalloc, say): every program that loads it appends
+// "<program>: profiled" or "<program>: not profiled" to $PRELOAD_OUT.
+func buildPreloadMarker(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	out := filepath.Join(t.TempDir(), "libmarker.so")
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-Wall", "-Werror", "-o", out, filepath.Join("testdata", "preload-marker.c"))
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("compiling the preload marker: %v\n%s", err, msg)
+	}
+	return out
 }
 
 // invocations splits fake-ncu's marker file into one argv per run.
@@ -139,6 +189,10 @@ func TestShimEndToEnd(t *testing.T) {
 		command []string
 		// runs is how often the container is started (restarts).
 		runs int
+		// ownPreload gives the workload an LD_PRELOAD of its own.
+		ownPreload bool
+		// wantPreloaded is what the workload's own preload recorded.
+		wantPreloaded string
 
 		wantOut      string
 		wantProfiled bool
@@ -157,6 +211,17 @@ func TestShimEndToEnd(t *testing.T) {
 			wantOut:      "ran\nchild\n",
 			wantProfiled: true,
 			wantTarget:   []string{"/bin/sh", "-c", script},
+		},
+		"the workload's own LD_PRELOAD reaches the profiled program": {
+			cfg:          gpuv1alpha1.GpuProfiling{Enabled: true},
+			command:      []string{"/bin/sh", "-c", script},
+			runs:         1,
+			ownPreload:   true,
+			wantOut:      "ran\nchild\n",
+			wantProfiled: true,
+			wantTarget:   []string{"/bin/sh", "-c", script},
+			// The child re-arms LD_PRELOAD with the shim alone.
+			wantPreloaded: "sh: profiled\n",
 		},
 		"a restarted container is not profiled again": {
 			cfg:          gpuv1alpha1.GpuProfiling{Enabled: true},
@@ -183,7 +248,7 @@ func TestShimEndToEnd(t *testing.T) {
 			wantOut:        "ran\nchild\n",
 			wantShimErrors: 1,
 			wantReason:     ReasonProfilerFailed,
-			wantDetail:     "ncu is not executable, running without the profiler: /nonexistent/ncu: No such file or directory",
+			wantDetail:     "ncu is not executable",
 		},
 		"ncu without permission": {
 			cfg:          gpuv1alpha1.GpuProfiling{Enabled: true},
@@ -194,7 +259,7 @@ func TestShimEndToEnd(t *testing.T) {
 			wantProfiled: true,
 			wantTarget:   []string{"/bin/sh", "-c", script},
 			wantReason:   ReasonProfilerFailed,
-			wantDetail:   "NVreg_RestrictProfilingToAdminUsers=0",
+			wantDetail:   "CAP_SYS_ADMIN",
 		},
 	}
 	for name, tc := range tests {
@@ -209,7 +274,12 @@ func TestShimEndToEnd(t *testing.T) {
 			dir := ClaimDir(opts.StateDir, testClaimUID)
 			out := filepath.Join(root, "out")
 			marker := filepath.Join(root, "fake-ncu.marker")
-			env := containerEnv(t, edits, append([]string{"OUT=" + out, "SHIM=" + shim, "PRISM_FAKE_NCU_MARKER=" + marker}, tc.env...)...)
+			extra := append([]string{"OUT=" + out, "SHIM=" + shim, "PRISM_FAKE_NCU_MARKER=" + marker}, tc.env...)
+			preloaded := filepath.Join(root, "preloaded")
+			if tc.ownPreload {
+				extra = append(extra, "LD_PRELOAD="+buildPreloadMarker(t), "PRELOAD_OUT="+preloaded)
+			}
+			env := containerEnv(t, edits, extra...)
 
 			for range tc.runs {
 				cmd := exec.Command(tc.command[0], tc.command[1:]...)
@@ -227,6 +297,14 @@ func TestShimEndToEnd(t *testing.T) {
 			}
 			if string(got) != tc.wantOut {
 				t.Errorf("workload output %q, want %q", got, tc.wantOut)
+			}
+			if tc.ownPreload {
+				// fake-ncu is a static Go program; the first process is
+				// replaced by ncu before any constructor after the shim's.
+				got, _ := os.ReadFile(preloaded)
+				if string(got) != tc.wantPreloaded {
+					t.Errorf("the workload's own preload recorded %q, want %q", got, tc.wantPreloaded)
+				}
 			}
 
 			runs := invocations(t, marker)
@@ -269,7 +347,11 @@ func TestShimEndToEnd(t *testing.T) {
 				t.Errorf("%s has %d lines, want %d:\n%s", ErrorFile, got, tc.wantShimErrors, shimErrors)
 			}
 
-			report, _, err := Collect(ctx, opts.StateDir, testClaimUID)
+			detached, err := Detach(opts.StateDir, testClaimUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			report, err := Collect(ctx, detached)
 			if tc.wantReason != "" {
 				var ce *CollectError
 				if !errors.As(err, &ce) || ce.Reason != tc.wantReason || !strings.Contains(ce.Detail, tc.wantDetail) {
@@ -282,10 +364,10 @@ func TestShimEndToEnd(t *testing.T) {
 			}
 			// The workload's stdout shares the report file with ncu's CSV;
 			// the parser skips it.
-			if !strings.Contains(string(report), "workload-stdout") && tc.wantTarget[0] != "env" {
-				t.Errorf("report lacks the workload's stdout: %q", report)
+			if !strings.Contains(string(report.CSV), "workload-stdout") && tc.wantTarget[0] != "env" {
+				t.Errorf("report lacks the workload's stdout: %q", report.CSV)
 			}
-			st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train"}, report, profile.Options{})
+			st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train"}, report.CSV, profile.Options{})
 			if err != nil {
 				t.Fatalf("ForClaim: %v", err)
 			}

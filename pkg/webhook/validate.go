@@ -28,6 +28,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -35,6 +36,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/explain"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -45,6 +47,7 @@ var MaxProfileMinMemory = resource.MustParse("1Ti")
 var (
 	claimGK         = schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaim"}
 	claimTemplateGK = schema.GroupKind{Group: resourceapi.GroupName, Kind: "ResourceClaimTemplate"}
+	podGK           = schema.GroupKind{Kind: "Pod"}
 	profileGK       = prismv1alpha1.GroupVersion.WithKind("WorkloadProfile").GroupKind()
 
 	// computeCapabilityRE matches the CRD's pattern; it is checked here too
@@ -58,7 +61,9 @@ var (
 // NewValidator returns the validating webhook for GpuConfig parameters in
 // ResourceClaims and ResourceClaimTemplates, and for WorkloadProfile specs.
 // Catching a bad GpuConfig here turns a pod stuck in ContainerCreating into
-// an error at kubectl apply.
+// an error at kubectl apply. It also warns, without denying, about a
+// prism.dev/profile annotation where nothing reads it: on a template's own
+// metadata or on a Pod.
 func NewValidator(metrics *Metrics) (http.Handler, error) {
 	if metrics == nil {
 		return nil, errors.New("validator needs metrics")
@@ -91,6 +96,12 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 		tmpl := &resourceapi.ResourceClaimTemplate{}
 		if err = json.Unmarshal(req.Object.Raw, tmpl); err == nil {
 			errs = validateDeviceConfigs(tmpl.Spec.Spec.Devices.Config, field.NewPath("spec", "spec", "devices", "config"))
+			warnings = appendWarning(warnings, explain.MisplacedOnTemplate(tmpl))
+		}
+	case podGK:
+		pod := &metav1.PartialObjectMetadata{}
+		if err = json.Unmarshal(req.Object.Raw, pod); err == nil {
+			warnings = appendWarning(warnings, explain.MisplacedOnPod(pod))
 		}
 	case profileGK:
 		wp := &prismv1alpha1.WorkloadProfile{}
@@ -114,6 +125,13 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 	status := apierrors.NewInvalid(gk, req.Name, errs).Status()
 	klog.FromContext(ctx).V(2).Info("Denying object", "message", status.Message)
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &status, Warnings: warnings}
+}
+
+func appendWarning(warnings []string, w string) []string {
+	if w == "" {
+		return warnings
+	}
+	return append(warnings, "prism: "+w)
 }
 
 // validateDeviceConfigs decodes every opaque GpuConfig the way the kubelet

@@ -50,6 +50,15 @@ func TestValidator(t *testing.T) {
 			name: "template with invalid GpuConfig", fixture: "template-bad-config.json", kind: tmplGVK,
 			wantDenied: []string{"ResourceClaimTemplate.resource.k8s.io", "spec.spec.devices.config[0].opaque.parameters", "profiling.launchCount", "between 1 and 1000"},
 		},
+		{
+			name: "profile annotation on a template's own metadata is a warning", fixture: "template-profile-on-metadata.json", kind: tmplGVK,
+			wantWarning: "prism: prism.dev/profile=train on ResourceClaimTemplate trainer-gpu's own metadata is ignored",
+		},
+		{name: "profile annotation under a template's spec.metadata", fixture: "template-profile-in-spec.json", kind: tmplGVK},
+		{
+			name: "profile annotation on a pod is a warning", fixture: "pod-profile.json", kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			wantWarning: "prism: prism.dev/profile=train on Pod trainer-0 is ignored",
+		},
 		{name: "valid profile", fixture: "profile-good.json", kind: profileGVK},
 		{
 			name: "invalid profile", fixture: "profile-bad.json", kind: profileGVK,

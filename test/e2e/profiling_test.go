@@ -70,16 +70,21 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	}
 	oci := resolveWithCDICache(t, p.CDIRoot, ids)
 	env := strings.Join(oci.Process.Env, "\n")
-	for _, want := range []string{"LD_PRELOAD=" + profiling.ContainerShimPath, profiling.EnvNCU + "=", profiling.EnvProfileDir + "=" + profiling.ContainerProfileDir} {
+	for _, want := range []string{profiling.EnvNCU + "=", profiling.EnvProfileDir + "=" + profiling.ContainerProfileDir} {
 		if !strings.Contains(env, want) {
 			t.Errorf("resolved env lacks %q:\n%s", want, env)
 		}
+	}
+	// The shim comes through the preload list: an LD_PRELOAD edit would
+	// replace the workload's own.
+	if strings.Contains(env, "LD_PRELOAD=") {
+		t.Errorf("resolved env sets LD_PRELOAD:\n%s", env)
 	}
 	var mounts []string
 	for _, m := range oci.Mounts {
 		mounts = append(mounts, m.Destination)
 	}
-	for _, want := range []string{profiling.ContainerNCUDir, profiling.ContainerProfileDir, profiling.ContainerShimPath} {
+	for _, want := range []string{profiling.ContainerNCUDir, profiling.ContainerProfileDir, profiling.ContainerShimPath, profiling.ContainerPreloadList} {
 		if !slices.Contains(mounts, want) {
 			t.Errorf("resolved mounts %v lack %s", mounts, want)
 		}
@@ -124,7 +129,11 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"BOUND", "SM (M%)", "MEMORY (M%)", "OCCUPANCY (M%)", "AGE", "MemoryBound"} {
+	if r := wp.Status.Report; r == nil || r.SizeBytes != int64(len(report)) || len(r.SHA256) != 64 {
+		t.Errorf("status.report %+v, want the digest of the %d-byte report", r, len(report))
+	}
+	// Percentages as a person reads them, from vectoradd_raw.csv.
+	for _, want := range []string{"BOUND", "SM", "MEMORY", "OCCUPANCY", "AGE", "MemoryBound", "20.4%", "90.1%", "82.3%"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl get workloadprofiles lacks %q:\n%s", want, out)
 		}

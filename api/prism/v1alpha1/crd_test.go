@@ -64,9 +64,9 @@ func TestCRDShape(t *testing.T) {
 	}
 	want := []string{
 		"Bound=.status.boundType",
-		"SM (m%)=.status.smThroughputMilliPercent",
-		"Memory (m%)=.status.memoryThroughputMilliPercent",
-		"Occupancy (m%)=.status.achievedOccupancyMilliPercent",
+		"SM=.status.smThroughput",
+		"Memory=.status.memoryThroughput",
+		"Occupancy=.status.achievedOccupancy",
 		"Age=.metadata.creationTimestamp",
 	}
 	if strings.Join(columns, "\n") != strings.Join(want, "\n") {

@@ -24,8 +24,10 @@ import (
 
 // The API carries no floating point numbers: they do not round-trip
 // reliably through JSON and YAML, and Kubernetes API conventions forbid
-// them. Percentages are integers in milli-percent (87.5 % is 87500);
-// magnitudes without a natural bound are resource.Quantity.
+// them. Percentages are integers in milli-percent (87.5 % is 87500), for
+// programs, each with a string beside it for people ("87.5%"), which is
+// what kubectl's columns show; magnitudes without a natural bound are
+// resource.Quantity.
 
 // BoundType names the hardware unit that limits a workload, following the
 // bottleneck rule of the Nsight Compute Speed Of Light section.
@@ -87,8 +89,12 @@ const (
 	// ConditionProfiled is True once the status holds measured numbers.
 	ConditionProfiled = "Profiled"
 	// ConditionRooflineConsistent compares the speed-of-light class with
-	// the roofline model. False means they disagree; the bound type keeps
-	// the speed-of-light answer, and the message says why they differ.
+	// the FP32 roofline model. False means they disagree; the bound type
+	// keeps the speed-of-light answer, and the message says why they
+	// differ. It is set only when the roofline can judge the class: a
+	// memory- or compute-bound workload with FP32 work, DRAM traffic and a
+	// device of known peaks. Otherwise it is absent, because "cannot tell"
+	// on every profile of integer or tensor-core work is noise.
 	ConditionRooflineConsistent = "RooflineConsistent"
 
 	// ReasonReportParsed is the reason of Profiled=True.
@@ -100,13 +106,6 @@ const (
 	ReasonRooflineAgrees = "RooflineAgrees"
 	// ReasonRooflineDisagrees is the reason of RooflineConsistent=False.
 	ReasonRooflineDisagrees = "RooflineDisagrees"
-	// ReasonRooflineNotMeasured is the reason of RooflineConsistent=Unknown
-	// when FLOPs, DRAM bytes or the device's peaks are not known.
-	ReasonRooflineNotMeasured = "NotMeasured"
-	// ReasonRooflineNotApplicable is the reason of RooflineConsistent=Unknown
-	// when the class is one the roofline says nothing about (latency-bound,
-	// balanced).
-	ReasonRooflineNotApplicable = "NotApplicable"
 )
 
 // WorkloadProfileSpec holds what the user pins; everything measured lives
@@ -204,6 +203,24 @@ type KernelSummary struct {
 	MemoryThroughputMilliPercent int32 `json:"memoryThroughputMilliPercent"`
 }
 
+// ReportDigest identifies the raw ncu report a status was computed from.
+// The workload wrote that report, so it proves nothing about the
+// workload; it lets a person match a profile with the report kept on the
+// node, and tell two profiles from the same report apart from two runs.
+type ReportDigest struct {
+	// file is the report's name in the node's profile archive
+	// (report.csv, or ncu.log when ncu printed its results there).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	File string `json:"file,omitempty"`
+	// sha256 of the report, in lower-case hex.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	SHA256 string `json:"sha256"`
+	// sizeBytes of the report.
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
+}
+
 // WorkloadProfileStatus is the measured profile. Every aggregate is
 // weighted by kernel duration, so that a kernel that runs for most of the
 // GPU time dominates the class. Fields are absent when ncu did not
@@ -219,12 +236,22 @@ type WorkloadProfileStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	SMThroughputMilliPercent *int32 `json:"smThroughputMilliPercent,omitempty"`
+	// smThroughput is smThroughputMilliPercent for people, to one
+	// decimal: "20.9%".
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	SMThroughput string `json:"smThroughput,omitempty"`
 	// memoryThroughputMilliPercent is the memory throughput (the busiest
 	// of DRAM, L2 and L1) in milli-percent of peak.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	MemoryThroughputMilliPercent *int32 `json:"memoryThroughputMilliPercent,omitempty"`
+	// memoryThroughput is memoryThroughputMilliPercent for people, to one
+	// decimal: "87.5%".
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	MemoryThroughput string `json:"memoryThroughput,omitempty"`
 	// dramThroughputMilliPercent is the DRAM throughput in milli-percent
 	// of peak.
 	// +optional
@@ -243,6 +270,11 @@ type WorkloadProfileStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	AchievedOccupancyMilliPercent *int32 `json:"achievedOccupancyMilliPercent,omitempty"`
+	// achievedOccupancy is achievedOccupancyMilliPercent for people, to
+	// one decimal: "48.0%".
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	AchievedOccupancy string `json:"achievedOccupancy,omitempty"`
 	// wavesPerSM is the number of waves of thread blocks per SM. Below 1
 	// the grid does not fill the device.
 	// +optional
@@ -293,6 +325,9 @@ type WorkloadProfileStatus struct {
 	// source says where the report came from.
 	// +optional
 	Source *ProfileSource `json:"source,omitempty"`
+	// report identifies the raw report, when the writer had it.
+	// +optional
+	Report *ReportDigest `json:"report,omitempty"`
 
 	// conditions: Profiled and RooflineConsistent.
 	// +optional
@@ -311,9 +346,9 @@ type WorkloadProfileStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=wlp,categories=prism
 // +kubebuilder:printcolumn:name="Bound",type=string,JSONPath=`.status.boundType`
-// +kubebuilder:printcolumn:name="SM (m%)",type=integer,JSONPath=`.status.smThroughputMilliPercent`,description="SM throughput, milli-percent of peak"
-// +kubebuilder:printcolumn:name="Memory (m%)",type=integer,JSONPath=`.status.memoryThroughputMilliPercent`,description="Memory throughput, milli-percent of peak"
-// +kubebuilder:printcolumn:name="Occupancy (m%)",type=integer,JSONPath=`.status.achievedOccupancyMilliPercent`,description="Achieved occupancy, milli-percent"
+// +kubebuilder:printcolumn:name="SM",type=string,JSONPath=`.status.smThroughput`,description="SM throughput, percent of peak"
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.status.memoryThroughput`,description="Memory throughput, percent of peak"
+// +kubebuilder:printcolumn:name="Occupancy",type=string,JSONPath=`.status.achievedOccupancy`,description="Achieved occupancy, percent"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WorkloadProfile struct {
 	metav1.TypeMeta   `json:",inline"`

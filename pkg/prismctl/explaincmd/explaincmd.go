@@ -121,8 +121,12 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	}
 
 	fmt.Fprintf(out, "Claim:    %s/%s\n", claim.Namespace, claim.Name)
-	if p := claim.Annotations["prism.dev/profile"]; p != "" {
+	if p := claim.Annotations[explain.ProfileAnnotation]; p != "" {
 		fmt.Fprintf(out, "Profile:  %s\n", p)
+	} else {
+		for _, note := range misplacedProfile(ctx, cs, claim) {
+			fmt.Fprintf(out, "Note:     %s\n", note)
+		}
 	}
 	if plan := claim.Annotations[rewrite.AnnotationKey]; plan != "" {
 		fmt.Fprintf(out, "Rewrite:  %s\n", plan)
@@ -137,6 +141,42 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 		return err
 	}
 	return explain.WriteTable(out, rows, wide)
+}
+
+// podClaimNameAnnotation on a claim made from a template names the pod's
+// entry in spec.resourceClaims it was made for.
+const podClaimNameAnnotation = "resource.kubernetes.io/pod-claim-name"
+
+// misplacedProfile looks for a profile annotation where it does nothing,
+// on the claim's pod or the template the claim was made from, and says so:
+// the usual answer to "why was my claim not rewritten?". Lookups that fail
+// leave nothing to say.
+func misplacedProfile(ctx context.Context, cs kubernetes.Interface, claim *resourceapi.ResourceClaim) []string {
+	owner := metav1.GetControllerOf(claim)
+	if owner == nil || owner.Kind != "Pod" {
+		return nil
+	}
+	pod, err := cs.CoreV1().Pods(claim.Namespace).Get(ctx, owner.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	var notes []string
+	if note := explain.MisplacedOnPod(pod); note != "" {
+		notes = append(notes, note)
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.Name != claim.Annotations[podClaimNameAnnotation] || pc.ResourceClaimTemplateName == nil {
+			continue
+		}
+		tmpl, err := cs.ResourceV1().ResourceClaimTemplates(claim.Namespace).Get(ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
+		if err != nil {
+			break
+		}
+		if note := explain.MisplacedOnTemplate(tmpl); note != "" {
+			notes = append(notes, note)
+		}
+	}
+	return notes
 }
 
 // deviceClasses gets every class the claim refers to. A class that does

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,6 +55,16 @@ func TestExplainClaim(t *testing.T) {
 		}}},
 	}
 
+	profiled := map[string]string{"prism.dev/profile": "train"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "trainer-0", Namespace: "ml", UID: "pod-uid", Annotations: profiled},
+		Spec:       corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("trainer-gpu")}}},
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "trainer-gpu", Namespace: "ml", Annotations: profiled}}
+	generated := claim.DeepCopy()
+	generated.Name, generated.Annotations = "trainer-0-gpu-x2k", map[string]string{"resource.kubernetes.io/pod-claim-name": "gpu"}
+	generated.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "trainer-0", UID: "pod-uid", Controller: ptr.To(true)}}
+
 	tests := []struct {
 		name    string
 		objects []runtime.Object
@@ -65,6 +76,11 @@ func TestExplainClaim(t *testing.T) {
 			want: []string{"Claim:    ml/c", `Rewrite:  {"profile":"p","action":"profile"}`, "n1    gpu-0   NVIDIA L4  -      * gpu      -        matches gpu"}},
 		{name: "device held by another claim", objects: []runtime.Object{claim, other, twoGPUs, class}, claim: "c",
 			want: []string{"n1    gpu-1   -          -      -          team-b/other (exclusive)  matches gpu, but team-b/other holds it"}},
+		{name: "profile annotation on the pod and the template's metadata", objects: []runtime.Object{generated, pod, tmpl, slice, class}, claim: "trainer-0-gpu-x2k",
+			want: []string{
+				"Note:     prism.dev/profile=train on Pod trainer-0 is ignored",
+				"Note:     prism.dev/profile=train on ResourceClaimTemplate trainer-gpu's own metadata is ignored",
+			}},
 		{name: "no devices", objects: []runtime.Object{claim, class}, claim: "c", want: []string{"No devices published by gpu.prism.dev."}},
 		{name: "missing claim", objects: []runtime.Object{slice}, claim: "c", wantErr: "getting ResourceClaim ml/c"},
 	}

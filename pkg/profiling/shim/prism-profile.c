@@ -19,9 +19,11 @@ limitations under the License.
  * Nsight Compute.
  *
  * CDI can add environment variables and mounts to a container but cannot
- * change its command line, so the kubelet plugin sets LD_PRELOAD to this
- * library. Its constructor runs before main() of the container's entrypoint
- * and replaces the process with
+ * change its command line, so the kubelet plugin mounts a preload list
+ * naming this library as /etc/ld.so.preload (not LD_PRELOAD, which a CDI
+ * edit would replace, dropping the workload's own preload). Its
+ * constructor runs before main() of the container's entrypoint and
+ * replaces the process with
  *
  *     $PRISM_NCU <lines of $PRISM_NCU_ARGS_FILE> --log-file $PRISM_PROFILE_DIR/ncu.log <target> <argv[1..]>
  *
@@ -30,6 +32,8 @@ limitations under the License.
  * policy; the plugin decides and writes the argument file.
  *
  * Rules, in order of importance:
+ *  - Never act in a setuid or setgid program. The preload list is read for
+ *    those too, and the PRISM_* variables are the tenant's to set.
  *  - Never break the workload. On any problem the constructor returns and
  *    the process runs normally; the reason goes to profile-error.txt.
  *  - Profile once. PRISM_PROFILE_ACTIVE stops the target and its children
@@ -49,6 +53,7 @@ limitations under the License.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +66,7 @@ limitations under the License.
 #define REPORT_FILE "report.csv"
 #define LOG_FILE "ncu.log"
 #define ERROR_FILE "profile-error.txt"
+#define SHIM_NAME "libprism-profile.so"
 
 /* The plugin writes at most a few hundred bytes; the bounds only keep a
  * corrupt file from costing the workload memory. */
@@ -134,6 +140,32 @@ static int read_args(const char *path, char *buf, size_t bufsize, char **args, i
 	return count;
 }
 
+/* drop_self removes this library from an LD_PRELOAD list in place and
+ * keeps every other entry, the workload's own preload, in order. The
+ * loader separates entries with spaces or colons. */
+static void drop_self(char *list) {
+	char *out = list;
+	for (char *p = list; *p != '\0';) {
+		size_t len = strcspn(p, " :");
+		if (len > 0) {
+			char saved = p[len];
+			p[len] = '\0';
+			int self = strcmp(base_name(p), SHIM_NAME) == 0;
+			p[len] = saved;
+			if (!self) {
+				if (out != list)
+					*out++ = ' ';
+				memmove(out, p, len);
+				out += len;
+			}
+		}
+		p += len;
+		if (*p != '\0')
+			p++;
+	}
+	*out = '\0';
+}
+
 /* find_target names the program for ncu to start. argv[0] is preferred to
  * /proc/self/exe because multi-call binaries (busybox) dispatch on it; a
  * bare name is looked up in PATH as execvp would have done. */
@@ -160,6 +192,8 @@ static const char *find_target(const char *argv0, char *buf, size_t bufsize) {
 
 __attribute__((constructor)) static void prism_profile(int argc, char **argv, char **envp) {
 	(void)envp;
+	if (getauxval(AT_SECURE) != 0)
+		return;
 	if (getenv(ENV_ACTIVE) != NULL)
 		return;
 	const char *ncu = getenv(ENV_NCU);
@@ -260,10 +294,22 @@ __attribute__((constructor)) static void prism_profile(int argc, char **argv, ch
 	}
 	close(rfd);
 
-	/* Neither ncu nor the target may load this library again. */
+	/* The workload's own preload must reach the target, this library
+	 * need not: an older plugin put it in LD_PRELOAD, and the guard above
+	 * stops it wherever the preload list still loads it. */
 	char *preload = getenv("LD_PRELOAD");
 	char *preload_copy = preload ? strdup(preload) : NULL;
-	unsetenv("LD_PRELOAD");
+	if (preload_copy != NULL) {
+		char *kept = strdup(preload_copy);
+		if (kept != NULL) {
+			drop_self(kept);
+			if (kept[0] != '\0')
+				setenv("LD_PRELOAD", kept, 1);
+			else
+				unsetenv("LD_PRELOAD");
+			free(kept);
+		}
+	}
 
 	execv(ncu, nargv);
 

@@ -55,6 +55,7 @@ var valued = map[string]bool{
 	"--page": true, "--metrics": true, "--launch-count": true, "-c": true,
 	"--kernel-name": true, "-k": true, "--log-file": true, "--set": true,
 	"--section": true, "--target-processes": true, "--launch-skip": true, "-s": true,
+	"--clock-control": true,
 }
 
 var flags = map[string]bool{"--csv": true}

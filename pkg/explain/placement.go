@@ -1,0 +1,55 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explain
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ProfileAnnotation names the WorkloadProfile a claim is rewritten for.
+// Prism reads it on the ResourceClaim only; the checks below catch the
+// places people put it that nothing reads.
+const ProfileAnnotation = "prism.dev/profile"
+
+// MisplacedOnTemplate warns about a ResourceClaimTemplate that carries the
+// profile annotation on its own metadata but not under spec.metadata, the
+// part its claims are made from. "" when there is nothing to say.
+func MisplacedOnTemplate(tmpl *resourceapi.ResourceClaimTemplate) string {
+	name, ok := tmpl.Annotations[ProfileAnnotation]
+	if !ok {
+		return ""
+	}
+	if _, inSpec := tmpl.Spec.ObjectMeta.Annotations[ProfileAnnotation]; inSpec {
+		return ""
+	}
+	return fmt.Sprintf("%s=%s on ResourceClaimTemplate %s's own metadata is ignored: claims are made from spec.metadata, so put it under spec.metadata.annotations",
+		ProfileAnnotation, name, tmpl.Name)
+}
+
+// MisplacedOnPod warns about a pod that carries the profile annotation:
+// Prism reads it from the pod's ResourceClaims, not from the pod.
+func MisplacedOnPod(pod metav1.Object) string {
+	name, ok := pod.GetAnnotations()[ProfileAnnotation]
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%s=%s on Pod %s is ignored: put it on the ResourceClaim, or under spec.metadata.annotations of its ResourceClaimTemplate",
+		ProfileAnnotation, name, pod.GetName())
+}
