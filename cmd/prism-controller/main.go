@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -166,12 +167,25 @@ func run(ctx context.Context, o options) error {
 
 	// WorkloadProfiles are read from an informer: a webhook that called
 	// the API server for every claim would add a round trip to each.
-	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&prismv1alpha1.WorkloadProfile{}: {}}})
+	// ResourceClaims, trimmed to their profile and allocation, tell which
+	// node may write which profile.
+	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		&prismv1alpha1.WorkloadProfile{}: {},
+		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
+	}})
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
 	}
 	if _, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{}); err != nil {
 		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
+	}
+	profileClaims := webhook.NewProfileClaims()
+	claimInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaim{})
+	if err != nil {
+		return fmt.Errorf("starting ResourceClaim informer: %w", err)
+	}
+	if _, err := claimInformer.AddEventHandler(profileClaims); err != nil {
+		return fmt.Errorf("watching ResourceClaims: %w", err)
 	}
 	go func() {
 		if err := profiles.Start(ctx); err != nil {
@@ -196,6 +210,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	validator, err := webhook.NewValidator(metrics)
+	if err != nil {
+		return err
+	}
+	profileWrites, err := webhook.NewProfileWriteCheck(profileClaims, metrics)
 	if err != nil {
 		return err
 	}
@@ -243,7 +261,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}
-	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator))
+	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator, profileWrites))
 }
 
 // serveHTTP serves metrics and probes. Readiness waits for the profile

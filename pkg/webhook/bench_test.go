@@ -126,12 +126,13 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 	rw := newBenchRewriter(b)
 	m, _ := NewMetrics(nil)
 	val, _ := NewValidator(m)
+	writes, _ := NewProfileWriteCheck(NewProfileClaims(), m)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, l, certs.GetCertificate, NewMux(rw, val)) }()
+	go func() { served <- Serve(ctx, l, certs.GetCertificate, NewMux(rw, val, writes)) }()
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certs.CABundle())

@@ -35,11 +35,12 @@ const (
 	ValidatePath = "/validate"
 )
 
-// NewMux routes the two webhooks.
-func NewMux(rewriter, validator http.Handler) *http.ServeMux {
+// NewMux routes the webhooks.
+func NewMux(rewriter, validator, profileWrites http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(RewritePath, rewriter)
 	mux.Handle(ValidatePath, validator)
+	mux.Handle(ProfileWritesPath, profileWrites)
 	return mux
 }
 
