@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 )
 
@@ -105,7 +106,7 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 				}
 				row.HeldBy = others(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], claim.Namespace, claim.Name)
 				if row.Matched != "" {
-					row.Verdict += availability(row.HeldBy)
+					row.Verdict += availability(row.HeldBy, d, s.Spec.Driver)
 				}
 				rows = append(rows, row)
 			}
@@ -118,17 +119,37 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 }
 
 // availability qualifies a match on a device other claims hold: it is of
-// no use to this claim unless the device can be shared.
-func availability(heldBy []Holder) string {
+// no use to this claim when one holds it whole, or when the memory shares
+// leave less than the smallest share the device grants.
+func availability(heldBy []Holder, d resourceapi.Device, driver string) string {
 	if len(heldBy) == 0 {
 		return ""
 	}
-	for _, h := range heldBy {
+	claims := make([]string, len(heldBy))
+	for i, h := range heldBy {
 		if !h.Shared {
 			return ", but " + h.Claim() + " holds it"
 		}
+		claims[i] = h.Claim()
 	}
-	return fmt.Sprintf(", shared with %d other claim(s)", len(heldBy))
+	memory, ok := deviceCapacityOf(d, driver, memoryCapacity)
+	if !ok {
+		return fmt.Sprintf(", shared with %s", strings.Join(claims, ", "))
+	}
+	free := memory.Value.DeepCopy()
+	for _, h := range heldBy {
+		if h.Memory != nil {
+			free.Sub(*h.Memory)
+		}
+	}
+	smallest := resource.MustParse("1")
+	if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Min != nil {
+		smallest = *p.ValidRange.Min
+	}
+	if free.Cmp(smallest) < 0 {
+		return ", but its memory is held by " + strings.Join(claims, ", ")
+	}
+	return fmt.Sprintf(", %s of memory free (shared with %s)", free.String(), strings.Join(claims, ", "))
 }
 
 // currentSlices drops slices of a pool generation that has been replaced;

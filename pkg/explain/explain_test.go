@@ -128,7 +128,7 @@ func TestExplain(t *testing.T) {
 				{"node-a", "gpu-0"}: "matches gpu, but ml/other-gpu holds it",
 				{"node-a", "gpu-1"}: "matches gpu",
 				{"node-b", "gpu-0"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S"`,
-				{"node-b", "gpu-1"}: "matches gpu, shared with 2 other claim(s)",
+				{"node-b", "gpu-1"}: "matches gpu, 10746Mi of memory free (shared with team-b/infer-1, team-b/infer-2)",
 				{"node-b", "gpu-2"}: `rejected: device.attributes["gpu.prism.dev"].productName != "NVIDIA L40S": `,
 				{"node-b", "eth0"}:  `rejected: class gpu.prism.dev: device.driver == "gpu.prism.dev"`,
 			},
@@ -269,5 +269,36 @@ func TestMisplacedProfileAnnotation(t *testing.T) {
 	}
 	if got := MisplacedOnPod(&metav1.ObjectMeta{Name: "plain"}); got != "" {
 		t.Errorf("pod without the annotation: %q", got)
+	}
+}
+
+func TestAvailability(t *testing.T) {
+	q := resource.MustParse
+	gib := q("1Gi")
+	shareable := resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {
+		Value: q("23034Mi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &gib}},
+	}}}
+	share := func(name, memory string) Holder {
+		m := q(memory)
+		return Holder{Namespace: "ml", Name: name, Shared: true, Memory: &m}
+	}
+	tests := []struct {
+		name   string
+		heldBy []Holder
+		device resourceapi.Device
+		want   string
+	}{
+		{name: "free", device: shareable, want: ""},
+		{name: "held whole", heldBy: []Holder{{Namespace: "ml", Name: "a"}}, device: shareable, want: ", but ml/a holds it"},
+		{name: "room left", heldBy: []Holder{share("a", "8Gi")}, device: shareable, want: ", 14842Mi of memory free (shared with ml/a)"},
+		{name: "less left than the smallest share", heldBy: []Holder{share("a", "22Gi")}, device: shareable, want: ", but its memory is held by ml/a"},
+		{name: "memory not published", heldBy: []Holder{{Namespace: "ml", Name: "a", Shared: true}}, want: ", shared with ml/a"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := availability(tc.heldBy, tc.device, "gpu.prism.dev"); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

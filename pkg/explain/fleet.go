@@ -115,12 +115,19 @@ func intAttribute(d resourceapi.Device, driver, name string) int64 {
 }
 
 func deviceCapacity(d resourceapi.Device, driver, name string) (resource.Quantity, bool) {
+	c, ok := deviceCapacityOf(d, driver, name)
+	return c.Value, ok
+}
+
+// deviceCapacityOf looks a device capacity up under its short and its
+// driver-qualified name.
+func deviceCapacityOf(d resourceapi.Device, driver, name string) (resourceapi.DeviceCapacity, bool) {
 	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
 		if c, ok := d.Capacity[key]; ok {
-			return c.Value, true
+			return c, true
 		}
 	}
-	return resource.Quantity{}, false
+	return resourceapi.DeviceCapacity{}, false
 }
 
 func bandwidth(gbps int64) string {
