@@ -102,16 +102,21 @@ func TestGPUVectorAdd(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("vectoradd under the shim: %v\n%s", err, out)
 	}
-	report, ncuLog, err := Collect(ctx, opts.StateDir, testClaimUID)
+	dir, err := Detach(opts.StateDir, testClaimUID)
 	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := Collect(ctx, dir)
+	if err != nil {
+		ncuLog, _ := os.ReadFile(filepath.Join(dir, LogFile))
 		t.Fatalf("Collect: %v\nncu.log:\n%s", err, ncuLog)
 	}
-	st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "gpu", Name: "test"}, report, profile.Options{})
+	st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "gpu", Name: "test"}, report.CSV, profile.Options{})
 	if err != nil {
-		t.Fatalf("ForClaim: %v\n%s", err, report)
+		t.Fatalf("ForClaim: %v\n%s", err, report.CSV)
 	}
 	if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion == "" || st.KernelLaunches != 1 {
 		t.Errorf("boundType %s, ncuVersion %q, launches %d; want MemoryBound, a version, 1 launch\n%s",
-			st.BoundType, st.NCUVersion, st.KernelLaunches, report)
+			st.BoundType, st.NCUVersion, st.KernelLaunches, report.CSV)
 	}
 }
