@@ -6,12 +6,15 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -308,4 +311,102 @@ func assertCatalogueOnly(t *testing.T, c resourceapi.ResourceClaim, user ...stri
 			check(sub.Selectors)
 		}
 	}
+}
+
+// warnings collects the admission warnings the API server returns.
+type warnings struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+func (w *warnings) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.text, "\n")
+}
+
+// TestFirstHourViews covers what a new user meets first: a profile
+// annotation in the wrong place is called out at apply time and by
+// prismctl explain; explain says who holds the GPUs it will not get; and
+// prismctl get gpus shows the fleet with its holders.
+func TestFirstHourViews(t *testing.T) {
+	e := newControllerEnv(t)
+	var warned warnings
+	cfg := rest.CopyConfig(e.cluster.Config)
+	cfg.WarningHandler = &warned
+	userClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The natural place, the template's own metadata, is not where claims
+	// get their annotations from.
+	_, err = userClient.ResourceV1().ResourceClaimTemplates("default").Create(e.ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "misplaced", Annotations: map[string]string{"prism.dev/profile": "train"}},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: gpuClaimSpec(1)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl apply would print:\n%s", warned.String())
+	if !strings.Contains(warned.String(), "prism.dev/profile=train on ResourceClaimTemplate misplaced's own metadata is ignored") {
+		t.Errorf("no admission warning about the misplaced annotation, got %q", warned.String())
+	}
+	e.profiledTemplate(t, "plain", "", gpuClaimSpec(1))
+
+	_, holder := e.runPodUntilEnd(t, "holder-1", "plain")
+	_, misplaced := e.runPodUntilEnd(t, "misplaced-1", "misplaced")
+	prismctl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(prismctlBinary, append(args, "--kubeconfig", e.cluster.KubeconfigPath)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("prismctl %v: %v\n%s", args, err, out)
+		}
+		t.Logf("prismctl %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+
+	t.Run("explain names the misplaced annotation and who holds each GPU", func(t *testing.T) {
+		out := prismctl("explain", "claim", misplaced.Name, "-n", "default")
+		for _, want := range []string{
+			"Note:     prism.dev/profile=train on ResourceClaimTemplate misplaced's own metadata is ignored",
+			"HELD BY",
+			"default/" + holder.Name + " (",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("explain output lacks %q", want)
+			}
+		}
+		// GPUs are shared by memory here; the holder asked for no amount,
+		// so it took a whole GPU's worth.
+		if !strings.Contains(out, "but its memory is held by default/"+holder.Name) && !strings.Contains(out, "but default/"+holder.Name+" holds it") {
+			t.Errorf("explain does not say the holder's GPU is taken")
+		}
+	})
+
+	t.Run("get gpus lists the fleet with holders and pods", func(t *testing.T) {
+		out := prismctl("get", "gpus")
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 21 || !strings.HasPrefix(lines[0], "NODE") {
+			t.Errorf("want a header and 20 GPU rows, got %d lines", len(lines))
+		}
+		for _, want := range []string{"NVIDIA H100 80GB HBM3", "NVIDIA L4", "default/" + holder.Name + " (", "pod holder-1", "pod misplaced-1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("get gpus output lacks %q", want)
+			}
+		}
+	})
+
+	t.Run("unknown subcommands fail", func(t *testing.T) {
+		out, err := exec.Command(prismctlBinary, "explain", "foo").CombinedOutput()
+		if err == nil {
+			t.Errorf("prismctl explain foo succeeded:\n%s", out)
+		}
+	})
 }
