@@ -17,7 +17,6 @@ limitations under the License.
 package profiling
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -27,7 +26,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -306,14 +304,15 @@ func (r ctxReader) Read(p []byte) (int, error) {
 }
 
 // hasCSV tells whether ncu printed any CSV line; its CSV lines are quoted,
-// its own messages and the application's output are not.
+// its own messages and the application's output are not. It scans in
+// place: the input may be most of the budget.
 func hasCSV(b []byte) bool {
-	s := bufio.NewScanner(bytes.NewReader(b))
-	s.Buffer(make([]byte, 0, 64<<10), collectBudget)
-	for s.Scan() {
-		if strings.HasPrefix(strings.TrimSpace(s.Text()), `"`) {
+	for len(b) > 0 {
+		line, rest, _ := bytes.Cut(b, []byte("\n"))
+		if bytes.HasPrefix(bytes.TrimSpace(line), []byte(`"`)) {
 			return true
 		}
+		b = rest
 	}
 	return false
 }
