@@ -20,10 +20,12 @@ limitations under the License.
 // At prepare the kubelet plugin calls Prepare: it creates a per-claim
 // directory under <state-dir>/profiles, writes the ncu argument file there
 // and returns CDI container edits that mount ncu, the report directory and
-// a small LD_PRELOAD library (the shim, see ShimSource) into the container.
-// The shim re-executes the container's first process under ncu, once, and
-// ncu writes its CSV into the report directory. At unprepare the plugin
-// calls Collect, hands the result to a Publisher, and calls Archive.
+// a small preload library (the shim, see ShimSource), listed in
+// /etc/ld.so.preload, into the container. The shim re-executes the
+// container's first process under ncu, once, and ncu writes its CSV into
+// the report directory. At unprepare the plugin calls Detach under its
+// lock, then, with the lock released, Collect, a Publisher, and Archive.
+// The report directory is the tenant's: Collect reads it as untrusted.
 //
 // CDI edits cannot change a container's command line or its capabilities;
 // CheckPermissions tells whether the driver lets ncu read the counters at
