@@ -22,22 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"sync"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // ProfileWritesPath is where the API server sends the kubelet plugin's
@@ -48,149 +39,6 @@ const ProfileWritesPath = "/validate-profile-writes"
 // NodeNameExtra is the user extra a pod's bound ServiceAccount token
 // carries: the node the pod runs on.
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
-
-// claimMemory is how long a profile stays writable by a node after the
-// last claim naming it left that node. The plugin publishes at unprepare,
-// after the pod has stopped; by then the claim may already be deallocated
-// or deleted, and collection itself takes a while.
-const claimMemory = 10 * time.Minute
-
-// ProfileClaims remembers which nodes run claims that name which
-// WorkloadProfiles: key (namespace, profile, node) is present while a
-// ResourceClaim in namespace annotated with the profile is allocated a
-// Prism GPU on node, and for claimMemory after. It is a
-// cache.ResourceEventHandler for a ResourceClaim informer.
-type ProfileClaims struct {
-	now func() time.Time
-
-	mu     sync.Mutex
-	claims map[types.UID][]profileClaimKey
-	live   map[profileClaimKey]int
-	left   map[profileClaimKey]time.Time // when the last claim went
-}
-
-type profileClaimKey struct {
-	namespace, profile, node string
-}
-
-// NewProfileClaims returns an empty ProfileClaims.
-func NewProfileClaims() *ProfileClaims {
-	return &ProfileClaims{
-		now:    time.Now,
-		claims: make(map[types.UID][]profileClaimKey),
-		live:   make(map[profileClaimKey]int),
-		left:   make(map[profileClaimKey]time.Time),
-	}
-}
-
-// OnAdd records a claim.
-func (p *ProfileClaims) OnAdd(obj any, _ bool) {
-	if c, ok := obj.(*resourceapi.ResourceClaim); ok {
-		p.set(c.UID, profileClaimKeys(c))
-	}
-}
-
-// OnUpdate records a claim's new allocation or annotation.
-func (p *ProfileClaims) OnUpdate(_, obj any) {
-	p.OnAdd(obj, false)
-}
-
-// OnDelete forgets a claim, after claimMemory.
-func (p *ProfileClaims) OnDelete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	if c, ok := obj.(*resourceapi.ResourceClaim); ok {
-		p.set(c.UID, nil)
-	}
-}
-
-// Writable tells whether node runs, or ran within claimMemory, a claim in
-// namespace that names profile.
-func (p *ProfileClaims) Writable(namespace, profile, node string) bool {
-	k := profileClaimKey{namespace: namespace, profile: profile, node: node}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.live[k] > 0 {
-		return true
-	}
-	left, ok := p.left[k]
-	return ok && p.now().Sub(left) < claimMemory
-}
-
-func (p *ProfileClaims) set(uid types.UID, keys []profileClaimKey) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.now()
-	for k, t := range p.left {
-		if now.Sub(t) >= claimMemory {
-			delete(p.left, k)
-		}
-	}
-	old := p.claims[uid]
-	for _, k := range old {
-		if slices.Contains(keys, k) {
-			continue
-		}
-		if p.live[k]--; p.live[k] <= 0 {
-			delete(p.live, k)
-			p.left[k] = now
-		}
-	}
-	for _, k := range keys {
-		if !slices.Contains(old, k) {
-			p.live[k]++
-		}
-	}
-	if len(keys) == 0 {
-		delete(p.claims, uid)
-	} else {
-		p.claims[uid] = keys
-	}
-}
-
-// TrimClaim is the transform for the ResourceClaim informer that feeds
-// ProfileClaims: it keeps only what ProfileClaims reads, so that caching
-// every claim of the cluster costs little memory.
-func TrimClaim(obj any) (any, error) {
-	c, ok := obj.(*resourceapi.ResourceClaim)
-	if !ok {
-		return obj, nil
-	}
-	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	if p, ok := c.Annotations[ProfileAnnotation]; ok {
-		out.Annotations = map[string]string{ProfileAnnotation: p}
-	}
-	if a := c.Status.Allocation; a != nil {
-		out.Status.Allocation = &resourceapi.AllocationResult{}
-		for _, r := range a.Devices.Results {
-			out.Status.Allocation.Devices.Results = append(out.Status.Allocation.Devices.Results,
-				resourceapi.DeviceRequestAllocationResult{Driver: r.Driver, Pool: r.Pool, Device: r.Device, Request: r.Request})
-		}
-	}
-	return out, nil
-}
-
-// profileClaimKeys returns the nodes a claim names its profile on. The
-// plugin names its pool after its node, and prepares only results of that
-// pool.
-func profileClaimKeys(c *resourceapi.ResourceClaim) []profileClaimKey {
-	profile := c.Annotations[ProfileAnnotation]
-	if profile == "" || c.Status.Allocation == nil {
-		return nil
-	}
-	nodes := sets.New[string]()
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == rewrite.DriverName {
-			nodes.Insert(r.Pool)
-		}
-	}
-	keys := make([]profileClaimKey, 0, nodes.Len())
-	for _, n := range sets.List(nodes) {
-		keys = append(keys, profileClaimKey{namespace: c.Namespace, profile: profile, node: n})
-	}
-	return keys
-}
 
 // NewProfileWriteCheck returns the validating webhook for the kubelet
 // plugin's WorkloadProfile writes. A plugin may create a profile with an
@@ -253,5 +101,3 @@ func subresourceOrObject(sub string) string {
 	}
 	return "the " + sub + " subresource"
 }
-
-var _ cache.ResourceEventHandler = (*ProfileClaims)(nil)
