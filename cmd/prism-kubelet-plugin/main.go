@@ -38,6 +38,7 @@ import (
 
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
+	hostDriverRoot, nvidiaCDIHookPath                                string
 	fleet, httpAddress, kubeconfig                                   string
 	rediscover, staleInterval, staleGrace                            time.Duration
 	enableProfiling, shareMemory, health                             bool
@@ -70,6 +71,8 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.pluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+plugin.DriverName, "This driver's kubelet plugin directory, for its gRPC socket.")
 	flags.StringVar(&o.cdiRoot, "cdi-root", cdi.DefaultRoot, "Directory for the per-claim CDI specs.")
 	flags.StringVar(&o.driverRoot, "driver-root", "/", "Where the NVIDIA driver is installed. With --fleet, a fake driver root is made under --state-dir unless this is set.")
+	flags.StringVar(&o.hostDriverRoot, "host-driver-root", "", "Where --driver-root is on the host, which CDI specs must name; the chart mounts host / at /driver-root. Defaults to --driver-root, as when the plugin runs in the host's mount namespace.")
+	flags.StringVar(&o.nvidiaCDIHookPath, "nvidia-cdi-hook-path", cdi.DefaultNVIDIACDIHookPath, "Host path of nvidia-cdi-hook, which the container runtime runs for the driver's library links; the plugin's image copies its own there.")
 	flags.StringVar(&o.stateDir, "state-dir", "/var/lib/prism", "Directory for the checkpoint.")
 	flags.StringVar(&o.fleet, "fleet", "", "Simulate this node's GPUs from a fleet file instead of NVML.")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "Address for /metrics, /healthz and /readyz; empty disables.")
@@ -79,7 +82,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.DurationVar(&o.staleGrace, "stale-claim-grace", 2*time.Minute, "How long a prepared claim must be missing from the API before its devices are released.")
 	flags.BoolVar(&o.health, "health", true, "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice.")
 	flags.StringVar(&o.ignoredXIDs, "ignored-xids", joinXIDs(plugin.DefaultIgnoredXIDs), "Comma-separated Xids that are the application's fault and taint nothing.")
-	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed.")
+	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed; a lost GPU stays tainted until NVML reads it again.")
 	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events.")
 	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
 	flags.BoolVar(&o.enableProfiling, "profiling", true, "Allow claims to ask for an Nsight Compute run.")
@@ -131,6 +134,13 @@ func run(ctx context.Context, o options) error {
 	if o.nodeName == "" {
 		return errors.New("--node-name (or NODE_NAME) is required")
 	}
+	// Probes first: NVML, the kubelet and the API server can each hold up
+	// start-up, and the startup probe must see a live process meanwhile.
+	metrics := plugin.NewMetrics()
+	probes := &plugin.Probes{}
+	if o.httpAddress != "" {
+		go serveHTTP(ctx, o.httpAddress, probes, metrics)
+	}
 	restConfig, err := kubeConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -141,6 +151,10 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
 
+	roots := cdi.Roots{DriverRoot: o.hostDriverRoot, ContainerDriverRoot: o.driverRoot}
+	if o.hostDriverRoot == "" {
+		roots.DriverRoot = o.driverRoot
+	}
 	var inventory nvml.Inventory
 	var source cdi.EditSource
 	var healthLib gonvml.Interface
@@ -181,7 +195,7 @@ func run(ctx context.Context, o options) error {
 		if err := cdi.MakeFakeDriverRoot(driverRoot, minors); err != nil {
 			return fmt.Errorf("make fake driver root %s: %w", driverRoot, err)
 		}
-		source = cdi.NewSimulatedSource(driverRoot)
+		source = cdi.NewSimulatedSource(cdi.Roots{DriverRoot: driverRoot})
 	} else {
 		lib, err := nvml.New(ctx, o.driverRoot)
 		if err != nil {
@@ -190,12 +204,12 @@ func run(ctx context.Context, o options) error {
 		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
 		inventory = nvml.NewNVMLInventory(lib, sysfs)
 		healthLib = lib
-		slicer = plugin.NvidiaSMI{Path: filepath.Join(o.driverRoot, "usr", "bin", "nvidia-smi")}
-		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{DriverRoot: o.driverRoot}); err != nil {
+		slicer = plugin.NewNvidiaSMI(o.driverRoot)
+		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{Roots: roots, NVIDIACDIHookPath: o.nvidiaCDIHookPath}); err != nil {
 			return err
 		}
 	}
-	writer, err := cdi.NewWriter(cdi.Options{Root: o.cdiRoot, Source: source})
+	writer, err := cdi.NewWriter(cdi.Options{Root: o.cdiRoot, Source: source, Roots: roots})
 	if err != nil {
 		return err
 	}
@@ -216,7 +230,6 @@ func run(ctx context.Context, o options) error {
 		health = &plugin.HealthConfig{NVML: healthLib, IgnoredXIDs: ignored, RecoverAfter: o.healthRecoverAfter}
 	}
 
-	metrics := plugin.NewMetrics()
 	driver, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            o.nodeName,
 		KubeClient:          client,
@@ -234,31 +247,21 @@ func run(ctx context.Context, o options) error {
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
 		Metrics:             metrics,
+		Probes:              probes,
 	})
 	if err != nil {
 		return err
 	}
 	defer driver.Stop()
-	if o.httpAddress != "" {
-		go serveHTTP(ctx, o.httpAddress, driver, metrics)
-	}
 	<-ctx.Done()
 	klog.FromContext(ctx).Info("Shutting down")
 	return nil
 }
 
-func serveHTTP(ctx context.Context, addr string, driver *plugin.Driver, metrics *plugin.Metrics) {
+func serveHTTP(ctx context.Context, addr string, probes *plugin.Probes, metrics *plugin.Metrics) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-driver.Ready():
-			_, _ = w.Write([]byte("ok"))
-		default:
-			http.Error(w, "not registered yet", http.StatusServiceUnavailable)
-		}
-	})
+	probes.Register(mux)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

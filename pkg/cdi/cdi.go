@@ -98,18 +98,18 @@ type Options struct {
 	Root string
 	// Source provides the device and driver edits. Required.
 	Source EditSource
-	// HostRoot is where the host file system is visible to this process,
-	// for the device node existence check; empty when the plugin runs in the
-	// host's mount namespace.
-	HostRoot string
+	// Roots map the host paths a spec names to where this process sees
+	// them, for the device node existence check. The zero value suits a
+	// process in the host's mount namespace.
+	Roots Roots
 }
 
 // Writer writes and removes per-claim CDI specs.
 type Writer struct {
-	root     string
-	hostRoot string
-	source   EditSource
-	cache    *cdiapi.Cache
+	root   string
+	roots  Roots
+	source EditSource
+	cache  *cdiapi.Cache
 }
 
 // NewWriter returns a Writer for the given options.
@@ -126,7 +126,7 @@ func NewWriter(opts Options) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating CDI cache for %s: %w", opts.Root, err)
 	}
-	return &Writer{root: opts.Root, hostRoot: opts.HostRoot, source: opts.Source, cache: cache}, nil
+	return &Writer{root: opts.Root, roots: opts.Roots.resolve(), source: opts.Source, cache: cache}, nil
 }
 
 // SpecFileName is the name of the spec file of a claim.
@@ -272,7 +272,8 @@ func (w *Writer) checkDeviceNodes(spec *cdispec.Spec) error {
 			if p == "" {
 				p = n.Path
 			}
-			if _, err := os.Stat(filepath.Join(w.hostRoot, p)); err != nil {
+			// The spec names the host path; this process may see it elsewhere.
+			if _, err := os.Stat(w.roots.ContainerPath(p)); err != nil {
 				errs = append(errs, fmt.Errorf("device node %s needed by %s: %w", p, owner, err))
 			}
 		}

@@ -50,7 +50,7 @@ func newFixture(t *testing.T, minors ...int) *fixture {
 	if err := MakeFakeDriverRoot(f.driverRoot, minors); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(Options{Root: f.cdiRoot, Source: NewSimulatedSource(f.driverRoot)})
+	w, err := NewWriter(Options{Root: f.cdiRoot, Source: NewSimulatedSource(Roots{DriverRoot: f.driverRoot})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestNVMLSourceWithoutGPU(t *testing.T) {
 
 	t.Run("driver root without a driver", func(t *testing.T) {
 		empty := t.TempDir()
-		src, err := NewNVMLSource(ctx, NVMLOptions{DriverRoot: empty})
+		src, err := NewNVMLSource(ctx, NVMLOptions{Roots: Roots{DriverRoot: empty}})
 		if err == nil {
 			t.Fatalf("expected an error, got source %+v", src)
 		}
@@ -539,7 +539,7 @@ func TestNVMLSourceWithoutGPU(t *testing.T) {
 
 	t.Run("fake driver root", func(t *testing.T) {
 		root := fakeRoot(t)
-		src, err := NewNVMLSource(ctx, NVMLOptions{DriverRoot: root, NVMLLibraryPath: "/nonexistent/libnvidia-ml.so.1"})
+		src, err := NewNVMLSource(ctx, NVMLOptions{Roots: Roots{DriverRoot: root}, NVMLLibraryPath: "/nonexistent/libnvidia-ml.so.1"})
 		if err != nil {
 			t.Fatalf("NewNVMLSource: %v", err)
 		}

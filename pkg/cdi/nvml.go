@@ -24,24 +24,28 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
+// DefaultNVIDIACDIHookPath is where the plugin's image copies
+// nvidia-cdi-hook on the host: the runtime runs the hook from the host, and
+// a node's driver install does not always ship one.
+const DefaultNVIDIACDIHookPath = "/var/lib/prism/bin/nvidia-cdi-hook"
+
 // NVMLOptions configure the edit source for real NVIDIA nodes.
 type NVMLOptions struct {
-	// DriverRoot is where the driver is installed as seen by this process:
-	// "/" for a host-installed driver, /run/nvidia/driver for the GPU
-	// operator's driver container. Defaults to "/".
-	DriverRoot string
-	// DevRoot is where /dev of the driver is. Defaults to DriverRoot.
-	DevRoot string
+	// Roots say where the driver is on the host and where this process
+	// sees it.
+	Roots Roots
 	// NVIDIACDIHookPath is the host path of nvidia-cdi-hook, which the
-	// runtime executes for library symlinks and ldcache updates.
-	// Defaults to nvcdi's default.
+	// runtime executes for library symlinks and ldcache updates. Defaults
+	// to DefaultNVIDIACDIHookPath.
 	NVIDIACDIHookPath string
 	// NVMLLibraryPath is libnvidia-ml.so.1 to use. Empty lets nvcdi find it
-	// in DriverRoot.
+	// in the driver root.
 	NVMLLibraryPath string
 }
 
@@ -52,6 +56,7 @@ type nvmlSource struct {
 	// NVML around each lookup.
 	mu     sync.Mutex
 	lib    nvcdi.Interface
+	toHost transform.Transformer
 	common *cdispec.ContainerEdits
 }
 
@@ -61,38 +66,57 @@ type nvmlSource struct {
 // prepare.
 func NewNVMLSource(ctx context.Context, opts NVMLOptions) (EditSource, error) {
 	logger := klog.FromContext(ctx)
-	if opts.DriverRoot == "" {
-		opts.DriverRoot = "/"
+	roots := opts.Roots.resolve()
+	if opts.NVIDIACDIHookPath == "" {
+		opts.NVIDIACDIHookPath = DefaultNVIDIACDIHookPath
 	}
-	if opts.DevRoot == "" {
-		opts.DevRoot = opts.DriverRoot
-	}
+	// nvcdi looks for the driver's files where this process sees them and
+	// names them so; the transformer then rewrites those paths to the host's.
 	nvcdiOpts := []nvcdi.Option{
 		nvcdi.WithMode(nvcdi.ModeNvml),
-		nvcdi.WithDriverRoot(opts.DriverRoot),
-		nvcdi.WithDevRoot(opts.DevRoot),
+		nvcdi.WithDriverRoot(roots.ContainerDriverRoot),
+		nvcdi.WithDevRoot(roots.ContainerDevRoot),
+		nvcdi.WithNVIDIACDIHookPath(opts.NVIDIACDIHookPath),
 		nvcdi.WithLogger(nvcdiLogger{logger.WithName("nvcdi")}),
 		nvcdi.WithVendor(Vendor),
 		nvcdi.WithClass(Class),
-	}
-	if opts.NVIDIACDIHookPath != "" {
-		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNVIDIACDIHookPath(opts.NVIDIACDIHookPath))
 	}
 	if opts.NVMLLibraryPath != "" {
 		nvcdiOpts = append(nvcdiOpts, nvcdi.WithNvmlLib(nvml.New(nvml.WithLibraryPath(opts.NVMLLibraryPath))))
 	}
 	lib, err := nvcdi.New(nvcdiOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("creating NVIDIA CDI generator for driver root %s: %w", opts.DriverRoot, err)
+		return nil, fmt.Errorf("creating NVIDIA CDI generator for driver root %s: %w", roots.ContainerDriverRoot, err)
 	}
+	s := &nvmlSource{lib: lib, toHost: root.NewDriverTransformer(
+		root.WithDriverRoot(roots.ContainerDriverRoot),
+		root.WithTargetDriverRoot(roots.DriverRoot),
+		root.WithDevRoot(roots.ContainerDevRoot),
+		root.WithTargetDevRoot(roots.DevRoot),
+	)}
 	common, err := lib.GetCommonEdits()
 	if err != nil {
-		return nil, fmt.Errorf("discovering NVIDIA driver files in %s: %w", opts.DriverRoot, err)
+		return nil, fmt.Errorf("discovering NVIDIA driver files in %s: %w", roots.ContainerDriverRoot, err)
 	}
 	if common == nil || common.ContainerEdits == nil {
-		return nil, fmt.Errorf("discovering NVIDIA driver files in %s: no edits", opts.DriverRoot)
+		return nil, fmt.Errorf("discovering NVIDIA driver files in %s: no edits", roots.ContainerDriverRoot)
 	}
-	return &nvmlSource{lib: lib, common: common.ContainerEdits}, nil
+	if s.common, err = s.hostPaths(*common.ContainerEdits); err != nil {
+		return nil, err
+	}
+	logger.V(2).Info("NVIDIA driver found", "driverRoot", roots.DriverRoot, "seenAt", roots.ContainerDriverRoot,
+		"devRoot", roots.DevRoot, "devSeenAt", roots.ContainerDevRoot, "nvidiaCDIHook", opts.NVIDIACDIHookPath)
+	return s, nil
+}
+
+// hostPaths rewrites the paths nvcdi found into the host paths the runtime
+// needs.
+func (s *nvmlSource) hostPaths(edits cdispec.ContainerEdits) (*cdispec.ContainerEdits, error) {
+	spec := &cdispec.Spec{ContainerEdits: edits}
+	if err := s.toHost.Transform(spec); err != nil {
+		return nil, fmt.Errorf("mapping driver paths to host paths: %w", err)
+	}
+	return &spec.ContainerEdits, nil
 }
 
 func (s *nvmlSource) CommonEdits(_ context.Context) (*cdispec.ContainerEdits, error) {
@@ -112,7 +136,7 @@ func (s *nvmlSource) DeviceEdits(_ context.Context, d Device) (*cdispec.Containe
 	if len(specs) != 1 {
 		return nil, fmt.Errorf("generating edits for GPU %s: got %d device specs, want 1", d.UUID, len(specs))
 	}
-	return &specs[0].ContainerEdits, nil
+	return s.hostPaths(specs[0].ContainerEdits)
 }
 
 // nvcdiLogger routes nvcdi's printf-style logging into klog. nvcdi logs

@@ -78,14 +78,15 @@ func MakeFakeDriverRoot(dir string, minors []int) error {
 // simulatedSource derives edits from a driver root laid out like
 // MakeFakeDriverRoot's, or from a real one without using NVML.
 type simulatedSource struct {
-	root string
+	roots Roots
 }
 
 // NewSimulatedSource returns an EditSource for a node without GPUs whose
-// driver root was made with MakeFakeDriverRoot. The edits reference the
-// files in the root as host paths.
-func NewSimulatedSource(driverRoot string) EditSource {
-	return &simulatedSource{root: driverRoot}
+// driver root was made with MakeFakeDriverRoot. It reads the root where this
+// process sees it and names the files by their host paths, as the NVML
+// source does.
+func NewSimulatedSource(roots Roots) EditSource {
+	return &simulatedSource{roots: roots.resolve()}
 }
 
 func (s *simulatedSource) CommonEdits(_ context.Context) (*cdispec.ContainerEdits, error) {
@@ -107,19 +108,19 @@ func (s *simulatedSource) CommonEdits(_ context.Context) (*cdispec.ContainerEdit
 
 	var libs []string
 	for _, l := range fakeLibraries {
-		m, err := filepath.Glob(filepath.Join(s.root, libDir, l+".*"))
+		m, err := filepath.Glob(filepath.Join(s.roots.ContainerDriverRoot, libDir, l+".*"))
 		if err != nil {
 			return nil, fmt.Errorf("looking for %s: %w", l, err)
 		}
 		libs = append(libs, m...)
 	}
 	if !slices.ContainsFunc(libs, func(p string) bool { return strings.HasPrefix(filepath.Base(p), "libcuda.so.") }) {
-		return nil, fmt.Errorf("no libcuda.so.* in %s", filepath.Join(s.root, libDir))
+		return nil, fmt.Errorf("no libcuda.so.* in %s", filepath.Join(s.roots.ContainerDriverRoot, libDir))
 	}
 	slices.Sort(libs)
 	for _, l := range libs {
 		edits.Mounts = append(edits.Mounts, &cdispec.Mount{
-			HostPath:      l,
+			HostPath:      s.roots.HostPath(l),
 			ContainerPath: "/" + filepath.Join(libDir, filepath.Base(l)),
 			Options:       []string{"ro", "nosuid", "nodev", "bind"},
 		})
@@ -142,17 +143,17 @@ func (s *simulatedSource) DeviceEdits(_ context.Context, d Device) (*cdispec.Con
 // stat a host path which in a simulation is not a device. A real device
 // node's own numbers take precedence over the nominal ones.
 func (s *simulatedSource) deviceNode(name string, major, minor int64) (*cdispec.DeviceNode, error) {
-	host := filepath.Join(s.root, "dev", name)
+	seen := filepath.Join(s.roots.ContainerDevRoot, "dev", name)
 	var st unix.Stat_t
-	if err := unix.Stat(host, &st); err != nil {
-		return nil, fmt.Errorf("device node %s: %w", host, err)
+	if err := unix.Stat(seen, &st); err != nil {
+		return nil, fmt.Errorf("device node %s: %w", seen, err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFCHR {
 		major, minor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
 	}
 	return &cdispec.DeviceNode{
 		Path:     containerDevPrefix + "/" + name,
-		HostPath: host,
+		HostPath: s.roots.HostPath(seen),
 		Type:     "c",
 		Major:    major,
 		Minor:    minor,

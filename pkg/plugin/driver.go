@@ -11,11 +11,13 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
@@ -67,6 +70,9 @@ type Config struct {
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
 	Profiling *ProfilingConfig
 	Metrics   *Metrics
+	// Probes, when set, answer liveness and readiness for this driver; they
+	// are made before the driver so that the HTTP server can start first.
+	Probes *Probes
 }
 
 // ProfilingConfig is what the plugin needs to profile claims.
@@ -86,21 +92,34 @@ type ProfilingConfig struct {
 type Driver struct {
 	cfg        Config
 	helper     *kubeletplugin.Helper
+	slices     slicePublisher
 	checkpoint *checkpoint.Store
 	recorder   record.EventRecorder
 	broadcast  record.EventBroadcaster
 	metrics    *Metrics
+	clock      clock.WithTicker
+	// apiBackoff paces the retries of API calls that start-up waits for.
+	apiBackoff wait.Backoff
 
 	// mu serialises prepare and unprepare: the exclusivity check and the
 	// checkpoint write that claims a device must be one step.
-	mu sync.Mutex
+	mu timedMutex
 	// devices are the node's GPUs by device name, as last discovered.
 	devicesMu sync.RWMutex
 	devices   map[string]gpu.Device
 	sysfs     fs.ReadLinkFS
 	unhealthy map[string]unhealthy
+	// publishMu makes building the slice's devices and publishing them one
+	// step, so that a rediscovery cannot publish taints older than those a
+	// health event published in between. It guards published.
+	publishMu sync.Mutex
 	published []resourceapi.Device
+	// taintCheck is set while a read-back of published taints runs, and for
+	// good once it reached a verdict.
+	taintCheck         atomic.Bool
+	taintCheckInterval time.Duration
 
+	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
 	// staleSince records when each prepared claim was first seen missing
 	// from the API.
@@ -140,7 +159,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: register with the kubelet: %w", err)
 	}
-	d.helper = helper
+	d.helper, d.slices = helper, helper
 	if err := d.publish(ctx); err != nil {
 		helper.Stop()
 		return nil, err
@@ -155,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Health != nil {
 		go d.watchHealth(ctx)
 	}
-	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.published), "preparedClaims", len(d.checkpoint.List()))
+	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
 
@@ -168,16 +187,15 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{}}
+	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, taintCheckInterval: 2 * time.Second}
+	d.mu.clock = d.clock
+	if cfg.Probes != nil {
+		cfg.Probes.driver.Store(d)
+	}
 	d.broadcast = record.NewBroadcaster(record.WithContext(ctx))
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
-
-	devices, sysfs, err := d.discover(ctx)
-	if err != nil {
-		return nil, err
-	}
-	d.setDevices(devices, sysfs)
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{})
 	if err != nil {
@@ -185,10 +203,24 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.checkpoint = store
 	d.reportRecovery(ctx, recovered)
-	if recovered.Corruption != nil {
-		d.adoptSpecs(ctx)
+	// Taints first: a GPU tainted before a restart stays tainted, and one
+	// that cannot be read now is tainted on top.
+	d.restoreTaints(ctx)
+	if err := d.rediscover(ctx); err != nil {
+		return nil, err
 	}
-	if err := d.reconcile(ctx); err != nil {
+
+	keepUnowned := false
+	if err := d.adoptSpecs(ctx); err != nil {
+		// Without the API server there is no telling a lost checkpoint's
+		// running claims from orphans: keep every spec rather than break
+		// running pods' container restarts.
+		keepUnowned = true
+		logger.Error(err, "Keeping CDI specs that the checkpoint does not explain")
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointNotRebuilt",
+			"Prism kept CDI specs that its checkpoint does not explain, because their claims could not be read: %v", err)
+	}
+	if err := d.reconcile(ctx, keepUnowned); err != nil {
 		// Not fatal: a plugin that refuses to start blocks every claim on the
 		// node, while what could not be repaired here is retried by the
 		// kubelet's next prepare or unprepare of that claim.
@@ -207,27 +239,62 @@ func (d *Driver) Stop() {
 	d.broadcast.Shutdown()
 }
 
-// Ready is closed once the plugin is registered and its slice published.
-func (d *Driver) Ready() <-chan struct{} { return d.ready }
-
-func (d *Driver) discover(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error) {
+// rediscover reads the node's GPUs. A known GPU that cannot be read now is
+// kept as last seen and tainted lost; a lost GPU that reads again has
+// proved it is back and loses its taint.
+func (d *Driver) rediscover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	devices, sysfs, err := d.cfg.Inventory.Read(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("discover GPUs: %w", err)
+	var unreadable *nvml.UnreadableError
+	if err != nil && !errors.As(err, &unreadable) {
+		return fmt.Errorf("discover GPUs: %w", err)
 	}
-	return devices, sysfs, nil
-}
-
-func (d *Driver) setDevices(devices []gpu.Device, sysfs fs.ReadLinkFS) {
 	byName := make(map[string]gpu.Device, len(devices))
 	for _, dev := range devices {
 		byName[dev.Name()] = dev
 	}
+	var changes []healthChange
+	now := d.clock.Now()
 	d.devicesMu.Lock()
+	if unreadable != nil {
+		for index, readErr := range unreadable.GPUs {
+			name := gpu.Device{Index: index}.Name()
+			known, ok := d.devices[name]
+			if !ok {
+				// Never read since start-up: without its UUID it can be
+				// neither published nor allocated.
+				logger.Error(readErr, "GPU cannot be read and was not seen before; not publishing it", "device", name)
+				continue
+			}
+			byName[name] = known
+			if u, had := d.unhealthy[name]; !had || u.taint.Value != lostValue {
+				d.unhealthy[name] = unhealthy{uuid: known.UUID, taint: newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), lastEvent: now}
+				changes = append(changes, healthChange{device: name, uuid: known.UUID, tainted: true, reason: readErr.Error()})
+			}
+		}
+	}
+	for name, u := range d.unhealthy {
+		dev, read := byName[name]
+		if read && unreadable != nil {
+			_, stillUnreadable := unreadable.GPUs[dev.Index]
+			read = !stillUnreadable
+		}
+		switch {
+		case !read:
+		case u.uuid != "" && dev.UUID != u.uuid:
+			// Another GPU now has this name: the taint was the old one's.
+			delete(d.unhealthy, name)
+			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: "replaced by GPU " + dev.UUID})
+		case u.taint.Value == lostValue:
+			delete(d.unhealthy, name)
+			changes = append(changes, healthChange{device: name, uuid: dev.UUID, reason: "NVML reads it again"})
+		}
+	}
 	d.devices, d.sysfs = byName, sysfs
 	d.devicesMu.Unlock()
+	d.reportHealthChanges(ctx, changes)
+	return nil
 }
-
 func (d *Driver) device(name string) (gpu.Device, bool) {
 	d.devicesMu.RLock()
 	defer d.devicesMu.RUnlock()
@@ -238,28 +305,48 @@ func (d *Driver) device(name string) (gpu.Device, bool) {
 // publish hands the node's pool to the helper's ResourceSlice controller. An
 // empty pool is still published, so that the scheduler sees the node has none.
 func (d *Driver) publish(ctx context.Context) error {
-	resourceDevices, err := d.resourceDevices(ctx)
-	if err != nil {
-		return fmt.Errorf("build ResourceSlice devices: %w", err)
-	}
-	return d.publishDevices(ctx, resourceDevices)
+	_, err := d.publishIfChanged(ctx, true)
+	return err
 }
 
-// publishDevices publishes devices already built by resourceDevices.
-func (d *Driver) publishDevices(ctx context.Context, resourceDevices []resourceapi.Device) error {
-	if resourceDevices == nil {
-		resourceDevices = []resourceapi.Device{}
+// publishIfChanged publishes the devices as they are now, unless always is
+// false and they are what was last published. It reports whether it
+// published.
+func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error) {
+	d.publishMu.Lock()
+	defer d.publishMu.Unlock()
+	resourceDevices, err := d.resourceDevices(ctx)
+	if err != nil {
+		return false, fmt.Errorf("build ResourceSlice devices: %w", err)
 	}
-	err := d.helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+	if !always && reflect.DeepEqual(resourceDevices, d.published) {
+		return false, nil
+	}
+	err = d.slices.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
 		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: resourceDevices}}},
 	}})
 	if err != nil {
-		return fmt.Errorf("publish ResourceSlice: %w", err)
+		return false, fmt.Errorf("publish ResourceSlice: %w", err)
 	}
 	d.published = resourceDevices
 	d.metrics.publishedDevices.Set(float64(len(resourceDevices)))
 	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(resourceDevices))
-	return nil
+	if hasTaints(resourceDevices) {
+		go d.checkTaintsKept(ctx, resourceDevices)
+	}
+	return true, nil
+}
+
+func (d *Driver) publishedDevices() []resourceapi.Device {
+	d.publishMu.Lock()
+	defer d.publishMu.Unlock()
+	return d.published
+}
+
+// slicePublisher is the part of the kubelet plugin helper that publishes
+// ResourceSlices; tests stand in for it.
+type slicePublisher interface {
+	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
 }
 
 // resourceDevices renders the known GPUs as slice devices, sorted by index.
@@ -280,6 +367,9 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 	if err != nil {
 		return nil, err
 	}
+	if out == nil {
+		out = []resourceapi.Device{}
+	}
 	for i := range out {
 		if t, ok := taints[out[i].Name]; ok {
 			out[i].Taints = []resourceapi.DeviceTaint{t}
@@ -292,41 +382,28 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 // off the bus, a driver upgrade, or an edited simulated fleet.
 func (d *Driver) rediscoverLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	ticker := time.NewTicker(d.cfg.RediscoverInterval)
+	ticker := d.clock.NewTicker(d.cfg.RediscoverInterval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
-		devices, sysfs, err := d.discover(ctx)
-		if err != nil {
+		if err := d.rediscover(ctx); err != nil {
 			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
 			continue
 		}
-		d.setDevices(devices, sysfs)
-		previous := d.published
-		resourceDevices, err := d.resourceDevices(ctx)
+		before := len(d.publishedDevices())
+		published, err := d.publishIfChanged(ctx, false)
 		if err != nil {
-			logger.Error(err, "Building ResourceSlice devices")
-			continue
-		}
-		if reflect.DeepEqual(nonNil(resourceDevices), nonNil(previous)) {
-			continue
-		}
-		logger.Info("GPUs changed, republishing", "before", len(previous), "after", len(resourceDevices))
-		if err := d.publishDevices(ctx, resourceDevices); err != nil {
 			logger.Error(err, "Republishing")
+			continue
+		}
+		if published {
+			logger.Info("GPUs changed, republished", "before", before, "after", len(d.publishedDevices()))
 		}
 	}
-}
-
-func nonNil(devs []resourceapi.Device) []resourceapi.Device {
-	if devs == nil {
-		return []resourceapi.Device{}
-	}
-	return devs
 }
 
 // nodeRef is the object events about the plugin's own state are attached to.

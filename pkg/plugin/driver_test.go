@@ -3,8 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"github.com/prismgpu/prism/pkg/profiling"
-	corev1 "k8s.io/api/core/v1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,24 +10,36 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 const testNode = "node-a"
 
 // newTestDriver runs a driver on a simulated fleet without a kubelet.
 func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
+	t.Helper()
+	return newTestDriverWith(t, fleetFile, stateDir, nil)
+}
+
+// newTestDriverWith is newTestDriver with a chance to change the Config,
+// for example its client or inventory, before the driver starts.
+func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(*Config)) *Driver {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	inventory := nvml.NewFleetInventory(filepath.Join("..", "..", "demo", "fleets", fleetFile), testNode)
@@ -38,16 +48,63 @@ func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
 	if err := cdi.MakeFakeDriverRoot(root, minors); err != nil {
 		t.Fatal(err)
 	}
-	writer, err := cdi.NewWriter(cdi.Options{Root: filepath.Join(stateDir, "cdi"), Source: cdi.NewSimulatedSource(root)})
+	writer, err := cdi.NewWriter(cdi.Options{Root: filepath.Join(stateDir, "cdi"), Source: cdi.NewSimulatedSource(cdi.Roots{DriverRoot: root})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDriver(ctx, Config{NodeName: testNode, KubeClient: fake.NewClientset(), Inventory: inventory, CDI: writer, StateDir: stateDir})
+	cfg := Config{NodeName: testNode, KubeClient: fake.NewClientset(), Inventory: inventory, CDI: writer, StateDir: stateDir}
+	if configure != nil {
+		configure(&cfg)
+	}
+	d, err := newDriver(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.slices = &recordingPublisher{}
 	t.Cleanup(d.broadcast.Shutdown)
 	return d
+}
+
+// recordingPublisher stands in for the helper's ResourceSlice controller.
+type recordingPublisher struct {
+	mu   sync.Mutex
+	last []resourceapi.Device
+}
+
+func (p *recordingPublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = r.Pools[testNode].Slices[0].Devices
+	return nil
+}
+
+func (p *recordingPublisher) devices() []resourceapi.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// waitForEvent waits until an event with this reason was recorded.
+func waitForEvent(t testing.TB, client kubernetes.Interface, reason string) corev1.Event {
+	t.Helper()
+	var found corev1.Event
+	err := wait.PollUntilContextCancel(t.Context(), 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == reason {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no %s event: %v", reason, err)
+	}
+	return found
 }
 
 // allocatedClaim is a claim allocated the named devices of testNode.
@@ -165,7 +222,7 @@ func TestRestartRollsBackInterruptedPrepareAndRemovesOrphans(t *testing.T) {
 	d := newTestDriver(t, "t4-2.yaml", dir)
 	prepare(t, d, allocatedClaim("done", []string{"gpu-0"}))
 	// A prepare interrupted after its first phase, and a spec nobody owns.
-	planned, err := d.plan(allocatedClaim("half", []string{"gpu-1"}))
+	planned, err := d.plan(context.Background(), allocatedClaim("half", []string{"gpu-1"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 )
 
@@ -31,7 +32,8 @@ type HealthConfig struct {
 	// not the GPU's, and taint nothing.
 	IgnoredXIDs map[uint64]bool
 	// RecoverAfter is how long a GPU must go without a new fatal event
-	// before its taint is removed.
+	// before its taint is removed. A lost GPU's taint is not: it is lifted
+	// only when NVML reads the GPU again.
 	RecoverAfter time.Duration
 }
 
@@ -41,10 +43,31 @@ type HealthConfig struct {
 // context switch timeout.
 var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 
+// lostValue is the taint value of a GPU that is gone: fallen off the bus
+// (Xid 79) or no longer readable through NVML. Pods on it cannot make
+// progress, so it is NoExecute, and it is lifted only when NVML reads the
+// GPU again, never by a quiet period: a dead GPU raises no further events.
+const lostValue = "gpu-lost"
+
 // unhealthy is a GPU's current taint.
 type unhealthy struct {
+	// uuid is the GPU the taint is about, so that it is not carried over to
+	// another GPU that later gets the same device name.
+	uuid      string
 	taint     resourceapi.DeviceTaint
 	lastEvent time.Time
+}
+
+func newTaint(value string, effect resourceapi.DeviceTaintEffect, now time.Time) resourceapi.DeviceTaint {
+	return resourceapi.DeviceTaint{Key: TaintKey, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: now.Truncate(time.Second)}}
+}
+
+// healthChange is a taint added or removed, to be logged, announced and
+// persisted.
+type healthChange struct {
+	device, uuid string
+	tainted      bool
+	reason       string
 }
 
 func (d *Driver) watchHealth(ctx context.Context) {
@@ -55,7 +78,7 @@ func (d *Driver) watchHealth(ctx context.Context) {
 			logger.Error(err, "GPU health is not watched")
 		}
 	}()
-	recheck := time.NewTicker(max(d.cfg.Health.RecoverAfter/4, 100*time.Millisecond))
+	recheck := d.clock.NewTicker(max(d.cfg.Health.RecoverAfter/4, 100*time.Millisecond))
 	defer recheck.Stop()
 	for {
 		select {
@@ -63,7 +86,7 @@ func (d *Driver) watchHealth(ctx context.Context) {
 			return
 		case ev := <-events:
 			d.handleHealthEvent(ctx, ev)
-		case <-recheck.C:
+		case <-recheck.C():
 			d.recoverQuietGPUs(ctx)
 		}
 	}
@@ -82,16 +105,16 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	}
 	effect, value := resourceapi.DeviceTaintEffectNoSchedule, "xid-"+strconv.FormatUint(ev.XID, 10)
 	if ev.XID == nvml.XIDGPULost {
-		// Pods on a GPU that is gone cannot make progress: evict them.
-		effect, value = resourceapi.DeviceTaintEffectNoExecute, "gpu-lost"
+		effect, value = resourceapi.DeviceTaintEffectNoExecute, lostValue
 	}
-	now := time.Now()
+	now := d.clock.Now()
 	d.devicesMu.Lock()
 	prev, had := d.unhealthy[name]
-	d.unhealthy[name] = unhealthy{
-		taint:     resourceapi.DeviceTaint{Key: TaintKey, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: now.Truncate(time.Second)}},
-		lastEvent: now,
+	if had && prev.taint.Value == lostValue && value != lostValue {
+		// A lost GPU stays lost; a later Xid must not weaken its taint.
+		effect, value = prev.taint.Effect, prev.taint.Value
 	}
+	d.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now}
 	d.devicesMu.Unlock()
 	d.metrics.healthEvents.WithLabelValues("fatal").Inc()
 	if had && prev.taint.Value == value {
@@ -99,32 +122,90 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	}
 	logger.Info("GPU unhealthy, tainting it", "device", name, "xid", ev.XID, "effect", effect)
 	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) reported Xid %d; tainted %s=%s:%s", name, ev.UUID, ev.XID, TaintKey, value, effect)
+	d.saveTaints(ctx)
 	d.republish(ctx)
 }
 
+// recoverQuietGPUs lifts the NoSchedule taints of GPUs that raised no
+// fatal event for RecoverAfter. Lost GPUs are left to rediscover.
 func (d *Driver) recoverQuietGPUs(ctx context.Context) {
-	var recovered []string
+	var changes []healthChange
+	now := d.clock.Now()
 	d.devicesMu.Lock()
 	for name, u := range d.unhealthy {
-		if time.Since(u.lastEvent) >= d.cfg.Health.RecoverAfter {
+		if u.taint.Value != lostValue && now.Sub(u.lastEvent) >= d.cfg.Health.RecoverAfter {
 			delete(d.unhealthy, name)
-			recovered = append(recovered, name)
+			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: fmt.Sprintf("no fatal event for %s", d.cfg.Health.RecoverAfter)})
 		}
 	}
 	d.devicesMu.Unlock()
-	for _, name := range recovered {
-		klog.FromContext(ctx).Info("GPU quiet again, removing its taint", "device", name)
-		d.metrics.healthEvents.WithLabelValues("recovered").Inc()
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "GPURecovered", "GPU %s reported no fatal event for %s; taint removed", name, d.cfg.Health.RecoverAfter)
-	}
-	if len(recovered) > 0 {
+	if len(changes) > 0 {
+		d.reportHealthChanges(ctx, changes)
 		d.republish(ctx)
 	}
+}
+
+// reportHealthChanges logs and announces taints that rediscovery or the
+// quiet period changed, and persists the result.
+func (d *Driver) reportHealthChanges(ctx context.Context, changes []healthChange) {
+	if len(changes) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	for _, c := range changes {
+		if c.tainted {
+			logger.Info("GPU cannot be read, tainting it lost", "device", c.device, "uuid", c.uuid, "reason", c.reason)
+			d.metrics.healthEvents.WithLabelValues("unreadable").Inc()
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, c.uuid, c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
+			continue
+		}
+		logger.Info("GPU healthy again, removing its taint", "device", c.device, "uuid", c.uuid, "reason", c.reason)
+		d.metrics.healthEvents.WithLabelValues("recovered").Inc()
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, c.uuid, c.reason)
+	}
+	d.saveTaints(ctx)
 }
 
 func (d *Driver) republish(ctx context.Context) {
 	if err := d.publish(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Republishing after a health change")
+	}
+}
+
+// saveTaints records the current taints in the checkpoint, so that a
+// restart does not offer a faulty GPU again.
+func (d *Driver) saveTaints(ctx context.Context) {
+	err := d.exclusive(ctx, func() error {
+		d.devicesMu.RLock()
+		taints := make(map[string]checkpoint.Taint, len(d.unhealthy))
+		for name, u := range d.unhealthy {
+			taints[name] = checkpoint.Taint{UUID: u.uuid, Key: u.taint.Key, Value: u.taint.Value, Effect: string(u.taint.Effect), TimeAdded: u.taint.TimeAdded.Time}
+		}
+		d.devicesMu.RUnlock()
+		return d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+			data.Taints = taints
+			return nil
+		})
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Recording GPU taints; a restart would offer the GPUs again")
+	}
+}
+
+// restoreTaints takes up the taints of the previous run. Each counts as
+// fresh for the quiet period: the plugin cannot know whether the GPU
+// raised events while it was down.
+func (d *Driver) restoreTaints(ctx context.Context) {
+	now := d.clock.Now()
+	d.devicesMu.Lock()
+	defer d.devicesMu.Unlock()
+	for name, t := range d.checkpoint.Taints() {
+		d.unhealthy[name] = unhealthy{
+			uuid:      t.UUID,
+			taint:     resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect), TimeAdded: &metav1.Time{Time: t.TimeAdded}},
+			lastEvent: now,
+		}
+		klog.FromContext(ctx).Info("GPU still tainted from before the restart", "device", name, "uuid", t.UUID, "taint", t.Value, "effect", t.Effect)
 	}
 }
 

@@ -54,7 +54,7 @@ func NewMetrics() *Metrics {
 		}, []string{"kind"}),
 		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "gpu_health_events_total",
-			Help: "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, recoveries.",
+			Help: "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, GPUs NVML could not read, recoveries.",
 		}, []string{"kind"}),
 	}
 	m.Registry.MustRegister(m.healthEvents, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,

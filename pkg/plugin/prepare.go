@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -79,7 +80,7 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 		return kubeletDevices(prev), nil
 	}
 
-	planned, err := d.plan(claim)
+	planned, err := d.plan(ctx, claim)
 	if err != nil {
 		d.metrics.claimErrors.WithLabelValues("prepare", "invalid").Inc()
 		return nil, err
@@ -231,7 +232,7 @@ func (d *Driver) forget(ctx context.Context, uid string) error {
 
 // plan turns the claim's allocation on this node into the checkpoint record
 // that prepare will write, validating its configuration on the way.
-func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error) {
+func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, error) {
 	rec := checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
 	if claim.Status.Allocation == nil {
 		return rec, errors.New("claim is not allocated")
@@ -296,7 +297,15 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 				"Running unprofiled on node %s: %v", d.cfg.NodeName, unavailable)
 			break
 		}
-		d.warnIfProfilingForbidden(claim)
+		// ncu serialises kernels and reads counters of the whole GPU: on a
+		// shared GPU it would slow the other tenants and measure their work.
+		if shared, how := sharedDevice(rec.Devices); shared != "" {
+			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-refused-shared").Inc()
+			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingRefusedSharedGPU",
+				"Running unprofiled on node %s: device %s is allocated for sharing (%s), and profiling would slow down and measure the other workloads on it", d.cfg.NodeName, shared, how)
+			break
+		}
+		d.warnIfProfilingForbidden(ctx, claim)
 		raw, err := json.Marshal(cfg.Profiling)
 		if err != nil {
 			return rec, err
@@ -310,6 +319,34 @@ func (d *Driver) plan(claim *resourceapi.ResourceClaim) (checkpoint.Claim, error
 		break
 	}
 	return rec, nil
+}
+
+// sharedDevice names a device of the claim that other workloads may use at
+// the same time, and how: a memory share, or a GPU set up for time-slicing.
+func sharedDevice(devices []checkpoint.Device) (name, how string) {
+	for _, dev := range devices {
+		switch {
+		case dev.ShareID != "":
+			return dev.Name, "a memory share"
+		case dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing):
+			return dev.Name, "time-slicing"
+		}
+	}
+	return "", ""
+}
+
+// apiCallTimeout bounds an API call made under the driver lock, so that a
+// slow API server delays one claim rather than every claim on the node.
+const apiCallTimeout = 10 * time.Second
+
+func (d *Driver) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
+	pod, err := d.cfg.KubeClient.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return pod, nil
 }
 
 // checkExclusive refuses a device that another claim holds whole, and a

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -99,7 +98,7 @@ func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir s
 // than after a failed one, that ncu will fail with ERR_NVGPUCTRPERM: the
 // driver restricts the counters and no container of the pod may read them.
 // Prepare still proceeds; the workload runs, only unprofiled.
-func (d *Driver) warnIfProfilingForbidden(claim *resourceapi.ResourceClaim) {
+func (d *Driver) warnIfProfilingForbidden(ctx context.Context, claim *resourceapi.ResourceClaim) {
 	procRoot := d.cfg.Profiling.ProcRoot
 	if procRoot == "" {
 		return
@@ -112,8 +111,16 @@ func (d *Driver) warnIfProfilingForbidden(claim *resourceapi.ResourceClaim) {
 		if ref.Resource != "pods" {
 			continue
 		}
-		pod, err := d.cfg.KubeClient.CoreV1().Pods(claim.Namespace).Get(context.Background(), ref.Name, metav1.GetOptions{})
-		if err != nil || profiling.PodMayProfile(pod) {
+		pod, err := d.getPod(ctx, claim.Namespace, ref.Name)
+		if err != nil {
+			// A 403 here is a chart without "pods get": say so, or the
+			// warning silently never comes.
+			klog.FromContext(ctx).Error(err, "Cannot check whether the profiled pod may read GPU counters", "pod", klog.KRef(claim.Namespace, ref.Name))
+			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingPermissionUnknown",
+				"Could not check whether pod %s may read GPU performance counters on node %s: %v", ref.Name, d.cfg.NodeName, err)
+			continue
+		}
+		if profiling.PodMayProfile(pod) {
 			continue
 		}
 		d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingNotPermitted",

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
@@ -16,8 +18,9 @@ import (
 // restart: a claim whose prepare never completed is rolled back (the kubelet
 // retries it and gets the same IDs), a completed claim whose spec is missing
 // gets it rewritten, and a spec that no claim owns is removed, so no device
-// stays blocked by an orphan.
-func (d *Driver) reconcile(ctx context.Context) error {
+// stays blocked by an orphan, unless keepUnowned says the owners could not
+// be looked up.
+func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	onDisk, err := d.cfg.CDI.ListClaimSpecs(ctx)
@@ -60,6 +63,10 @@ func (d *Driver) reconcile(ctx context.Context) error {
 		if owned[uid] {
 			continue
 		}
+		if keepUnowned {
+			logger.Info("Keeping a CDI spec the checkpoint does not explain", "uid", uid)
+			continue
+		}
 		logger.Info("Removing orphaned CDI spec", "uid", uid)
 		if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
 			errs = append(errs, err)
@@ -71,34 +78,58 @@ func (d *Driver) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// defaultAPIBackoff waits about a minute in all for the API server: long
+// enough for a control plane restarting with the node, short enough that the
+// startup probe is not exhausted.
+var defaultAPIBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: 6}
+
 // adoptSpecs rebuilds the records of a lost checkpoint from what survived
 // it: each CDI spec names its claim's UID, and the claim in the API server
 // says which devices and configuration it was prepared with. Adopting the
 // specs rather than deleting them keeps running pods' containers able to
 // restart and keeps their GPUs guarded. Specs whose claim is gone are left
-// to reconcile, which removes them as orphans.
-func (d *Driver) adoptSpecs(ctx context.Context) {
+// to reconcile, which removes them as orphans. An error means the claims
+// could not be read, and the specs' fate is unknown.
+func (d *Driver) adoptSpecs(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	onDisk, err := d.cfg.CDI.ListClaimSpecs(ctx)
-	if err != nil || len(onDisk) == 0 {
-		return
-	}
-	claims, err := d.cfg.KubeClient.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		logger.Error(err, "Listing claims to rebuild the lost checkpoint; their CDI specs will be removed")
-		return
+		return fmt.Errorf("list CDI specs: %w", err)
+	}
+	var unowned []string
+	for _, uid := range onDisk {
+		if _, ok := d.checkpoint.Get(uid); !ok {
+			unowned = append(unowned, uid)
+		}
+	}
+	if len(unowned) == 0 {
+		return nil
+	}
+	var claims *resourceapi.ResourceClaimList
+	attempt := 0
+	err = wait.ExponentialBackoffWithContext(ctx, d.apiBackoff, func(ctx context.Context) (bool, error) {
+		attempt++
+		claims, err = d.cfg.KubeClient.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			logger.Info("Waiting for the API server to rebuild the checkpoint from CDI specs", "attempt", attempt, "specs", len(unowned), "err", err.Error())
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("list claims of %d CDI specs after %d attempts: %w", len(unowned), attempt, err)
 	}
 	byUID := map[string]*resourceapi.ResourceClaim{}
 	for i := range claims.Items {
 		byUID[string(claims.Items[i].UID)] = &claims.Items[i]
 	}
 	err = d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
-		for _, uid := range onDisk {
+		for _, uid := range unowned {
 			claim, ok := byUID[uid]
 			if !ok {
 				continue
 			}
-			rec, err := d.plan(claim)
+			rec, err := d.plan(ctx, claim)
 			if err != nil {
 				logger.Info("Not adopting a CDI spec", "claim", klog.KObj(claim), "reason", err.Error())
 				continue
@@ -111,6 +142,7 @@ func (d *Driver) adoptSpecs(ctx context.Context) {
 		return nil
 	})
 	if err != nil {
-		logger.Error(err, "Recording adopted claims")
+		return fmt.Errorf("record adopted claims: %w", err)
 	}
+	return nil
 }

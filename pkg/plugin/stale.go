@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // collectStaleLoop releases claims whose ResourceClaim no longer exists. The
@@ -17,13 +18,13 @@ import (
 // the kubelet restarts is cleaned up as an orphan without NodeUnprepareResources,
 // and the device would stay blocked on this node for good.
 func (d *Driver) collectStaleLoop(ctx context.Context, interval, grace time.Duration) {
-	ticker := time.NewTicker(interval)
+	ticker := d.clock.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 		}
 		d.collectStale(ctx, grace)
 	}
@@ -47,16 +48,11 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 		// A claim must look stale for a while before it is released, so that
 		// an API server restored from backup or a lagging cache cannot make
 		// the plugin pull a device from under a running pod.
-		first, _ := d.staleSince.LoadOrStore(c.UID, time.Now())
-		if time.Since(first.(time.Time)) < grace {
+		first, _ := d.staleSince.LoadOrStore(c.UID, d.clock.Now())
+		if d.clock.Since(first.(time.Time)) < grace {
 			continue
 		}
-		d.mu.Lock()
-		err = d.cfg.CDI.RemoveClaimSpec(ctx, c.UID)
-		if err == nil {
-			err = d.forget(ctx, c.UID)
-		}
-		d.mu.Unlock()
+		err = d.releaseStale(ctx, c)
 		if err != nil {
 			logger.Error(err, "Releasing a stale claim", "claim", c.Namespace+"/"+c.Name)
 			continue
@@ -68,6 +64,30 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 			"Released devices of claim %s/%s (uid %s): the claim no longer exists and the kubelet never unprepared it", c.Namespace, c.Name, c.UID)
 		d.updateGauges()
 	}
+}
+
+// releaseStale undoes what prepare did for a claim the kubelet will never
+// unprepare. Its report directory is discarded: nobody is left to publish
+// it to.
+func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
+	return d.exclusive(ctx, func() error {
+		rec, ok := d.checkpoint.Get(c.UID)
+		if !ok {
+			return nil // the other instance of a rolling update released it
+		}
+		if err := d.cfg.CDI.RemoveClaimSpec(ctx, c.UID); err != nil {
+			return err
+		}
+		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, c.UID)); err != nil {
+			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
+		}
+		if rec.Profiling != nil && d.cfg.Profiling != nil {
+			if err := profiling.DiscardClaimDir(d.cfg.Profiling.Options.StateDir, c.UID); err != nil {
+				klog.FromContext(ctx).Error(err, "Removing the report directory of a stale claim")
+			}
+		}
+		return d.forget(ctx, c.UID)
+	})
 }
 
 // isStale reports whether the claim is gone from the API: deleted, or

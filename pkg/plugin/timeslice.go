@@ -3,7 +3,9 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -25,8 +27,31 @@ var nvidiaSMITimeSlice = map[gpuv1alpha1.TimeSliceInterval]string{
 	gpuv1alpha1.LongTimeSlice:    "3",
 }
 
-// NvidiaSMI sets time slices with the nvidia-smi at Path.
-type NvidiaSMI struct{ Path string }
+// NvidiaSMI sets time slices with the nvidia-smi of a driver root.
+type NvidiaSMI struct {
+	Path string
+	// LibraryDirs are searched for libnvidia-ml first: the plugin's image
+	// has no driver libraries of its own, and the driver root's are not on
+	// its loader's path.
+	LibraryDirs []string
+}
+
+// driverLibraryDirs are where driver packages and the GPU operator's driver
+// container install libnvidia-ml, relative to the driver root.
+var driverLibraryDirs = []string{"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib"}
+
+// NewNvidiaSMI uses <driverRoot>/usr/bin/nvidia-smi with the driver root's
+// directories that hold libnvidia-ml.so.1.
+func NewNvidiaSMI(driverRoot string) NvidiaSMI {
+	n := NvidiaSMI{Path: filepath.Join(driverRoot, "usr", "bin", "nvidia-smi")}
+	for _, dir := range driverLibraryDirs {
+		dir = filepath.Join(driverRoot, dir)
+		if _, err := os.Stat(filepath.Join(dir, "libnvidia-ml.so.1")); err == nil {
+			n.LibraryDirs = append(n.LibraryDirs, dir)
+		}
+	}
+	return n
+}
 
 // SetTimeSlice runs nvidia-smi compute-policy for one GPU.
 func (n NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval gpuv1alpha1.TimeSliceInterval) error {
@@ -34,7 +59,15 @@ func (n NvidiaSMI) SetTimeSlice(ctx context.Context, uuid string, interval gpuv1
 	if !ok {
 		return fmt.Errorf("unknown time slice %q", interval)
 	}
-	out, err := exec.CommandContext(ctx, n.Path, "compute-policy", "-i", uuid, "--set-timeslice="+value).CombinedOutput()
+	cmd := exec.CommandContext(ctx, n.Path, "compute-policy", "-i", uuid, "--set-timeslice="+value)
+	if len(n.LibraryDirs) > 0 {
+		path := strings.Join(n.LibraryDirs, ":")
+		if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
+			path += ":" + prev
+		}
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+path)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("set time slice %s on %s: %w: %s", interval, uuid, err, strings.TrimSpace(string(out)))
 	}

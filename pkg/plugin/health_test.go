@@ -1,0 +1,239 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/pkg/gpu"
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+)
+
+// flakyInventory is a fleet whose GPUs can be made unreadable, as NVML
+// answers for a GPU that fell off the bus.
+type flakyInventory struct {
+	fleet nvml.Inventory
+	mu    sync.Mutex
+	lost  map[int]bool
+}
+
+func newFlakyInventory(fleetFile string) *flakyInventory {
+	return &flakyInventory{fleet: nvml.NewFleetInventory(filepath.Join("..", "..", "demo", "fleets", fleetFile), testNode), lost: map[int]bool{}}
+}
+
+func (f *flakyInventory) setLost(index int, lost bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost[index] = lost
+}
+
+func (f *flakyInventory) Read(ctx context.Context) ([]gpu.Device, fs.ReadLinkFS, error) {
+	devices, sysfs, err := f.fleet.Read(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var readable []gpu.Device
+	unreadable := &nvml.UnreadableError{GPUs: map[int]error{}}
+	for _, d := range devices {
+		if f.lost[d.Index] {
+			unreadable.GPUs[d.Index] = errors.New("getting UUID: GPU is lost")
+			continue
+		}
+		readable = append(readable, d)
+	}
+	if len(unreadable.GPUs) > 0 {
+		return readable, sysfs, unreadable
+	}
+	return readable, sysfs, nil
+}
+
+func taintOf(devices []resourceapi.Device, name string) *resourceapi.DeviceTaint {
+	for _, d := range devices {
+		if d.Name == name && len(d.Taints) > 0 {
+			return &d.Taints[0]
+		}
+	}
+	return nil
+}
+
+func healthDriver(t *testing.T, dir string, inventory nvml.Inventory) (*Driver, *clocktesting.FakeClock) {
+	t.Helper()
+	d := newTestDriverWith(t, "t4-2.yaml", dir, func(c *Config) {
+		if inventory != nil {
+			c.Inventory = inventory
+		}
+		c.Health = &HealthConfig{RecoverAfter: time.Minute, IgnoredXIDs: map[uint64]bool{13: true}}
+	})
+	clock := clocktesting.NewFakeClock(time.Now())
+	d.clock = clock
+	d.mu.clock = clock
+	return d, clock
+}
+
+func uuidOf(t *testing.T, d *Driver, name string) string {
+	t.Helper()
+	g, ok := d.device(name)
+	if !ok {
+		t.Fatalf("no device %s", name)
+	}
+	return g.UUID
+}
+
+// TestLostGPUStaysTaintedUntilNVMLReadsIt: a quiet period lifts an Xid's
+// NoSchedule taint but not gpu-lost, which only a successful read lifts.
+func TestLostGPUStaysTaintedUntilNVMLReadsIt(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	inventory := newFlakyInventory("t4-2.yaml")
+	d, clock := healthDriver(t, t.TempDir(), inventory)
+	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: nvml.XIDGPULost})
+	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+	published := d.slices.(*recordingPublisher)
+	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue || taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
+		t.Fatalf("gpu-0 taint %+v, want %s NoExecute", taint, lostValue)
+	}
+
+	clock.Step(time.Hour)
+	d.recoverQuietGPUs(ctx)
+	if taint := taintOf(published.devices(), "gpu-1"); taint != nil {
+		t.Errorf("gpu-1's Xid 48 taint outlived the quiet period: %+v", taint)
+	}
+	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue {
+		t.Fatalf("the quiet period lifted gpu-lost: %+v", taint)
+	}
+
+	inventory.setLost(0, true)
+	if err := d.rediscover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.republish(ctx)
+	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue {
+		t.Fatalf("gpu-0 untainted while NVML cannot read it: %+v", taint)
+	}
+
+	inventory.setLost(0, false)
+	if err := d.rediscover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.republish(ctx)
+	if taint := taintOf(published.devices(), "gpu-0"); taint != nil {
+		t.Errorf("gpu-0 still tainted after NVML read it again: %+v", taint)
+	}
+}
+
+// TestUnreadableGPUIsTaintedAndTheRestPublished: a GPU NVML stops reading
+// does not fail discovery; it stays published, tainted lost.
+func TestUnreadableGPUIsTaintedAndTheRestPublished(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	inventory := newFlakyInventory("t4-2.yaml")
+	d, _ := healthDriver(t, t.TempDir(), inventory)
+	inventory.setLost(1, true)
+	if err := d.rediscover(ctx); err != nil {
+		t.Fatalf("one unreadable GPU failed discovery: %v", err)
+	}
+	d.republish(ctx)
+	devices := d.slices.(*recordingPublisher).devices()
+	if len(devices) != 2 {
+		t.Fatalf("published %d devices, want both", len(devices))
+	}
+	if taint := taintOf(devices, "gpu-1"); taint == nil || taint.Value != lostValue || taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
+		t.Errorf("unreadable gpu-1 taint %+v, want %s NoExecute", taint, lostValue)
+	}
+	if taint := taintOf(devices, "gpu-0"); taint != nil {
+		t.Errorf("readable gpu-0 tainted: %+v", taint)
+	}
+	waitForEvent(t, d.cfg.KubeClient, "GPUUnhealthy")
+}
+
+// TestTaintsSurviveARestart: a restarted plugin (or one killed for memory)
+// publishes the GPUs it had tainted still tainted.
+func TestTaintsSurviveARestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	d, _ := healthDriver(t, dir, nil)
+	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+
+	restarted, _ := healthDriver(t, dir, nil)
+	restarted.republish(ctx)
+	taint := taintOf(restarted.slices.(*recordingPublisher).devices(), "gpu-1")
+	if taint == nil || taint.Value != "xid-48" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("after a restart gpu-1 is published with taint %+v, want xid-48 NoSchedule", taint)
+	}
+}
+
+// TestConcurrentPublishesKeepTheNewestTaints races health events against
+// rediscovery; whatever the interleaving, the last publication carries
+// every taint. Run with -race.
+func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d, _ := healthDriver(t, t.TempDir(), nil)
+	uuids := []string{uuidOf(t, d, "gpu-0"), uuidOf(t, d, "gpu-1")}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuids[i%2], XID: uint64(40 + i)})
+		}()
+		go func() {
+			defer wg.Done()
+			if err := d.rediscover(ctx); err != nil {
+				t.Error(err)
+			}
+			if _, err := d.publishIfChanged(ctx, false); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	want, err := d.resourceDevices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := d.slices.(*recordingPublisher).devices()
+	for _, name := range []string{"gpu-0", "gpu-1"} {
+		w, g := taintOf(want, name), taintOf(got, name)
+		if w == nil || g == nil || w.Value != g.Value {
+			t.Errorf("%s: published taint %+v, current %+v", name, g, w)
+		}
+	}
+}
+
+// TestDroppedTaintsAreReported: an API server without DRADeviceTaints keeps
+// the slice but drops its taints; the plugin says so.
+func TestDroppedTaintsAreReported(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	d, _ := healthDriver(t, t.TempDir(), nil)
+	d.taintCheckInterval = 10 * time.Millisecond
+	devices, err := d.resourceDevices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What such an API server stores: the devices without taints.
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: testNode + "-gpu"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: ptr.To(testNode),
+			Pool: resourceapi.ResourcePool{Name: testNode, ResourceSliceCount: 1}, Devices: devices},
+	}
+	if _, err := d.cfg.KubeClient.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: 48})
+	ev := waitForEvent(t, d.cfg.KubeClient, "DeviceTaintsDropped")
+	if want := fmt.Sprint([]string{"gpu-0"}); !strings.Contains(ev.Message, want) {
+		t.Errorf("event %q does not name %s", ev.Message, want)
+	}
+}

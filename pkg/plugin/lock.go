@@ -1,0 +1,82 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/utils/clock"
+)
+
+// timedMutex is the driver lock. It knows since when it is held, so that
+// the liveness check can tell a busy plugin from a hung one.
+type timedMutex struct {
+	mu    sync.Mutex
+	since atomic.Int64 // UnixNano of the current holder's Lock; 0 when free
+	clock clock.PassiveClock
+}
+
+func (m *timedMutex) Lock() {
+	m.mu.Lock()
+	m.since.Store(m.clock.Now().UnixNano())
+}
+
+func (m *timedMutex) Unlock() {
+	m.since.Store(0)
+	m.mu.Unlock()
+}
+
+// heldFor is how long the current holder has held the lock, 0 when free.
+func (m *timedMutex) heldFor() time.Duration {
+	since := m.since.Load()
+	if since == 0 {
+		return 0
+	}
+	return m.clock.Since(time.Unix(0, since))
+}
+
+// serializeLockFile is the file the kubelet plugin helper locks around each
+// kubelet call when two instances overlap in a rolling update.
+const serializeLockFile = "serialize.lock"
+
+// exclusive runs fn as the kubelet's calls run: under the driver lock,
+// ordered with the other instance's calls during a rolling update, and with
+// the checkpoint re-read first, so that work started by the plugin itself
+// never writes back a stale checkpoint.
+func (d *Driver) exclusive(ctx context.Context, fn func() error) error {
+	unlock, err := d.lockAcrossInstances()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.syncWithOtherInstance(ctx); err != nil {
+		return err
+	}
+	return fn()
+}
+
+// lockAcrossInstances takes the helper's file lock during a rolling update;
+// alone on the node there is nothing to order with.
+func (d *Driver) lockAcrossInstances() (func(), error) {
+	if d.cfg.RollingUpdatePodUID == "" || d.cfg.PluginDir == "" {
+		return func() {}, nil
+	}
+	path := filepath.Join(d.cfg.PluginDir, serializeLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	// Closing the file releases the lock.
+	return func() { f.Close() }, nil
+}

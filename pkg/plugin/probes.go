@@ -1,0 +1,73 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultStuckAfter is how long one prepare or unprepare may hold the
+// driver lock before the plugin counts as hung. The slowest legitimate
+// holder, a first nvidia-smi or nvcdi call on a busy node, takes seconds.
+const DefaultStuckAfter = 2 * time.Minute
+
+// Probes answer the kubelet's liveness and readiness checks. They exist
+// before the driver, so that the HTTP server starts first and a slow start
+// (NVML, the kubelet, the API server) is seen as starting rather than dead.
+type Probes struct {
+	// StuckAfter is how long the driver lock may be held at once before
+	// liveness fails; DefaultStuckAfter when zero.
+	StuckAfter time.Duration
+	driver     atomic.Pointer[Driver]
+}
+
+// Live fails when the driver lock has been held past StuckAfter: every
+// prepare and unprepare on the node would be waiting behind it, and only a
+// restart frees it.
+func (p *Probes) Live() error {
+	d := p.driver.Load()
+	if d == nil {
+		return nil
+	}
+	stuckAfter := p.StuckAfter
+	if stuckAfter == 0 {
+		stuckAfter = DefaultStuckAfter
+	}
+	if held := d.mu.heldFor(); held > stuckAfter {
+		return fmt.Errorf("the driver lock has been held for %s", held.Truncate(time.Second))
+	}
+	return nil
+}
+
+// Ready succeeds once the plugin is registered with the kubelet and has
+// published its slice.
+func (p *Probes) Ready() error {
+	d := p.driver.Load()
+	if d == nil {
+		return errors.New("starting")
+	}
+	select {
+	case <-d.ready:
+		return nil
+	default:
+		return errors.New("not registered and published yet")
+	}
+}
+
+// Register serves /healthz from Live and /readyz from Ready.
+func (p *Probes) Register(mux *http.ServeMux) {
+	mux.HandleFunc("/healthz", probeHandler(p.Live))
+	mux.HandleFunc("/readyz", probeHandler(p.Ready))
+}
+
+func probeHandler(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if err := check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}
+}

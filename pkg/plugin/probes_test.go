@@ -1,0 +1,54 @@
+package plugin
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func probe(t *testing.T, mux *http.ServeMux, path string) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Code
+}
+
+// TestProbes: liveness holds while the plugin starts and while the driver
+// lock changes hands, and fails once one holder keeps it past StuckAfter;
+// readiness waits for registration and publication.
+func TestProbes(t *testing.T) {
+	probes := &Probes{StuckAfter: time.Minute}
+	mux := http.NewServeMux()
+	probes.Register(mux)
+	if code := probe(t, mux, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz before the driver exists = %d, want 200", code)
+	}
+	if code := probe(t, mux, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before the driver exists = %d, want 503", code)
+	}
+
+	d, clock := healthDriver(t, t.TempDir(), nil)
+	probes.driver.Store(d)
+	if code := probe(t, mux, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before registration = %d, want 503", code)
+	}
+	close(d.ready)
+	if code := probe(t, mux, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz once published = %d, want 200", code)
+	}
+
+	d.mu.Lock()
+	clock.Step(30 * time.Second)
+	if code := probe(t, mux, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz with the lock held 30s = %d, want 200", code)
+	}
+	clock.Step(time.Minute)
+	if code := probe(t, mux, "/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz with the lock held 90s = %d, want 503", code)
+	}
+	d.mu.Unlock()
+	if code := probe(t, mux, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after the lock was released = %d, want 200", code)
+	}
+}

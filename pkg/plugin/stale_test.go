@@ -1,0 +1,140 @@
+package plugin
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/profiling"
+)
+
+// TestStaleCollectorKeepsTheOtherInstancesClaims: during a rolling update
+// the old instance releases a stale claim while the new one has prepared
+// another; the old instance's write must not drop it.
+func TestStaleCollectorKeepsTheOtherInstancesClaims(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	old := newTestDriver(t, "t4-2.yaml", dir)
+	updated := newTestDriver(t, "t4-2.yaml", dir)
+	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+
+	// Claim a is in neither instance's API: stale.
+	if r := prepare(t, old, allocatedClaim("a", []string{"gpu-0"}))["a"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := prepare(t, updated, allocatedClaim("c", []string{"gpu-1"}))["c"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	old.collectStale(ctx, 0)
+
+	reopened := newTestDriver(t, "t4-2.yaml", dir)
+	if _, ok := reopened.checkpoint.Get("c"); !ok {
+		t.Error("releasing a stale claim lost the claim the other instance prepared")
+	}
+	if _, ok := reopened.checkpoint.Get("a"); ok {
+		t.Error("the stale claim is still recorded")
+	}
+}
+
+// TestStaleReleaseUndoesEverything: a claim released because it vanished
+// from the API gets its time slice reset and its report directory removed,
+// as an unprepare would.
+func TestStaleReleaseUndoesEverything(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	d := profilingDriver(t, dir)
+	slices := &RecordedTimeSlices{}
+	d.cfg.TimeSlicer = slices
+	timeSliced := allocatedClaim("ts", []string{"gpu-1"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`))
+	profiled := allocatedClaim("prof", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
+	if r := prepare(t, d, timeSliced, profiled); r["ts"].Err != nil || r["prof"].Err != nil {
+		t.Fatal(r["ts"].Err, r["prof"].Err)
+	}
+	reportDir := profiling.ClaimDir(dir, "prof")
+	if _, err := os.Stat(reportDir); err != nil {
+		t.Fatalf("profiled claim has no report directory: %v", err)
+	}
+
+	d.collectStale(ctx, 0)
+	if left := d.checkpoint.List(); len(left) != 0 {
+		t.Fatalf("%d claims left after both vanished from the API", len(left))
+	}
+	g, _ := d.device("gpu-1")
+	if got := slices.Get(g.UUID); got != "Default" {
+		t.Errorf("time slice of gpu-1 after the stale release = %q, want Default", got)
+	}
+	if _, err := os.Lstat(reportDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("report directory of the stale claim left behind: %v", err)
+	}
+}
+
+// fastAPIBackoff retries start-up's API calls without waiting.
+func fastAPIBackoff(t *testing.T, steps int) {
+	saved := defaultAPIBackoff
+	defaultAPIBackoff = wait.Backoff{Duration: 1, Steps: steps}
+	t.Cleanup(func() { defaultAPIBackoff = saved })
+}
+
+// TestLostCheckpointWithTheAPIDownKeepsSpecs: after the checkpoint is lost,
+// the CDI specs of running pods are kept while their claims cannot be read,
+// and adopted once they can.
+func TestLostCheckpointWithTheAPIDownKeepsSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		failedLists int // before the API answers; -1 never
+		wantAdopted bool
+	}{
+		{"API down throughout", -1, false},
+		{"API back while waiting", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			fastAPIBackoff(t, 4)
+			dir := t.TempDir()
+			client := fake.NewClientset()
+			claim := allocatedClaim("running", []string{"gpu-0"})
+			if _, err := client.ResourceV1().ResourceClaims("ns").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			d := newTestDriverWith(t, "t4-2.yaml", dir, func(c *Config) { c.KubeClient = client })
+			if r := prepare(t, d, claim)["running"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, checkpoint.DefaultFileName), []byte("{garbage"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			failures := 0
+			client.PrependReactor("list", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if tc.failedLists < 0 || failures < tc.failedLists {
+					failures++
+					return true, nil, errors.New("connection refused")
+				}
+				return false, nil, nil
+			})
+			restarted := newTestDriverWith(t, "t4-2.yaml", dir, func(c *Config) { c.KubeClient = client })
+			specs, err := restarted.cfg.CDI.ListClaimSpecs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(specs) != 1 || specs[0] != "running" {
+				t.Errorf("CDI specs after the restart %v, want the running claim's", specs)
+			}
+			if _, adopted := restarted.checkpoint.Get("running"); adopted != tc.wantAdopted {
+				t.Errorf("claim adopted = %v, want %v", adopted, tc.wantAdopted)
+			}
+			if !tc.wantAdopted {
+				waitForEvent(t, client, "CheckpointNotRebuilt")
+			}
+		})
+	}
+}
