@@ -1,0 +1,348 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package chart pins what the Helm chart renders: each test runs helm
+// template with the test bed's helm and decodes the objects it checks.
+package chart
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+var repoRoot = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}()
+
+var chartDir = filepath.Join(repoRoot, "deployments", "helm", "prism")
+
+// rendered is what one helm template produced, by kind and name.
+type rendered struct {
+	daemonSets  map[string]*appsv1.DaemonSet
+	deployments map[string]*appsv1.Deployment
+	configMaps  map[string]*corev1.ConfigMap
+	validating  map[string]*admissionregistrationv1.ValidatingWebhookConfiguration
+}
+
+// render runs helm template for Kubernetes 1.34 (the chart's minimum) with
+// extra helm arguments such as --set.
+func render(t *testing.T, args ...string) rendered {
+	t.Helper()
+	dir := os.Getenv(testbed.BinDirEnv)
+	if dir == "" {
+		t.Fatalf("%s is not set: build the test bed with hack/testbed-bins.sh (make testbed) and export %s to the directory it prints", testbed.BinDirEnv, testbed.BinDirEnv)
+	}
+	helm := filepath.Join(dir, "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("no helm in %s: run hack/testbed-bins.sh: %v", dir, err)
+	}
+	cmd := exec.Command(helm, append([]string{"template", "prism", chartDir, "--namespace", "prism-system", "--kube-version", "1.34.0"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
+	}
+	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
+		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{}}
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return r
+		}
+		if err != nil {
+			t.Fatalf("split rendered chart: %v", err)
+		}
+		var meta struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatalf("decode rendered object: %v\n%s", err, doc)
+		}
+		switch meta.Kind {
+		case "DaemonSet":
+			decodeInto(t, doc, r.daemonSets)
+		case "Deployment":
+			decodeInto(t, doc, r.deployments)
+		case "ConfigMap":
+			decodeInto(t, doc, r.configMaps)
+		case "ValidatingWebhookConfiguration":
+			decodeInto(t, doc, r.validating)
+		}
+	}
+}
+
+func decodeInto[T any, PT interface {
+	*T
+	GetName() string
+}](t *testing.T, doc []byte, into map[string]PT) {
+	t.Helper()
+	obj := PT(new(T))
+	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+		t.Fatalf("decode %T: %v\n%s", obj, err, doc)
+	}
+	into[obj.GetName()] = obj
+}
+
+func (r rendered) plugin(t *testing.T) *corev1.PodSpec {
+	t.Helper()
+	ds, ok := r.daemonSets["prism-kubelet-plugin"]
+	if !ok {
+		t.Fatalf("no DaemonSet prism-kubelet-plugin rendered")
+	}
+	return &ds.Spec.Template.Spec
+}
+
+func (r rendered) controller(t *testing.T) *corev1.PodSpec {
+	t.Helper()
+	d, ok := r.deployments["prism-controller"]
+	if !ok {
+		t.Fatalf("no Deployment prism-controller rendered")
+	}
+	return &d.Spec.Template.Spec
+}
+
+func container(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Container {
+	t.Helper()
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == name {
+			return &spec.Containers[i]
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return nil
+}
+
+func httpPath(p *corev1.Probe) string {
+	if p == nil || p.HTTPGet == nil {
+		return ""
+	}
+	return p.HTTPGet.Path
+}
+
+var simulatedFleet = "simulation.fleet=" + filepath.Join(repoRoot, "demo", "fleets", "mixed.yaml")
+
+// Node Feature Discovery labels PCI devices by class and vendor by
+// default; a node with only those labels must still get the plugin.
+func TestPluginRunsOnNodesThatNodeFeatureDiscoveryLabelled(t *testing.T) {
+	terms := render(t).plugin(t).Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for _, label := range []string{
+		"nvidia.com/gpu.present",
+		"feature.node.kubernetes.io/pci-0300_10de.present",
+		"feature.node.kubernetes.io/pci-0302_10de.present",
+		"feature.node.kubernetes.io/pci-10de.present",
+	} {
+		// Terms are ORed, expressions within a term ANDed: each label
+		// must be a term of its own to select a node on its own.
+		found := false
+		for _, term := range terms {
+			if len(term.MatchExpressions) == 1 && term.MatchExpressions[0].Key == label {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no node selector term matches %s on its own; terms: %+v", label, terms)
+		}
+	}
+}
+
+func TestPriorityClass(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		// system-node-critical outside kube-system needs a ResourceQuota
+		// that allows it; some managed clusters reject it.
+		{name: "none by default", want: ""},
+		{name: "when asked for", args: []string{"--set", "kubeletPlugin.priorityClassName=system-node-critical"}, want: "system-node-critical"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := render(t, tc.args...).plugin(t).PriorityClassName; got != tc.want {
+				t.Errorf("plugin priorityClassName = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPluginWaitsForTheDriver(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantWait bool
+	}{
+		{name: "real nodes", wantWait: true},
+		{name: "driver under the GPU operator's root", args: []string{"--set", "kubeletPlugin.paths.driverRoot=/run/nvidia/driver"}, wantWait: true},
+		{name: "simulated fleets have no driver", args: []string{"--set-file", simulatedFleet}},
+		{name: "turned off", args: []string{"--set", "kubeletPlugin.driverWait.enabled=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := render(t, tc.args...).plugin(t)
+			if !tc.wantWait {
+				if len(spec.InitContainers) != 0 {
+					t.Errorf("init containers %+v, want none", spec.InitContainers)
+				}
+				return
+			}
+			if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "wait-for-driver" {
+				t.Fatalf("init containers %+v, want wait-for-driver", spec.InitContainers)
+			}
+			wait := spec.InitContainers[0]
+			script := strings.Join(wait.Command, " ")
+			if !strings.Contains(script, "libnvidia-ml.so.1") {
+				t.Errorf("wait-for-driver does not wait for libnvidia-ml.so.1: %s", script)
+			}
+			plugin := container(t, spec, "kubelet-plugin")
+			var root string
+			for _, e := range plugin.Env {
+				if e.Name == "NVIDIA_DRIVER_ROOT" {
+					root = e.Value
+				}
+			}
+			var env, mounted string
+			for _, e := range wait.Env {
+				if e.Name == "ROOT" {
+					env = e.Value
+				}
+			}
+			for _, m := range wait.VolumeMounts {
+				if m.Name == "driver-root" {
+					mounted = m.MountPath
+				}
+			}
+			if root == "" || env != root || mounted != root {
+				t.Errorf("wait-for-driver looks under %q with the driver root mounted at %q; the plugin's driver root is %q", env, mounted, root)
+			}
+		})
+	}
+}
+
+// Where the NVIDIA container runtime is the default, it would hand the
+// plugin container GPUs of its own unless told "void".
+func TestPluginContainerGetsNoGPUs(t *testing.T) {
+	for _, e := range container(t, render(t).plugin(t), "kubelet-plugin").Env {
+		if e.Name == "NVIDIA_VISIBLE_DEVICES" {
+			if e.Value != "void" {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want void", e.Value)
+			}
+			return
+		}
+	}
+	t.Error("NVIDIA_VISIBLE_DEVICES is not set on the plugin container")
+}
+
+func TestPluginProbes(t *testing.T) {
+	c := container(t, render(t).plugin(t), "kubelet-plugin")
+	if got := httpPath(c.StartupProbe); got != "/readyz" {
+		t.Fatalf("startupProbe path %q, want /readyz", got)
+	}
+	// Start-up covers NVML, registration, publishing and a cluster-wide
+	// claim list: at least two minutes before the kubelet gives up.
+	if budget := c.StartupProbe.PeriodSeconds * c.StartupProbe.FailureThreshold; budget < 120 {
+		t.Errorf("startupProbe allows %ds, want at least 120s", budget)
+	}
+	if got := httpPath(c.LivenessProbe); got != "/healthz" {
+		t.Errorf("livenessProbe path %q, want /healthz", got)
+	}
+	if got := httpPath(c.ReadinessProbe); got != "/readyz" {
+		t.Errorf("readinessProbe path %q, want /readyz", got)
+	}
+}
+
+func TestControllerProbesAndShutdown(t *testing.T) {
+	spec := render(t).controller(t)
+	c := container(t, spec, "controller")
+	// /readyz waits for the WorkloadProfile cache; /healthz does not.
+	if got := httpPath(c.ReadinessProbe); got != "/readyz" {
+		t.Errorf("readinessProbe path %q, want /readyz", got)
+	}
+	if got := httpPath(c.LivenessProbe); got != "/healthz" {
+		t.Errorf("livenessProbe path %q, want /healthz", got)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 1 {
+		t.Fatalf("controller has no preStop sleep: %+v", c.Lifecycle)
+	}
+	// The controller lets in-flight reviews run for up to 10s after
+	// SIGTERM, which comes after the preStop sleep.
+	const drain = 10
+	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < c.Lifecycle.PreStop.Sleep.Seconds+drain {
+		t.Errorf("terminationGracePeriodSeconds %v does not cover the %ds preStop sleep plus the %ds drain", spec.TerminationGracePeriodSeconds, c.Lifecycle.PreStop.Sleep.Seconds, drain)
+	}
+}
+
+func TestImageTagFollowsAppVersion(t *testing.T) {
+	chart, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(chart, &meta); err != nil {
+		t.Fatal(err)
+	}
+	r := render(t)
+	want := "ghcr.io/prismgpu/prism:" + meta.AppVersion
+	for name, image := range map[string]string{
+		"plugin":     container(t, r.plugin(t), "kubelet-plugin").Image,
+		"controller": container(t, r.controller(t), "controller").Image,
+	} {
+		if image != want {
+			t.Errorf("%s image %q, want %q", name, image, want)
+		}
+	}
+}
+
+func TestGrafanaDashboard(t *testing.T) {
+	const name = "prism-grafana-dashboard"
+	if _, ok := render(t).configMaps[name]; ok {
+		t.Errorf("ConfigMap %s rendered by default; the dashboard is opt-in", name)
+	}
+	cm, ok := render(t, "--set", "metrics.grafanaDashboard.enabled=true").configMaps[name]
+	if !ok {
+		t.Fatalf("no ConfigMap %s with metrics.grafanaDashboard.enabled", name)
+	}
+	if cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("labels %v lack grafana_dashboard=1, which the Grafana sidecar selects by", cm.Labels)
+	}
+	var dashboard struct {
+		UID    string            `json:"uid"`
+		Panels []json.RawMessage `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(cm.Data["prism.json"]), &dashboard); err != nil {
+		t.Fatalf("prism.json is not a JSON dashboard: %v", err)
+	}
+	if dashboard.UID == "" || len(dashboard.Panels) == 0 {
+		t.Errorf("dashboard has uid %q and %d panels", dashboard.UID, len(dashboard.Panels))
+	}
+}
