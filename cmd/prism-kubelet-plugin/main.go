@@ -182,9 +182,9 @@ func run(ctx context.Context, o options) error {
 				return uuid, true
 			}, faults)
 		}
-		driverRoot := o.driverRoot
-		if driverRoot == "/" {
-			driverRoot = filepath.Join(o.stateDir, "fake-driver-root")
+		if o.driverRoot == "/" {
+			fake := filepath.Join(o.stateDir, "fake-driver-root")
+			roots = cdi.Roots{DriverRoot: fake, ContainerDriverRoot: fake}
 		}
 		// Device nodes for every minor a fleet may have, so that editing
 		// the fleet file never leaves a GPU without its node.
@@ -192,10 +192,10 @@ func run(ctx context.Context, o options) error {
 		for i := range minors {
 			minors[i] = i
 		}
-		if err := cdi.MakeFakeDriverRoot(driverRoot, minors); err != nil {
-			return fmt.Errorf("make fake driver root %s: %w", driverRoot, err)
+		if err := cdi.MakeFakeDriverRoot(roots.ContainerDriverRoot, minors); err != nil {
+			return fmt.Errorf("make fake driver root %s: %w", roots.ContainerDriverRoot, err)
 		}
-		source = cdi.NewSimulatedSource(cdi.Roots{DriverRoot: driverRoot})
+		source = cdi.NewSimulatedSource(roots)
 	} else {
 		lib, err := nvml.New(ctx, o.driverRoot)
 		if err != nil {

@@ -116,8 +116,8 @@ type Driver struct {
 	published []resourceapi.Device
 	// taintCheck is set while a read-back of published taints runs, and for
 	// good once it reached a verdict.
-	taintCheck         atomic.Bool
-	taintCheckInterval time.Duration
+	taintCheck                            atomic.Bool
+	taintCheckInterval, taintCheckTimeout time.Duration
 
 	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
@@ -188,7 +188,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.Metrics = NewMetrics()
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, taintCheckInterval: 2 * time.Second}
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, taintCheckInterval: 2 * time.Second, taintCheckTimeout: defaultTaintCheckTimeout}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)

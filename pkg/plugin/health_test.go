@@ -3,9 +3,9 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +13,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -213,27 +214,54 @@ func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
 }
 
 // TestDroppedTaintsAreReported: an API server without DRADeviceTaints keeps
-// the slice but drops its taints; the plugin says so.
+// the slice but drops its taints; the plugin says so, and only then.
 func TestDroppedTaintsAreReported(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	d, _ := healthDriver(t, t.TempDir(), nil)
-	d.taintCheckInterval = 10 * time.Millisecond
-	devices, err := d.resourceDevices(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// What such an API server stores: the devices without taints.
-	slice := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: testNode + "-gpu"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: ptr.To(testNode),
-			Pool: resourceapi.ResourcePool{Name: testNode, ResourceSliceCount: 1}, Devices: devices},
-	}
-	if _, err := d.cfg.KubeClient.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: 48})
-	ev := waitForEvent(t, d.cfg.KubeClient, "DeviceTaintsDropped")
-	if want := fmt.Sprint([]string{"gpu-0"}); !strings.Contains(ev.Message, want) {
-		t.Errorf("event %q does not name %s", ev.Message, want)
+	for _, tc := range []struct {
+		name      string
+		stored    bool // whether the API server keeps the taint
+		wantEvent bool
+	}{
+		{"taints dropped", false, true},
+		{"taints kept", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			d, _ := healthDriver(t, t.TempDir(), nil)
+			recorder := record.NewFakeRecorder(10)
+			d.recorder = recorder
+			// The slice never changes; the check gives up waiting soon.
+			d.taintCheckInterval, d.taintCheckTimeout = 10*time.Millisecond, 100*time.Millisecond
+			devices, err := d.resourceDevices(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			published := slices.Clone(devices)
+			published[0].Taints = []resourceapi.DeviceTaint{newTaint("xid-48", resourceapi.DeviceTaintEffectNoSchedule, time.Now())}
+			stored := devices
+			if tc.stored {
+				stored = published
+			}
+			slice := &resourceapi.ResourceSlice{
+				ObjectMeta: metav1.ObjectMeta{Name: testNode + "-gpu"},
+				Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: ptr.To(testNode),
+					Pool: resourceapi.ResourcePool{Name: testNode, ResourceSliceCount: 1}, Devices: stored},
+			}
+			if _, err := d.cfg.KubeClient.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+
+			d.checkTaintsKept(ctx, published)
+			var events []string
+			for len(recorder.Events) > 0 {
+				events = append(events, <-recorder.Events)
+			}
+			gotEvent := len(events) == 1 && strings.Contains(events[0], "DeviceTaintsDropped") && strings.Contains(events[0], published[0].Name)
+			if gotEvent != tc.wantEvent || (!tc.wantEvent && len(events) > 0) {
+				t.Errorf("events %q, want a DeviceTaintsDropped event: %v", events, tc.wantEvent)
+			}
+			if !d.taintCheck.Load() {
+				t.Error("a verdict was reached but the check would run again")
+			}
+		})
 	}
 }

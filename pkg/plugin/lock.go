@@ -68,6 +68,11 @@ func (d *Driver) lockAcrossInstances() (func(), error) {
 	if d.cfg.RollingUpdatePodUID == "" || d.cfg.PluginDir == "" {
 		return func() {}, nil
 	}
+	// Start creates the directory only after newDriver, whose rediscovery
+	// may already record taints.
+	if err := os.MkdirAll(d.cfg.PluginDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create plugin directory: %w", err)
+	}
 	path := filepath.Join(d.cfg.PluginDir, serializeLockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// taintCheckTimeout bounds how long the slice controller may take to write
-// a published taint before the check gives up and tries again at the next
-// publication.
-const taintCheckTimeout = time.Minute
+// defaultTaintCheckTimeout is how long published taints may take to appear
+// in the API before they count as dropped; the slice controller writes
+// within seconds.
+const defaultTaintCheckTimeout = time.Minute
 
 func hasTaints(devices []resourceapi.Device) bool {
 	for _, d := range devices {
@@ -29,7 +29,9 @@ func hasTaints(devices []resourceapi.Device) bool {
 // checkTaintsKept reads back the node's slices after taints were published.
 // On Kubernetes 1.34 and 1.35 the DRADeviceTaints feature is off by default
 // and the API server drops device taints without an error, so a faulty GPU
-// would be offered as if healthy: say so once, loudly. One check runs at a
+// would be offered as if healthy: say so once, loudly. The slice controller
+// writes asynchronously, so a slice without the taints only counts once the
+// taints have failed to appear for taintCheckTimeout. One check runs at a
 // time, and none once a verdict was reached.
 func (d *Driver) checkTaintsKept(ctx context.Context, published []resourceapi.Device) {
 	if !d.taintCheck.CompareAndSwap(false, true) {
@@ -42,9 +44,9 @@ func (d *Driver) checkTaintsKept(ctx context.Context, published []resourceapi.De
 			want[dev.Name] = true
 		}
 	}
-	var dropped []string
-	verdict := false
-	err := wait.PollUntilContextTimeout(ctx, d.taintCheckInterval, taintCheckTimeout, true, func(ctx context.Context) (bool, error) {
+	var untainted []string
+	kept := false
+	err := wait.PollUntilContextTimeout(ctx, d.taintCheckInterval, d.taintCheckTimeout, true, func(ctx context.Context) (bool, error) {
 		slices, err := d.cfg.KubeClient.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 			FieldSelector: fields.Set{resourceapi.ResourceSliceSelectorNodeName: d.cfg.NodeName, resourceapi.ResourceSliceSelectorDriver: DriverName}.String(),
 		})
@@ -52,33 +54,35 @@ func (d *Driver) checkTaintsKept(ctx context.Context, published []resourceapi.De
 			logger.V(2).Info("Reading back the ResourceSlice to check its taints", "err", err)
 			return false, nil
 		}
+		untainted = nil
 		for _, s := range slices.Items {
 			if s.Spec.NodeName == nil || *s.Spec.NodeName != d.cfg.NodeName || s.Spec.Driver != DriverName {
 				continue
 			}
 			for _, dev := range s.Spec.Devices {
-				if !want[dev.Name] {
-					continue
-				}
-				verdict = true
-				if len(dev.Taints) == 0 {
-					dropped = append(dropped, dev.Name)
+				switch {
+				case !want[dev.Name]:
+				case len(dev.Taints) > 0:
+					kept = true
+				default:
+					untainted = append(untainted, dev.Name)
 				}
 			}
 		}
-		return verdict, nil
+		return kept, nil
 	})
-	if err != nil || !verdict {
-		// No verdict (the controller has not written yet, or the API is
-		// down); the next publication with taints checks again.
+	switch {
+	case kept:
+		logger.V(2).Info("The API server keeps device taints")
+		return
+	case ctx.Err() != nil || len(untainted) == 0:
+		// No verdict: stopping, the API unreachable, or the slice not
+		// written yet. The next publication with taints checks again.
+		logger.V(2).Info("No verdict on whether the API server keeps device taints", "err", err)
 		d.taintCheck.Store(false)
 		return
 	}
-	if len(dropped) == 0 {
-		logger.V(2).Info("The API server keeps device taints")
-		return
-	}
-	logger.Error(nil, "The API server dropped the taints of unhealthy GPUs, which stay schedulable: enable the DRADeviceTaints feature gate on the API server and scheduler (off by default on Kubernetes 1.34 and 1.35)", "devices", dropped)
+	logger.Error(nil, "The API server dropped the taints of unhealthy GPUs, which stay schedulable: enable the DRADeviceTaints feature gate on the API server and scheduler (off by default on Kubernetes 1.34 and 1.35)", "devices", untainted)
 	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "DeviceTaintsDropped",
-		"The API server dropped the taints Prism set on unhealthy GPUs %v, so they stay schedulable; enable the DRADeviceTaints feature gate", dropped)
+		"The API server dropped the taints Prism set on unhealthy GPUs %v, so they stay schedulable; enable the DRADeviceTaints feature gate", untainted)
 }
