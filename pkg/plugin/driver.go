@@ -227,6 +227,19 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		logger.Error(err, "Reconciling the checkpoint with the CDI specs on disk was incomplete")
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
 	}
+	// Report directories of claims the checkpoint does not hold will never
+	// be collected; while it may be missing running claims, they stay.
+	if cfg.Profiling != nil && !keepUnowned {
+		err := d.exclusive(ctx, func() error {
+			return profiling.SweepClaimDirs(ctx, cfg.Profiling.Options.StateDir, func(uid string) bool {
+				_, ok := d.checkpoint.Get(uid)
+				return ok
+			})
+		})
+		if err != nil {
+			logger.Error(err, "Removing report directories of claims no longer prepared")
+		}
+	}
 	return d, nil
 }
 

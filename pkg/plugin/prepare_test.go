@@ -31,12 +31,12 @@ func profilingDriver(t *testing.T, dir string) *Driver {
 			t.Fatal(err)
 		}
 	}
-	d := newTestDriver(t, "h100-sxm-8.yaml", dir)
-	d.cfg.Profiling = &ProfilingConfig{
-		Options:  profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
-		ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
-	}
-	return d
+	return newTestDriverWith(t, "h100-sxm-8.yaml", dir, func(c *Config) {
+		c.Profiling = &ProfilingConfig{
+			Options:  profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
+			ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
+		}
+	})
 }
 
 const profilingConfig = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`

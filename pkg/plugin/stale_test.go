@@ -138,3 +138,26 @@ func TestLostCheckpointWithTheAPIDownKeepsSpecs(t *testing.T) {
 		})
 	}
 }
+
+// TestStartRemovesReportDirectoriesOfUnpreparedClaims: a report directory
+// whose claim the checkpoint no longer holds (released while the plugin
+// was down) is removed at start; a prepared claim's stays.
+func TestStartRemovesReportDirectoriesOfUnpreparedClaims(t *testing.T) {
+	dir := t.TempDir()
+	d := profilingDriver(t, dir)
+	if r := prepare(t, d, allocatedClaim("kept", []string{"gpu-0"}, opaque(profilingConfig)))["kept"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	stray := profiling.ClaimDir(dir, "gone")
+	if err := os.MkdirAll(stray, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	profilingDriver(t, dir)
+	if _, err := os.Lstat(stray); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("report directory of an unprepared claim survived the start: %v", err)
+	}
+	if _, err := os.Stat(profiling.ClaimDir(dir, "kept")); err != nil {
+		t.Errorf("report directory of a prepared claim removed: %v", err)
+	}
+}
