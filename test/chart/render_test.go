@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -208,16 +209,17 @@ func TestPluginWaitsForTheDriver(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := render(t, tc.args...).plugin(t)
+			i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "wait-for-driver" })
 			if !tc.wantWait {
-				if len(spec.InitContainers) != 0 {
-					t.Errorf("init containers %+v, want none", spec.InitContainers)
+				if i >= 0 {
+					t.Errorf("init container wait-for-driver rendered, want none")
 				}
 				return
 			}
-			if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "wait-for-driver" {
+			if i < 0 {
 				t.Fatalf("init containers %+v, want wait-for-driver", spec.InitContainers)
 			}
-			wait := spec.InitContainers[0]
+			wait := spec.InitContainers[i]
 			script := strings.Join(wait.Command, " ")
 			if !strings.Contains(script, "libnvidia-ml.so.1") {
 				t.Errorf("wait-for-driver does not wait for libnvidia-ml.so.1: %s", script)
@@ -344,5 +346,41 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	if dashboard.UID == "" || len(dashboard.Panels) == 0 {
 		t.Errorf("dashboard has uid %q and %d panels", dashboard.UID, len(dashboard.Panels))
+	}
+}
+
+// The container runtime reads CDI specs on the host, so the plugin must be
+// told where the driver root and nvidia-cdi-hook are there, and the hook
+// must be put there.
+func TestPluginNamesHostPathsInCDISpecs(t *testing.T) {
+	for _, tc := range []struct {
+		name, driverRoot, stateDir string
+	}{
+		{name: "host-installed driver", driverRoot: "/", stateDir: "/var/lib/prism"},
+		{name: "GPU operator driver, own state dir", driverRoot: "/run/nvidia/driver", stateDir: "/srv/prism"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := render(t, "--set", "kubeletPlugin.paths.driverRoot="+tc.driverRoot, "--set", "kubeletPlugin.paths.stateDir="+tc.stateDir).plugin(t)
+			env := map[string]string{}
+			for _, e := range container(t, spec, "kubelet-plugin").Env {
+				env[e.Name] = e.Value
+			}
+			hook := tc.stateDir + "/bin/nvidia-cdi-hook"
+			if env["PRISM_HOST_DRIVER_ROOT"] != tc.driverRoot || env["PRISM_NVIDIA_CDI_HOOK_PATH"] != hook {
+				t.Errorf("PRISM_HOST_DRIVER_ROOT=%q PRISM_NVIDIA_CDI_HOOK_PATH=%q, want %q and %q",
+					env["PRISM_HOST_DRIVER_ROOT"], env["PRISM_NVIDIA_CDI_HOOK_PATH"], tc.driverRoot, hook)
+			}
+			i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "install-cdi-hook" })
+			if i < 0 {
+				t.Fatalf("no install-cdi-hook init container")
+			}
+			install := spec.InitContainers[i]
+			if len(install.Env) != 1 || install.Env[0].Value != hook {
+				t.Errorf("install-cdi-hook env %+v, want HOOK=%s", install.Env, hook)
+			}
+			if len(install.VolumeMounts) != 1 || install.VolumeMounts[0].Name != "state" || install.VolumeMounts[0].MountPath != tc.stateDir {
+				t.Errorf("install-cdi-hook mounts %+v, want the state dir at its host path %s", install.VolumeMounts, tc.stateDir)
+			}
+		})
 	}
 }

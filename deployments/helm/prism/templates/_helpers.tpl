@@ -103,6 +103,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- if eq $root "" -}}/driver-root{{- else -}}{{ $root }}{{- end -}}
 {{- end -}}
 
+{{/* Host path of nvidia-cdi-hook: copied there from the image, named by the CDI specs. */}}
+{{- define "prism.kubeletPlugin.cdiHookPath" -}}
+{{- printf "%s/bin/nvidia-cdi-hook" (.Values.kubeletPlugin.paths.stateDir | trimSuffix "/") -}}
+{{- end -}}
+
 {{- define "prism.verbosity" -}}
 {{- if kindIs "invalid" .local -}}{{ .global }}{{- else -}}{{ .local }}{{- end -}}
 {{- end -}}
