@@ -9,6 +9,7 @@ package bed
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,7 +113,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 		b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
 	}
 	start := time.Now()
-	if err := b.startController(ctx, opts.ControllerBin); err != nil {
+	if err := b.startController(ctx, opts); err != nil {
 		return nil, err
 	}
 	b.logf("prism-controller ready, webhooks prism-rewrite and prism-validate registered (%s)", time.Since(start).Round(100*time.Millisecond))
@@ -167,8 +168,22 @@ func AppendFault(path string, gpu, xid int) error {
 	return f.Close()
 }
 
-// rbacKinds are the objects of deployments/static/prism.yaml the demo applies.
-var rbacKinds = map[string]bool{"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
+// installedKinds are the objects of deployments/static/prism.yaml that a
+// host-process setup applies: the chart's identities, their RBAC and its
+// admission policies, so that the plugins and the controller run with the
+// chart's own permissions and checks.
+var installedKinds = map[string]bool{
+	"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+}
+
+// Namespace, PluginServiceAccount and ControllerServiceAccount are the
+// identities deployments/static/prism.yaml creates for Prism.
+const (
+	Namespace                = "prism-system"
+	PluginServiceAccount     = "prism-kubelet-plugin"
+	ControllerServiceAccount = "prism-controller"
+)
 
 func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
 	static := filepath.Join(repoRoot, "deployments", "static")
@@ -176,12 +191,29 @@ func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
 		return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
 	}
 	b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
-	data, err := os.ReadFile(filepath.Join(static, "prism.yaml"))
+	applied, skipped, err := InstallIdentities(ctx, b.Cluster, repoRoot)
 	if err != nil {
 		return err
 	}
+	var kinds []string
+	for k, n := range skipped {
+		kinds = append(kinds, k+"×"+strconv.Itoa(n))
+	}
+	b.logf("applied %d Namespace/ServiceAccount/RBAC/admission-policy objects from deployments/static/prism.yaml", applied)
+	b.logf("skipped from prism.yaml (the demo runs the binaries as host processes and registers the webhooks by URL): %s", strings.Join(sorted(kinds), ", "))
+	return nil
+}
+
+// InstallIdentities applies the Namespace, ServiceAccounts, RBAC and
+// admission policies of deployments/static/prism.yaml, and says how many
+// objects it applied and which kinds it left out. Applying twice is harmless.
+func InstallIdentities(ctx context.Context, c *testbed.Cluster, repoRoot string) (applied int, skipped map[string]int, err error) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deployments", "static", "prism.yaml"))
+	if err != nil {
+		return 0, nil, err
+	}
 	var keep [][]byte
-	skipped := map[string]int{}
+	skipped = map[string]int{}
 	for _, doc := range bytes.Split(data, []byte("\n---")) {
 		var meta struct {
 			Kind string `json:"kind"`
@@ -190,28 +222,35 @@ func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
 			continue
 		}
 		switch {
-		case rbacKinds[meta.Kind]:
+		case installedKinds[meta.Kind]:
 			keep = append(keep, doc)
 		case meta.Kind == "CustomResourceDefinition" || meta.Kind == "DeviceClass":
-			// Same objects as deployments/crds and deviceclasses.yaml, applied above.
+			// Same objects as deployments/crds and deviceclasses.yaml.
 		default:
 			skipped[meta.Kind]++
 		}
 	}
-	rbac := filepath.Join(b.Cluster.WorkDir(), "prism-rbac.yaml")
-	if err := os.WriteFile(rbac, bytes.Join(keep, []byte("\n---")), 0o644); err != nil {
-		return err
+	path := filepath.Join(c.WorkDir(), "prism-identities.yaml")
+	if err := os.WriteFile(path, bytes.Join(keep, []byte("\n---")), 0o644); err != nil {
+		return 0, nil, err
 	}
-	if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", rbac); err != nil {
-		return fmt.Errorf("apply RBAC from prism.yaml: %w\n%s", err, out)
+	if out, err := testbed.Kubectl(ctx, c, "apply", "-f", path); err != nil {
+		return 0, nil, fmt.Errorf("apply identities and RBAC from prism.yaml: %w\n%s", err, out)
 	}
-	var kinds []string
-	for k, n := range skipped {
-		kinds = append(kinds, k+"×"+strconv.Itoa(n))
-	}
-	b.logf("applied %d Namespace/ServiceAccount/RBAC objects from deployments/static/prism.yaml", len(keep))
-	b.logf("skipped from prism.yaml (the demo runs the binaries as host processes and registers the webhooks by URL): %s", strings.Join(sorted(kinds), ", "))
-	return nil
+	return len(keep), skipped, nil
+}
+
+// PluginKubeconfig is a kubeconfig for the plugin on node with the chart's
+// plugin ServiceAccount and a token bound to that node, as the DaemonSet's
+// pod there would have. InstallIdentities must have run.
+func PluginKubeconfig(ctx context.Context, c *testbed.Cluster, node string) (string, error) {
+	return c.ServiceAccountKubeconfig(ctx, Namespace, PluginServiceAccount, node)
+}
+
+// ControllerKubeconfig is a kubeconfig with the chart's controller
+// ServiceAccount. InstallIdentities must have run.
+func ControllerKubeconfig(ctx context.Context, c *testbed.Cluster) (string, error) {
+	return c.ServiceAccountKubeconfig(ctx, Namespace, ControllerServiceAccount, "")
 }
 
 func sorted(s []string) []string { sort.Strings(s); return s }
@@ -224,9 +263,13 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	stateDir := filepath.Join(node.Dir, "prism-state")
 	faults := FaultsFile(stateDir)
+	kubeconfig, err := PluginKubeconfig(ctx, b.Cluster, node.Name)
+	if err != nil {
+		return err
+	}
 	args := []string{
 		"--node-name=" + node.Name,
-		"--kubeconfig=" + b.Cluster.KubeconfigPath,
+		"--kubeconfig=" + kubeconfig,
 		"--kubelet-registrar-dir=" + node.RegistrarDir(),
 		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
 		"--cdi-root=" + filepath.Join(node.Dir, "cdi"),
@@ -273,9 +316,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	})
 }
 
-// startController runs prism-controller on loopback and registers its
-// webhooks by URL; the controller fills in their caBundle.
-func (b *Bed) startController(ctx context.Context, bin string) error {
+// startController runs prism-controller on loopback and registers the
+// chart's webhooks by URL; the controller fills in their caBundle.
+func (b *Bed) startController(ctx context.Context, opts Options) error {
 	c := b.Cluster
 	port, err := testbed.FreePort()
 	if err != nil {
@@ -285,8 +328,12 @@ func (b *Bed) startController(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), bin,
-		"--kubeconfig="+c.KubeconfigPath, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
+	kubeconfig, err := ControllerKubeconfig(ctx, c)
+	if err != nil {
+		return err
+	}
+	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), opts.ControllerBin,
+		"--kubeconfig="+kubeconfig, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
 		"--extra-sans=127.0.0.1", "--cert-dir="+filepath.Join(c.WorkDir(), "webhook-certs"), "--namespace=prism-system",
 		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance", "-v=2")
 	if err != nil {
@@ -294,39 +341,7 @@ func (b *Bed) startController(ctx context.Context, bin string) error {
 	}
 	b.procs = append(b.procs, proc)
 
-	base := "https://127.0.0.1:" + strconv.Itoa(port)
-	sideEffects := admissionregistrationv1.SideEffectClassNone
-	ignore, fail := admissionregistrationv1.Ignore, admissionregistrationv1.Fail
-	create := []admissionregistrationv1.OperationType{admissionregistrationv1.Create}
-	createUpdate := []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
-	rule := func(group, res string, ops []admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
-		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
-			APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{res},
-		}}
-	}
-	_, err = c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "prism-rewrite"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "rewrite.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/rewrite-resourceclaims")},
-			Rules:         []admissionregistrationv1.RuleWithOperations{rule("resource.k8s.io", "resourceclaims", create)},
-			FailurePolicy: &ignore, SideEffects: &sideEffects, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](5),
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	_, err = c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "prism-validate"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "validate.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(base + "/validate")},
-			Rules: []admissionregistrationv1.RuleWithOperations{
-				rule("resource.k8s.io", "resourceclaims", createUpdate), rule("resource.k8s.io", "resourceclaimtemplates", createUpdate),
-				rule("prism.dev", "workloadprofiles", createUpdate),
-			},
-			FailurePolicy: &fail, SideEffects: &sideEffects, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](5),
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	if err := registerWebhooks(ctx, c, opts.RepoRoot, "https://127.0.0.1:"+strconv.Itoa(port)); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -341,13 +356,78 @@ func (b *Bed) startController(ctx context.Context, bin string) error {
 		if err != nil || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
 			return false, nil
 		}
-		// The webhook answers: a dry-run claim is admitted.
+		// The webhook answers: a dry-run claim that the rewrite webhook's
+		// match condition sends to it is admitted.
 		_, err = c.Client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "prism-demo-probe"},
+			ObjectMeta: metav1.ObjectMeta{Name: "prism-demo-probe", Annotations: map[string]string{"prism.dev/profile": "prism-demo-probe"}},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName},
 			}}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil, nil
 	})
+}
+
+// registerWebhooks creates the chart's webhook configurations from
+// deployments/static/prism.yaml, each webhook sent to base plus the path its
+// Service reference names, since the test bed has no Service network. So
+// the demo and the e2e tests admit through exactly the rules, match
+// conditions and failure policies that the chart installs.
+func registerWebhooks(ctx context.Context, c *testbed.Cluster, repoRoot, base string) error {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deployments", "static", "prism.yaml"))
+	if err != nil {
+		return err
+	}
+	toURL := func(name string, cc *admissionregistrationv1.WebhookClientConfig) error {
+		if cc.Service == nil || cc.Service.Path == nil {
+			return fmt.Errorf("webhook %s in prism.yaml has no Service path to map onto %s", name, base)
+		}
+		cc.URL, cc.Service, cc.CABundle = ptr.To(base+*cc.Service.Path), nil, nil
+		return nil
+	}
+	registered := 0
+	for _, doc := range bytes.Split(data, []byte("\n---")) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			continue
+		}
+		switch meta.Kind {
+		case "MutatingWebhookConfiguration":
+			var cfg admissionregistrationv1.MutatingWebhookConfiguration
+			if err := yaml.UnmarshalStrict(doc, &cfg); err != nil {
+				return fmt.Errorf("decode MutatingWebhookConfiguration from prism.yaml: %w", err)
+			}
+			for i := range cfg.Webhooks {
+				if err := toURL(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
+					return err
+				}
+			}
+			cfg.Annotations = nil
+			if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("register %s: %w", cfg.Name, err)
+			}
+			registered += len(cfg.Webhooks)
+		case "ValidatingWebhookConfiguration":
+			var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+			if err := yaml.UnmarshalStrict(doc, &cfg); err != nil {
+				return fmt.Errorf("decode ValidatingWebhookConfiguration from prism.yaml: %w", err)
+			}
+			for i := range cfg.Webhooks {
+				if err := toURL(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
+					return err
+				}
+			}
+			cfg.Annotations = nil
+			if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("register %s: %w", cfg.Name, err)
+			}
+			registered += len(cfg.Webhooks)
+		}
+	}
+	if registered == 0 {
+		return errors.New("deployments/static/prism.yaml holds no webhook configuration")
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -65,9 +66,19 @@ func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster,
 		HTTPAddr: "127.0.0.1:" + strconv.Itoa(port),
 		env:      extraEnv,
 	}
+	// The plugin runs with the chart's own ServiceAccount, RBAC and admission
+	// policies, and a token bound to its node, so that a verb the chart
+	// lacks fails here rather than on a user's cluster.
+	if _, _, err := bed.InstallIdentities(ctx, c, repoRoot); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := bed.PluginKubeconfig(ctx, c, node.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.args = []string{
 		"--node-name=" + node.Name,
-		"--kubeconfig=" + c.KubeconfigPath,
+		"--kubeconfig=" + kubeconfig,
 		"--kubelet-registrar-dir=" + node.RegistrarDir(),
 		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
 		"--cdi-root=" + p.CDIRoot,
