@@ -340,6 +340,7 @@ func run() error {
 The demo cluster keeps running. Kubeconfig: %[1]s
 Try:
   %[2]s --kubeconfig %[1]s get pods,resourceclaims -n %[4]s -o wide
+  %[3]s get gpus --kubeconfig %[1]s
   %[2]s --kubeconfig %[1]s describe resourceslices
   %[2]s --kubeconfig %[1]s get workloadprofiles -n %[4]s
   %[3]s explain claim $(%[2]s --kubeconfig %[1]s get resourceclaims -n %[4]s -o name | grep memory-bound | cut -d/ -f2) -n %[4]s --kubeconfig %[1]s
