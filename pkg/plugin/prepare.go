@@ -21,6 +21,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
@@ -299,7 +300,7 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		}
 		// ncu serialises kernels and reads counters of the whole GPU: on a
 		// shared GPU it would slow the other tenants and measure their work.
-		if shared, how := sharedDevice(rec.Devices); shared != "" {
+		if shared, how := d.sharedDevice(rec.Devices); shared != "" {
 			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-refused-shared").Inc()
 			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingRefusedSharedGPU",
 				"Running unprofiled on node %s: device %s is allocated for sharing (%s), and profiling would slow down and measure the other workloads on it", d.cfg.NodeName, shared, how)
@@ -322,14 +323,23 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 }
 
 // sharedDevice names a device of the claim that other workloads may use at
-// the same time, and how: a memory share, or a GPU set up for time-slicing.
-func sharedDevice(devices []checkpoint.Device) (name, how string) {
+// the same time, and how: a GPU set up for time-slicing, or a memory share
+// that leaves room for others. A share of the whole GPU, which is what a
+// claim that asks for no amount gets where GPUs are published shareable, is
+// the GPU alone (checkExclusive admits no share beside it) and may be
+// profiled.
+func (d *Driver) sharedDevice(devices []checkpoint.Device) (name, how string) {
 	for _, dev := range devices {
-		switch {
-		case dev.ShareID != "":
-			return dev.Name, "a memory share"
-		case dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing):
+		if dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
 			return dev.Name, "time-slicing"
+		}
+		if dev.ShareID == "" {
+			continue
+		}
+		// The whole GPU's share is its memory rounded down to the share
+		// step; what is left below one step cannot be granted to anyone.
+		if g, ok := d.device(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
+			return dev.Name, "a memory share of part of the GPU"
 		}
 	}
 	return "", ""

@@ -8,12 +8,14 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
@@ -78,6 +80,21 @@ func TestProfilingIsRefusedOnASharedGPU(t *testing.T) {
 		}
 		if rec, _ := d.checkpoint.Get("p"); rec.Profiling == nil {
 			t.Error("a claim with a whole GPU was not prepared for profiling")
+		}
+	})
+	// Where GPUs are published shareable, a claim that names no amount
+	// takes the whole GPU's memory as its share: nobody can join it.
+	t.Run("share of the whole GPU is profiled", func(t *testing.T) {
+		d := profilingDriver(t, t.TempDir())
+		g, _ := d.device("gpu-0")
+		step := gpu.MemoryShareStep.Value()
+		c := sharedClaim("p", resource.NewQuantity(int64(g.MemoryBytes)/step*step, resource.BinarySI).String())
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(profilingConfig)}
+		if r := prepare(t, d, c)["p"]; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if rec, _ := d.checkpoint.Get("p"); rec.Profiling == nil {
+			t.Error("a claim whose share is the whole GPU was not prepared for profiling")
 		}
 	})
 }
