@@ -18,6 +18,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -44,7 +45,7 @@ type options struct {
 	enableProfiling, shareMemory, health                             bool
 	ignoredXIDs, simulatedFaults                                     string
 	healthRecoverAfter                                               time.Duration
-	ncuPath, shimPath                                                string
+	ncuPath, shimPath, profileDirSize                                string
 	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
@@ -89,6 +90,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.ncuPath, "ncu-path", "", "Host directory of the Nsight Compute install holding the ncu launcher.")
 	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")
 	flags.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
+	flags.StringVar(&o.profileDirSize, "profile-dir-size", resource.NewQuantity(profiling.DefaultDirSize, resource.BinarySI).String(), "Size of the tmpfs a profiled claim's containers write their report to; 0 leaves the report directory on --state-dir's file system, unbounded. Mounting needs a privileged plugin.")
 	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
 	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
 	o.logging = logging.NewOptions()
@@ -273,6 +275,10 @@ func serveHTTP(ctx context.Context, addr string, probes *plugin.Probes, metrics 
 }
 
 func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*plugin.ProfilingConfig, error) {
+	dirSize, err := resource.ParseQuantity(o.profileDirSize)
+	if err != nil || dirSize.Sign() < 0 {
+		return nil, fmt.Errorf("--profile-dir-size %q: want a size such as 256Mi, or 0", o.profileDirSize)
+	}
 	shim := o.shimPath
 	if _, err := os.Stat(shim); err != nil {
 		built, err := profiling.BuildShim(ctx, filepath.Join(o.stateDir, "shim"))
@@ -291,7 +297,7 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 		return nil, fmt.Errorf("create WorkloadProfile client: %w", err)
 	}
 	return &plugin.ProfilingConfig{
-		Options:   profiling.Options{StateDir: o.stateDir, NCUDir: o.ncuPath, ShimPath: shim},
+		Options:   profiling.Options{StateDir: o.stateDir, NCUDir: o.ncuPath, ShimPath: shim, DirSize: dirSize.Value()},
 		Publisher: profiling.NewPublisher(c),
 		Retention: o.profileRetention,
 		ProcRoot:  "/proc",

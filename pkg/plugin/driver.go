@@ -210,6 +210,8 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 
+	// Before reconcile, which may prepare profiled claims again.
+	d.checkProfilingQuota(ctx)
 	keepUnowned := false
 	if err := d.adoptSpecs(ctx); err != nil {
 		// Without the API server there is no telling a lost checkpoint's

@@ -17,6 +17,29 @@ import (
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
+// checkProfilingQuota decides once, at start, whether the report
+// directories of profiled claims are size-limited tmpfs mounts. Where the
+// plugin may not mount (an unprivileged container) they are plain
+// directories: saying so once here beats failing every profiled claim, and
+// Collect still reads them within its budget.
+func (d *Driver) checkProfilingQuota(ctx context.Context) {
+	if d.cfg.Profiling == nil || d.cfg.Profiling.Options.DirSize == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	p := *d.cfg.Profiling
+	if err := profiling.CheckQuota(p.Options.StateDir); err != nil {
+		logger.Error(err, "Report directories of profiled claims are not size-limited; a profiled container can fill the state directory's file system", "stateDir", p.Options.StateDir)
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ProfilingQuotaUnavailable",
+			"Report directories of profiled claims on node %s are not size-limited, so a profiled container can fill %s: %v", d.cfg.NodeName, p.Options.StateDir, err)
+		p.Options.DirSize = 0
+		// A copy: the caller's configuration is not the driver's to change.
+		d.cfg.Profiling = &p
+		return
+	}
+	logger.Info("Report directories of profiled claims are size-limited", "bytes", p.Options.DirSize)
+}
+
 // profilingEdits are the CDI edits that run the claim's workload under ncu.
 func (d *Driver) profilingEdits(ctx context.Context, rec checkpoint.Claim) (*cdispec.ContainerEdits, error) {
 	if d.cfg.Profiling == nil {
@@ -89,7 +112,7 @@ func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir s
 			logger.Info("Published WorkloadProfile from the claim's ncu report")
 		}
 	}
-	if err := profiling.Archive(d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
+	if err := profiling.Archive(ctx, d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
 		logger.Error(err, "Archiving the raw report")
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -112,5 +114,66 @@ func TestCollectingAProfileDoesNotBlockOtherClaims(t *testing.T) {
 	}
 	if _, err := os.Stat(profiling.ClaimDir(dir, "p1")); !os.IsNotExist(err) {
 		t.Errorf("claim directory still there after unprepare: %v", err)
+	}
+}
+
+// TestProfiledClaimWritesIntoABoundedDirectory: with a size set, the
+// directory a profiled claim's containers get is a tmpfs of that size, and
+// unprepare leaves no mount behind, only the archived report.
+func TestProfiledClaimWritesIntoABoundedDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	ncuDir := filepath.Join(dir, "ncu")
+	shim := filepath.Join(dir, profiling.ShimName)
+	for _, f := range []string{filepath.Join(ncuDir, "ncu"), shim} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const size = 1 << 20
+	d := newTestDriverWith(t, "t4-2.yaml", dir, func(cfg *Config) {
+		cfg.Profiling = &ProfilingConfig{Options: profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim, DirSize: size}, Retention: 5}
+	})
+	reportDir := profiling.ClaimDir(dir, "p1")
+	t.Cleanup(func() {
+		// A failing test must not also fail to remove its directory.
+		_ = unix.Unmount(reportDir, unix.MNT_DETACH)
+	})
+
+	if r := prepare(t, d, allocatedClaim("p1", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)))["p1"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(reportDir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC || uint64(fs.Blocks)*uint64(fs.Bsize) != size {
+		t.Errorf("report directory on file system %#x of %d bytes, want a tmpfs of %d", fs.Type, uint64(fs.Blocks)*uint64(fs.Bsize), size)
+	}
+
+	res, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{
+		NamespacedName: types.NamespacedName{Namespace: "ns", Name: "claim-p1"}, UID: "p1",
+	}})
+	if err == nil {
+		err = res["p1"]
+	}
+	if err != nil {
+		t.Fatalf("unprepare: %v", err)
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mountinfo), " "+dir+"/") {
+		t.Errorf("a mount under the state directory outlived unprepare:\n%s", mountinfo)
+	}
+	if archived, err := os.ReadDir(filepath.Join(dir, "profiles", "archive")); err != nil || len(archived) != 1 {
+		t.Errorf("archive holds %v (%v), want the claim's report directory", archived, err)
 	}
 }

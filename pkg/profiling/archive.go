@@ -17,6 +17,7 @@ limitations under the License.
 package profiling
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -29,29 +30,71 @@ const archiveDir = "archive"
 
 var archiveNameRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
 
+// archivedFiles are what Archive keeps of a claim directory: the plugin's
+// inputs and ncu's outputs, nothing else the tenant wrote.
+var archivedFiles = []string{ArgsFile, VersionFile, ReportFile, LogFile, ErrorFile}
+
 // Archive moves a directory that Detach set aside, after Collect has read
 // it, to <stateDir>/profiles/archive and removes all but the newest keep
 // archived directories, so that reports survive for inspection but not
-// forever. The caller logs the error and goes on: unprepare must never fail
-// because of retention.
-func Archive(stateDir, dir string, keep int) error {
+// forever. Only the report's files are kept, within the budget Collect
+// reads with, and the claim's tmpfs is unmounted, whatever else fails. The
+// caller logs the error and goes on: unprepare must never fail because of
+// retention.
+func Archive(ctx context.Context, stateDir, dir string, keep int) error {
 	name := filepath.Base(dir)
 	if filepath.Dir(dir) != filepath.Join(stateDir, profilesDir, collectDir) || !archiveNameRE.MatchString(name) {
 		return fmt.Errorf("archiving %s: not a directory set aside by Detach", dir)
 	}
+	out := filepath.Join(dir, outDir)
+	kept := keepReport(ctx, out, dir)
+	if err := errors.Join(unmountQuota(out), os.RemoveAll(out)); err != nil {
+		return fmt.Errorf("archiving %s: %w", dir, errors.Join(kept, err))
+	}
 	root := filepath.Join(stateDir, profilesDir, archiveDir)
 	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("creating profile archive: %w", err)
+		return fmt.Errorf("creating profile archive: %w", errors.Join(kept, err))
 	}
 	dst := filepath.Join(root, name)
 	if err := os.Rename(dir, dst); err != nil {
-		return fmt.Errorf("archiving %s: %w", dir, err)
+		return fmt.Errorf("archiving %s: %w", dir, errors.Join(kept, err))
 	}
 	// No container writes here any more.
 	if err := os.Chmod(dst, 0o755); err != nil {
-		return fmt.Errorf("archiving %s: %w", dir, err)
+		return fmt.Errorf("archiving %s: %w", dir, errors.Join(kept, err))
 	}
-	return prune(root, keep)
+	return errors.Join(kept, prune(root, keep))
+}
+
+// keepReport copies the archived files from the tenant's src, read as
+// Collect reads them, to dst on disk.
+func keepReport(ctx context.Context, src, dst string) error {
+	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
+	defer cancel()
+	files, err := openClaimFiles(src)
+	var missing *CollectError
+	if errors.As(err, &missing) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer files.close()
+	var errs []error
+	for _, name := range archivedFiles {
+		data, err := files.read(ctx, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("not archiving %s: %w", name, err))
+			continue
+		}
+		if data == nil {
+			continue
+		}
+		if err := writeFileAtomic(filepath.Join(dst, name), data); err != nil {
+			errs = append(errs, fmt.Errorf("archiving %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func prune(root string, keep int) error {

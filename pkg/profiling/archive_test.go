@@ -28,6 +28,7 @@ import (
 )
 
 func TestDetachAndArchive(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
 	state := t.TempDir()
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	tick := 0
@@ -56,10 +57,10 @@ func TestDetachAndArchive(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("claim directory %s still there: %v", dir, err)
 		}
-		if data, err := os.ReadFile(filepath.Join(detached, ReportFile)); err != nil || string(data) != uid {
+		if data, err := os.ReadFile(filepath.Join(detached, outDir, ReportFile)); err != nil || string(data) != uid {
 			t.Errorf("detached report: %q, %v", data, err)
 		}
-		if err := Archive(state, detached, 2); err != nil {
+		if err := Archive(ctx, state, detached, 2); err != nil {
 			t.Fatalf("Archive(%s): %v", detached, err)
 		}
 	}
@@ -69,7 +70,7 @@ func TestDetachAndArchive(t *testing.T) {
 	if _, err := Detach(state, "../escape"); err == nil {
 		t.Errorf("Detach accepted a claim UID with a path")
 	}
-	if err := Archive(state, filepath.Join(state, "profiles", "uid-x"), 2); err == nil {
+	if err := Archive(ctx, state, filepath.Join(state, "profiles", "uid-x"), 2); err == nil {
 		t.Errorf("Archive accepted a directory Detach did not set aside")
 	}
 

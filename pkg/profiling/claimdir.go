@@ -31,9 +31,12 @@ import (
 // A claim's report directory moves through three places under
 // <stateDir>/profiles, all made by the plugin:
 //
-//	<claimUID>/                  mounted into the claim's containers
-//	collect/<timestamp>-<uid>/   set aside at unprepare, read by Collect
-//	archive/<timestamp>-<uid>/   kept for people, pruned to a count
+//	<claimUID>/out/                  mounted into the claim's containers
+//	collect/<timestamp>-<uid>/out/   set aside at unprepare, read by Collect
+//	archive/<timestamp>-<uid>/       its files, kept for people, pruned to a count
+//
+// out is a tmpfs while the claim's containers may write to it (see
+// mountQuota); the archive is on disk.
 const (
 	collectDir = "collect"
 	// archiveTimeFormat sorts lexically in time order and keeps claims
@@ -61,9 +64,9 @@ func ensureProfilesRoot(stateDir string) (string, error) {
 	return root, nil
 }
 
-// Detach moves a claim's report directory aside, to
-// <stateDir>/profiles/collect/<timestamp>-<claimUID>, and returns the new
-// path, or "" when the claim has none. It is one rename, cheap enough to
+// Detach moves a claim's report directory aside, with the tmpfs mounted in
+// it, to <stateDir>/profiles/collect/<timestamp>-<claimUID>, and returns the
+// new path, or "" when the claim has none. It is one rename, cheap enough to
 // do under the plugin's lock; the moved directory can then be read by
 // Collect without the lock, while a new preparation of the same claim
 // starts from an empty directory.
@@ -71,7 +74,7 @@ func Detach(stateDir, claimUID string) (string, error) {
 	if err := validateClaimUID(claimUID); err != nil {
 		return "", err
 	}
-	src := ClaimDir(stateDir, claimUID)
+	src := claimRoot(stateDir, claimUID)
 	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -94,8 +97,7 @@ func DiscardClaimDir(stateDir, claimUID string) error {
 	if err := validateClaimUID(claimUID); err != nil {
 		return err
 	}
-	// RemoveAll removes symbolic links, it does not follow them.
-	if err := os.RemoveAll(ClaimDir(stateDir, claimUID)); err != nil {
+	if err := removeClaimDir(claimRoot(stateDir, claimUID)); err != nil {
 		return fmt.Errorf("removing the report directory of claim %s: %w", claimUID, err)
 	}
 	return nil
@@ -132,7 +134,7 @@ func SweepClaimDirs(ctx context.Context, stateDir string, prepared func(claimUID
 	}
 	var errs []error
 	for _, dir := range stale {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeClaimDir(dir); err != nil {
 			errs = append(errs, err)
 			continue
 		}

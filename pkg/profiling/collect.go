@@ -105,8 +105,8 @@ type Report struct {
 	Size   int64
 }
 
-// Collect reads the report a profiled claim left in dir, a directory its
-// containers could write to (see Detach). Only regular files are read,
+// Collect reads the report a profiled claim left in dir, a directory that
+// Detach set aside, whose out directory its containers could write to. Only regular files are read,
 // never through a symbolic link, all of them together within a fixed
 // budget and time. The error is a *CollectError when the report is missing
 // or unusable.
@@ -114,7 +114,7 @@ func Collect(ctx context.Context, dir string) (*Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx).WithValues("dir", dir)
-	files, err := openClaimFiles(dir)
+	files, err := openClaimFiles(filepath.Join(dir, outDir))
 	if err != nil {
 		return nil, err
 	}

@@ -186,11 +186,11 @@ func TestCollect(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			dir := filepath.Join(t.TempDir(), "claim")
-			if err := os.Mkdir(dir, 0o777); err != nil {
+			if err := os.MkdirAll(filepath.Join(dir, outDir), 0o777); err != nil {
 				t.Fatal(err)
 			}
 			for file, e := range tc.files {
-				e.create(t, filepath.Join(dir, file))
+				e.create(t, filepath.Join(dir, outDir, file))
 			}
 
 			// A FIFO used to block Collect for good. The deadline only

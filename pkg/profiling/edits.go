@@ -134,6 +134,11 @@ type Options struct {
 	NCUDir string
 	// ShimPath is the host path of the compiled libprism-profile.so.
 	ShimPath string
+	// DirSize bounds, in bytes, what a claim's containers may write into
+	// their report directory, a tmpfs of that size. Zero leaves the
+	// directory on the state directory's file system, unbounded; see
+	// CheckQuota.
+	DirSize int64
 }
 
 // Available reports whether ncu and the shim are where opts says; the error
@@ -150,8 +155,14 @@ func Available(opts Options) error {
 	return nil
 }
 
-// ClaimDir is the host directory of a claim's report.
+// ClaimDir is the host directory of a claim's report, which its containers
+// mount.
 func ClaimDir(stateDir, claimUID string) string {
+	return filepath.Join(claimRoot(stateDir, claimUID), outDir)
+}
+
+// claimRoot holds ClaimDir; it is the plugin's alone.
+func claimRoot(stateDir, claimUID string) string {
 	return filepath.Join(stateDir, profilesDir, claimUID)
 }
 
@@ -185,13 +196,18 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 		return nil, fmt.Errorf("writing the preload list: %w", err)
 	}
 	dir := ClaimDir(opts.StateDir, claimUID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, profilesMode); err != nil {
 		return nil, fmt.Errorf("creating profile directory: %w", err)
+	}
+	if opts.DirSize > 0 {
+		if err := mountQuota(dir, opts.DirSize); err != nil {
+			return nil, fmt.Errorf("profiling claim %s: %w", claimUID, err)
+		}
 	}
 	// World-writable, because the plugin cannot know the container's user:
 	// the image's USER applies when the pod names none, and a pod in a
 	// user namespace maps every host owner to nobody. The world is small:
-	// the parent is root's alone (profilesMode), and only this claim's
+	// the parents are root's alone (profilesMode), and only this claim's
 	// containers mount the directory. Collect reads it as untrusted.
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("opening profile directory %s to the container: %w", dir, err)

@@ -93,6 +93,11 @@ func TestGPUVectorAdd(t *testing.T) {
 	}
 
 	opts := Options{StateDir: filepath.Join(work, "state"), NCUDir: ncuDir, ShimPath: shim}
+	if os.Geteuid() == 0 {
+		// ncu writes its report into a tmpfs, as on a node.
+		opts.DirSize = DefaultDirSize
+		unmountAtCleanup(t, opts.StateDir)
+	}
 	edits, err := Prepare(ctx, opts, testClaimUID, &gpuv1alpha1.GpuProfiling{Enabled: true})
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)
@@ -108,8 +113,11 @@ func TestGPUVectorAdd(t *testing.T) {
 	}
 	report, err := Collect(ctx, dir)
 	if err != nil {
-		ncuLog, _ := os.ReadFile(filepath.Join(dir, LogFile))
+		ncuLog, _ := os.ReadFile(filepath.Join(dir, outDir, LogFile))
 		t.Fatalf("Collect: %v\nncu.log:\n%s", err, ncuLog)
+	}
+	if err := Archive(ctx, opts.StateDir, dir, 1); err != nil {
+		t.Errorf("Archive: %v", err)
 	}
 	st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "gpu", Name: "test"}, report.CSV, profile.Options{})
 	if err != nil {
