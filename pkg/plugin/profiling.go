@@ -23,11 +23,15 @@ import (
 // directories: saying so once here beats failing every profiled claim, and
 // Collect still reads them within its budget.
 func (d *Driver) checkProfilingQuota(ctx context.Context) {
-	if d.cfg.Profiling == nil || d.cfg.Profiling.Options.DirSize == 0 {
+	if d.cfg.Profiling == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	p := *d.cfg.Profiling
+	if p.Options.DirSize == 0 {
+		logger.Info("Report directories of profiled claims are not size-limited (--profile-dir-size=0)", "stateDir", p.Options.StateDir)
+		return
+	}
 	if err := profiling.CheckQuota(p.Options.StateDir); err != nil {
 		logger.Error(err, "Report directories of profiled claims are not size-limited; a profiled container can fill the state directory's file system", "stateDir", p.Options.StateDir)
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ProfilingQuotaUnavailable",

@@ -18,13 +18,15 @@ limitations under the License.
 // WorkloadProfile status, through CDI alone.
 //
 // At prepare the kubelet plugin calls Prepare: it creates a per-claim
-// directory under <state-dir>/profiles, writes the ncu argument file there
+// directory under <state-dir>/profiles, a tmpfs of bounded size where the
+// plugin may mount (CheckQuota), writes the ncu argument file there
 // and returns CDI container edits that mount ncu, the report directory and
 // a small preload library (the shim, see ShimSource), listed in
 // /etc/ld.so.preload, into the container. The shim re-executes the
 // container's first process under ncu, once, and ncu writes its CSV into
 // the report directory. At unprepare the plugin calls Detach under its
-// lock, then, with the lock released, Collect, a Publisher, and Archive.
+// lock, then, with the lock released, Collect, a Publisher, and Archive,
+// which keeps the report's files and unmounts the tmpfs.
 // The report directory is the tenant's: Collect reads it as untrusted.
 //
 // CDI edits cannot change a container's command line or its capabilities;
