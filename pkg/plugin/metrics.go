@@ -17,6 +17,7 @@ type Metrics struct {
 	publishedDevices  prometheus.Gauge
 	checkpointRecover *prometheus.CounterVec
 	healthEvents      *prometheus.CounterVec
+	profilingRuns     *prometheus.CounterVec
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -56,8 +57,12 @@ func NewMetrics() *Metrics {
 			Namespace: "prism", Subsystem: "plugin", Name: "gpu_health_events_total",
 			Help: "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, GPUs NVML could not read, recoveries.",
 		}, []string{"kind"}),
+		profilingRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "profiling_runs_total",
+			Help: "Profiled claims collected at unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).",
+		}, []string{"outcome"}),
 	}
-	m.Registry.MustRegister(m.healthEvents, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

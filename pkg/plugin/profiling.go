@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,6 +88,7 @@ func (d *Driver) releaseProfile(ctx context.Context, rec checkpoint.Claim) func(
 func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir string) {
 	logger := klog.FromContext(ctx).WithValues("claim", rec.Namespace+"/"+rec.Name, "profile", rec.Profiling.Profile)
 	report, collectErr := profiling.Collect(ctx, dir)
+	d.metrics.profilingRuns.WithLabelValues(profilingOutcome(collectErr)).Inc()
 	if collectErr != nil {
 		logger.Info("Profiled claim left no usable report", "reason", collectErr.Error())
 	}
@@ -119,6 +121,17 @@ func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir s
 	if err := profiling.Archive(ctx, d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
 		logger.Error(err, "Archiving the raw report")
 	}
+}
+
+// profilingOutcome is the metric label for what collecting a report gave.
+func profilingOutcome(collectErr error) string {
+	if collectErr == nil {
+		return "ReportCollected"
+	}
+	if ce, ok := errors.AsType[*profiling.CollectError](collectErr); ok {
+		return string(ce.Reason)
+	}
+	return "CollectFailed"
 }
 
 // warnIfProfilingForbidden tells the claim's author, before the run rather

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -175,5 +178,25 @@ func TestProfiledClaimWritesIntoABoundedDirectory(t *testing.T) {
 	}
 	if archived, err := os.ReadDir(filepath.Join(dir, "profiles", "archive")); err != nil || len(archived) != 1 {
 		t.Errorf("archive holds %v (%v), want the claim's report directory", archived, err)
+	}
+	// The workload wrote no report, and the dashboard says so.
+	if got := testutil.ToFloat64(d.metrics.profilingRuns.WithLabelValues(string(profiling.ReasonReportMissing))); got != 1 {
+		t.Errorf("prism_plugin_profiling_runs_total{outcome=ReportMissing} = %v, want 1", got)
+	}
+}
+
+func TestProfilingOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, "ReportCollected"},
+		{&profiling.CollectError{Reason: profiling.ReasonReportTooLarge}, "ReportTooLarge"},
+		{fmt.Errorf("collect: %w", &profiling.CollectError{Reason: profiling.ReasonProfilerFailed}), "ProfilerFailed"},
+		{errors.New("open report directory: permission denied"), "CollectFailed"},
+	} {
+		if got := profilingOutcome(tc.err); got != tc.want {
+			t.Errorf("profilingOutcome(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }
