@@ -20,7 +20,10 @@ limitations under the License.
 package envflag
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -91,4 +94,38 @@ func Parse(fs *pflag.FlagSet, args []string, lookup func(string) (string, bool))
 		return err
 	}
 	return Apply(fs, lookup)
+}
+
+// Check says what is wrong with the variables of fs: a flag without one
+// (other than those in noEnv, which must have none), a flag whose variable
+// is not the one want pins for it, two flags reading one variable, and a
+// pinned variable no flag reads. A renamed variable silently stops
+// configuring what it did, so binaries pin the names a chart or an
+// operator's manifests use.
+func Check(fs *pflag.FlagSet, want map[string]string, noEnv ...string) error {
+	var errs []error
+	seen := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		name := Name(f)
+		switch {
+		case slices.Contains(noEnv, f.Name):
+			if name != "" {
+				errs = append(errs, fmt.Errorf("--%s reads %s but must read no variable", f.Name, name))
+			}
+			return
+		case name == "":
+			errs = append(errs, fmt.Errorf("--%s has no environment variable", f.Name))
+		case want[f.Name] != "" && name != want[f.Name]:
+			errs = append(errs, fmt.Errorf("--%s reads %s, want %s", f.Name, name, want[f.Name]))
+		case seen[name] != "":
+			errs = append(errs, fmt.Errorf("--%s and --%s both read %s", f.Name, seen[name], name))
+		}
+		seen[name] = f.Name
+	})
+	for _, flag := range slices.Sorted(maps.Keys(want)) {
+		if _, ok := seen[want[flag]]; !ok {
+			errs = append(errs, fmt.Errorf("no flag reads %s (--%s)", want[flag], flag))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -124,3 +124,62 @@ func TestBindNamesAndDocumentsEveryFlag(t *testing.T) {
 		}
 	})
 }
+
+func TestCheck(t *testing.T) {
+	flags := func(define func(fs *pflag.FlagSet)) *pflag.FlagSet {
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		define(fs)
+		return fs
+	}
+	for _, tc := range []struct {
+		name    string
+		fs      *pflag.FlagSet
+		want    map[string]string
+		wantErr []string
+	}{{
+		name: "every flag mirrored as pinned",
+		fs: flags(func(fs *pflag.FlagSet) {
+			fs.String("node-name", "", "")
+			fs.Int("port", 0, "")
+			fs.Bool("version", false, "")
+			Bind(fs, "PRISM_", map[string]string{"node-name": "NODE_NAME"}, "version")
+		}),
+		want: map[string]string{"node-name": "NODE_NAME", "port": "PRISM_PORT"},
+	}, {
+		name: "a flag defined after Bind, a renamed variable and a pin nobody reads",
+		fs: flags(func(fs *pflag.FlagSet) {
+			fs.String("node-name", "", "")
+			Bind(fs, "PRISM_", nil)
+			fs.Int("late", 0, "")
+		}),
+		want:    map[string]string{"node-name": "NODE_NAME", "gone": "PRISM_GONE"},
+		wantErr: []string{"--late has no environment variable", "--node-name reads PRISM_NODE_NAME, want NODE_NAME", "no flag reads PRISM_GONE (--gone)"},
+	}, {
+		name: "two flags on one variable, and --version mirrored",
+		fs: flags(func(fs *pflag.FlagSet) {
+			fs.String("a", "", "")
+			fs.String("b", "", "")
+			fs.Bool("version", false, "")
+			Bind(fs, "PRISM_", map[string]string{"a": "SHARED", "b": "SHARED"})
+		}),
+		wantErr: []string{"--b and --a both read SHARED", "--version reads PRISM_VERSION but must read no variable"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(tc.fs, tc.want, "version")
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Check: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Check found nothing, want %q", tc.wantErr)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Check error lacks %q:\n%v", want, err)
+				}
+			}
+		})
+	}
+}
