@@ -134,14 +134,25 @@ type PrepareOptions struct {
 	PluginBin     string
 	Fleet         string
 	Dir           string
+	// ReferenceBin, when set, is the kubelet plugin of
+	// kubernetes-sigs/dra-example-driver, measured by the same loop after
+	// Prism so that the comparison comes from one run.
+	ReferenceBin string
 }
 
-// PrepareResult carries the plugin's RSS for the footprint rows.
+// PrepareResult carries the plugins' RSS for the footprint rows.
 type PrepareResult struct {
-	Rows                 []Row
-	IdleRSS, LoadedRSS   float64
-	StateFS              string
-	PreparedPerIteration int
+	Rows               []Row
+	IdleRSS, LoadedRSS float64
+	StateFS            string
+	// Reference is nil unless PrepareOptions.ReferenceBin was set.
+	Reference *PrepareLoad
+}
+
+// PrepareLoad is what one plugin did under the prepare loop.
+type PrepareLoad struct {
+	Prep1, Prep4, Unprep1, Unprep4, Gets []time.Duration
+	IdleRSS, LoadedRSS                   float64
 }
 
 const prepNode = "bench-prep"
@@ -158,14 +169,16 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		return nil, err
 	}
 	total := o.Calls + o.Warmup
-	claims := map[int][]*resourceapi.ResourceClaim{1: make([]*resourceapi.ResourceClaim, total), 4: make([]*resourceapi.ResourceClaim, total)}
-	for _, gpus := range []int{1, 4} {
-		if err := parallel(total, 8, func(i int) error {
-			cl, err := createAllocatedClaim(ctx, client, ns, fmt.Sprintf("prep%d-%d", gpus, i), gpus)
-			claims[gpus][i] = cl
-			return err
-		}); err != nil {
-			return nil, fmt.Errorf("create allocated claims: %w", err)
+	// Both plugins' claims exist before either runs, so that both loops
+	// see an API server holding the same objects.
+	claims, err := createAllocatedClaims(ctx, client, ns, "prep", rewrite.DriverName, total)
+	if err != nil {
+		return nil, err
+	}
+	var refClaims map[int][]*resourceapi.ResourceClaim
+	if o.ReferenceBin != "" {
+		if refClaims, err = createAllocatedClaims(ctx, client, ns, "ref", ReferenceDriverName, total); err != nil {
+			return nil, err
 		}
 	}
 
@@ -178,12 +191,71 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		return nil, err
 	}
 	res := &PrepareResult{StateFS: FSType(filepath.Join(o.Dir, "state"))}
+	prism, err := prepareLoad(ctx, client, p.Process, p.Socket(), claims, o.Warmup)
+	if err != nil {
+		return nil, err
+	}
+	res.IdleRSS, res.LoadedRSS = prism.IdleRSS, prism.LoadedRSS
+	// Alone on the CPUs, as Prism was.
+	_ = p.Stop(5 * time.Second)
+
+	cse := fmt.Sprintf("real plugin over gRPC, %d sequential new claims, state on %s", o.Calls, res.StateFS)
+	res.Rows = []Row{
+		NewRow("prepare", cse, "NodePrepareResources p50", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.5)), "4 GPUs", ms(Percentile(prism.Prep4, 0.5)), "ref. example driver p50 5.1-5.9 ms"),
+		NewRow("prepare", cse, "NodePrepareResources p99", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.99)), "4 GPUs", ms(Percentile(prism.Prep4, 0.99)), "ref. example driver p99 14-17 ms"),
+		NewRow("prepare", cse, "NodeUnprepareResources p50", "ms", "1 GPU", ms(Percentile(prism.Unprep1, 0.5)), "4 GPUs", ms(Percentile(prism.Unprep4, 0.5)), ""),
+		NewRow("prepare", cse, "NodeUnprepareResources p99", "ms", "1 GPU", ms(Percentile(prism.Unprep1, 0.99)), "4 GPUs", ms(Percentile(prism.Unprep4, 0.99)), ""),
+		NewRow("prepare", cse, "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", ms(Percentile(prism.Gets, 0.5)), "prepare 1 GPU", ms(Percentile(prism.Prep1, 0.5)), "ref. GET p50 1.2-1.5 ms"),
+	}
+	if o.ReferenceBin == "" {
+		return res, nil
+	}
+
+	r, err := StartReferencePlugin(ctx, c, o.ReferenceBin, prepNode, filepath.Join(o.Dir, "reference"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Stop(5 * time.Second) }()
+	if err := r.WaitSocket(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	if res.Reference, err = prepareLoad(ctx, client, r.Process, r.Socket(), refClaims, o.Warmup); err != nil {
+		return nil, fmt.Errorf("reference plugin (log %s): %w", r.LogPath, err)
+	}
+	ref := res.Reference
+	cse = fmt.Sprintf("same run: example driver vs Prism, %d sequential new claims each, state on %s", o.Calls, FSType(r.Dir))
+	for _, m := range []struct {
+		name      string
+		ref, mine []time.Duration
+		q         float64
+	}{
+		{"NodePrepareResources 1 GPU p50", ref.Prep1, prism.Prep1, 0.5},
+		{"NodePrepareResources 1 GPU p99", ref.Prep1, prism.Prep1, 0.99},
+		{"NodePrepareResources 4 GPUs p50", ref.Prep4, prism.Prep4, 0.5},
+		{"NodePrepareResources 4 GPUs p99", ref.Prep4, prism.Prep4, 0.99},
+		{"NodeUnprepareResources 1 GPU p50", ref.Unprep1, prism.Unprep1, 0.5},
+		{"NodeUnprepareResources 1 GPU p99", ref.Unprep1, prism.Unprep1, 0.99},
+		{"client GET of the claim p50", ref.Gets, prism.Gets, 0.5},
+	} {
+		res.Rows = append(res.Rows, NewRow("prepare", cse, m.name, "ms", "example driver", ms(Percentile(m.ref, m.q)), "Prism", ms(Percentile(m.mine, m.q)), ""))
+	}
+	return res, nil
+}
+
+// prepareLoad runs the loop on one plugin: its idle RSS, then for each pair
+// of claims a GET of the 1-GPU claim (the floor: what the kubelet plugin
+// helper does before calling the driver), prepare+unprepare of the 1-GPU
+// claim, then of the 4-GPU claim, then its RSS under load. The first warmup
+// pairs are not counted.
+func prepareLoad(ctx context.Context, client kubernetes.Interface, proc *testbed.Process, socket string, claims map[int][]*resourceapi.ResourceClaim, warmup int) (*PrepareLoad, error) {
+	load := &PrepareLoad{}
 	time.Sleep(2 * time.Second) // let start-up garbage go
-	if res.IdleRSS, err = RSSMiB(p.Pid()); err != nil {
+	var err error
+	if load.IdleRSS, err = RSSMiB(proc.Pid()); err != nil {
 		return nil, err
 	}
 
-	conn, err := grpc.NewClient("unix://"+p.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
@@ -211,12 +283,9 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		}
 		return prep, unprep, nil
 	}
-	var prep1, prep4, unprep1, unprep4, gets []time.Duration
-	for i := range total {
-		// The floor: one GET of a claim, what the helper does before
-		// calling the driver.
+	for i := range claims[1] {
 		start := time.Now()
-		if _, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, claims[1][i].Name, metav1.GetOptions{}); err != nil {
+		if _, err := client.ResourceV1().ResourceClaims(claims[1][i].Namespace).Get(ctx, claims[1][i].Name, metav1.GetOptions{}); err != nil {
 			return nil, err
 		}
 		get := time.Since(start)
@@ -228,26 +297,34 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		if err != nil {
 			return nil, err
 		}
-		if i < o.Warmup {
+		if i < warmup {
 			continue
 		}
-		gets, prep1, unprep1, prep4, unprep4 = append(gets, get), append(prep1, p1), append(unprep1, u1), append(prep4, p4), append(unprep4, u4)
+		load.Gets, load.Prep1, load.Unprep1, load.Prep4, load.Unprep4 = append(load.Gets, get), append(load.Prep1, p1), append(load.Unprep1, u1), append(load.Prep4, p4), append(load.Unprep4, u4)
 	}
-	if res.LoadedRSS, err = RSSMiB(p.Pid()); err != nil {
+	if load.LoadedRSS, err = RSSMiB(proc.Pid()); err != nil {
 		return nil, err
 	}
-	cse := fmt.Sprintf("real plugin over gRPC, %d sequential new claims, state on %s", o.Calls, res.StateFS)
-	res.Rows = []Row{
-		NewRow("prepare", cse, "NodePrepareResources p50", "ms", "1 GPU", ms(Percentile(prep1, 0.5)), "4 GPUs", ms(Percentile(prep4, 0.5)), "ref. example driver p50 5.1-5.9 ms"),
-		NewRow("prepare", cse, "NodePrepareResources p99", "ms", "1 GPU", ms(Percentile(prep1, 0.99)), "4 GPUs", ms(Percentile(prep4, 0.99)), "ref. example driver p99 14-17 ms"),
-		NewRow("prepare", cse, "NodeUnprepareResources p50", "ms", "1 GPU", ms(Percentile(unprep1, 0.5)), "4 GPUs", ms(Percentile(unprep4, 0.5)), ""),
-		NewRow("prepare", cse, "NodeUnprepareResources p99", "ms", "1 GPU", ms(Percentile(unprep1, 0.99)), "4 GPUs", ms(Percentile(unprep4, 0.99)), ""),
-		NewRow("prepare", cse, "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", ms(Percentile(gets, 0.5)), "prepare 1 GPU", ms(Percentile(prep1, 0.5)), "ref. GET p50 1.2-1.5 ms"),
-	}
-	return res, nil
+	return load, nil
 }
 
-func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, name string, gpus int) (*resourceapi.ResourceClaim, error) {
+// createAllocatedClaims makes n 1-GPU and n 4-GPU claims, allocated to
+// driver's devices gpu-0.. in the pool named after prepNode.
+func createAllocatedClaims(ctx context.Context, client kubernetes.Interface, ns, prefix, driver string, n int) (map[int][]*resourceapi.ResourceClaim, error) {
+	claims := map[int][]*resourceapi.ResourceClaim{1: make([]*resourceapi.ResourceClaim, n), 4: make([]*resourceapi.ResourceClaim, n)}
+	for _, gpus := range []int{1, 4} {
+		if err := parallel(n, 8, func(i int) error {
+			cl, err := createAllocatedClaim(ctx, client, ns, fmt.Sprintf("%s%d-%d", prefix, gpus, i), driver, gpus)
+			claims[gpus][i] = cl
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("create claims allocated to %s: %w", driver, err)
+		}
+	}
+	return claims, nil
+}
+
+func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, name, driver string, gpus int) (*resourceapi.ResourceClaim, error) {
 	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       *GPUSpec(int64(gpus)),
@@ -258,7 +335,7 @@ func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, 
 	alloc := &resourceapi.AllocationResult{}
 	for d := range gpus {
 		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-			Request: "gpu", Driver: rewrite.DriverName, Pool: prepNode, Device: fmt.Sprintf("gpu-%d", d),
+			Request: "gpu", Driver: driver, Pool: prepNode, Device: fmt.Sprintf("gpu-%d", d),
 		})
 	}
 	alloc.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
