@@ -20,11 +20,9 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/prismgpu/prism/pkg/plugin"
@@ -208,36 +206,65 @@ func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
 // admission policies of deployments/static/prism.yaml, and says how many
 // objects it applied and which kinds it left out. Applying twice is harmless.
 func InstallIdentities(ctx context.Context, c *testbed.Cluster, repoRoot string) (applied int, skipped map[string]int, err error) {
-	data, err := os.ReadFile(filepath.Join(repoRoot, "deployments", "static", "prism.yaml"))
+	docs, err := staticDocs(repoRoot)
 	if err != nil {
 		return 0, nil, err
 	}
 	var keep [][]byte
 	skipped = map[string]int{}
-	for _, doc := range bytes.Split(data, []byte("\n---")) {
+	for _, d := range docs {
+		switch {
+		case installedKinds[d.kind]:
+			keep = append(keep, d.raw)
+		case d.kind == "CustomResourceDefinition" || d.kind == "DeviceClass":
+			// Same objects as deployments/crds and deviceclasses.yaml.
+		default:
+			skipped[d.kind]++
+		}
+	}
+	if err := applyDocs(ctx, c, "prism-identities.yaml", keep); err != nil {
+		return 0, nil, fmt.Errorf("apply identities and RBAC from prism.yaml: %w", err)
+	}
+	return len(keep), skipped, nil
+}
+
+// staticDoc is one object of deployments/static/prism.yaml.
+type staticDoc struct {
+	kind string
+	raw  []byte
+}
+
+// staticDocs reads deployments/static/prism.yaml, the chart rendered with
+// the demo's values, into its objects.
+func staticDocs(repoRoot string) ([]staticDoc, error) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "deployments", "static", "prism.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var docs []staticDoc
+	for _, raw := range bytes.Split(data, []byte("\n---")) {
 		var meta struct {
 			Kind string `json:"kind"`
 		}
-		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind == "" {
+		if err := yaml.Unmarshal(raw, &meta); err != nil || meta.Kind == "" {
 			continue
 		}
-		switch {
-		case installedKinds[meta.Kind]:
-			keep = append(keep, doc)
-		case meta.Kind == "CustomResourceDefinition" || meta.Kind == "DeviceClass":
-			// Same objects as deployments/crds and deviceclasses.yaml.
-		default:
-			skipped[meta.Kind]++
-		}
+		docs = append(docs, staticDoc{kind: meta.Kind, raw: raw})
 	}
-	path := filepath.Join(c.WorkDir(), "prism-identities.yaml")
-	if err := os.WriteFile(path, bytes.Join(keep, []byte("\n---")), 0o644); err != nil {
-		return 0, nil, err
+	return docs, nil
+}
+
+// applyDocs writes docs to name in the cluster's work directory and applies
+// them with kubectl.
+func applyDocs(ctx context.Context, c *testbed.Cluster, name string, docs [][]byte) error {
+	path := filepath.Join(c.WorkDir(), name)
+	if err := os.WriteFile(path, bytes.Join(docs, []byte("\n---\n")), 0o644); err != nil {
+		return err
 	}
 	if out, err := testbed.Kubectl(ctx, c, "apply", "-f", path); err != nil {
-		return 0, nil, fmt.Errorf("apply identities and RBAC from prism.yaml: %w\n%s", err, out)
+		return fmt.Errorf("%w\n%s", err, out)
 	}
-	return len(keep), skipped, nil
+	return nil
 }
 
 // PluginKubeconfig is a kubeconfig for the plugin on node with the chart's
@@ -374,60 +401,46 @@ func (b *Bed) startController(ctx context.Context, opts Options) error {
 // the demo and the e2e tests admit through exactly the rules, match
 // conditions and failure policies that the chart installs.
 func registerWebhooks(ctx context.Context, c *testbed.Cluster, repoRoot, base string) error {
-	data, err := os.ReadFile(filepath.Join(repoRoot, "deployments", "static", "prism.yaml"))
+	docs, err := staticDocs(repoRoot)
 	if err != nil {
 		return err
 	}
-	toURL := func(name string, cc *admissionregistrationv1.WebhookClientConfig) error {
-		if cc.Service == nil || cc.Service.Path == nil {
-			return fmt.Errorf("webhook %s in prism.yaml has no Service path to map onto %s", name, base)
-		}
-		cc.URL, cc.Service, cc.CABundle = ptr.To(base+*cc.Service.Path), nil, nil
-		return nil
-	}
-	registered := 0
-	for _, doc := range bytes.Split(data, []byte("\n---")) {
-		var meta struct {
-			Kind string `json:"kind"`
-		}
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
+	var configs [][]byte
+	for _, d := range docs {
+		if d.kind != "MutatingWebhookConfiguration" && d.kind != "ValidatingWebhookConfiguration" {
 			continue
 		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			var cfg admissionregistrationv1.MutatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict(doc, &cfg); err != nil {
-				return fmt.Errorf("decode MutatingWebhookConfiguration from prism.yaml: %w", err)
-			}
-			for i := range cfg.Webhooks {
-				if err := toURL(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
-				}
-			}
-			cfg.Annotations = nil
-			if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("register %s: %w", cfg.Name, err)
-			}
-			registered += len(cfg.Webhooks)
-		case "ValidatingWebhookConfiguration":
-			var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-			if err := yaml.UnmarshalStrict(doc, &cfg); err != nil {
-				return fmt.Errorf("decode ValidatingWebhookConfiguration from prism.yaml: %w", err)
-			}
-			for i := range cfg.Webhooks {
-				if err := toURL(cfg.Webhooks[i].Name, &cfg.Webhooks[i].ClientConfig); err != nil {
-					return err
-				}
-			}
-			cfg.Annotations = nil
-			if _, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &cfg, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("register %s: %w", cfg.Name, err)
-			}
-			registered += len(cfg.Webhooks)
+		// Both kinds share the fields changed here, so one untyped edit
+		// serves them.
+		var obj map[string]any
+		if err := yaml.Unmarshal(d.raw, &obj); err != nil {
+			return fmt.Errorf("decode %s from prism.yaml: %w", d.kind, err)
 		}
+		webhooks, _ := obj["webhooks"].([]any)
+		for _, w := range webhooks {
+			webhook, _ := w.(map[string]any)
+			clientConfig, _ := webhook["clientConfig"].(map[string]any)
+			service, _ := clientConfig["service"].(map[string]any)
+			path, _ := service["path"].(string)
+			if path == "" {
+				return fmt.Errorf("webhook %v in prism.yaml has no Service path to map onto %s", webhook["name"], base)
+			}
+			webhook["clientConfig"] = map[string]any{"url": base + path}
+		}
+		if metadata, ok := obj["metadata"].(map[string]any); ok {
+			delete(metadata, "annotations") // cert-manager's, when set
+		}
+		raw, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		configs = append(configs, raw)
 	}
-	if registered == 0 {
+	if len(configs) == 0 {
 		return errors.New("deployments/static/prism.yaml holds no webhook configuration")
+	}
+	if err := applyDocs(ctx, c, "prism-webhooks.yaml", configs); err != nil {
+		return fmt.Errorf("register the chart's webhooks: %w", err)
 	}
 	return nil
 }
