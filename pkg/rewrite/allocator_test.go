@@ -2,11 +2,15 @@ package rewrite
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 )
 
 // allocateOnEachNode runs the allocator once per node, as the scheduler's
@@ -156,4 +160,90 @@ func TestHeadroomKeepsModelsInTheirBucket(t *testing.T) {
 			}
 		}
 	}
+}
+
+// foreignSlice publishes n devices of another driver on node. Their
+// attributes live in that driver's domain, so a lookup in the gpu.prism.dev
+// domain finds an empty map and an unguarded one is a CEL error.
+func foreignSlice(node string, n int) *resourceapi.ResourceSlice {
+	devices := make([]resourceapi.Device, n)
+	for i := range devices {
+		devices[i] = resourceapi.Device{
+			Name: fmt.Sprintf("eth%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"numaNode": iattr(0), "bandwidthClass": attr("ultra"),
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("200Gi")}},
+		}
+	}
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-nic"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: "nic.example.com", NodeName: ptr.To(node),
+			Pool:    resourceapi.ResourcePool{Name: node + "-nic", ResourceSliceCount: 1},
+			Devices: devices,
+		},
+	}
+}
+
+// TestTierClassKeepsForeignDevicesOut: the class of generated subrequests
+// has no selectors, so the subrequests themselves must keep another
+// driver's devices out, and must do so before a user selector written for
+// gpu.prism.dev devices (here an unguarded lookup) runs on them.
+func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
+	f := qualifiedCapacity(newFleet(t, "H100", 1, 2))
+	f.slices = append(f.slices, foreignSlice(f.nodes[0].Name, 4))
+	gpus := sets.New[structured.DeviceID]()
+	for _, d := range f.slices[0].Spec.Devices {
+		gpus.Insert(structured.MakeDeviceID(DriverName, f.slices[0].Spec.Pool.Name, d.Name))
+	}
+	profiles := map[string]Profile{
+		"tier and memory floor": {BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi")},
+		"tier and cc floor":     {BoundType: ComputeBound, Policy: Performance, MinComputeCapability: "8.0"},
+		"no hard needs":         {BoundType: LatencyBound, Policy: Economy},
+		"memory share":          {BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi"), ShareMemory: true},
+	}
+	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
+	for name, p := range profiles {
+		for _, user := range users {
+			for _, taken := range []bool{false, true} {
+				var allocated sets.Set[structured.DeviceID]
+				if taken {
+					allocated = gpus
+				}
+				a, _ := f.allocator(t, incubatingFeatures, allocated)
+				spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1, user...)), p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
+				if err != nil {
+					t.Errorf("%s, user %q, GPUs taken %v: %v", name, user, taken, err)
+					continue
+				}
+				switch {
+				case taken && len(res) != 0:
+					t.Errorf("%s, user %q: allocated %+v with every GPU taken", name, user, res[0].Devices.Results)
+				case !taken && (len(res) != 1 || res[0].Devices.Results[0].Driver != DriverName):
+					t.Errorf("%s, user %q: allocated %+v, want one %s device", name, user, res, DriverName)
+				}
+			}
+		}
+	}
+}
+
+// qualifiedCapacity names the fleet's capacities as the kubelet plugin
+// publishes them ("gpu.prism.dev/memory"): a capacity request must name the
+// capacity exactly as the slice does, while CEL sees both spellings alike.
+func qualifiedCapacity(f *fleet) *fleet {
+	for _, s := range f.slices {
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			if c, ok := d.Capacity["memory"]; ok {
+				delete(d.Capacity, "memory")
+				d.Capacity[MemoryCapacity] = c
+			}
+		}
+	}
+	return f
 }

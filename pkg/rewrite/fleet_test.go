@@ -120,6 +120,7 @@ func gpuClasses() classLister {
 				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.prism.dev"`}}},
 			},
 		},
+		TierDeviceClassName: {ObjectMeta: metav1.ObjectMeta{Name: TierDeviceClassName}},
 	}
 }
 

@@ -89,6 +89,9 @@ type needs struct {
 	memory selectorID // -1: none
 	cc     selectorID // -1: none
 	text   string
+	// floor is the memory floor of the memory selector as a quantity, for
+	// a capacity request in its place; nil: no memory need.
+	floor *resource.Quantity
 	// share is the memory to request from a shareable GPU; nil: the whole GPU.
 	share *resource.Quantity
 }
@@ -113,6 +116,7 @@ func (p Profile) needs() (needs, error) {
 		for i, gi := range memoryFloorsGi {
 			if bytes <= gi<<30 {
 				n.memory = selMemoryFirst + selectorID(i)
+				n.floor = resource.NewQuantity(gi<<30, resource.BinarySI)
 				n.text = fmt.Sprintf("memory>=%dGi", gi)
 				break
 			}
@@ -208,7 +212,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n.share)
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, false)
 		req.Exactly = nil
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}
@@ -259,17 +263,29 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 	return ""
 }
 
-func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, share *resource.Quantity) []resourceapi.DeviceSubRequest {
+// subrequests writes one subrequest per tier. With capacityFloor, the
+// memory floor becomes a capacity request on gpu.prism.dev/memory instead of
+// a CEL selector: the allocator checks it without building a CEL activation.
+// That is a floor only on GPUs that are not shareable; on a shareable one it
+// would consume the floor instead of the whole GPU and let other claims in,
+// so the caller asks for it only where no GPU is published shareable, and
+// never for a memory share (the share is the capacity request already).
+func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, n needs, capacityFloor bool) []resourceapi.DeviceSubRequest {
 	subs := make([]resourceapi.DeviceSubRequest, len(ladder))
 	for i, t := range ladder {
 		e := exact.DeepCopy()
-		if share != nil {
-			requestShare(e, *share)
+		exprs := generated[i]
+		switch {
+		case n.share != nil:
+			requestShare(e, *n.share)
+		case capacityFloor && n.floor != nil && requestShare(e, *n.floor):
+			exprs = without(exprs, catalogue[n.memory])
 		}
+		sels := append(selectors(exprs), e.Selectors...)
 		subs[i] = resourceapi.DeviceSubRequest{
 			Name:            t.name,
-			DeviceClassName: e.DeviceClassName,
-			Selectors:       append(selectors(generated[i]), e.Selectors...),
+			DeviceClassName: subrequestClass(e, len(exprs) > 0),
+			Selectors:       sels,
 			AllocationMode:  e.AllocationMode,
 			Count:           e.Count,
 			Tolerations:     e.Tolerations,
@@ -279,18 +295,49 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 	return subs
 }
 
-// requestShare asks for a share of memory unless the user named an amount.
-func requestShare(e *resourceapi.ExactDeviceRequest, share resource.Quantity) {
+// subrequestClass picks TierDeviceClassName where the subrequest keeps
+// foreign devices out by itself, before any user selector runs: user CEL
+// written for the gpu.prism.dev class may read Prism attributes without a
+// guard, and on another driver's device that is an error that aborts
+// scheduling of the pod.
+func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst bool) string {
+	if generatedFirst {
+		return TierDeviceClassName
+	}
+	if e.Capacity == nil || len(e.Selectors) > 0 {
+		return e.DeviceClassName
+	}
+	if _, ok := e.Capacity.Requests[MemoryCapacity]; ok {
+		// The allocator skips a device that lacks a requested capacity.
+		return TierDeviceClassName
+	}
+	return e.DeviceClassName
+}
+
+// requestShare asks for amount of memory unless the user named an amount,
+// and says whether it did.
+func requestShare(e *resourceapi.ExactDeviceRequest, amount resource.Quantity) bool {
 	if e.Capacity == nil {
 		e.Capacity = &resourceapi.CapacityRequirements{}
 	}
 	if _, userSet := e.Capacity.Requests[MemoryCapacity]; userSet {
-		return
+		return false
 	}
 	if e.Capacity.Requests == nil {
 		e.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{}
 	}
-	e.Capacity.Requests[MemoryCapacity] = share
+	e.Capacity.Requests[MemoryCapacity] = amount
+	return true
+}
+
+func without(exprs []string, drop string) []string {
+	out := make([]string, 0, len(exprs))
+	for _, e := range exprs {
+		if e != drop {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // selectors gives each subrequest its own objects, so that a caller editing

@@ -101,7 +101,13 @@ func TestRewriteLadders(t *testing.T) {
 				if got := exprs(sub.Selectors); !equalStrings(got, want) {
 					t.Errorf("tier %s selectors\n got %q\nwant %q", sub.Name, got, want)
 				}
-				if sub.Count != orig.Exactly.Count || sub.AllocationMode != orig.Exactly.AllocationMode || sub.DeviceClassName != DeviceClassName {
+				// A generated (guarded) selector first keeps foreign devices
+				// out, so the class needs no selector of its own.
+				wantClass := DeviceClassName
+				if len(want) > 1 {
+					wantClass = TierDeviceClassName
+				}
+				if sub.Count != orig.Exactly.Count || sub.AllocationMode != orig.Exactly.AllocationMode || sub.DeviceClassName != wantClass {
 					t.Errorf("tier %s lost count/mode/class: %+v", sub.Name, sub)
 				}
 				if !apiequality.Semantic.DeepEqual(sub.Tolerations, orig.Exactly.Tolerations) || !apiequality.Semantic.DeepEqual(sub.Capacity, orig.Exactly.Capacity) {

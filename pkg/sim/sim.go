@@ -545,7 +545,7 @@ func classes() deviceClasses {
 		Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + rewrite.DriverName + `"`}}},
 		},
-	}}
+	}, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}}}
 }
 
 // deviceClasses is the DeviceClass the Helm chart installs for GPUs.

@@ -408,7 +408,7 @@ func hasGPURequest(spec *resourceapi.ResourceClaimSpec) bool {
 			return true
 		}
 		for _, sub := range r.FirstAvailable {
-			if sub.DeviceClassName == rewrite.DeviceClassName {
+			if rewrite.IsGPUClass(sub.DeviceClassName) {
 				return true
 			}
 		}
@@ -444,7 +444,7 @@ func unconfiguredGPURequests(spec *resourceapi.ResourceClaimSpec) []string {
 		}
 		for _, sub := range r.FirstAvailable {
 			ref := r.Name + "/" + sub.Name
-			if sub.DeviceClassName == rewrite.DeviceClassName && !configured[ref] {
+			if rewrite.IsGPUClass(sub.DeviceClassName) && !configured[ref] {
 				refs = append(refs, ref)
 			}
 		}

@@ -48,6 +48,12 @@ func GPUClass() *resourceapi.DeviceClass {
 	}
 }
 
+// TierClass is the DeviceClass of the subrequests the rewrite writes: no
+// selectors (deployments/static/deviceclasses.yaml).
+func TierClass() *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}}
+}
+
 // AllocatorOptions bound the allocator phase.
 type AllocatorOptions struct {
 	Sizes  []int // node counts, 8 GPUs each
@@ -70,7 +76,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 		}
-		a, err := structured.NewAllocator(ctx, IncubatingFeatures, state, classLister{rewrite.DeviceClassName: GPUClass()}, f.Slices, cache)
+		a, err := structured.NewAllocator(ctx, IncubatingFeatures, state, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, f.Slices, cache)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,26 @@
+package rewrite
+
+// TierDeviceClassName is the DeviceClass of the subrequests Rewrite writes.
+// It has no selectors, so the allocator pays no class evaluation per device
+// and subrequest: on a node where a tier fails, that halves the evaluations
+// (8 instead of 16 for 8 GPUs). The chart installs it beside DeviceClassName.
+//
+// A class without selectors matches every driver's devices, so it is used
+// only where the subrequest itself keeps foreign devices out before any
+// user selector runs: either its first selector is a generated one (every
+// catalogue entry requires a gpu.prism.dev attribute or capacity), or it has
+// no selectors and requests gpu.prism.dev/memory capacity, which a device
+// without that capacity never satisfies. Otherwise the subrequest keeps the
+// user's class.
+//
+// The name sits under the driver's domain, as the bandwidth classes do, and
+// says who writes it: it appears only in claims the webhook rewrote, next to
+// the prism.dev/rewrite annotation. Rewrite never rewrites a request of this
+// class again.
+const TierDeviceClassName = "rewrite." + DriverName
+
+// IsGPUClass reports whether a request of this class asks for Prism GPUs:
+// the class users write, or the one of subrequests Rewrite wrote.
+func IsGPUClass(name string) bool {
+	return name == DeviceClassName || name == TierDeviceClassName
+}
