@@ -160,9 +160,13 @@ func (p Profile) needs() (needs, error) {
 // firstAvailable list ordered for profile, and the plan that explains it.
 // The input is never modified. An error means nothing may be emitted; the
 // caller should then admit the claim unchanged.
-func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile Profile) (*resourceapi.ResourceClaimSpec, *Plan, error) {
+func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile Profile, opts ...Option) (*resourceapi.ResourceClaimSpec, *Plan, error) {
 	if spec == nil {
 		return nil, nil, errors.New("rewrite: nil ResourceClaimSpec")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	policy := profile.Policy
 	if policy == "" {
@@ -181,7 +185,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	var ladder []tier
 	switch bound {
 	case MemoryBound, ComputeBound, LatencyBound:
-		ladder = ladders[bound][policy]
+		ladder = o.ladder(bound, policy)
 	case Balanced, Unknown:
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
@@ -212,7 +216,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, false)
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, o.capacityFloor)
 		req.Exactly = nil
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}

@@ -53,3 +53,8 @@ var ladders = map[BoundType]map[Policy][]tier{
 		},
 	},
 }
+
+// ladder picks the tiers for a bound type and policy.
+func (o options) ladder(bound BoundType, policy Policy) []tier {
+	return ladders[bound][policy]
+}

@@ -1,0 +1,49 @@
+package rewrite
+
+// Fleet is what the cluster publishes: one entry per GPU model, with the
+// figures the kubelet plugin puts in its ResourceSlices. Rewrite derives its
+// ladders from it, so that every fleet gets a preference that means
+// something there (see docs/rewrite.md, "Fleet-relative ladders").
+type Fleet struct {
+	Models []Model `json:"models"`
+}
+
+// Model is one GPU model of the fleet. Figures are the plugin's attributes
+// gpu.prism.dev/memoryBandwidthGBps and gpu.prism.dev/fp32GFLOPS; zero
+// means the model does not publish it, and such a model is never preferred
+// by a tier on that figure.
+type Model struct {
+	// Name is gpu.prism.dev/productName.
+	Name string `json:"name"`
+	// Devices is how many devices of the model are published.
+	Devices       int   `json:"devices"`
+	BandwidthGBps int64 `json:"bandwidthGBps,omitempty"`
+	FP32GFLOPS    int64 `json:"fp32GFLOPS,omitempty"`
+	// MemoryBytes is the largest gpu.prism.dev/memory capacity published
+	// for the model.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+}
+
+// Option changes how Rewrite writes a claim for the cluster it serves: the
+// profile says what the workload needs, options what the cluster offers.
+type Option func(*options)
+
+type options struct {
+	// fleetSet tells "no fleet known" (the built-in ladders) from a known
+	// fleet that is empty or nil (no preference).
+	fleetSet bool
+	fleet    *Fleet
+	// capacityFloor: see MemoryFloorAsCapacity.
+	capacityFloor bool
+}
+
+// WithFleet makes Rewrite cut its ladders from the published fleet instead
+// of the built-in ones. A nil fleet, or one with fewer than two models that
+// differ in the figure a workload depends on, gives no preference: the
+// claim is left unchanged.
+func WithFleet(f *Fleet) Option {
+	return func(o *options) {
+		o.fleetSet = true
+		o.fleet = f
+	}
+}
