@@ -3,6 +3,7 @@ package rewrite
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -246,4 +247,197 @@ func qualifiedCapacity(f *fleet) *fleet {
 		}
 	}
 	return f
+}
+
+// memoryRequest is the subrequest's gpu.prism.dev/memory capacity request,
+// or "".
+func memoryRequest(sub resourceapi.DeviceSubRequest) string {
+	if sub.Capacity == nil {
+		return ""
+	}
+	q, ok := sub.Capacity.Requests[MemoryCapacity]
+	if !ok {
+		return ""
+	}
+	return q.String()
+}
+
+// TestCapacityFloorAllocatesWhereTheCELFloorDoes: on GPUs that are not
+// shareable, a capacity request is a floor. Every model, every ladder and
+// memory bucket must allocate the same tier with it as with the CEL floor,
+// the whole GPU (no share), and the memory selector must be gone.
+func TestCapacityFloorAllocatesWhereTheCELFloorDoes(t *testing.T) {
+	var layout []any
+	for model := range loadSKUs(t) {
+		layout = append(layout, model, 1, 2)
+	}
+	f := qualifiedCapacity(newFleet(t, layout...))
+	a, _ := f.allocator(t, incubatingFeatures, nil)
+	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
+	for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
+		for _, policy := range []Policy{Performance, Economy} {
+			for _, peak := range []string{"6Gi", "14Gi", "20G", "40Gi", "70Gi", "120Gi"} {
+				for _, user := range users {
+					p := Profile{BoundType: bound, Policy: policy, PeakMemory: qty(peak)}
+					plain := gpuSpec(exactGPU("gpu", 1, user...))
+					cel, _, err := Rewrite(context.Background(), plain, p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					capacity, _, err := Rewrite(context.Background(), plain, p, MemoryFloorAsCapacity())
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, sub := range capacity.Devices.Requests[0].FirstAvailable {
+						for _, s := range exprs(sub.Selectors) {
+							if strings.HasPrefix(s, `"memory" in`) {
+								t.Fatalf("%s/%s %s: tier %s keeps a memory selector %q", bound, policy, peak, sub.Name, s)
+							}
+						}
+						if memoryRequest(sub) == "" {
+							t.Fatalf("%s/%s %s: tier %s has no memory request", bound, policy, peak, sub.Name)
+						}
+					}
+					want := allocateOnEachNode(t, f, a, cel)
+					for i, node := range f.nodes {
+						res, err := a.Allocate(context.Background(), node, []*resourceapi.ResourceClaim{claimFor(capacity)})
+						if err != nil {
+							t.Fatalf("%s: %v", node.Name, err)
+						}
+						got := ""
+						if len(res) == 1 {
+							r := res[0].Devices.Results[0]
+							got = r.Request
+							if r.ShareID != nil || len(r.ConsumedCapacity) > 0 {
+								t.Errorf("%s/%s %s on %s: capacity floor made a share: %+v", bound, policy, peak, f.model[i], r)
+							}
+						}
+						if got != want[i] {
+							t.Errorf("%s/%s %s user %q on %s: capacity floor allocated %q, CEL floor %q", bound, policy, peak, user, f.model[i], got, want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// shareable publishes the fleet's GPUs as the kubelet plugin does with
+// memory sharing on: several claims may take memory from one GPU, and a
+// claim that names no amount takes all of it.
+func shareable(f *fleet) *fleet {
+	step := resource.MustParse("1Gi")
+	for _, s := range f.slices {
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			c := d.Capacity[MemoryCapacity]
+			whole := resource.NewQuantity(c.Value.Value()/step.Value()*step.Value(), resource.BinarySI)
+			c.RequestPolicy = &resourceapi.CapacityRequestPolicy{Default: whole, ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &step, Step: &step}}
+			d.Capacity[MemoryCapacity] = c
+			d.AllowMultipleAllocations = ptr.To(true)
+		}
+	}
+	return f
+}
+
+// TestCapacityFloorIsAShareOnShareableGPUs is why MemoryFloorAsCapacity is
+// not the default: on a shareable GPU the floor is what the claim consumes,
+// so a claim that asked for a whole GPU leaves room for others.
+func TestCapacityFloorIsAShareOnShareableGPUs(t *testing.T) {
+	f := shareable(qualifiedCapacity(newFleet(t, "H100", 1, 1)))
+	a, _ := f.allocator(t, incubatingFeatures, nil)
+	p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("14Gi")}
+	for _, tc := range []struct {
+		name     string
+		opts     []Option
+		consumed string
+	}{
+		{"CEL floor takes the whole GPU", nil, "79Gi"},
+		{"capacity floor takes only the floor", []Option{MemoryFloorAsCapacity()}, "22Gi"},
+	} {
+		spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), p, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
+		if err != nil || len(res) != 1 {
+			t.Fatalf("%s: %v, %d results", tc.name, err, len(res))
+		}
+		got := res[0].Devices.Results[0].ConsumedCapacity[MemoryCapacity]
+		if got.String() != tc.consumed {
+			t.Errorf("%s: consumed %s, want %s", tc.name, got.String(), tc.consumed)
+		}
+	}
+}
+
+// TestCapacityFloorNeedsConsumableCapacity: a scheduler without
+// DRAConsumableCapacity runs the stable allocator, which ignores capacity
+// requests, so the floor is silently lost and a 20 GB footprint lands on a
+// 24 GB card. The CEL floor holds on both; the option is only for clusters
+// with the gate on.
+func TestCapacityFloorNeedsConsumableCapacity(t *testing.T) {
+	f := qualifiedCapacity(newFleet(t, "L4", 1, 1))
+	p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("20Gi")}
+	for _, tc := range []struct {
+		allocator string
+		features  structured.Features
+		opts      []Option
+		want      string
+	}{
+		{"incubating", incubatingFeatures, nil, ""},
+		{"incubating", incubatingFeatures, []Option{MemoryFloorAsCapacity()}, ""},
+		{"stable", stableFeatures, nil, ""},
+		{"stable", stableFeatures, []Option{MemoryFloorAsCapacity()}, "gpu/fits"},
+	} {
+		a, _ := f.allocator(t, tc.features, nil)
+		spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), p, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := allocateOnEachNode(t, f, a, spec)[0]; got != tc.want {
+			t.Errorf("%s allocator, capacity floor %v: allocated %q on an L4, want %q", tc.allocator, len(tc.opts) > 0, got, tc.want)
+		}
+	}
+}
+
+// TestCapacityFloorKeepsCELWhereTheRequestIsNotTheFloor: a memory share
+// and an amount the user wrote are capacity requests already; the floor
+// stays in CEL beside them.
+func TestCapacityFloorKeepsCELWhereTheRequestIsNotTheFloor(t *testing.T) {
+	userAmount := resource.MustParse("30Gi")
+	for _, tc := range []struct {
+		name      string
+		share     bool
+		userAsks  *resource.Quantity
+		wantFloor bool   // the CEL memory floor is kept
+		wantReq   string // the memory request of every tier
+	}{
+		{"whole GPU: the floor becomes the request", false, nil, false, "39Gi"},
+		{"memory share: the share is the request", true, nil, true, "24Gi"},
+		{"the user's amount is kept", false, &userAmount, true, "30Gi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := exactGPU("gpu", 1)
+			if tc.userAsks != nil {
+				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: *tc.userAsks}}
+			}
+			p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("20Gi"), ShareMemory: tc.share}
+			out, _, err := Rewrite(context.Background(), gpuSpec(req), p, MemoryFloorAsCapacity())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sub := range out.Devices.Requests[0].FirstAvailable {
+				hasFloor := false
+				for _, s := range exprs(sub.Selectors) {
+					hasFloor = hasFloor || s == memoryAtLeast(39)
+				}
+				if hasFloor != tc.wantFloor || memoryRequest(sub) != tc.wantReq {
+					t.Errorf("tier %s: CEL floor %v (want %v), memory request %q (want %q)", sub.Name, hasFloor, tc.wantFloor, memoryRequest(sub), tc.wantReq)
+				}
+				if sub.DeviceClassName != TierDeviceClassName {
+					t.Errorf("tier %s: class %s, want %s", sub.Name, sub.DeviceClassName, TierDeviceClassName)
+				}
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -60,45 +61,110 @@ type AllocatorOptions struct {
 	Passes int   // timed passes over every node; per-node medians
 }
 
+// allocatorClaim is one claim shape of the allocator phase.
+type allocatorClaim struct {
+	name  string
+	claim *resourceapi.ResourceClaim
+	// on is the allocator to run it on; nil: the phase's own.
+	on structured.Allocator
+}
+
 // Allocator runs one Allocate(ctx, node, claims) per node, as kube-scheduler's
-// Filter does, for a plain claim and its rewritten form alternately on the
-// same node, with a warm CEL cache (size 10, as in kube-scheduler).
+// Filter does, with a warm CEL cache (size 10, as in kube-scheduler). Per
+// profile it times, alternately on each node so that machine noise hits all
+// alike: the plain claim; the hand-written selective claim (the preference a
+// user would write without Prism); the ladder as it was before generated
+// subrequests had their own class (every tier in gpu.prism.dev); the ladder
+// Rewrite writes; and the ladder with the memory floor as a capacity request.
 func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 	var rows []Row
-	for _, n := range o.Sizes {
+	for i, n := range o.Sizes {
 		f, err := NewMixedFleet(ctx, "", n, 8)
 		if err != nil {
 			return nil, err
 		}
-		cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
-		state := structured.AllocatedState{
-			AllocatedDevices:         sets.New[structured.DeviceID](),
-			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		if i == 0 {
+			act, err := ActivationCost(ctx, f, 5*o.Passes)
+			if err != nil {
+				return nil, fmt.Errorf("activation cost: %w", err)
+			}
+			rows = append(rows, act...)
 		}
-		a, err := structured.NewAllocator(ctx, IncubatingFeatures, state, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, f.Slices, cache)
+		a, err := newAllocator(ctx, f.Slices)
 		if err != nil {
 			return nil, err
 		}
 		for _, p := range Profiles {
-			plain := claim(GPUSpec(1))
-			spec, err := RewrittenSpec(ctx, 1, p.Profile)
+			ladder, err := RewrittenSpec(ctx, 1, p.Profile)
 			if err != nil {
 				return nil, err
 			}
-			rewritten := claim(spec)
-			r, err := allocatorCase(ctx, a, f, plain, rewritten, o.Passes)
+			capacity, err := RewrittenSpec(ctx, 1, p.Profile, rewrite.MemoryFloorAsCapacity())
+			if err != nil {
+				return nil, err
+			}
+			claims := []allocatorClaim{
+				{name: "plain", claim: claim(GPUSpec(1))},
+				{name: "selective", claim: claim(SelectiveSpec(1))},
+				{name: "ladder, class CEL", claim: claim(InUserClass(ladder))},
+				{name: "ladder", claim: claim(ladder)},
+				{name: "ladder, capacity floor", claim: claim(capacity)},
+			}
+			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {
 				return nil, fmt.Errorf("%d nodes, %s: %w", n, p.Name, err)
 			}
-			cse := fmt.Sprintf("%d nodes, %s", n, p.Name)
-			rows = append(rows,
-				NewRow("allocator", cse, "mean per node", "µs", "plain", r.plainMean, "rewritten", r.rewrittenMean, r.fits),
-				NewRow("allocator", cse, "worst node", "µs", "plain", r.plainWorst, "rewritten", r.rewrittenWorst,
-					fmt.Sprintf("worst per-node ratio %.1fx on %s", r.worstRatio, r.worstRatioModel)))
+			rows = append(rows, r.rows(fmt.Sprintf("%d nodes, %s", n, p.Name), o.Passes)...)
 		}
+		slim, err := slimRows(ctx, a, f, o.Passes)
+		if err != nil {
+			return nil, fmt.Errorf("%d nodes, slim fleet: %w", n, err)
+		}
+		rows = append(rows, slim...)
 	}
 	return rows, nil
+}
+
+// newAllocator is the allocator kube-scheduler 1.37 builds for a pod, with
+// the chart's DeviceClasses and a warm-able CEL cache of its size (10).
+func newAllocator(ctx context.Context, slices []*resourceapi.ResourceSlice) (structured.Allocator, error) {
+	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
+	state := structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+	return structured.NewAllocator(ctx, IncubatingFeatures, state, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, slices, cache)
+}
+
+// slimRows compares the fleet as published with the same fleet publishing
+// only ReadAttributes, for the plain claim and the first profile's ladder:
+// what the attributes nothing in Prism reads cost the scheduler.
+func slimRows(ctx context.Context, a structured.Allocator, f *Fleet, passes int) ([]Row, error) {
+	slim, err := newAllocator(ctx, Slim(f.Slices))
+	if err != nil {
+		return nil, err
+	}
+	ladder, err := RewrittenSpec(ctx, 1, Profiles[0].Profile)
+	if err != nil {
+		return nil, err
+	}
+	r, err := allocatorCase(ctx, a, f, []allocatorClaim{
+		{name: "plain", claim: claim(GPUSpec(1))},
+		{name: "plain, slim", claim: claim(GPUSpec(1)), on: slim},
+		{name: "ladder", claim: claim(ladder)},
+		{name: "ladder, slim", claim: claim(ladder), on: slim},
+	}, passes)
+	if err != nil {
+		return nil, err
+	}
+	cse := fmt.Sprintf("%d nodes, %s, attributes", len(f.Nodes), Profiles[0].Name)
+	note := fmt.Sprintf("slim: each device publishes only %d attributes, the ones generated selectors read", len(ReadAttributes))
+	c := r.claims
+	return []Row{
+		NewRow("allocator", cse, "mean per node", "µs", "plain, all attributes", c[0].mean, "plain, slim", c[1].mean, note),
+		NewRow("allocator", cse, "mean per node", "µs", "ladder, all attributes", c[2].mean, "ladder, slim", c[3].mean, note),
+	}, nil
 }
 
 func claim(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
@@ -108,56 +174,200 @@ func claim(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
 	}
 }
 
-type allocatorResult struct {
-	plainMean, rewrittenMean, plainWorst, rewrittenWorst, worstRatio float64
-	worstRatioModel, fits                                            string
+// claimCost is what one claim shape cost over the fleet.
+type claimCost struct {
+	name        string
+	mean, worst float64 // µs per node: mean of per-node medians, largest median
+	perNode     []float64
+	fits        int
 }
 
-func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, plain, rewritten *resourceapi.ResourceClaim, passes int) (allocatorResult, error) {
-	var res allocatorResult
-	fitsPlain, fitsRewritten := 0, 0
-	run := func(node int, c *resourceapi.ResourceClaim) (time.Duration, bool, error) {
+type allocatorResult struct {
+	model  []string
+	claims []claimCost // in the order given, plain first
+}
+
+func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, claims []allocatorClaim, passes int) (allocatorResult, error) {
+	res := allocatorResult{model: f.Model, claims: make([]claimCost, len(claims))}
+	run := func(node int, c allocatorClaim) (time.Duration, bool, error) {
+		on := a
+		if c.on != nil {
+			on = c.on
+		}
 		start := time.Now()
-		out, err := a.Allocate(ctx, f.Nodes[node], []*resourceapi.ResourceClaim{c})
+		out, err := on.Allocate(ctx, f.Nodes[node], []*resourceapi.ResourceClaim{c.claim})
 		return time.Since(start), len(out) == 1, err
 	}
 	for n := range f.Nodes { // warm the CEL cache
-		if _, ok, err := run(n, plain); err != nil {
-			return res, err
-		} else if ok {
-			fitsPlain++
-		}
-		if _, ok, err := run(n, rewritten); err != nil {
-			return res, err
-		} else if ok {
-			fitsRewritten++
+		for i, c := range claims {
+			_, ok, err := run(n, c)
+			if err != nil {
+				return res, fmt.Errorf("%s: %w", c.name, err)
+			}
+			if ok {
+				res.claims[i].fits++
+			}
 		}
 	}
-	plainNs := make([][]time.Duration, len(f.Nodes))
-	rewrittenNs := make([][]time.Duration, len(f.Nodes))
+	ns := make([][][]time.Duration, len(claims))
+	for i := range ns {
+		ns[i] = make([][]time.Duration, len(f.Nodes))
+	}
 	for range passes {
 		for n := range f.Nodes {
-			d, _, _ := run(n, plain)
-			plainNs[n] = append(plainNs[n], d)
-			d, _, _ = run(n, rewritten)
-			rewrittenNs[n] = append(rewrittenNs[n], d)
+			for i, c := range claims {
+				d, _, _ := run(n, c)
+				ns[i][n] = append(ns[i][n], d)
+			}
 		}
 	}
 	// Per-node medians: a GC pause or a preemption inside one call must
 	// not decide which node is the worst.
-	var plainSum, sum float64
-	for n := range f.Nodes {
-		p, r := us(Median(plainNs[n])), us(Median(rewrittenNs[n]))
-		plainSum += p
-		sum += r
-		res.plainWorst = max(res.plainWorst, p)
-		res.rewrittenWorst = max(res.rewrittenWorst, r)
-		if r/p > res.worstRatio {
-			res.worstRatio, res.worstRatioModel = r/p, f.Model[n]
+	for i, c := range claims {
+		cc := &res.claims[i]
+		cc.name = c.name
+		var sum float64
+		for n := range f.Nodes {
+			v := us(Median(ns[i][n]))
+			cc.perNode = append(cc.perNode, v)
+			sum += v
+			cc.worst = max(cc.worst, v)
+		}
+		cc.mean = sum / float64(len(f.Nodes))
+	}
+	return res, nil
+}
+
+// worstRatio is the largest per-node ratio of b to a, and the model of
+// that node.
+func (r allocatorResult) worstRatio(a, b claimCost) (float64, string) {
+	var worst float64
+	model := ""
+	for n := range a.perNode {
+		if x := b.perNode[n] / a.perNode[n]; x > worst {
+			worst, model = x, r.model[n]
 		}
 	}
-	nodes := float64(len(f.Nodes))
-	res.plainMean, res.rewrittenMean = plainSum/nodes, sum/nodes
-	res.fits = fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes", fitsRewritten, len(f.Nodes), fitsPlain, passes)
-	return res, nil
+	return worst, model
+}
+
+// rows compares each claim with plain, and the ladders with the
+// hand-written selective claim, the fair reference: it is what a user
+// writes to get the same preference without Prism.
+func (r allocatorResult) rows(cse string, passes int) []Row {
+	byName := map[string]claimCost{}
+	for _, c := range r.claims {
+		byName[c.name] = c
+	}
+	plain, selective := byName["plain"], byName["selective"]
+	fits := func(c claimCost) string {
+		return fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes", c.fits, len(r.model), plain.fits, passes)
+	}
+	var out []Row
+	for _, c := range r.claims[1:] {
+		worst, model := r.worstRatio(plain, c)
+		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "plain", plain.mean, c.name, c.mean,
+			fmt.Sprintf("%s; worst node %.0f µs, worst per-node ratio %.1fx on %s", fits(c), c.worst, worst, model)))
+	}
+	for _, c := range r.claims[2:] {
+		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "selective", selective.mean, c.name, c.mean, "the fair reference: a preference written by hand ("+SelectiveSelector+")"))
+	}
+	return out
+}
+
+// ReadAttributes are the device attributes that Prism's generated selectors
+// read (pkg/rewrite's catalogue); the memory floor reads the memory capacity.
+var ReadAttributes = []resourceapi.QualifiedName{"gpu.prism.dev/bandwidthClass", "gpu.prism.dev/fp32GFLOPS", "gpu.prism.dev/cudaComputeCapability"}
+
+// Slim keeps only ReadAttributes of every device: what a fleet would cost
+// if the plugin published nothing else.
+func Slim(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, len(in))
+	for i, s := range in {
+		out[i] = s.DeepCopy()
+		for j := range out[i].Spec.Devices {
+			d := &out[i].Spec.Devices[j]
+			kept := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+			for _, name := range ReadAttributes {
+				if a, ok := d.Attributes[name]; ok {
+					kept[name] = a
+				}
+			}
+			d.Attributes = kept
+		}
+	}
+	return out
+}
+
+// ActivationCost times one evaluation of the class selector on a published
+// device with its first k attributes (sorted by name), for k from 0 to all
+// of them, and fits a line: the allocator builds the CEL activation from
+// every attribute before the expression runs, so the slope is what each
+// published attribute costs every evaluation in the cluster.
+func ActivationCost(ctx context.Context, f *Fleet, samples int) ([]Row, error) {
+	full := f.Slices[0].Spec.Devices[0]
+	names := make([]resourceapi.QualifiedName, 0, len(full.Attributes))
+	for name := range full.Attributes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	prog := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}).GetOrCompile(GPUClass().Spec.Selectors[0].CEL.Expression)
+	if prog.Error != nil {
+		return nil, prog.Error
+	}
+	eval := func(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) (float64, error) {
+		d := cel.Device{Driver: rewrite.DriverName, Attributes: attrs, Capacity: full.Capacity}
+		const batch = 200
+		var per []time.Duration
+		for range samples {
+			start := time.Now()
+			for range batch {
+				if _, _, err := prog.DeviceMatches(ctx, d); err != nil {
+					return 0, err
+				}
+			}
+			per = append(per, time.Since(start)/batch)
+		}
+		return us(Median(per)), nil
+	}
+	var xs, ys []float64
+	for k := 0; k <= len(names); k++ {
+		attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+		for _, name := range names[:k] {
+			attrs[name] = full.Attributes[name]
+		}
+		y, err := eval(attrs)
+		if err != nil {
+			return nil, err
+		}
+		xs, ys = append(xs, float64(k)), append(ys, y)
+	}
+	read := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for _, name := range ReadAttributes {
+		read[name] = full.Attributes[name]
+	}
+	readOnly, err := eval(read)
+	if err != nil {
+		return nil, err
+	}
+	slope, intercept := leastSquares(xs, ys)
+	n := len(names)
+	note := fmt.Sprintf("fit over k = 0..%d attributes: %.2f µs + %.3f µs per attribute; %d samples of 200 each", n, intercept, slope, samples)
+	return []Row{
+		NewRow("activation", "one class-selector evaluation, H100 device", "median", "µs", "no attributes", ys[0], fmt.Sprintf("all %d attributes", n), ys[n], note),
+		NewRow("activation", "one class-selector evaluation, H100 device", "median", "µs", fmt.Sprintf("%d attributes selectors read", len(ReadAttributes)), readOnly, fmt.Sprintf("all %d attributes", n), ys[n], "what the attributes nothing in Prism reads cost each evaluation"),
+	}, nil
+}
+
+func leastSquares(xs, ys []float64) (slope, intercept float64) {
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	n := float64(len(xs))
+	slope = (n*sxy - sx*sy) / (n*sxx - sx*sx)
+	return slope, (sy - slope*sx) / n
 }

@@ -92,7 +92,33 @@ func GPUSpec(count int64) *resourceapi.ResourceClaimSpec {
 
 // RewrittenSpec is GPUSpec(count) after Rewrite with the profile, what the
 // mutating webhook stores.
-func RewrittenSpec(ctx context.Context, count int64, p rewrite.Profile) (*resourceapi.ResourceClaimSpec, error) {
-	spec, _, err := rewrite.Rewrite(ctx, GPUSpec(count), p)
+func RewrittenSpec(ctx context.Context, count int64, p rewrite.Profile, opts ...rewrite.Option) (*resourceapi.ResourceClaimSpec, error) {
+	spec, _, err := rewrite.Rewrite(ctx, GPUSpec(count), p, opts...)
 	return spec, err
+}
+
+// SelectiveSelector is the preference a user writes by hand without Prism:
+// the fastest memory, on the class gpu.prism.dev. Every Prism GPU publishes
+// bandwidthClass when its bandwidth is known, so a user would not guard it.
+const SelectiveSelector = `device.attributes["gpu.prism.dev"].bandwidthClass == "ultra"`
+
+// SelectiveSpec is GPUSpec(count) with SelectiveSelector: the fair
+// reference for the ladder's cost, since it expresses a preference too.
+func SelectiveSpec(count int64) *resourceapi.ResourceClaimSpec {
+	spec := GPUSpec(count)
+	spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: SelectiveSelector}}}
+	return spec
+}
+
+// InUserClass is a rewritten spec with every subrequest in gpu.prism.dev,
+// the design before generated subrequests got a class without selectors:
+// it shows what the class selector costs.
+func InUserClass(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaimSpec {
+	out := spec.DeepCopy()
+	for i := range out.Devices.Requests {
+		for j := range out.Devices.Requests[i].FirstAvailable {
+			out.Devices.Requests[i].FirstAvailable[j].DeviceClassName = rewrite.DeviceClassName
+		}
+	}
+	return out
 }
