@@ -84,7 +84,7 @@ var catalogue = func() []string {
 	for _, cc := range ccFloors {
 		c = append(c, ccAtLeast(cc.major, cc.minor))
 	}
-	return c
+	return append(c, thresholdExpressions()...)
 }()
 
 // Catalogue returns every selector expression Rewrite can generate. The

@@ -20,6 +20,9 @@ type Plan struct {
 	Profile   string    `json:"profile,omitempty"`
 	BoundType BoundType `json:"boundType"`
 	Policy    Policy    `json:"policy"`
+	// Fleet is the published fleet as the ladder was cut from it: the
+	// figure, then its classes best first with the threshold between them.
+	Fleet string `json:"fleet,omitempty"`
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
 	HardNeeds    string        `json:"hardNeeds,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -185,7 +186,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	var ladder []tier
 	switch bound {
 	case MemoryBound, ComputeBound, LatencyBound:
-		ladder = o.ladder(bound, policy)
+		ladder, plan.Fleet = o.ladder(bound, policy)
 	case Balanced, Unknown:
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
@@ -201,6 +202,13 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 	}
 	plan.HardNeeds = n.text
+	if len(ladder) == 0 {
+		reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
+		for _, r := range spec.Devices.Requests {
+			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
+		}
+		return out, plan, nil
+	}
 	generated, err := tierSelectors(ladder, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
@@ -230,7 +238,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 func tierSelectors(ladder []tier, n needs) ([][]string, error) {
 	out := make([][]string, len(ladder))
 	for i, t := range ladder {
-		for _, id := range []selectorID{t.selector, n.memory, n.cc} {
+		for _, id := range append(slices.Clone(t.selectors), n.memory, n.cc) {
 			if id < 0 {
 				continue
 			}

@@ -319,8 +319,10 @@ func TestCatalogueCompiles(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if len(seen) > 20 {
-		t.Errorf("catalogue has %d entries; kube-scheduler caches 10 programs", len(seen))
+	// The threshold grid is bounded separately: one fleet uses a few of
+	// its entries (TestFleetSelectorsBounded).
+	if n := len(seen) - len(thresholdExpressions()); n > 20 {
+		t.Errorf("catalogue has %d entries outside the threshold grid; kube-scheduler caches 10 programs", n)
 	}
 	c := Catalogue()
 	c[0] = "mutated"

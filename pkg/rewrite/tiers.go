@@ -2,15 +2,17 @@ package rewrite
 
 // tier is one alternative of a generated firstAvailable list.
 type tier struct {
-	name     string
-	selector selectorID // -1: hard needs only
-	reason   string
+	name string
+	// selectors are the tier's own tests, before the hard needs; none:
+	// hard needs only.
+	selectors []selectorID
+	reason    string
 }
 
 // fits is the last tier of every ladder: hard needs and user selectors only,
 // so the rewritten request matches every device the plain request matched,
 // minus those that cannot hold the workload.
-var fits = tier{name: "fits", selector: -1, reason: "hard needs only: never less schedulable than the plain claim"}
+var fits = tier{name: "fits", reason: "hard needs only: never less schedulable than the plain claim"}
 
 // ladders holds the tiers per bound type and policy.
 //
@@ -23,38 +25,44 @@ var fits = tier{name: "fits", selector: -1, reason: "hard needs only: never less
 var ladders = map[BoundType]map[Policy][]tier{
 	MemoryBound: {
 		Performance: {
-			{"ultra", selBandwidthUltra, "bandwidth class ultra (>2500 GB/s): H100, H200"},
-			{"high", selBandwidthHigh, "bandwidth class high (1200-2500 GB/s): A100"},
+			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200"},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100"},
 			fits,
 		},
 		Economy: {
-			{"high", selBandwidthHigh, "bandwidth class high: HBM without taking ultra devices"},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices"},
 			fits,
 		},
 	},
 	ComputeBound: {
 		Performance: {
-			{"fp32-fast", selFP32Fast, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200"},
+			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200"},
 			fits,
 		},
 		Economy: {
-			{"fp32-value", selFP32Value, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S"},
+			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S"},
 			fits,
 		},
 	},
 	LatencyBound: {
 		Performance: {
-			{"mid", selBandwidthMid, "bandwidth class mid: fastest small cards, keeps HBM devices free"},
+			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free"},
 			fits,
 		},
 		Economy: {
-			{"low", selBandwidthLow, "bandwidth class low: smallest cards (L4, T4), keeps big ones free"},
+			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free"},
 			fits,
 		},
 	},
 }
 
-// ladder picks the tiers for a bound type and policy.
-func (o options) ladder(bound BoundType, policy Policy) []tier {
-	return ladders[bound][policy]
+// ladder picks the tiers for a bound type and policy: cut from the fleet
+// when one is known, else the built-in ladders, which assume a fleet that
+// spans the bandwidth classes the plugin publishes. The string says which
+// fleet figures chose the cut.
+func (o options) ladder(bound BoundType, policy Policy) ([]tier, string) {
+	if o.fleetSet {
+		return fleetLadder(o.fleet, bound, policy)
+	}
+	return ladders[bound][policy], ""
 }

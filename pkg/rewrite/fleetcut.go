@@ -1,0 +1,342 @@
+package rewrite
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// figure is a number the plugin publishes per device that a ladder ranks
+// the fleet by.
+type figure int
+
+const (
+	figBandwidth figure = iota
+	figFP32
+	numFigures
+)
+
+func (f figure) attribute() string {
+	return [...]string{"memoryBandwidthGBps", "fp32GFLOPS"}[f]
+}
+
+func (f figure) unit() string { return [...]string{"GB/s", "GFLOPS"}[f] }
+
+func (f figure) of(m Model) int64 {
+	if f == figBandwidth {
+		return m.BandwidthGBps
+	}
+	return m.FP32GFLOPS
+}
+
+// thresholdGrids are the only thresholds a fleet-relative tier may use: the
+// Renard R10 preferred numbers (steps of 25 %) over the range GPUs span.
+// Snapping keeps the catalogue fixed and small whatever the fleet, and a
+// step finer than minGapRatio guarantees that every gap worth cutting holds
+// a grid point.
+var thresholdGrids = [numFigures][]int64{
+	figBandwidth: {200, 250, 315, 400, 500, 630, 800, 1000, 1250, 1600, 2000, 2500, 3150, 4000, 5000, 6300, 8000},
+	figFP32:      {5000, 6300, 8000, 10000, 12500, 16000, 20000, 25000, 31500, 40000, 50000, 63000, 80000, 100000},
+}
+
+const (
+	// minGapRatio is the smallest step between two models' figures that
+	// separates them into classes. Below 30 % the difference is within what
+	// clocks, power limits and the kernel's own variance move.
+	minGapRatio = 1.3
+	// maxClasses bounds the cut: every class below the top can cost a
+	// failing tier scan on the nodes that lack it.
+	maxClasses = 3
+	// middleGapRatio is what falling from the second class to the third
+	// must cost before performance gets a middle tier: each extra tier is
+	// a scan of every device on the nodes that fail it (issue 18).
+	middleGapRatio = 2.0
+	// adequateShare is how much of the fleet's best figure a cheaper class
+	// must reach for economy to prefer it: within 2.5x of the best.
+	adequateShareNum, adequateShareDen = 2, 5
+)
+
+// thresholdSelector is the catalogue entry "figure >= grid[i]" or, with
+// below, "figure < grid[i]".
+func thresholdSelector(f figure, i int, below bool) selectorID {
+	id := selThresholdFirst
+	for g := range f {
+		id += selectorID(2 * len(thresholdGrids[g]))
+	}
+	id += selectorID(2 * i)
+	if below {
+		id++
+	}
+	return id
+}
+
+var selThresholdFirst = selCCFirst + selectorID(len(ccFloors))
+
+func thresholdExpressions() []string {
+	var out []string
+	for f := range numFigures {
+		for _, g := range thresholdGrids[f] {
+			for _, op := range []string{">=", "<"} {
+				out = append(out, fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s %[3]s %[4]d`, f.attribute(), attrs, op, g))
+			}
+		}
+	}
+	return out
+}
+
+// class is a run of models whose figures lie within minGapRatio of their
+// neighbours.
+type class struct {
+	models    []Model // best first
+	low, high int64
+	devices   int
+}
+
+// fleetCut is a fleet ranked and cut on one figure. cuts[i] is the grid
+// index of the threshold between classes[i] and classes[i+1]: every model of
+// classes[i] reaches it, none below does.
+type fleetCut struct {
+	fig     figure
+	classes []class
+	cuts    []int
+	models  int
+	devices int
+}
+
+// cutFleet ranks the models that publish f and cuts them at the largest
+// gaps, at most maxClasses-1 of them, each at least minGapRatio and holding
+// a grid point.
+func cutFleet(models []Model, f figure) fleetCut {
+	c := fleetCut{fig: f}
+	var ranked []Model
+	for _, m := range models {
+		if f.of(m) > 0 && m.Devices > 0 {
+			ranked = append(ranked, m)
+			c.models++
+			c.devices += m.Devices
+		}
+	}
+	if len(ranked) == 0 {
+		return c
+	}
+	slices.SortStableFunc(ranked, func(a, b Model) int {
+		if d := f.of(b) - f.of(a); d != 0 {
+			return int(d)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	type gap struct {
+		at    int // cut after ranked[at]
+		ratio float64
+		grid  int
+	}
+	var gaps []gap
+	for i := 0; i+1 < len(ranked); i++ {
+		hi, lo := f.of(ranked[i]), f.of(ranked[i+1])
+		ratio := float64(hi) / float64(lo)
+		if ratio < minGapRatio {
+			continue
+		}
+		if g := snap(f, lo, hi); g >= 0 {
+			gaps = append(gaps, gap{at: i, ratio: ratio, grid: g})
+		}
+	}
+	slices.SortStableFunc(gaps, func(a, b gap) int {
+		switch {
+		case a.ratio > b.ratio:
+			return -1
+		case a.ratio < b.ratio:
+			return 1
+		}
+		return a.at - b.at
+	})
+	gaps = gaps[:min(len(gaps), maxClasses-1)]
+	slices.SortFunc(gaps, func(a, b gap) int { return a.at - b.at })
+	start := 0
+	for i := 0; i <= len(gaps); i++ {
+		end := len(ranked)
+		if i < len(gaps) {
+			end = gaps[i].at + 1
+			c.cuts = append(c.cuts, gaps[i].grid)
+		}
+		cl := class{models: ranked[start:end], high: f.of(ranked[start]), low: f.of(ranked[end-1])}
+		for _, m := range cl.models {
+			cl.devices += m.Devices
+		}
+		c.classes = append(c.classes, cl)
+		start = end
+	}
+	return c
+}
+
+// snap returns the index of the largest grid point g with lo < g <= hi,
+// or -1: the highest threshold that still keeps every model at hi.
+func snap(f figure, lo, hi int64) int {
+	grid := thresholdGrids[f]
+	for i := len(grid) - 1; i >= 0; i-- {
+		if grid[i] <= hi && grid[i] > lo {
+			return i
+		}
+	}
+	return -1
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+func (c fleetCut) threshold(i int) int64 { return thresholdGrids[c.fig][c.cuts[i]] }
+
+// atLeast is the tier test "in classes[0..i]".
+func (c fleetCut) atLeast(i int) selectorID { return thresholdSelector(c.fig, c.cuts[i], false) }
+
+// below is the tier test "in classes[i+1..]".
+func (c fleetCut) below(i int) selectorID { return thresholdSelector(c.fig, c.cuts[i], true) }
+
+// share describes classes[from..to] for a tier's reason.
+func (c fleetCut) share(from, to int) string {
+	models, devices := 0, 0
+	var names []string
+	for _, cl := range c.classes[from : to+1] {
+		for _, m := range cl.models {
+			models++
+			devices += m.Devices
+			names = append(names, m.Name)
+		}
+	}
+	return fmt.Sprintf("%d of %d models, %d of %d devices (%s)", models, c.models, devices, c.devices, strings.Join(names, ", "))
+}
+
+// summary is the cut as the annotation shows it, classes best first.
+func (c fleetCut) summary() string {
+	parts := make([]string, 0, 2*len(c.classes))
+	for i, cl := range c.classes {
+		if i > 0 {
+			parts = append(parts, itoa(c.threshold(i-1)))
+		}
+		models := make([]string, len(cl.models))
+		for j, m := range cl.models {
+			models[j] = fmt.Sprintf("%s %d x%d", m.Name, c.fig.of(m), m.Devices)
+		}
+		parts = append(parts, strings.Join(models, ", "))
+	}
+	return c.fig.attribute() + ": " + strings.Join(parts, " | ")
+}
+
+// fleetLadder is the ladder for bound and policy on fleet, and the cut it
+// came from; a nil ladder means the fleet offers no choice that matters to
+// the workload, so the claim stays as written. See docs/rewrite.md.
+func fleetLadder(fleet *Fleet, bound BoundType, policy Policy) ([]tier, string) {
+	if fleet == nil {
+		return nil, "no GPU models published"
+	}
+	bw := cutFleet(fleet.Models, figBandwidth)
+	switch bound {
+	case MemoryBound:
+		return rankedLadder(fleet, bw, bw, policy)
+	case ComputeBound:
+		return rankedLadder(fleet, cutFleet(fleet.Models, figFP32), bw, policy)
+	case LatencyBound:
+		return latencyLadder(bw, policy)
+	}
+	return nil, ""
+}
+
+// rankedLadder serves workloads that run faster the higher c's figure is.
+// Performance prefers c's top class, and its second class too when the
+// third is more than middleGapRatio behind. Economy prefers the best class
+// outside the top bandwidth class, bandwidth standing in for price (HBM
+// parts cost several times GDDR ones), if that class is adequate; else it
+// has no cheaper choice and prefers what performance does.
+func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) {
+	if len(c.classes) < 2 {
+		return nil, fmt.Sprintf("one class on %s: %s", c.fig.attribute(), c.summaryOrNone())
+	}
+	top := tier{
+		name:      tierName(c.fig, "top"),
+		selectors: []selectorID{c.atLeast(0)},
+		reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(0), c.fig.unit(), c.share(0, 0)),
+	}
+	if policy == Economy {
+		if t, ok := economyTier(fleet, c, bw); ok {
+			return []tier{t, fits}, c.summary()
+		}
+		top.reason += "; no cheaper class within 2.5x"
+		return []tier{top, fits}, c.summary()
+	}
+	ladder := []tier{top}
+	if len(c.classes) == 3 && float64(c.classes[1].low) >= middleGapRatio*float64(c.classes[2].high) {
+		ladder = append(ladder, tier{
+			name:      tierName(c.fig, "second"),
+			selectors: []selectorID{c.atLeast(1)},
+			reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(1), c.fig.unit(), c.share(0, 1)),
+		})
+	}
+	return append(ladder, fits), c.summary()
+}
+
+func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
+	if len(bw.classes) < 2 {
+		return tier{}, false
+	}
+	expensive := map[string]bool{}
+	for _, m := range bw.classes[0].models {
+		expensive[m.Name] = true
+	}
+	var rest []Model
+	for _, m := range fleet.Models {
+		if !expensive[m.Name] {
+			rest = append(rest, m)
+		}
+	}
+	rc := cutFleet(rest, c.fig)
+	if len(rc.classes) == 0 {
+		return tier{}, false
+	}
+	best := rc.classes[0]
+	if best.high*adequateShareDen < c.classes[0].high*adequateShareNum {
+		return tier{}, false
+	}
+	sels := []selectorID{bw.below(0)}
+	cond := fmt.Sprintf("%s < %d %s", figBandwidth.attribute(), bw.threshold(0), figBandwidth.unit())
+	if len(rc.classes) > 1 {
+		sels = append([]selectorID{rc.atLeast(0)}, sels...)
+		cond = fmt.Sprintf("%s >= %d %s and %s", c.fig.attribute(), rc.threshold(0), c.fig.unit(), cond)
+	}
+	return tier{
+		name:      tierName(c.fig, "value"),
+		selectors: sels,
+		reason:    fmt.Sprintf("%s: %s; leaves the top bandwidth class free", cond, rc.share(0, 0)),
+	}, true
+}
+
+// latencyLadder serves workloads bound by launch latency and clocks, which
+// differ little between models: a bigger card buys them nothing, so the
+// tiers keep them off the scarce big cards. Bandwidth ranks card size (and
+// price) better than FP32 does: it separates HBM parts from GDDR ones.
+// Performance avoids the top bandwidth class, economy takes the bottom one.
+func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
+	if len(bw.classes) < 2 {
+		return nil, fmt.Sprintf("one class on %s: %s", bw.fig.attribute(), bw.summaryOrNone())
+	}
+	i := 0
+	if policy == Economy {
+		i = len(bw.cuts) - 1
+	}
+	return []tier{{
+		name:      tierName(figBandwidth, map[bool]string{true: "bottom", false: "not-top"}[policy == Economy]),
+		selectors: []selectorID{bw.below(i)},
+		reason:    fmt.Sprintf("%s < %d %s: %s; keeps bigger cards free", bw.fig.attribute(), bw.threshold(i), bw.fig.unit(), bw.share(i+1, len(bw.classes)-1)),
+	}, fits}, bw.summary()
+}
+
+func (c fleetCut) summaryOrNone() string {
+	if len(c.classes) == 0 {
+		return "no model publishes it"
+	}
+	return c.summary()
+}
+
+// tierName is the subrequest name: what the tier ranks by, and where.
+func tierName(f figure, where string) string {
+	return [...]string{"bandwidth", "fp32"}[f] + "-" + where
+}

@@ -1,0 +1,256 @@
+package rewrite
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+func loadFleet(t testing.TB, name string) *Fleet {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "fleets.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Fleets map[string][]Model `json:"fleets"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	models, ok := f.Fleets[name]
+	if !ok {
+		t.Fatalf("no fleet %q in testdata/fleets.json", name)
+	}
+	return &Fleet{Models: models}
+}
+
+// tierSpec is a tier as a reader checks it: name and its own selectors
+// written as "attribute op threshold".
+type tierSpec struct {
+	name  string
+	tests []string
+}
+
+func bwAtLeast(v int64) string { return "memoryBandwidthGBps >= " + itoa(v) }
+func bwBelow(v int64) string   { return "memoryBandwidthGBps < " + itoa(v) }
+func fpAtLeast(v int64) string { return "fp32GFLOPS >= " + itoa(v) }
+
+// readable turns a catalogue threshold selector back into "attr op value".
+func readable(t *testing.T, expr string) string {
+	t.Helper()
+	for f := range numFigures {
+		for _, g := range thresholdGrids[f] {
+			for _, below := range []bool{false, true} {
+				i := slices.Index(thresholdGrids[f], g)
+				if catalogue[thresholdSelector(f, i, below)] == expr {
+					op := " >= "
+					if below {
+						op = " < "
+					}
+					return f.attribute() + op + itoa(g)
+				}
+			}
+		}
+	}
+	t.Fatalf("%q is not a threshold selector", expr)
+	return ""
+}
+
+// TestFleetCut pins the ladders on hand-computed fleets. The thresholds
+// follow from the figures in testdata/fleets.json: a class boundary sits in
+// every gap of at least 30 % (the two largest if there are more), at the
+// highest R10 grid point that every model above the gap reaches.
+func TestFleetCut(t *testing.T) {
+	fits := tierSpec{name: "fits"}
+	for _, tc := range []struct {
+		fleet  string
+		bound  BoundType
+		policy Policy
+		want   []tierSpec // nil: claim unchanged
+	}{
+		// H100 3350 | A100 1555 | L4 300 GB/s: two gaps, both cut; the
+		// A100s are 5x the L4s, so performance keeps a middle tier.
+		{"h100-a100-l4", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1250)}}, fits}},
+		{"h100-a100-l4", MemoryBound, Economy, []tierSpec{{"bandwidth-value", []string{bwAtLeast(1250), bwBelow(3150)}}, fits}},
+		// H100 67 | L4 30.3 | A100 19.5 TFLOPS: L4 is not 2x the A100, so
+		// no middle tier; economy takes the L4 (45 % of the best, no HBM).
+		{"h100-a100-l4", ComputeBound, Performance, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, fits}},
+		{"h100-a100-l4", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
+		{"h100-a100-l4", LatencyBound, Performance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(3150)}}, fits}},
+		{"h100-a100-l4", LatencyBound, Economy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(1250)}}, fits}},
+
+		// V100 900, P100 732, A10 600 GB/s are within 30 % of each other;
+		// T4 (320) is 1.9x below A10: one cut, at 500.
+		{"t4-p100-v100-a10", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
+		// T4 is at 36 % of a V100: not adequate, so economy has no cheaper
+		// choice than performance.
+		{"t4-p100-v100-a10", MemoryBound, Economy, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
+		// A10 31.2 | V100 15.7 | P100 9.3, T4 8.1 TFLOPS: the absolute
+		// fp32-fast tier matched nothing here; the A10s lead now.
+		{"t4-p100-v100-a10", ComputeBound, Performance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
+		{"t4-p100-v100-a10", ComputeBound, Economy, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
+		// Latency-bound goes to the T4s, not to the big HBM cards.
+		{"t4-p100-v100-a10", LatencyBound, Performance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(500)}}, fits}},
+		{"t4-p100-v100-a10", LatencyBound, Economy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(500)}}, fits}},
+
+		{"l4-only", MemoryBound, Performance, nil},
+		{"l4-only", ComputeBound, Economy, nil},
+		{"l4-only", LatencyBound, Performance, nil},
+
+		// The demo's fleet: 16 GB compute-bound economy must reach the L4.
+		{"demo-mixed", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
+		{"demo-mixed", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1600)}}, fits}},
+	} {
+		t.Run(tc.fleet+"/"+string(tc.bound)+"/"+string(tc.policy), func(t *testing.T) {
+			in := oneGPU()
+			out, plan, err := Rewrite(context.Background(), in, Profile{Name: "p", BoundType: tc.bound, Policy: tc.policy}, WithFleet(loadFleet(t, tc.fleet)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Fleet == "" {
+				t.Error("plan does not say which fleet figures chose the cut")
+			}
+			if tc.want == nil {
+				if !equalSpecs(in, out) || len(plan.Rewritten) != 0 || len(plan.Untouched) != 1 {
+					t.Errorf("want the claim unchanged, got %+v, plan %+v", out.Devices.Requests, plan)
+				}
+				return
+			}
+			var got []tierSpec
+			for _, sub := range out.Devices.Requests[0].FirstAvailable {
+				ts := tierSpec{name: sub.Name}
+				for _, s := range sub.Selectors {
+					ts.tests = append(ts.tests, readable(t, s.CEL.Expression))
+				}
+				got = append(got, ts)
+			}
+			if !slices.EqualFunc(got, tc.want, func(a, b tierSpec) bool { return a.name == b.name && slices.Equal(a.tests, b.tests) }) {
+				t.Errorf("ladder\n got %v\nwant %v\nfleet %s", got, tc.want, plan.Fleet)
+			}
+		})
+	}
+}
+
+func oneGPU() *resourceapi.ResourceClaimSpec {
+	return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name:    "gpu",
+		Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}}}
+}
+
+// TestFleetPlanExplainsCut: the annotation names the figures that chose
+// each tier, with the share of the fleet it takes.
+func TestFleetPlanExplainsCut(t *testing.T) {
+	_, plan, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: MemoryBound}, WithFleet(loadFleet(t, "h100-a100-l4")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann, err := plan.Annotation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"fleet":"memoryBandwidthGBps: NVIDIA H100 80GB HBM3 3350 x16 | 3150 | NVIDIA A100-SXM4-40GB 1555 x32 | 1250 | NVIDIA L4 300 x64"`,
+		`memoryBandwidthGBps >= 3150 GB/s: 1 of 3 models, 16 of 112 devices (NVIDIA H100 80GB HBM3)`,
+		`memoryBandwidthGBps >= 1250 GB/s: 2 of 3 models, 48 of 112 devices`,
+	} {
+		if !strings.Contains(ann, want) {
+			t.Errorf("annotation lacks %s:\n%s", want, ann)
+		}
+	}
+}
+
+// TestFleetFollowsChanges: the same profile on a fleet that gained a
+// faster model is cut anew.
+func TestFleetFollowsChanges(t *testing.T) {
+	f := loadFleet(t, "t4-p100-v100-a10")
+	p := Profile{Name: "p", BoundType: MemoryBound}
+	before, _, err := Rewrite(context.Background(), oneGPU(), p, WithFleet(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Models = append(f.Models, Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 67000})
+	after, _, err := Rewrite(context.Background(), oneGPU(), p, WithFleet(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func(s *resourceapi.ResourceClaimSpec) string {
+		return readable(t, s.Devices.Requests[0].FirstAvailable[0].Selectors[0].CEL.Expression)
+	}
+	if first(before) != bwAtLeast(500) || first(after) != bwAtLeast(3150) {
+		t.Errorf("top tier before and after an H100 joined: %s, %s; want %s, %s", first(before), first(after), bwAtLeast(500), bwAtLeast(3150))
+	}
+}
+
+// TestFleetEdgeCases: fleets that give no ranking leave claims alone
+// rather than guessing.
+func TestFleetEdgeCases(t *testing.T) {
+	for name, f := range map[string]*Fleet{
+		"nil":                  nil,
+		"empty":                {},
+		"no figures published": {Models: []Model{{Name: "a", Devices: 4}, {Name: "b", Devices: 4}}},
+		"two models, 10 % apart": {Models: []Model{
+			{Name: "A100 80GB PCIe", Devices: 4, BandwidthGBps: 1935, FP32GFLOPS: 19500},
+			{Name: "A100-SXM4-80GB", Devices: 4, BandwidthGBps: 2039, FP32GFLOPS: 19500},
+		}},
+	} {
+		for _, b := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
+			in := oneGPU()
+			out, plan, err := Rewrite(context.Background(), in, Profile{Name: "p", BoundType: b}, WithFleet(f))
+			if err != nil || !equalSpecs(in, out) || len(plan.Rewritten) != 0 {
+				t.Errorf("%s, %s: want the claim unchanged, got %v, %+v", name, b, err, plan)
+			}
+		}
+	}
+}
+
+// TestFleetSelectorsBounded draws random fleets from the GPU table and
+// counts the threshold selectors they make Rewrite emit: few per fleet, so
+// one cluster's claims share a handful of compiled programs.
+func TestFleetSelectorsBounded(t *testing.T) {
+	skus := loadSKUs(t)
+	var all []Model
+	for _, s := range skus {
+		all = append(all, Model{Name: s.ProductName, Devices: 8, BandwidthGBps: s.MemoryBandwidthGBps, FP32GFLOPS: s.FP32GFLOPS})
+	}
+	slices.SortFunc(all, func(a, b Model) int { return strings.Compare(a.Name, b.Name) })
+	rnd := rand.New(rand.NewPCG(17, 1))
+	worst := 0
+	for range 200 {
+		f := &Fleet{}
+		for _, m := range all {
+			if rnd.IntN(2) == 0 {
+				f.Models = append(f.Models, m)
+			}
+		}
+		used := map[string]bool{}
+		for _, b := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
+			for _, p := range []Policy{Performance, Economy} {
+				out, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: b, Policy: p}, WithFleet(f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range out.Devices.Requests {
+					for _, sub := range r.FirstAvailable {
+						for _, s := range sub.Selectors {
+							used[s.CEL.Expression] = true
+						}
+					}
+				}
+			}
+		}
+		worst = max(worst, len(used))
+	}
+	t.Logf("at most %d distinct threshold selectors for one fleet", worst)
+	if worst > 8 || worst == 0 {
+		t.Errorf("one fleet used %d distinct threshold selectors, want 1..8", worst)
+	}
+}
