@@ -161,3 +161,27 @@ func BenchmarkSelectorEval(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFitsGuard decides what keeps foreign devices out of a fits tier
+// that has no generated selector: the user's class gpu.prism.dev (its
+// selector is evaluated per device) or the selector-less
+// TierDeviceClassName plus the same test as a claim selector. Both are one
+// CEL evaluation per device visited; x-mean is the guard's cost over the
+// class's, for latency-bound economy without hard needs (low, then fits).
+func BenchmarkFitsGuard(b *testing.B) {
+	f := newFleet(b, "H100", 125, 8, "A100-80", 125, 8, "L40S", 125, 8, "L4", 125, 8)
+	a, _ := f.allocator(b, incubatingFeatures, nil)
+	spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{BoundType: LatencyBound, Policy: Economy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	userClass := claimFor(spec)
+	guarded := claimFor(spec.DeepCopy())
+	fits := &guarded.Spec.Devices.Requests[0].FirstAvailable[1]
+	if fits.DeviceClassName != DeviceClassName || len(fits.Selectors) != 0 {
+		b.Fatalf("fits tier without hard needs: class %s, %d selectors", fits.DeviceClassName, len(fits.Selectors))
+	}
+	fits.DeviceClassName = TierDeviceClassName
+	fits.Selectors = selectors([]string{`device.driver == "` + DriverName + `"`})
+	benchmarkNodes(b, a, f, userClass, guarded)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -167,19 +169,34 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	defer func() { _ = sched.Stop(10 * time.Second) }()
 
-	var profile *struct{ Name string }
-	spec := GPUSpec(1)
-	var rewritten *resourceapi.ResourceClaimSpec
+	var profile *rewrite.Profile
 	for _, p := range Profiles {
 		if p.Name == o.Profile {
-			profile = &struct{ Name string }{p.Name}
-			if rewritten, err = RewrittenSpec(ctx, 1, p.Profile); err != nil {
-				return nil, err
-			}
+			profile = &p.Profile
 		}
 	}
 	if profile == nil {
 		return nil, fmt.Errorf("unknown profile %q", o.Profile)
+	}
+	ladder, err := RewrittenSpec(ctx, 1, *profile)
+	if err != nil {
+		return nil, err
+	}
+	capacity, err := RewrittenSpec(ctx, 1, *profile, rewrite.MemoryFloorAsCapacity())
+	if err != nil {
+		return nil, err
+	}
+	// The hand-written selective claim is the fair reference: it expresses
+	// a preference too, and fits fewer nodes, so the scheduler cannot stop
+	// at its quota of feasible nodes as early as for the others.
+	kinds := []struct {
+		name string
+		spec *resourceapi.ResourceClaimSpec
+	}{
+		{"plain", GPUSpec(1)},
+		{"selective", SelectiveSpec(1)},
+		{"ladder", ladder},
+		{"ladder-capacity", capacity},
 	}
 	ns := "bench-sched"
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -188,30 +205,24 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	if err := waitForServiceAccount(ctx, client, ns); err != nil {
 		return nil, err
 	}
-	// Warm up: the scheduler's informers, its CEL cache, both claim shapes.
-	for _, w := range []struct {
-		kind string
-		spec *resourceapi.ResourceClaimSpec
-	}{{"warm-plain", spec}, {"warm-rewritten", rewritten}} {
-		if _, err := schedulePods(ctx, client, ns, w.kind, w.spec, o.Warmup); err != nil {
+	// Warm up: the scheduler's informers, its CEL cache, every claim shape.
+	for _, k := range kinds {
+		if _, err := schedulePods(ctx, client, ns, "warm-"+k.name, k.spec, o.Warmup); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	// Alternate plain and rewritten batches so that drift on the shared
-	// machine (and the GPUs already taken) hits both.
-	var plainRes, rwRes []schedResult
+	// Alternate batches of each kind so that drift on the shared machine
+	// (and the GPUs already taken) hits all of them.
+	results := make([][]schedResult, len(kinds))
 	batches := 2
 	for b := range batches {
-		r, err := schedulePods(ctx, client, ns, fmt.Sprintf("plain-%d", b), spec, o.Pods/batches)
-		if err != nil {
-			return nil, err
+		for i, k := range kinds {
+			r, err := schedulePods(ctx, client, ns, fmt.Sprintf("%s-%d", k.name, b), k.spec, o.Pods/batches)
+			if err != nil {
+				return nil, err
+			}
+			results[i] = append(results[i], r)
 		}
-		plainRes = append(plainRes, r)
-		r, err = schedulePods(ctx, client, ns, fmt.Sprintf("rewritten-%d", b), rewritten, o.Pods/batches)
-		if err != nil {
-			return nil, err
-		}
-		rwRes = append(rwRes, r)
 	}
 	tainted := 0
 	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "prism.dev/bench=true"})
@@ -222,15 +233,31 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 			}
 		}
 	}
-	p, r := sumSched(plainRes), sumSched(rwRes)
+	sums := make([]schedResult, len(kinds))
+	walls := make([]string, len(kinds))
+	for i := range kinds {
+		sums[i] = sumSched(results[i])
+		walls[i] = fmt.Sprintf("%s %s", kinds[i].name, sums[i].wall.Round(time.Millisecond))
+	}
 	cse := fmt.Sprintf("%d nodes x 8 GPUs, %s", o.Nodes, o.Profile)
-	note := fmt.Sprintf("%d pods each in %d alternating batches; wall plain %s, rewritten %s; %d nodes tainted at end",
-		p.pods, batches, p.wall.Round(time.Millisecond), r.wall.Round(time.Millisecond), tainted)
-	return []Row{
-		NewRow("scheduling", cse, "pods bound per second", "pods/s", "plain", p.rate(), "rewritten", r.rate(), note),
-		NewRow("scheduling", cse, "create-to-bound p50", "ms", "plain", ms(Percentile(p.latencies, 0.5)), "rewritten", ms(Percentile(r.latencies, 0.5)), ""),
-		NewRow("scheduling", cse, "create-to-bound p99", "ms", "plain", ms(Percentile(p.latencies, 0.99)), "rewritten", ms(Percentile(r.latencies, 0.99)), ""),
-	}, nil
+	note := fmt.Sprintf("%d pods each in %d alternating batches; wall %s; %d nodes tainted at end",
+		sums[0].pods, batches, strings.Join(walls, ", "), tainted)
+	var rows []Row
+	compare := func(a, b int, note string) {
+		pa, pb := sums[a], sums[b]
+		an, bn := kinds[a].name, kinds[b].name
+		rows = append(rows,
+			NewRow("scheduling", cse, "pods bound per second", "pods/s", an, pa.rate(), bn, pb.rate(), note),
+			NewRow("scheduling", cse, "create-to-bound p50", "ms", an, ms(Percentile(pa.latencies, 0.5)), bn, ms(Percentile(pb.latencies, 0.5)), ""),
+			NewRow("scheduling", cse, "create-to-bound p99", "ms", an, ms(Percentile(pa.latencies, 0.99)), bn, ms(Percentile(pb.latencies, 0.99)), ""))
+	}
+	for i := 1; i < len(kinds); i++ {
+		compare(0, i, note)
+		note = ""
+	}
+	compare(1, 2, "the fair reference: "+SelectiveSelector+" written by hand")
+	compare(1, 3, "")
+	return rows, nil
 }
 
 type schedResult struct {
