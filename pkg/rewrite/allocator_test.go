@@ -205,28 +205,42 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 		"memory share":          {BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi"), ShareMemory: true},
 	}
 	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
+	// The stable allocator ignores capacity requests, as an API server
+	// without DRAConsumableCapacity drops them: a capacity floor must not be
+	// what keeps foreign devices out.
+	variants := []struct {
+		name     string
+		features structured.Features
+		opts     []Option
+	}{
+		{"CEL floor", incubatingFeatures, nil},
+		{"capacity floor", incubatingFeatures, []Option{MemoryFloorAsCapacity()}},
+		{"capacity floor, gate off", stableFeatures, []Option{MemoryFloorAsCapacity()}},
+	}
 	for name, p := range profiles {
-		for _, user := range users {
-			for _, taken := range []bool{false, true} {
-				var allocated sets.Set[structured.DeviceID]
-				if taken {
-					allocated = gpus
-				}
-				a, _ := f.allocator(t, incubatingFeatures, allocated)
-				spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1, user...)), p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
-				if err != nil {
-					t.Errorf("%s, user %q, GPUs taken %v: %v", name, user, taken, err)
-					continue
-				}
-				switch {
-				case taken && len(res) != 0:
-					t.Errorf("%s, user %q: allocated %+v with every GPU taken", name, user, res[0].Devices.Results)
-				case !taken && (len(res) != 1 || res[0].Devices.Results[0].Driver != DriverName):
-					t.Errorf("%s, user %q: allocated %+v, want one %s device", name, user, res, DriverName)
+		for _, v := range variants {
+			for _, user := range users {
+				for _, taken := range []bool{false, true} {
+					var allocated sets.Set[structured.DeviceID]
+					if taken {
+						allocated = gpus
+					}
+					a, _ := f.allocator(t, v.features, allocated)
+					spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1, user...)), p, v.opts...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
+					if err != nil {
+						t.Errorf("%s, %s, user %q, GPUs taken %v: %v", name, v.name, user, taken, err)
+						continue
+					}
+					switch {
+					case taken && len(res) != 0:
+						t.Errorf("%s, %s, user %q: allocated %+v with every GPU taken", name, v.name, user, res[0].Devices.Results)
+					case !taken && (len(res) != 1 || res[0].Devices.Results[0].Driver != DriverName):
+						t.Errorf("%s, %s, user %q: allocated %+v, want one %s device", name, v.name, user, res, DriverName)
+					}
 				}
 			}
 		}
@@ -434,8 +448,14 @@ func TestCapacityFloorKeepsCELWhereTheRequestIsNotTheFloor(t *testing.T) {
 				if hasFloor != tc.wantFloor || memoryRequest(sub) != tc.wantReq {
 					t.Errorf("tier %s: CEL floor %v (want %v), memory request %q (want %q)", sub.Name, hasFloor, tc.wantFloor, memoryRequest(sub), tc.wantReq)
 				}
-				if sub.DeviceClassName != TierDeviceClassName {
-					t.Errorf("tier %s: class %s, want %s", sub.Name, sub.DeviceClassName, TierDeviceClassName)
+				// A tier left without selectors keeps the user's class: a
+				// capacity request is no guard where the gate is off.
+				wantClass := DeviceClassName
+				if len(sub.Selectors) > 0 {
+					wantClass = TierDeviceClassName
+				}
+				if sub.DeviceClassName != wantClass {
+					t.Errorf("tier %s: class %s, want %s", sub.Name, sub.DeviceClassName, wantClass)
 				}
 			}
 		})

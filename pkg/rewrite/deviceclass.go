@@ -6,12 +6,10 @@ package rewrite
 // (8 instead of 16 for 8 GPUs). The chart installs it beside DeviceClassName.
 //
 // A class without selectors matches every driver's devices, so it is used
-// only where the subrequest itself keeps foreign devices out before any
-// user selector runs: either its first selector is a generated one (every
-// catalogue entry requires a gpu.prism.dev attribute or capacity), or it has
-// no selectors and requests gpu.prism.dev/memory capacity, which a device
-// without that capacity never satisfies. Otherwise the subrequest keeps the
-// user's class.
+// only where the subrequest's first selector is a generated one: every
+// catalogue entry requires a gpu.prism.dev attribute or capacity, so foreign
+// devices are out before any user selector runs. Otherwise the subrequest
+// keeps the user's class.
 //
 // The name sits under the driver's domain, as the bandwidth classes do, and
 // says who writes it: it appears only in claims the webhook rewrote, next to

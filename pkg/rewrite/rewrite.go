@@ -307,20 +307,16 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 	return subs
 }
 
-// subrequestClass picks TierDeviceClassName where the subrequest keeps
-// foreign devices out by itself, before any user selector runs: user CEL
-// written for the gpu.prism.dev class may read Prism attributes without a
-// guard, and on another driver's device that is an error that aborts
-// scheduling of the pod.
+// subrequestClass picks TierDeviceClassName only where a generated selector
+// comes first: every catalogue entry requires a gpu.prism.dev attribute or
+// capacity, so foreign devices are out before any user selector runs (user
+// CEL written for the gpu.prism.dev class may read Prism attributes without
+// a guard, and on another driver's device that is an error that aborts
+// scheduling of the pod). A capacity request is no such guard: an API server
+// without DRAConsumableCapacity drops it and the stable allocator ignores
+// it, and the subrequest would then match every driver's devices.
 func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst bool) string {
 	if generatedFirst {
-		return TierDeviceClassName
-	}
-	if e.Capacity == nil || len(e.Selectors) > 0 {
-		return e.DeviceClassName
-	}
-	if _, ok := e.Capacity.Requests[MemoryCapacity]; ok {
-		// The allocator skips a device that lacks a requested capacity.
 		return TierDeviceClassName
 	}
 	return e.DeviceClassName
