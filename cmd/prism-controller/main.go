@@ -40,6 +40,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -53,7 +54,9 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/logging"
+	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/version"
 	"github.com/prismgpu/prism/pkg/webhook"
 )
@@ -169,9 +172,12 @@ func run(ctx context.Context, o options) error {
 	// the API server for every claim would add a round trip to each.
 	// ResourceClaims, trimmed to their profile and allocation, tell which
 	// node may write which profile.
+	// ResourceSlices of Prism's driver are the fleet the ladders are cut
+	// from.
 	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
+		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName)},
 	}})
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
@@ -186,6 +192,14 @@ func run(ctx context.Context, o options) error {
 	}
 	if _, err := claimInformer.AddEventHandler(profileClaims); err != nil {
 		return fmt.Errorf("watching ResourceClaims: %w", err)
+	}
+	fleetView := fleet.NewView()
+	sliceInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceSlice{})
+	if err != nil {
+		return fmt.Errorf("starting ResourceSlice informer: %w", err)
+	}
+	if _, err := sliceInformer.AddEventHandler(fleetView); err != nil {
+		return fmt.Errorf("watching ResourceSlices: %w", err)
 	}
 	go func() {
 		if err := profiles.Start(ctx); err != nil {
@@ -205,7 +219,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics})
+	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet})
 	if err != nil {
 		return err
 	}
@@ -264,9 +278,9 @@ func run(ctx context.Context, o options) error {
 	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator, profileWrites))
 }
 
-// serveHTTP serves metrics and probes. Readiness waits for the profile
-// cache: before it syncs every annotated claim would be profiled instead
-// of rewritten.
+// serveHTTP serves metrics and probes. Readiness waits for the informers:
+// before they sync every annotated claim would be profiled instead of
+// rewritten, or left alone for want of a known fleet.
 func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready *atomic.Bool) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -79,6 +79,9 @@ type RewriterOptions struct {
 	Recorder EventRecorder
 	// Metrics must not be nil.
 	Metrics *Metrics
+	// Fleet returns the published GPU fleet that ladders are cut from (see
+	// pkg/fleet). Nil: the built-in ladders, for a fleet nobody watches.
+	Fleet func() *rewrite.Fleet
 }
 
 // ParsePolicy checks a cluster-wide policy name.
@@ -213,7 +216,11 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		Policy:               policy,
 		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
 	}
-	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile)
+	var opts []rewrite.Option
+	if r.opts.Fleet != nil {
+		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()))
+	}
+	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
 		return outcome{skip: skipInvalidProfile, message: err.Error()}

@@ -163,7 +163,7 @@ func TestProfileAwarePlacement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("prismctl explain: %v\n%s", err, out)
 		}
-		for _, want := range []string{"gpu-h100", "gpu-l4", "matches gpu/ultra", "matches gpu/fits", "* gpu/ultra"} {
+		for _, want := range []string{"gpu-h100", "gpu-l4", "matches gpu/bandwidth-top", "matches gpu/fits", "* gpu/bandwidth-top"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("explain output lacks %q:\n%s", want, out)
 			}
@@ -244,7 +244,7 @@ func TestProfileAwarePlacement(t *testing.T) {
 		}
 		got, claim := e.runPod(t, "stream-2", "stream")
 		if got != l4 {
-			t.Errorf("with ultra and high full, the memory-bound job got %s, want the fallback %s", got, l4)
+			t.Errorf("with the H100s and A100s full, the memory-bound job got %s, want the fallback %s", got, l4)
 		}
 		if r := claim.Status.Allocation.Devices.Results[0].Request; !strings.HasSuffix(r, "/fits") {
 			t.Errorf("allocated through subrequest %s, want the last (fits) alternative", r)

@@ -1,0 +1,134 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package fleet
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+type gpu struct {
+	product   string
+	bandwidth int64
+	fp32      int64
+	memory    string
+}
+
+var (
+	h100 = gpu{"NVIDIA H100 80GB HBM3", 3350, 66900, "81559Mi"}
+	l4   = gpu{"NVIDIA L4", 300, 30300, "23034Mi"}
+)
+
+// slice publishes GPUs the way the kubelet plugin does: qualified
+// attribute names, memory as a capacity.
+func slice(uid, driver, pool string, generation int64, gpus ...gpu) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: 1}},
+	}
+	for i, g := range gpus {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu.prism.dev/productName":         {StringValue: ptr.To(g.product)},
+				"gpu.prism.dev/memoryBandwidthGBps": {IntValue: ptr.To(g.bandwidth)},
+				"gpu.prism.dev/fp32GFLOPS":          {IntValue: ptr.To(g.fp32)},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {Value: resource.MustParse(g.memory)}},
+		})
+	}
+	return s
+}
+
+func model(g gpu, devices int) rewrite.Model {
+	q := resource.MustParse(g.memory)
+	return rewrite.Model{Name: g.product, Devices: devices, BandwidthGBps: g.bandwidth, FP32GFLOPS: g.fp32, MemoryBytes: q.Value()}
+}
+
+func TestView(t *testing.T) {
+	capped := h100
+	capped.bandwidth = 3000
+	for _, tc := range []struct {
+		name   string
+		events func(v *View)
+		want   []rewrite.Model
+	}{
+		{"nothing published", func(*View) {}, []rewrite.Model{}},
+		{"two nodes, one mixed", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), true)
+		}, []rewrite.Model{model(h100, 3), model(l4, 1)}},
+		{"another driver's slices are not Prism's fleet", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4), true)
+			v.OnAdd(slice("b", "gpu.example.com", "node-a", 1, h100), true)
+		}, []rewrite.Model{model(l4, 1)}},
+		{"a node leaves", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)
+			v.OnDelete(cache.DeletedFinalStateUnknown{Key: "b", Obj: slice("b", "gpu.prism.dev", "node-b", 1, l4)})
+		}, []rewrite.Model{model(h100, 1)}},
+		{"a republished pool counts once, at its newest generation", func(v *View) {
+			v.OnAdd(slice("old", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(slice("new", "gpu.prism.dev", "node-a", 2, h100), true)
+		}, []rewrite.Model{model(h100, 1)}},
+		{"a node's devices change", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnUpdate(nil, slice("a", "gpu.prism.dev", "node-a", 1, l4))
+		}, []rewrite.Model{model(l4, 1)}},
+		{"a slower board of a model sets the model's figure", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, capped), true)
+		}, []rewrite.Model{model(capped, 2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewView()
+			tc.events(v)
+			if got := v.Fleet().Models; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("fleet\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestViewFeedsRewrite: the view's fleet cuts a ladder, and a change of the
+// fleet changes the ladder of the next claim.
+func TestViewFeedsRewrite(t *testing.T) {
+	v := NewView()
+	v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4, l4), true)
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}}}
+	p := rewrite.Profile{Name: "stream", BoundType: rewrite.MemoryBound}
+	_, plan, err := rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()))
+	if err != nil || len(plan.Rewritten) != 0 {
+		t.Fatalf("an L4-only fleet: want the claim unchanged, got %v, %+v", err, plan)
+	}
+	v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, h100), true)
+	_, plan, err = rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()))
+	if err != nil || len(plan.Rewritten) != 1 || plan.Alternatives[0].Name != "bandwidth-top" {
+		t.Fatalf("after an H100 node joined: want a bandwidth-top tier, got %v, %+v", err, plan)
+	}
+}
