@@ -73,9 +73,10 @@ type allocatorClaim struct {
 // Filter does, with a warm CEL cache (size 10, as in kube-scheduler). Per
 // profile it times, alternately on each node so that machine noise hits all
 // alike: the plain claim; the hand-written selective claim (the preference a
-// user would write without Prism); the ladder as it was before generated
-// subrequests had their own class (every tier in gpu.prism.dev); the ladder
-// Rewrite writes; and the ladder with the memory floor as a capacity request.
+// user would write without Prism); the ladder the webhook writes (cut from
+// the published fleet), also with every tier in gpu.prism.dev as before
+// generated subrequests had their own class, and with the memory floor as a
+// capacity request; and the built-in ladder (no fleet known).
 func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 	var rows []Row
 	for i, n := range o.Sizes {
@@ -94,12 +95,17 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
+		published := rewrite.WithFleet(f.Published())
 		for _, p := range Profiles {
-			ladder, err := RewrittenSpec(ctx, 1, p.Profile)
+			ladder, err := RewrittenSpec(ctx, 1, p.Profile, published)
 			if err != nil {
 				return nil, err
 			}
-			capacity, err := RewrittenSpec(ctx, 1, p.Profile, rewrite.MemoryFloorAsCapacity())
+			capacity, err := RewrittenSpec(ctx, 1, p.Profile, published, rewrite.MemoryFloorAsCapacity())
+			if err != nil {
+				return nil, err
+			}
+			builtIn, err := RewrittenSpec(ctx, 1, p.Profile)
 			if err != nil {
 				return nil, err
 			}
@@ -109,6 +115,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "ladder, class CEL", claim: claim(InUserClass(ladder))},
 				{name: "ladder", claim: claim(ladder)},
 				{name: "ladder, capacity floor", claim: claim(capacity)},
+				{name: "built-in ladder", claim: claim(builtIn)},
 			}
 			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {
@@ -145,7 +152,7 @@ func slimRows(ctx context.Context, a structured.Allocator, f *Fleet, passes int)
 	if err != nil {
 		return nil, err
 	}
-	ladder, err := RewrittenSpec(ctx, 1, Profiles[0].Profile)
+	ladder, err := RewrittenSpec(ctx, 1, Profiles[0].Profile, rewrite.WithFleet(f.Published()))
 	if err != nil {
 		return nil, err
 	}
@@ -276,8 +283,11 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 }
 
 // ReadAttributes are the device attributes that Prism's generated selectors
-// read (pkg/rewrite's catalogue); the memory floor reads the memory capacity.
-var ReadAttributes = []resourceapi.QualifiedName{"gpu.prism.dev/bandwidthClass", "gpu.prism.dev/fp32GFLOPS", "gpu.prism.dev/cudaComputeCapability"}
+// read (pkg/rewrite's catalogue, built-in and fleet-cut tiers); the memory
+// floor reads the memory capacity.
+var ReadAttributes = []resourceapi.QualifiedName{
+	"gpu.prism.dev/bandwidthClass", "gpu.prism.dev/memoryBandwidthGBps", "gpu.prism.dev/fp32GFLOPS", "gpu.prism.dev/cudaComputeCapability",
+}
 
 // Slim keeps only ReadAttributes of every device: what a fleet would cost
 // if the plugin published nothing else.

@@ -14,7 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/sim"
 )
@@ -50,6 +52,20 @@ func NewMixedFleet(ctx context.Context, prefix string, n, gpus int) (*Fleet, err
 		f.Model = append(f.Model, MixedModels[groupIndex(node.Template.Name, prefix)])
 	}
 	return f, nil
+}
+
+// Published is the fleet prism-controller's informer would see for these
+// slices: the webhook cuts every claim's ladder from it.
+func (f *Fleet) Published() *rewrite.Fleet {
+	v := fleet.NewView()
+	for _, s := range f.Slices {
+		s = s.DeepCopy()
+		if s.UID == "" { // built in memory, never stored
+			s.UID = types.UID(s.Name)
+		}
+		v.OnAdd(s, false)
+	}
+	return v.Fleet()
 }
 
 func groupIndex(group, prefix string) int {

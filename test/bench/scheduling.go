@@ -178,11 +178,13 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	if profile == nil {
 		return nil, fmt.Errorf("unknown profile %q", o.Profile)
 	}
-	ladder, err := RewrittenSpec(ctx, 1, *profile)
+	// What the webhook writes: the ladder cut from the published fleet.
+	published := rewrite.WithFleet(f.Published())
+	ladder, err := RewrittenSpec(ctx, 1, *profile, published)
 	if err != nil {
 		return nil, err
 	}
-	capacity, err := RewrittenSpec(ctx, 1, *profile, rewrite.MemoryFloorAsCapacity())
+	capacity, err := RewrittenSpec(ctx, 1, *profile, published, rewrite.MemoryFloorAsCapacity())
 	if err != nil {
 		return nil, err
 	}
