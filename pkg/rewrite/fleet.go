@@ -33,6 +33,7 @@ type options struct {
 	// fleet that is empty or nil (no preference).
 	fleetSet bool
 	fleet    *Fleet
+	load     *Load
 	// capacityFloor: see MemoryFloorAsCapacity.
 	capacityFloor bool
 }

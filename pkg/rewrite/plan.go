@@ -23,6 +23,8 @@ type Plan struct {
 	// Fleet is the published fleet as the ladder was cut from it: the
 	// figure, then its classes best first with the threshold between them.
 	Fleet string `json:"fleet,omitempty"`
+	// Load is what the load-aware policy decided, and from which figures.
+	Load string `json:"load,omitempty"`
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
 	HardNeeds    string        `json:"hardNeeds,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`

@@ -38,7 +38,8 @@ const (
 	Unknown      BoundType = "Unknown"
 )
 
-// Policy picks between the fastest and the cheapest adequate GPUs.
+// Policy picks between the fastest and the cheapest adequate GPUs, or
+// (LoadAware) between the fastest and leaving it to jobs that need it more.
 type Policy string
 
 const (
@@ -173,7 +174,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	if policy == "" {
 		policy = Performance
 	}
-	if policy != Performance && policy != Economy {
+	if policy != Performance && policy != Economy && policy != LoadAware {
 		return nil, nil, fmt.Errorf("%w: unknown policy %q", ErrInvalidProfile, profile.Policy)
 	}
 	bound := profile.BoundType
@@ -186,7 +187,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	var ladder []tier
 	switch bound {
 	case MemoryBound, ComputeBound, LatencyBound:
-		ladder, plan.Fleet = o.ladder(bound, policy)
+		ladder, plan.Fleet, plan.Load = o.ladder(bound, policy, spec)
 	case Balanced, Unknown:
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {

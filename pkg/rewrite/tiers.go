@@ -1,5 +1,7 @@
 package rewrite
 
+import resourceapi "k8s.io/api/resource/v1"
+
 // tier is one alternative of a generated firstAvailable list.
 type tier struct {
 	name string
@@ -58,11 +60,17 @@ var ladders = map[BoundType]map[Policy][]tier{
 
 // ladder picks the tiers for a bound type and policy: cut from the fleet
 // when one is known, else the built-in ladders, which assume a fleet that
-// spans the bandwidth classes the plugin publishes. The string says which
-// fleet figures chose the cut.
-func (o options) ladder(bound BoundType, policy Policy) ([]tier, string) {
-	if o.fleetSet {
-		return fleetLadder(o.fleet, bound, policy)
+// spans the bandwidth classes the plugin publishes. The strings say which
+// fleet figures chose the cut and what the load-aware policy decided.
+func (o options) ladder(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec) ([]tier, string, string) {
+	switch {
+	case o.fleetSet && policy == LoadAware:
+		return loadAwareLadder(o.fleet, o.load, bound, requestedDevices(spec))
+	case o.fleetSet:
+		t, f := fleetLadder(o.fleet, bound, policy)
+		return t, f, ""
+	case policy == LoadAware:
+		return ladders[bound][Performance], "", "performance: no fleet known"
 	}
-	return ladders[bound][policy], ""
+	return ladders[bound][policy], "", ""
 }
