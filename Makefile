@@ -14,6 +14,10 @@ E2E_TIMEOUT ?= 30m
 build: ## Build prism-kubelet-plugin, prism-controller and prismctl into bin/.
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+.PHONY: images
+images: ## Build the container images into OCI archives in _output/images/ (no daemon, no registry; PLATFORMS=linux/amd64,linux/arm64).
+	$(GO) run ./hack/tools/imagebuild $(if $(PLATFORMS),--platforms=$(PLATFORMS)) $(IMAGE_FLAGS)
+
 .PHONY: testbed
 testbed: ## Build (or reuse) the cached test-bed binaries.
 	hack/testbed-bins.sh >/dev/null

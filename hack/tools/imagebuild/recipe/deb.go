@@ -1,0 +1,205 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package recipe
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+)
+
+// deb is a downloaded Debian package.
+type deb struct {
+	name, version, arch, file string
+}
+
+// debArch is Debian's name of a platform's architecture.
+func debArch(p oci.Platform) (string, error) {
+	switch p.Architecture {
+	case "amd64", "arm64", "s390x":
+		return p.Architecture, nil
+	case "ppc64le":
+		return "ppc64el", nil
+	}
+	return "", fmt.Errorf("no Debian architecture known for %s", p)
+}
+
+// debLayer is a layer of the files of Debian packages that keep accepts.
+func (b *builder) debLayer(p oci.Platform, what string, keep func(path string) bool, pkgs ...string) layerSpec {
+	return layerSpec{
+		createdBy: "debian: " + what + " (" + strings.Join(pkgs, " ") + ")",
+		entries: func(ctx context.Context) ([]oci.Entry, error) {
+			arch, err := debArch(p)
+			if err != nil {
+				return nil, err
+			}
+			var entries []oci.Entry
+			for _, name := range pkgs {
+				d, err := b.fetchDeb(ctx, name, arch)
+				if err != nil {
+					return nil, err
+				}
+				es, err := debEntries(ctx, d.file, keep)
+				if err != nil {
+					return nil, fmt.Errorf("unpacking %s: %w", d.file, err)
+				}
+				entries = append(entries, es...)
+				b.packages[name+":"+arch+"="+d.version] = true
+			}
+			return entries, nil
+		},
+	}
+}
+
+// fetchDeb downloads the candidate version of a package once into the
+// cache, under its name, version and architecture.
+func (b *builder) fetchDeb(ctx context.Context, name, arch string) (deb, error) {
+	key := name + ":" + arch
+	if d, ok := b.debs[key]; ok {
+		return d, nil
+	}
+	version, err := candidate(ctx, key)
+	if err != nil {
+		return deb{}, err
+	}
+	dir, err := b.dir("debs")
+	if err != nil {
+		return deb{}, err
+	}
+	d := deb{name: name, version: version, arch: arch,
+		file: filepath.Join(dir, fmt.Sprintf("%s_%s_%s.deb", name, strings.ReplaceAll(version, ":", "%3a"), arch))}
+	if _, err := os.Stat(d.file); err != nil {
+		tmp, err := os.MkdirTemp(dir, ".download-")
+		if err != nil {
+			return deb{}, err
+		}
+		defer os.RemoveAll(tmp)
+		// apt's sandbox user may not write here; downloading as the
+		// caller is fine for a file only unpacked, never installed.
+		cmd := exec.CommandContext(ctx, "apt-get", "download", "-o", "APT::Sandbox::User=root", key+"="+version)
+		cmd.Dir = tmp
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return deb{}, fmt.Errorf("apt-get download %s=%s: %w\n%s", key, version, err, out)
+		}
+		files, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+		if len(files) != 1 {
+			return deb{}, fmt.Errorf("apt-get download %s=%s left %d .deb files", key, version, len(files))
+		}
+		if err := os.Rename(files[0], d.file); err != nil {
+			return deb{}, err
+		}
+		b.log("%s: downloaded %s", key, version)
+	}
+	b.debs[key] = d
+	return d, nil
+}
+
+// candidate is the version apt would install, e.g. 2.36-9+deb12u14.
+func candidate(ctx context.Context, pkg string) (string, error) {
+	out, err := exec.CommandContext(ctx, "apt-cache", "policy", pkg).Output()
+	if err != nil {
+		return "", fmt.Errorf("apt-cache policy %s: %w", pkg, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Candidate:"); ok {
+			if v = strings.TrimSpace(v); v != "" && v != "(none)" {
+				return v, nil
+			}
+		}
+	}
+	hint := "apt-get update"
+	if arch := pkg[strings.IndexByte(pkg, ':')+1:]; !strings.Contains(nativeArchs(ctx), arch) {
+		hint = "dpkg --add-architecture " + arch + " && apt-get update"
+	}
+	return "", fmt.Errorf("apt knows no version of %s; run: %s", pkg, hint)
+}
+
+func nativeArchs(ctx context.Context) string {
+	native, _ := exec.CommandContext(ctx, "dpkg", "--print-architecture").Output()
+	foreign, _ := exec.CommandContext(ctx, "dpkg", "--print-foreign-architectures").Output()
+	return string(native) + " " + string(foreign)
+}
+
+// debEntries reads a package's files (dpkg-deb --fsys-tarfile) that keep
+// accepts, as root-owned layer entries; a hard link becomes a copy.
+func debEntries(ctx context.Context, file string, keep func(string) bool) ([]oci.Entry, error) {
+	out, err := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", file).Output()
+	if err != nil {
+		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile: %w", err)
+	}
+	var entries []oci.Entry
+	data := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(out))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		p := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if p == "." || !keep(p) {
+			continue
+		}
+		e := oci.Entry{Path: p, Mode: oci.FileMode(h.Mode)}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			e.Kind = oci.Dir
+		case tar.TypeReg:
+			e.Kind = oci.File
+			if e.Data, err = io.ReadAll(tr); err != nil {
+				return nil, err
+			}
+			data[p] = e.Data
+		case tar.TypeSymlink:
+			e.Kind, e.Target = oci.Symlink, h.Linkname
+		case tar.TypeLink:
+			target := path.Clean(strings.TrimPrefix(h.Linkname, "./"))
+			d, ok := data[target]
+			if !ok {
+				return nil, fmt.Errorf("%s: hard link to %s, which comes later or is left out", p, target)
+			}
+			e.Kind, e.Data = oci.File, d
+		default:
+			return nil, fmt.Errorf("%s: unsupported entry type %q", p, h.Typeflag)
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+func hasDirPrefix(p, dir string) bool { return strings.HasPrefix(p, dir+"/") }
+
+func containsDir(p, name string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if part == name {
+			return true
+		}
+	}
+	return false
+}
