@@ -89,7 +89,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
 	flags.StringVar(&o.namespace, "namespace", "", "namespace of the Service")
 	flags.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
-	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance or economy; a WorkloadProfile's spec.policy overrides it")
+	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -194,6 +194,9 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("watching ResourceClaims: %w", err)
 	}
 	fleetView := fleet.NewView()
+	if _, err := claimInformer.AddEventHandler(fleetView); err != nil {
+		return fmt.Errorf("watching ResourceClaims for the fleet's load: %w", err)
+	}
 	sliceInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceSlice{})
 	if err != nil {
 		return fmt.Errorf("starting ResourceSlice informer: %w", err)
@@ -219,7 +222,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet})
+	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet, Load: fleetView.Load})
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,13 @@ limitations under the License.
 
 // Package fleet keeps prism-controller's live view of the GPUs Prism
 // publishes: which models, how many devices of each, and the figures the
-// rewrite ranks them by. It is fed by a ResourceSlice informer, so claims
-// admitted after the fleet changed are cut for the new fleet.
+// rewrite ranks them by; and of their load: which devices claims hold, and
+// which claims still wait. It is fed by a ResourceSlice and a ResourceClaim
+// informer, so a claim is cut for the fleet and the load at its admission.
 package fleet
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -33,26 +35,43 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// View is a cache.ResourceEventHandler for a ResourceSlice informer. Fleet
-// is safe to call from any goroutine and costs one atomic load: it is on
-// the path of every admitted claim.
+// View is a cache.ResourceEventHandler for a ResourceSlice and a
+// ResourceClaim informer (claims as webhook.TrimClaim keeps them). Fleet and
+// Load are safe to call from any goroutine; they are on the path of every
+// admitted claim, so Fleet is one atomic load and Load is rebuilt only
+// after a change.
 type View struct {
 	mu     sync.Mutex
 	slices map[types.UID]sliceSummary
+	claims map[types.UID]claimSummary
+	// deviceModel maps the devices of current pool generations to their
+	// model.
+	deviceModel map[deviceKey]string
+	load        *rewrite.Load // nil: rebuild on the next Load
 
 	fleet atomic.Pointer[rewrite.Fleet]
 }
+
+type deviceKey struct{ pool, device string }
 
 // sliceSummary is what one slice contributes; the slice itself is not kept.
 type sliceSummary struct {
 	pool       string
 	generation int64
 	models     map[string]rewrite.Model
+	devices    map[string]string // device name -> model
+}
+
+// claimSummary is what one claim contributes: the Prism devices it holds,
+// or, while it has none, what it waits for.
+type claimSummary struct {
+	held    []deviceKey
+	pending *rewrite.Pending
 }
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
-	v := &View{slices: map[types.UID]sliceSummary{}}
+	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}}
 	v.publish()
 	return v
 }
@@ -62,35 +81,70 @@ func (v *View) Fleet() *rewrite.Fleet {
 	return v.fleet.Load()
 }
 
-// OnAdd records a slice.
-func (v *View) OnAdd(obj any, _ bool) {
-	s, ok := obj.(*resourceapi.ResourceSlice)
-	if !ok || s.Spec.Driver != rewrite.DriverName {
-		return
-	}
+// Load returns free devices per model and the pending claims as last seen.
+// Callers must not modify it.
+func (v *View) Load() *rewrite.Load {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.slices[s.UID] = summarise(s)
-	v.publish()
+	if v.load != nil {
+		return v.load
+	}
+	l := &rewrite.Load{Free: map[string]int{}}
+	for _, m := range v.fleet.Load().Models {
+		l.Free[m.Name] = m.Devices
+	}
+	held := map[deviceKey]bool{}
+	for _, c := range v.claims {
+		for _, k := range c.held {
+			if model, ok := v.deviceModel[k]; ok && !held[k] {
+				held[k] = true
+				l.Free[model]--
+			}
+		}
+		if c.pending != nil {
+			l.Pending = append(l.Pending, *c.pending)
+		}
+	}
+	v.load = l
+	return l
 }
 
-// OnUpdate records a slice's new devices.
+// OnAdd records a slice or a claim.
+func (v *View) OnAdd(obj any, _ bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch o := obj.(type) {
+	case *resourceapi.ResourceSlice:
+		if o.Spec.Driver != rewrite.DriverName {
+			return
+		}
+		v.slices[o.UID] = summarise(o)
+		v.publish()
+	case *resourceapi.ResourceClaim:
+		v.claims[o.UID] = summariseClaim(o)
+		v.load = nil
+	}
+}
+
+// OnUpdate records a slice's new devices or a claim's new allocation.
 func (v *View) OnUpdate(_, obj any) { v.OnAdd(obj, false) }
 
-// OnDelete forgets a slice.
+// OnDelete forgets a slice or a claim.
 func (v *View) OnDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	s, ok := obj.(*resourceapi.ResourceSlice)
-	if !ok {
-		return
-	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, known := v.slices[s.UID]; known {
-		delete(v.slices, s.UID)
-		v.publish()
+	switch o := obj.(type) {
+	case *resourceapi.ResourceSlice:
+		if _, known := v.slices[o.UID]; known {
+			delete(v.slices, o.UID)
+			v.publish()
+		}
+	case *resourceapi.ResourceClaim:
+		delete(v.claims, o.UID)
+		v.load = nil
 	}
 }
 
@@ -103,12 +157,16 @@ func (v *View) publish() {
 		newest[s.pool] = max(newest[s.pool], s.generation)
 	}
 	models := map[string]rewrite.Model{}
+	v.deviceModel = map[deviceKey]string{}
 	for _, s := range v.slices {
 		if s.generation < newest[s.pool] {
 			continue
 		}
 		for name, m := range s.models {
 			models[name] = merge(models[name], m)
+		}
+		for device, model := range s.devices {
+			v.deviceModel[deviceKey{s.pool, device}] = model
 		}
 	}
 	f := &rewrite.Fleet{Models: make([]rewrite.Model, 0, len(models))}
@@ -117,6 +175,7 @@ func (v *View) publish() {
 	}
 	slices.SortFunc(f.Models, func(a, b rewrite.Model) int { return strings.Compare(a.Name, b.Name) })
 	v.fleet.Store(f)
+	v.load = nil
 }
 
 // merge adds b's devices to a. Devices of one model publish the same
@@ -146,7 +205,7 @@ func minKnown(a, b int64) int64 {
 }
 
 func summarise(s *resourceapi.ResourceSlice) sliceSummary {
-	sum := sliceSummary{pool: s.Spec.Pool.Name, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}}
+	sum := sliceSummary{pool: s.Spec.Pool.Name, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{}}
 	for _, d := range s.Spec.Devices {
 		name := stringAttr(d, "productName")
 		if name == "" {
@@ -157,8 +216,47 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 			m.MemoryBytes = q.Value.Value()
 		}
 		sum.models[name] = merge(sum.models[name], m)
+		sum.devices[d.Name] = name
 	}
 	return sum
+}
+
+// summariseClaim reads the devices a claim holds, or what it waits for: the
+// GPUs its Prism requests ask for (a firstAvailable request by its first
+// alternative) and the bound type its rewrite plan names.
+func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
+	if a := c.Status.Allocation; a != nil {
+		var held []deviceKey
+		for _, r := range a.Devices.Results {
+			if r.Driver == rewrite.DriverName {
+				held = append(held, deviceKey{r.Pool, r.Device})
+			}
+		}
+		return claimSummary{held: held}
+	}
+	devices := 0
+	for _, r := range c.Spec.Devices.Requests {
+		class, mode, count := "", resourceapi.DeviceAllocationMode(""), int64(0)
+		switch {
+		case r.Exactly != nil:
+			class, mode, count = r.Exactly.DeviceClassName, r.Exactly.AllocationMode, r.Exactly.Count
+		case len(r.FirstAvailable) > 0:
+			class, mode, count = r.FirstAvailable[0].DeviceClassName, r.FirstAvailable[0].AllocationMode, r.FirstAvailable[0].Count
+		}
+		if rewrite.IsGPUClass(class) && mode != resourceapi.DeviceAllocationModeAll {
+			devices += int(max(count, 1))
+		}
+	}
+	if devices == 0 {
+		return claimSummary{}
+	}
+	var plan struct {
+		BoundType rewrite.BoundType `json:"boundType"`
+	}
+	// A plan that does not parse leaves the claim unprofiled, which is
+	// what it is to the policy.
+	_ = json.Unmarshal([]byte(c.Annotations[rewrite.AnnotationKey]), &plan)
+	return claimSummary{pending: &rewrite.Pending{Devices: devices, BoundType: plan.BoundType}}
 }
 
 // attribute looks a Prism attribute up by its qualified name, and by its

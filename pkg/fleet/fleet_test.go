@@ -19,6 +19,7 @@ package fleet
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -130,5 +131,71 @@ func TestViewFeedsRewrite(t *testing.T) {
 	_, plan, err = rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()))
 	if err != nil || len(plan.Rewritten) != 1 || plan.Alternatives[0].Name != "bandwidth-top" {
 		t.Fatalf("after an H100 node joined: want a bandwidth-top tier, got %v, %+v", err, plan)
+	}
+}
+
+func allocated(uid, pool string, devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)}, Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: "gpu.prism.dev", Pool: pool, Device: d})
+	}
+	return c
+}
+
+func waiting(uid string, plan string, reqs ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)}, Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}}
+	if plan != "" {
+		c.Annotations = map[string]string{rewrite.AnnotationKey: plan}
+	}
+	return c
+}
+
+func exactly(class string, count int64) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: "r", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count}}
+}
+
+func TestViewLoad(t *testing.T) {
+	v := NewView()
+	v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100, h100, h100), true)
+	v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4, l4), true)
+	events := []func(){
+		func() { v.OnAdd(allocated("held", "node-a", "gpu-0", "gpu-1"), true) },
+		// A shared GPU held by two claims is one device less, not two.
+		func() { v.OnAdd(allocated("shares", "node-a", "gpu-1"), true) },
+		func() {
+			c := allocated("other-driver", "node-b", "gpu-0")
+			c.Status.Allocation.Devices.Results[0].Driver = "gpu.example.com"
+			v.OnAdd(c, true)
+		},
+		func() { v.OnAdd(waiting("plain-4", "", exactly("gpu.prism.dev", 4)), true) },
+		func() {
+			rewritten := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+				{Name: "bandwidth-top", DeviceClassName: rewrite.TierDeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+				{Name: "fits", DeviceClassName: "gpu.prism.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+			}}
+			v.OnAdd(waiting("profiled-1", `{"boundType":"ComputeBound"}`, rewritten, exactly("nic.example.com", 1)), true)
+		},
+		func() { v.OnAdd(waiting("nic-only", "", exactly("nic.example.com", 2)), true) },
+	}
+	for _, e := range events {
+		e()
+	}
+	want := &rewrite.Load{
+		Free:    map[string]int{h100.product: 2, l4.product: 2},
+		Pending: []rewrite.Pending{{Devices: 4}, {Devices: 1, BoundType: rewrite.ComputeBound}},
+	}
+	got := v.Load()
+	slices.SortFunc(got.Pending, func(a, b rewrite.Pending) int { return b.Devices - a.Devices })
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("load\n got %+v\nwant %+v", got, want)
+	}
+
+	// The four-GPU claim is allocated, the held one released.
+	v.OnUpdate(nil, allocated("plain-4", "node-a", "gpu-2", "gpu-3"))
+	v.OnDelete(allocated("held", "node-a", "gpu-0", "gpu-1"))
+	v.OnDelete(cache.DeletedFinalStateUnknown{Obj: allocated("shares", "node-a", "gpu-1")})
+	want = &rewrite.Load{Free: map[string]int{h100.product: 2, l4.product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: rewrite.ComputeBound}}}
+	if got := v.Load(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after the allocation\n got %+v\nwant %+v", got, want)
 	}
 }

@@ -142,6 +142,9 @@ func TrimClaim(obj any) (any, error) {
 	if p, ok := c.Annotations[ProfileAnnotation]; ok {
 		out.Annotations = map[string]string{ProfileAnnotation: p}
 	}
+	if c.Status.Allocation == nil {
+		keepPending(c, out)
+	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourceapi.AllocationResult{}
 		for _, r := range a.Devices.Results {
@@ -150,6 +153,28 @@ func TrimClaim(obj any) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// keepPending keeps what the fleet view needs of a claim that waits for
+// devices (see fleet.View): its rewrite plan and how many devices of which
+// class it asks for. Once allocated, a claim drops them again.
+func keepPending(c, out *resourceapi.ResourceClaim) {
+	if plan, ok := c.Annotations[RewriteAnnotation]; ok {
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
+		}
+		out.Annotations[RewriteAnnotation] = plan
+	}
+	for _, r := range c.Spec.Devices.Requests {
+		kept := resourceapi.DeviceRequest{Name: r.Name}
+		if e := r.Exactly; e != nil {
+			kept.Exactly = &resourceapi.ExactDeviceRequest{DeviceClassName: e.DeviceClassName, AllocationMode: e.AllocationMode, Count: e.Count}
+		}
+		for _, sub := range r.FirstAvailable {
+			kept.FirstAvailable = append(kept.FirstAvailable, resourceapi.DeviceSubRequest{Name: sub.Name, DeviceClassName: sub.DeviceClassName, AllocationMode: sub.AllocationMode, Count: sub.Count})
+		}
+		out.Spec.Devices.Requests = append(out.Spec.Devices.Requests, kept)
+	}
 }
 
 // profileClaimKeys returns the nodes a claim names its profile on. The

@@ -82,15 +82,18 @@ type RewriterOptions struct {
 	// Fleet returns the published GPU fleet that ladders are cut from (see
 	// pkg/fleet). Nil: the built-in ladders, for a fleet nobody watches.
 	Fleet func() *rewrite.Fleet
+	// Load returns free devices and pending claims for the load-aware
+	// policy (see pkg/fleet). Nil: load-aware behaves as performance.
+	Load func() *rewrite.Load
 }
 
 // ParsePolicy checks a cluster-wide policy name.
 func ParsePolicy(s string) (rewrite.Policy, error) {
 	switch p := rewrite.Policy(s); p {
-	case rewrite.Performance, rewrite.Economy:
+	case rewrite.Performance, rewrite.Economy, rewrite.LoadAware:
 		return p, nil
 	}
-	return "", fmt.Errorf("unknown policy %q: must be %q or %q", s, rewrite.Performance, rewrite.Economy)
+	return "", fmt.Errorf("unknown policy %q: must be %q, %q or %q", s, rewrite.Performance, rewrite.Economy, rewrite.LoadAware)
 }
 
 // NewRewriter returns the mutating webhook for ResourceClaim CREATE. It
@@ -219,6 +222,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	var opts []rewrite.Option
 	if r.opts.Fleet != nil {
 		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()))
+	}
+	if r.opts.Load != nil && policy == rewrite.LoadAware {
+		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
 	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {

@@ -51,7 +51,7 @@ const (
 )
 
 // Policy tells the allocator what to optimise for when it picks a device.
-// +kubebuilder:validation:Enum=performance;economy
+// +kubebuilder:validation:Enum=performance;economy;load-aware
 type Policy string
 
 const (
@@ -59,6 +59,10 @@ const (
 	PolicyPerformance Policy = "performance"
 	// PolicyEconomy prefers the cheapest device that is not the bottleneck.
 	PolicyEconomy Policy = "economy"
+	// PolicyLoadAware is performance, except that at admission the job
+	// leaves the fastest class to pending claims that gain more from it or
+	// need several of its devices.
+	PolicyLoadAware Policy = "load-aware"
 )
 
 // Sharing says whether the workload may run on a fraction of a GPU.
