@@ -314,13 +314,23 @@ func TestImageTagFollowsAppVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := render(t)
-	want := "ghcr.io/prismgpu/prism:" + meta.AppVersion
-	for name, image := range map[string]string{
-		"plugin":     container(t, r.plugin(t), "kubelet-plugin").Image,
-		"controller": container(t, r.controller(t), "controller").Image,
+	// The names `make images` gives its archives (hack/tools/imagebuild);
+	// the driver wait's shell comes from the plugin image's busybox, so no
+	// other image is pulled.
+	plugin, controller := r.plugin(t), r.controller(t)
+	images := map[string]string{}
+	for _, c := range slices.Concat(plugin.InitContainers, plugin.Containers, controller.Containers) {
+		images[c.Name] = c.Image
+	}
+	pluginImage := "ghcr.io/prismgpu/prism-kubelet-plugin:" + meta.AppVersion
+	for name, want := range map[string]string{
+		"kubelet-plugin":   pluginImage,
+		"install-cdi-hook": pluginImage,
+		"wait-for-driver":  pluginImage,
+		"controller":       "ghcr.io/prismgpu/prism-controller:" + meta.AppVersion,
 	} {
-		if image != want {
-			t.Errorf("%s image %q, want %q", name, image, want)
+		if images[name] != want {
+			t.Errorf("container %s image %q, want %q", name, images[name], want)
 		}
 	}
 }

@@ -47,13 +47,22 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* One of the chart's images: (dict "ctx" $ "name" "prism-controller" "digest" "sha256:...") */}}
 {{- define "prism.image" -}}
-{{- $repo := .Values.image.repository -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- $repo := printf "%s/%s" (.ctx.Values.image.repository | trimSuffix "/") .name -}}
+{{- if .digest -}}
+{{- printf "%s@%s" $repo .digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default .ctx.Chart.AppVersion .ctx.Values.image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{- define "prism.kubeletPlugin.image" -}}
+{{- include "prism.image" (dict "ctx" . "name" "prism-kubelet-plugin" "digest" .Values.image.kubeletPluginDigest) -}}
+{{- end -}}
+
+{{- define "prism.controller.image" -}}
+{{- include "prism.image" (dict "ctx" . "name" "prism-controller" "digest" .Values.image.controllerDigest) -}}
 {{- end -}}
 
 {{- define "prism.kubeletPlugin.fullname" -}}
