@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +37,9 @@ import (
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/version"
 )
+
+// sweepQPS is the stale-claim sweep's own API budget.
+const sweepQPS = 10
 
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
@@ -91,8 +95,8 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")
 	flags.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
 	flags.StringVar(&o.profileDirSize, "profile-dir-size", resource.NewQuantity(profiling.DefaultDirSize, resource.BinarySI).String(), "Size of the tmpfs a profiled claim's containers write their report to; 0 leaves the report directory on --state-dir's file system, unbounded. Mounting needs a privileged plugin.")
-	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "QPS towards the API server.")
-	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst towards the API server.")
+	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "QPS towards the API server for kubelet calls: every claim the kubelet prepares costs one GET. It is about what the plugin prepares per second, so that a node starting many pods at once waits for its own work rather than for this limit. The stale-claim sweep has a separate, fixed budget of "+strconv.Itoa(sweepQPS)+" QPS.")
+	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst towards the API server for kubelet calls: covers the claims of a full node's pods (110 pods, some with several claims) starting at once.")
 	o.logging = logging.NewOptions()
 	o.logging.AddFlags(flags)
 	flags.BoolVar(&o.showVersion, "version", false, "Print the build information and exit.")
@@ -147,7 +151,20 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	// The sweep GETs every prepared claim each --stale-claim-interval: on a
+	// node with a thousand claims, sharing the kubelet calls' limiter would
+	// make a prepare wait behind the whole sweep.
+	sweepConfig := rest.CopyConfig(restConfig)
+	sweepConfig.QPS, sweepConfig.Burst = sweepQPS, sweepQPS
+	sweepClient, err := kubernetes.NewForConfig(sweepConfig)
+	if err != nil {
+		return fmt.Errorf("create Kubernetes client: %w", err)
+	}
 	restConfig.QPS, restConfig.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	// Traced, so that a prepare's timing at -v=4 says how long its claim
+	// GET waited for a token and how long the API server took.
+	restConfig.RateLimiter = plugin.TracedRateLimiter(flowcontrol.NewTokenBucketRateLimiter(restConfig.QPS, restConfig.Burst))
+	restConfig.Wrap(plugin.TracedTransport)
 	client, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
@@ -235,6 +252,7 @@ func run(ctx context.Context, o options) error {
 	driver, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            o.nodeName,
 		KubeClient:          client,
+		SweepClient:         sweepClient,
 		RegistrarDir:        o.registrarDir,
 		PluginDir:           o.pluginDir,
 		StateDir:            o.stateDir,

@@ -21,13 +21,30 @@ limitations under the License.
 //
 // # File format
 //
-// One JSON file, rewritten atomically on every change:
+// One JSON file: a snapshot, followed by the changes made since, one JSON
+// value each (written one a line):
 //
 //	{"version":"v2","checksum":"sha256:<hex>","data":{"bootID":"...","claims":{"<uid>":{...}}}}
+//	{"checksum":"sha256:<hex>","change":{"seq":1,"claims":{"<uid>":{...}}}}
+//	{"checksum":"sha256:<hex>","change":{"seq":2,"claims":{"<uid>":null}}}
 //
-// The checksum is the SHA-256 of the compact JSON encoding of "data". The
-// data object is hashed after compaction so that a file which was only
-// re-indented by hand still loads.
+// Each checksum is the SHA-256 of the compact JSON encoding of "data" or
+// "change", hashed after compaction so that a file which was only
+// re-indented by hand still loads. A change sets the claims it names, null
+// removing one; seq counts the changes after the snapshot from 1.
+//
+// A change to some claims (PutClaims, DeleteClaims) is appended, and
+// fsynced when asked, so that a prepare costs one small write and one
+// fsync however many claims the node holds. Everything else (Update), the
+// first change after Open or Reload, the change after a failed write and
+// the change that finds the appended part larger than both the snapshot
+// and 256 KiB rewrite the file whole: a temporary file, fsynced, renamed
+// over the old one, and the directory fsynced. A crash thus leaves the old
+// file, the new one, or the old one with a change appended or not; a
+// change cut short by a power loss makes the file damaged (see below).
+//
+// Releases before the journal wrote only the snapshot line; they move a
+// file with changes appended aside as malformed, like any damaged file.
 //
 // The earlier format, v1, written by the first plugin release, is read and
 // migrated:
@@ -41,8 +58,9 @@ limitations under the License.
 //
 // # Damaged files
 //
-// A file that does not parse, is truncated, fails its checksum, has an
-// unknown version or holds data the recovery logic cannot act on is renamed
+// A file that does not parse, is truncated, fails a checksum, misses or
+// repeats a change, has an unknown version or holds data the recovery
+// logic cannot act on is renamed
 // to "<name>.corrupt-<UTC timestamp>" and reported in Recovered; the store
 // then starts empty. Refusing to start would only put the plugin into
 // CrashLoopBackOff without making the file readable; the caller is expected

@@ -26,6 +26,8 @@ import (
 // with real files.
 type fileSystem interface {
 	CreateTemp(dir, pattern string) (file, error)
+	// OpenAppend opens an existing file for appending.
+	OpenAppend(name string) (file, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
 	SyncDir(dir string) error
@@ -41,8 +43,11 @@ type file interface {
 type osFS struct{}
 
 func (osFS) CreateTemp(dir, pattern string) (file, error) { return os.CreateTemp(dir, pattern) }
-func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
-func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) OpenAppend(name string) (file, error) {
+	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+}
+func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+func (osFS) Remove(name string) error             { return os.Remove(name) }
 
 // SyncDir makes a rename in dir durable.
 func (osFS) SyncDir(dir string) error {

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -56,6 +57,10 @@ type Options struct {
 	BootIDPath string
 	// Clock names moved-aside files. Defaults to the real clock.
 	Clock clock.PassiveClock
+	// Observe, when set, is told how long each step of a write took, with
+	// the context of the change: StepEncode, StepAppend and StepFsync for a
+	// change appended to the journal, StepCompact for a whole rewrite.
+	Observe func(ctx context.Context, step string, d time.Duration)
 
 	// fs lets tests fail individual steps of a write.
 	fs fileSystem
@@ -100,13 +105,36 @@ func (e *CorruptionError) Error() string {
 
 func (e *CorruptionError) Unwrap() error { return e.Err }
 
+// Steps of a write, as reported to Options.Observe.
+const (
+	StepEncode  = "encode"
+	StepAppend  = "append"
+	StepFsync   = "fsync"
+	StepCompact = "compact"
+)
+
+// compactFloor is how large the journal may grow before the file is
+// rewritten, whatever the snapshot's size: small enough to replay in a
+// millisecond, large enough that a node with few claims rewrites rarely.
+const compactFloor = 256 << 10
+
 // Store holds the checkpoint in memory and persists every change.
 type Store struct {
-	dir    string
-	path   string
-	name   string
-	bootID string
-	fs     fileSystem
+	dir     string
+	path    string
+	name    string
+	bootID  string
+	fs      fileSystem
+	observe func(ctx context.Context, step string, d time.Duration)
+
+	// journal is the file opened for appending changes, or nil when the
+	// next change must rewrite it whole: after Open and Reload, after a
+	// failed write, and once the journal outgrew the snapshot. seq numbers
+	// the appended changes since the last rewrite.
+	journal       file
+	journalBytes  int64
+	snapshotBytes int64
+	seq           int64
 
 	// updateMu serialises Update so that only one write is in flight and
 	// data can be read without mu while it is held.
@@ -167,11 +195,12 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 		return nil, rec, fmt.Errorf("creating checkpoint directory: %w", err)
 	}
 	s := &Store{
-		dir:  dir,
-		name: opts.FileName,
-		path: filepath.Join(dir, opts.FileName),
-		fs:   opts.fs,
-		data: &Data{Claims: map[string]Claim{}},
+		dir:     dir,
+		name:    opts.FileName,
+		path:    filepath.Join(dir, opts.FileName),
+		fs:      opts.fs,
+		observe: opts.Observe,
+		data:    &Data{Claims: map[string]Claim{}},
 	}
 	s.removeTempFiles(logger)
 
@@ -221,7 +250,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
 	if rec.MigratedFrom != "" || rec.BootIDChanged {
-		if err := s.persist(data, true); err != nil {
+		if err := s.compact(ctx, data); err != nil {
 			return nil, rec, fmt.Errorf("persisting recovered checkpoint: %w", err)
 		}
 	}
@@ -260,24 +289,24 @@ func (s *Store) List() []Claim {
 	return out
 }
 
-// Update applies fn to a copy of the data and persists the result. If fn
-// fails, the result is invalid or cannot be written, the error is returned
-// and the store keeps its previous content.
+// Range calls fn with each claim, in no particular order, until fn returns
+// false. Unlike List it copies nothing, for checks that run on every
+// prepare: fn must not change or keep the claim, nor write to the store.
+func (s *Store) Range(fn func(*Claim) bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, c := range s.data.Claims {
+		if !fn(&c) {
+			return
+		}
+	}
+}
+
+// Update applies fn to a copy of the data and rewrites the whole file with
+// the result, fsynced. If fn fails, the result is invalid or cannot be
+// written, the error is returned and the store keeps its previous content.
+// Changes to a few claims are cheaper with PutClaims and DeleteClaims.
 func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
-	return s.update(ctx, fn, true)
-}
-
-// UpdateWithoutSync is Update without the fsyncs, for a change that may be
-// lost in a power failure but not in a crash of the process: the file is
-// still replaced by rename, so the process's own crash leaves old or new.
-// The plugin uses it for PrepareStarted, whose loss only leaves a CDI spec
-// behind that start-up reconciliation removes, and which a reboot makes
-// stale anyway. It halves the fsyncs of a prepare.
-func (s *Store) UpdateWithoutSync(ctx context.Context, fn func(*Data) error) error {
-	return s.update(ctx, fn, false)
-}
-
-func (s *Store) update(ctx context.Context, fn func(*Data) error, sync bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -294,35 +323,174 @@ func (s *Store) update(ctx context.Context, fn func(*Data) error, sync bool) err
 	if err := next.validate(); err != nil {
 		return fmt.Errorf("refusing to persist invalid checkpoint: %w", err)
 	}
-	start := time.Now()
-	if err := s.persist(next, sync); err != nil {
+	if err := s.compact(ctx, next); err != nil {
 		return err
 	}
-	klog.FromContext(ctx).V(5).Info("Persisted checkpoint", "claims", len(next.Claims), "duration", time.Since(start))
-
 	s.mu.Lock()
 	s.data = next
 	s.mu.Unlock()
 	return nil
 }
 
-func (s *Store) persist(d *Data, sync bool) error {
+// PutClaims records claims, replacing those with the same UIDs, as one
+// change. With sync the change is fsynced before PutClaims returns; without
+// it, it survives a crash of the process but maybe not a power loss. The
+// plugin skips the fsync for PrepareStarted, whose loss only leaves a CDI
+// spec behind that start-up reconciliation removes, and which a reboot
+// makes stale anyway.
+func (s *Store) PutClaims(ctx context.Context, sync bool, claims ...Claim) error {
+	set := make(map[string]*Claim, len(claims))
+	for _, c := range claims {
+		c = c.clone()
+		set[c.UID] = &c
+	}
+	return s.change(ctx, sync, set)
+}
+
+// DeleteClaims removes claims as one change; unknown UIDs are ignored. sync
+// is as for PutClaims.
+func (s *Store) DeleteClaims(ctx context.Context, sync bool, uids ...string) error {
+	set := make(map[string]*Claim, len(uids))
+	for _, uid := range uids {
+		set[uid] = nil
+	}
+	return s.change(ctx, sync, set)
+}
+
+// change persists set (a nil claim deletes) by appending it to the journal,
+// or by rewriting the file when there is no journal to append to. Memory
+// is changed only once the write has succeeded.
+func (s *Store) change(ctx context.Context, sync bool, set map[string]*Claim) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	changed := &Data{Claims: map[string]Claim{}}
+	for uid, c := range set {
+		if c != nil {
+			changed.Claims[uid] = *c
+		} else if uid == "" {
+			return errors.New("refusing to persist invalid checkpoint: claim with empty UID")
+		}
+	}
+	if err := changed.validate(); err != nil {
+		return fmt.Errorf("refusing to persist invalid checkpoint: %w", err)
+	}
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+
+	if s.journal == nil || s.journalBytes >= max(compactFloor, s.snapshotBytes) {
+		next := &Data{Claims: maps.Clone(s.data.Claims), Taints: s.data.Taints}
+		apply(next.Claims, set)
+		if err := s.compact(ctx, next); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.data = next
+		s.mu.Unlock()
+		return nil
+	}
+	if err := s.append(ctx, set, sync); err != nil {
+		// The file may now end in part of the change: rewrite it whole next
+		// time, from memory, which still holds the state before the change.
+		s.closeJournal()
+		return fmt.Errorf("writing checkpoint %s: %w", s.path, err)
+	}
+	// Readers only ever copy claims out under the read lock, so the map
+	// can change in place.
+	s.mu.Lock()
+	apply(s.data.Claims, set)
+	s.mu.Unlock()
+	return nil
+}
+
+func apply(claims map[string]Claim, set map[string]*Claim) {
+	for uid, c := range set {
+		if c == nil {
+			delete(claims, uid)
+		} else {
+			claims[uid] = *c
+		}
+	}
+}
+
+func (s *Store) timed(ctx context.Context, step string, start time.Time) {
+	if s.observe != nil {
+		s.observe(ctx, step, time.Since(start))
+	}
+}
+
+func (s *Store) append(ctx context.Context, set map[string]*Claim, sync bool) error {
+	start := time.Now()
+	line, err := encodeChange(change{Seq: s.seq + 1, Claims: set})
+	if err != nil {
+		return fmt.Errorf("encoding change: %w", err)
+	}
+	s.timed(ctx, StepEncode, start)
+	start = time.Now()
+	if _, err := s.journal.Write(line); err != nil {
+		return fmt.Errorf("appending change: %w", err)
+	}
+	s.timed(ctx, StepAppend, start)
+	if sync {
+		start = time.Now()
+		if err := s.journal.Sync(); err != nil {
+			return fmt.Errorf("syncing appended change: %w", err)
+		}
+		s.timed(ctx, StepFsync, start)
+	}
+	s.seq++
+	s.journalBytes += int64(len(line))
+	klog.FromContext(ctx).V(5).Info("Appended to checkpoint", "claims", len(set), "seq", s.seq, "synced", sync)
+	return nil
+}
+
+// compact replaces the file with a snapshot of d, fsynced together with its
+// directory, and opens the new file for appending. Appended changes rely on
+// the rename being durable, so a rewrite is always synced.
+func (s *Store) compact(ctx context.Context, d *Data) error {
+	start := time.Now()
+	s.closeJournal()
 	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims, Taints: d.Taints})
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	if err := s.writeAtomic(content, sync); err != nil {
+	if err := s.writeAtomic(content); err != nil {
 		return fmt.Errorf("writing checkpoint %s: %w", s.path, err)
 	}
+	s.snapshotBytes, s.journalBytes, s.seq = int64(len(content)), 0, 0
+	if j, err := s.fs.OpenAppend(s.path); err != nil {
+		// The snapshot is in place; the next change rewrites again.
+		klog.FromContext(ctx).Error(err, "Opening the checkpoint for appending", "path", s.path)
+	} else {
+		s.journal = j
+	}
+	s.timed(ctx, StepCompact, start)
+	klog.FromContext(ctx).V(5).Info("Rewrote checkpoint", "claims", len(d.Claims), "bytes", len(content), "duration", time.Since(start))
 	return nil
+}
+
+func (s *Store) closeJournal() {
+	if s.journal != nil {
+		_ = s.journal.Close()
+		s.journal = nil
+	}
+}
+
+// Close releases the file the store appends to. The store stays usable:
+// its next change rewrites the file.
+func (s *Store) Close() {
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	s.closeJournal()
 }
 
 // writeAtomic replaces the checkpoint so that a crash at any point leaves
 // either the old or the new file in place, never a mix. If the final
 // directory sync fails the new file may already be visible; memory then
-// still holds the old state, and the next successful write, which always
-// rewrites everything, brings the two back together.
-func (s *Store) writeAtomic(content []byte, sync bool) (err error) {
+// still holds the old state, and the next successful write, which is a
+// rewrite because a failed one leaves no journal open, brings the two back
+// together.
+func (s *Store) writeAtomic(content []byte) (err error) {
 	f, err := s.fs.CreateTemp(s.dir, s.name+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("creating temporary file: %w", err)
@@ -337,20 +505,15 @@ func (s *Store) writeAtomic(content []byte, sync bool) (err error) {
 		_ = f.Close()
 		return fmt.Errorf("writing temporary file: %w", err)
 	}
-	if sync {
-		if err = f.Sync(); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("syncing temporary file: %w", err)
-		}
+	if err = f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("syncing temporary file: %w", err)
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("closing temporary file: %w", err)
 	}
 	if err = s.fs.Rename(tmp, s.path); err != nil {
 		return fmt.Errorf("renaming temporary file: %w", err)
-	}
-	if !sync {
-		return nil
 	}
 	if err = s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("syncing directory: %w", err)
@@ -390,20 +553,87 @@ func encode(p payload) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(data)
-	var buf bytes.Buffer
-	buf.Grow(len(data) + 128)
-	buf.WriteString(`{"version":"` + currentVersion + `","checksum":"` + checksumPrefix)
-	buf.WriteString(hex.EncodeToString(sum[:]))
-	buf.WriteString(`","data":`)
-	buf.Write(data)
-	buf.WriteString("}\n")
-	return buf.Bytes(), nil
+	return seal(`"version":"`+currentVersion+`",`, "data", data), nil
 }
 
+// seal frames data as {<head>"checksum":"sha256:<hex>","<key>":<data>} and
+// a newline.
+func seal(head, key string, data []byte) []byte {
+	sum := sha256.Sum256(data)
+	var buf bytes.Buffer
+	buf.Grow(len(data) + len(head) + len(key) + 96)
+	buf.WriteString("{" + head + `"checksum":"` + checksumPrefix)
+	buf.WriteString(hex.EncodeToString(sum[:]))
+	buf.WriteString(`","` + key + `":`)
+	buf.Write(data)
+	buf.WriteString("}\n")
+	return buf.Bytes()
+}
+
+// change is one appended journal entry: the claims it sets, with null for
+// a removed claim. Seq counts the entries since the snapshot from 1, so that
+// a lost or repeated entry shows.
+type change struct {
+	Seq    int64             `json:"seq"`
+	Claims map[string]*Claim `json:"claims"`
+}
+
+type journalEntry struct {
+	Checksum string          `json:"checksum"`
+	Change   json.RawMessage `json:"change"`
+}
+
+// encodeChange writes one journal line, sealed like the snapshot.
+func encodeChange(c change) ([]byte, error) {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	return seal("", "change", data), nil
+}
+
+// decode reads the snapshot and replays the journal entries after it. Any
+// entry that does not parse, is cut short or fails its checksum makes the
+// whole file unusable: a change may have been acknowledged after it.
 func decode(raw []byte) (payload, string, CorruptionReason, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	p, migratedFrom, reason, err := decodeSnapshot(dec)
+	if err != nil {
+		return payload{}, "", reason, err
+	}
+	for seq := int64(1); ; seq++ {
+		var entry journalEntry
+		err := dec.Decode(&entry)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
+		}
+		if err := verifyChecksum(entry.Change, entry.Checksum, checksumPrefix); err != nil {
+			return payload{}, "", ReasonChecksumMismatch, fmt.Errorf("journal entry %d: %w", seq, err)
+		}
+		var c change
+		if err := json.Unmarshal(entry.Change, &c); err != nil {
+			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
+		}
+		if c.Seq != seq {
+			return payload{}, "", ReasonInvalidData, fmt.Errorf("journal entry %d has sequence number %d", seq, c.Seq)
+		}
+		if p.Claims == nil {
+			p.Claims = map[string]Claim{}
+		}
+		apply(p.Claims, c.Claims)
+	}
+	if err := (&Data{Claims: p.Claims, Taints: p.Taints}).validate(); err != nil {
+		return payload{}, "", ReasonInvalidData, err
+	}
+	return p, migratedFrom, "", nil
+}
+
+func decodeSnapshot(dec *json.Decoder) (payload, string, CorruptionReason, error) {
 	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
+	if err := dec.Decode(&env); err != nil {
 		return payload{}, "", ReasonMalformed, fmt.Errorf("parsing: %w", err)
 	}
 	switch env.Version {
@@ -415,9 +645,6 @@ func decode(raw []byte) (payload, string, CorruptionReason, error) {
 		if err := json.Unmarshal(env.Data, &p); err != nil {
 			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing data: %w", err)
 		}
-		if err := (&Data{Claims: p.Claims, Taints: p.Taints}).validate(); err != nil {
-			return payload{}, "", ReasonInvalidData, err
-		}
 		return p, "", "", nil
 	case versionV1:
 		if err := verifyChecksum(env.PreparedClaims, env.Checksum, ""); err != nil {
@@ -426,9 +653,6 @@ func decode(raw []byte) (payload, string, CorruptionReason, error) {
 		p, err := migrateV1(env.PreparedClaims)
 		if err != nil {
 			return payload{}, "", ReasonMalformed, err
-		}
-		if err := (&Data{Claims: p.Claims}).validate(); err != nil {
-			return payload{}, "", ReasonInvalidData, err
 		}
 		return p, versionV1, "", nil
 	default:
@@ -475,6 +699,8 @@ func migrateV1(raw json.RawMessage) (payload, error) {
 func (s *Store) Reload(ctx context.Context) error {
 	s.updateMu.Lock()
 	defer s.updateMu.Unlock()
+	// The other instance may have replaced the file this one appends to.
+	s.closeJournal()
 	raw, err := os.ReadFile(s.path)
 	data := &Data{Claims: map[string]Claim{}}
 	switch {

@@ -41,6 +41,9 @@ const DriverName = gpu.Domain
 type Config struct {
 	NodeName   string
 	KubeClient kubernetes.Interface
+	// SweepClient, when set, serves the stale-claim sweep, so that its GETs
+	// use another rate limiter than the kubelet calls' claim GETs.
+	SweepClient kubernetes.Interface
 	// RegistrarDir and PluginDir are the kubelet's plugin registry directory
 	// and this driver's data directory.
 	RegistrarDir string
@@ -142,6 +145,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		// serialisation takes a file lock that orders calls across processes.
 		kubeletplugin.Serialize(cfg.RollingUpdatePodUID != ""),
 		kubeletplugin.HealthService(false),
+		kubeletplugin.GRPCInterceptor(TraceInterceptor(klog.FromContext(ctx))),
 	}
 	if cfg.RegistrarDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir))
@@ -187,6 +191,9 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
+	if cfg.SweepClient == nil {
+		cfg.SweepClient = cfg.KubeClient
+	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
 		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, taintCheckInterval: 2 * time.Second, taintCheckTimeout: defaultTaintCheckTimeout}
 	d.mu.clock = d.clock
@@ -197,7 +204,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
 
-	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{})
+	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{Observe: observeCheckpoint})
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: open checkpoint in %s: %w", cfg.StateDir, err)
 	}
@@ -252,6 +259,7 @@ func (d *Driver) Stop() {
 		d.helper.Stop()
 	}
 	d.broadcast.Shutdown()
+	d.checkpoint.Close()
 }
 
 // rediscover reads the node's GPUs. A known GPU that cannot be read now is

@@ -324,22 +324,41 @@ func TestSharedDeviceGuard(t *testing.T) {
 		{"shares past the GPU's memory", []*resourceapi.ResourceClaim{sharedClaim("a", "60Gi"), sharedClaim("b", "30Gi")}, "would add up to"},
 		{"whole claim after a share", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), allocatedClaim("b", []string{"gpu-0"})}, "refusing to share"},
 		{"share after a whole claim", []*resourceapi.ResourceClaim{allocatedClaim("a", []string{"gpu-0"}), sharedClaim("b", "20Gi")}, "refusing to share"},
+		{"two whole claims of one GPU", []*resourceapi.ResourceClaim{allocatedClaim("a", []string{"gpu-0"}), allocatedClaim("b", []string{"gpu-0"})}, "refusing to share"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
-			for i, c := range tc.claims {
-				err := prepare(t, d, c)[c.UID].Err
-				last := i == len(tc.claims)-1
-				switch {
-				case last && tc.wantErr != "":
-					if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-						t.Errorf("claim %s: want error containing %q, got %v", c.UID, tc.wantErr, err)
+		// Claims of one kubelet call are guarded against each other as
+		// claims of separate calls are.
+		for _, oneCall := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/one call %v", tc.name, oneCall), func(t *testing.T) {
+				d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
+				results := map[types.UID]kubeletplugin.PrepareResult{}
+				if oneCall {
+					results = prepare(t, d, tc.claims...)
+				} else {
+					for _, c := range tc.claims {
+						results[c.UID] = prepare(t, d, c)[c.UID]
 					}
-				case err != nil:
-					t.Errorf("claim %s: %v", c.UID, err)
 				}
-			}
-		})
+				for i, c := range tc.claims {
+					err := results[c.UID].Err
+					last := i == len(tc.claims)-1
+					_, recorded := d.checkpoint.Get(string(c.UID))
+					switch {
+					case last && tc.wantErr != "":
+						if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+							t.Errorf("claim %s: want error containing %q, got %v", c.UID, tc.wantErr, err)
+						}
+						if recorded {
+							t.Errorf("refused claim %s is in the checkpoint", c.UID)
+						}
+					case err != nil:
+						t.Errorf("claim %s: %v", c.UID, err)
+					case !recorded:
+						t.Errorf("claim %s is not in the checkpoint", c.UID)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -25,70 +25,106 @@ import (
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
-// PrepareResourceClaims prepares each claim on its own: one claim's bad
-// config or conflict fails only that claim, and the kubelet shows the error
-// in the pod's events.
+// PrepareResourceClaims prepares the claims of one kubelet call together,
+// so that the checkpoint is written twice per call rather than per claim,
+// but judges each on its own: one claim's bad config or conflict fails only
+// that claim, and the kubelet shows the error in the pod's events.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	defer span(ctx, stageDriverTotal)()
 	start := time.Now()
 	defer func() { d.metrics.duration.WithLabelValues("prepare").Observe(time.Since(start).Seconds()) }()
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for _, claim := range claims {
-		devices, err := d.prepareClaim(ctx, claim)
-		if err != nil {
-			err = fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)
-			klog.FromContext(ctx).Error(err, "Prepare failed", "claim", klog.KObj(claim))
+	for uid, res := range d.prepareClaims(ctx, claims) {
+		if res.Err != nil {
+			klog.FromContext(ctx).Error(res.Err, "Prepare failed", "claimUID", uid)
 			d.metrics.requests.WithLabelValues("prepare", "error").Inc()
-			results[claim.UID] = kubeletplugin.PrepareResult{Err: err}
-			continue
+		} else {
+			d.metrics.requests.WithLabelValues("prepare", "success").Inc()
 		}
-		d.metrics.requests.WithLabelValues("prepare", "success").Inc()
-		results[claim.UID] = kubeletplugin.PrepareResult{Devices: devices}
+		results[uid] = res
 	}
 	d.updateGauges()
 	return results, nil
 }
 
-// UnprepareResourceClaims releases each claim. A claim the plugin does not
-// know was never prepared here or was already released: that is success.
+// UnprepareResourceClaims releases the claims of one kubelet call together.
+// A claim the plugin does not know was never prepared here or was already
+// released: that is success.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	defer span(ctx, stageDriverTotal)()
 	start := time.Now()
 	defer func() { d.metrics.duration.WithLabelValues("unprepare").Observe(time.Since(start).Seconds()) }()
-	results := make(map[types.UID]error, len(claims))
+	results := d.unprepareClaims(ctx, claims)
 	for _, claim := range claims {
-		err := d.unprepareClaim(ctx, claim)
-		if err != nil {
+		if err := results[claim.UID]; err != nil {
 			err = fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
+			results[claim.UID] = err
 			klog.FromContext(ctx).Error(err, "Unprepare failed")
 			d.metrics.requests.WithLabelValues("unprepare", "error").Inc()
 		} else {
 			d.metrics.requests.WithLabelValues("unprepare", "success").Inc()
 		}
-		results[claim.UID] = err
 	}
 	d.updateGauges()
 	return results, nil
 }
 
-func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+// lock takes the driver lock, timing the wait for the call's trace.
+func (d *Driver) lock(ctx context.Context) {
+	done := span(ctx, StageLockWait)
 	d.mu.Lock()
+	done()
+}
+
+// prepareClaims takes every claim of a call through the same steps at
+// once: plan, record PrepareStarted, write CDI specs, record
+// PrepareCompleted with one fsync. A claim that fails a step leaves the
+// batch and has its record removed; the others go on.
+func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	fail := func(claim *resourceapi.ResourceClaim, reason string, err error) {
+		d.metrics.claimErrors.WithLabelValues("prepare", reason).Inc()
+		results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+	}
+	d.lock(ctx)
 	defer d.mu.Unlock()
 	if err := d.syncWithOtherInstance(ctx); err != nil {
-		return nil, err
-	}
-	uid := string(claim.UID)
-
-	if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
-		return kubeletDevices(prev), nil
+		for _, claim := range claims {
+			fail(claim, "checkpoint", err)
+		}
+		return results
 	}
 
-	planned, err := d.plan(ctx, claim)
-	if err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "invalid").Inc()
-		return nil, err
+	type pending struct {
+		claim *resourceapi.ResourceClaim
+		rec   checkpoint.Claim
 	}
-	if err := d.checkExclusive(uid, planned.Devices); err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "conflict").Inc()
-		return nil, err
+	var batch []pending
+	var planned []checkpoint.Claim
+	endPlan := span(ctx, StagePlan)
+	for _, claim := range claims {
+		uid := string(claim.UID)
+		if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
+			results[claim.UID] = kubeletplugin.PrepareResult{Devices: kubeletDevices(prev)}
+			continue
+		}
+		rec, err := d.plan(ctx, claim)
+		if err != nil {
+			fail(claim, "invalid", err)
+			continue
+		}
+		// Claims earlier in this call hold their devices as if recorded.
+		if err := d.checkExclusive(uid, rec.Devices, planned); err != nil {
+			fail(claim, "conflict", err)
+			continue
+		}
+		rec.State = checkpoint.PrepareStarted
+		batch = append(batch, pending{claim: claim, rec: rec})
+		planned = append(planned, rec)
+	}
+	endPlan()
+	if len(batch) == 0 {
+		return results
 	}
 
 	// Phase one: the devices are claimed before anything exists on disk, so a
@@ -96,78 +132,137 @@ func (d *Driver) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCl
 	// It is not fsynced: only a power loss could lose it, and then the CDI
 	// spec it would have explained is an orphan that reconciliation removes
 	// (and /var/run/cdi is gone with the reboot anyway).
-	planned.State = checkpoint.PrepareStarted
-	if err := d.checkpoint.UpdateWithoutSync(ctx, func(data *checkpoint.Data) error {
-		data.Claims[uid] = planned
-		return nil
-	}); err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
-		return nil, fmt.Errorf("record prepare start: %w", err)
+	if err := d.checkpoint.PutClaims(ctx, false, planned...); err != nil {
+		for _, p := range batch {
+			fail(p.claim, "checkpoint", fmt.Errorf("record prepare start: %w", err))
+		}
+		return results
 	}
 	crashPoint(CrashAfterPrepareStarted)
 
-	if err := d.writeSpec(ctx, planned); err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "cdi").Inc()
-		return nil, errors.Join(err, d.forget(ctx, uid))
+	var done []checkpoint.Claim
+	var undo []string
+	for _, p := range batch {
+		uid := string(p.claim.UID)
+		endCDI := span(ctx, StageCDIWrite)
+		err := d.writeSpec(ctx, p.rec)
+		endCDI()
+		if err != nil {
+			fail(p.claim, "cdi", err)
+			undo = append(undo, uid)
+			continue
+		}
+		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
+			fail(p.claim, "timeslice", errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
+			undo = append(undo, uid)
+			continue
+		}
+		p.rec.State = checkpoint.PrepareCompleted
+		done = append(done, p.rec)
 	}
 	crashPoint(CrashAfterCDIWritten)
-	if err := d.applyTimeSlices(ctx, d.timeSliced(planned, "")); err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "timeslice").Inc()
-		return nil, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid), d.forget(ctx, uid))
+	if len(undo) > 0 {
+		if err := d.forget(ctx, undo...); err != nil {
+			for _, p := range batch {
+				if slices.Contains(undo, string(p.claim.UID)) {
+					res := results[p.claim.UID]
+					res.Err = errors.Join(res.Err, err)
+					results[p.claim.UID] = res
+				}
+			}
+		}
+	}
+	if len(done) == 0 {
+		return results
 	}
 
-	planned.State = checkpoint.PrepareCompleted
-	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
-		data.Claims[uid] = planned
-		return nil
-	}); err != nil {
-		d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
-		return nil, fmt.Errorf("record prepare completion: %w", err)
+	// Phase two, one fsync for the whole call: the kubelet is told the
+	// claims are ready only once their records are on disk.
+	if err := d.checkpoint.PutClaims(ctx, true, done...); err != nil {
+		for _, rec := range done {
+			d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
+			results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: record prepare completion: %w", rec.Namespace, rec.Name, err)}
+		}
+		return results
 	}
 	crashPoint(CrashAfterPrepareCompleted)
-	return kubeletDevices(planned), nil
+	for _, rec := range done {
+		results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Devices: kubeletDevices(rec)}
+	}
+	return results
 }
 
-func (d *Driver) unprepareClaim(ctx context.Context, claim kubeletplugin.NamespacedObject) error {
-	// A profiled claim's report is collected after the lock is released
+// unprepareClaims removes the specs of a call's claims, then their records
+// with one fsync. A claim whose spec cannot be removed keeps its record, so
+// that the kubelet's retry finds it.
+func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
+	results := make(map[types.UID]error, len(claims))
+	// Profiled claims' reports are collected after the lock is released
 	// (deferred calls run last in, first out): see releaseProfile.
-	var collect func()
+	var collect []func()
 	defer func() {
-		if collect != nil {
-			collect()
+		for _, c := range collect {
+			c()
 		}
 	}()
-	d.mu.Lock()
+	d.lock(ctx)
 	defer d.mu.Unlock()
 	if err := d.syncWithOtherInstance(ctx); err != nil {
-		return err
+		for _, claim := range claims {
+			results[claim.UID] = err
+		}
+		return results
 	}
-	uid := string(claim.UID)
-	rec, ok := d.checkpoint.Get(uid)
-	if !ok {
-		// Nothing recorded; a spec can only exist if reconciliation has not
-		// run yet, so removing it is cheap insurance.
-		return d.cfg.CDI.RemoveClaimSpec(ctx, uid)
+	releasing := map[string]bool{}
+	for _, claim := range claims {
+		releasing[string(claim.UID)] = true
 	}
-	if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
-		d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
-		return err
+	var forget []string
+	for _, claim := range claims {
+		uid := string(claim.UID)
+		rec, ok := d.checkpoint.Get(uid)
+		endCDI := span(ctx, StageCDIRemove)
+		err := d.cfg.CDI.RemoveClaimSpec(ctx, uid)
+		endCDI()
+		if !ok {
+			// Nothing recorded; a spec can only exist if reconciliation has
+			// not run yet, so removing it is cheap insurance.
+			results[claim.UID] = err
+			continue
+		}
+		if err != nil {
+			d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
+			results[claim.UID] = err
+			continue
+		}
+		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, releasing)); err != nil {
+			// The claim is going regardless; a GPU left on a long slice only
+			// costs other workloads latency, so log and carry on.
+			klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
+		}
+		if rec.Profiling != nil {
+			if c := d.releaseProfile(ctx, rec); c != nil {
+				collect = append(collect, c)
+			}
+		}
+		forget = append(forget, uid)
 	}
 	crashPoint(CrashAfterCDIRemoved)
-	if err := d.applyTimeSlices(ctx, d.timeSliced(rec, uid)); err != nil {
-		// The claim is going regardless; a GPU left on a long slice only
-		// costs other workloads latency, so log and carry on.
-		klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
+	if len(forget) == 0 {
+		return results
 	}
-	if rec.Profiling != nil {
-		collect = d.releaseProfile(ctx, rec)
-	}
-	if err := d.forget(ctx, uid); err != nil {
-		d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
-		return err
+	if err := d.forget(ctx, forget...); err != nil {
+		for _, uid := range forget {
+			d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
+			results[types.UID(uid)] = err
+		}
+		return results
 	}
 	crashPoint(CrashAfterUnprepared)
-	return nil
+	for _, uid := range forget {
+		results[types.UID(uid)] = nil
+	}
+	return results
 }
 
 // syncWithOtherInstance rereads the checkpoint while a rolling update may
@@ -179,10 +274,10 @@ func (d *Driver) syncWithOtherInstance(ctx context.Context) error {
 	return d.checkpoint.Reload(ctx)
 }
 
-// timeSliced lists the time-slice settings a claim's devices need. With
-// releasing set, it lists the resets to Default of the devices that no other
-// time-sliced claim still uses.
-func (d *Driver) timeSliced(rec checkpoint.Claim, releasing string) []deviceSharing {
+// timeSliced lists the time-slice settings a claim's devices need. When
+// the claim is among those releasing, it lists the resets to Default of the
+// devices that no time-sliced claim outside releasing still uses.
+func (d *Driver) timeSliced(rec checkpoint.Claim, releasing map[string]bool) []deviceSharing {
 	var out []deviceSharing
 	for _, dev := range rec.Devices {
 		if dev.Sharing == nil || dev.Sharing.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
@@ -196,7 +291,7 @@ func (d *Driver) timeSliced(rec checkpoint.Claim, releasing string) []deviceShar
 		if interval == "" {
 			interval = gpuv1alpha1.DefaultTimeSlice
 		}
-		if releasing != "" {
+		if releasing[rec.UID] {
 			if d.otherTimeSlicedUser(releasing, dev.Name) {
 				continue
 			}
@@ -207,26 +302,27 @@ func (d *Driver) timeSliced(rec checkpoint.Claim, releasing string) []deviceShar
 	return out
 }
 
-func (d *Driver) otherTimeSlicedUser(uid, device string) bool {
-	for _, c := range d.checkpoint.List() {
-		if c.UID == uid {
-			continue
+func (d *Driver) otherTimeSlicedUser(releasing map[string]bool, device string) bool {
+	found := false
+	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		if releasing[c.UID] {
+			return true
 		}
 		for _, dev := range c.Devices {
 			if dev.Name == device && dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
-				return true
+				found = true
+				return false
 			}
 		}
-	}
-	return false
+		return true
+	})
+	return found
 }
 
-func (d *Driver) forget(ctx context.Context, uid string) error {
-	if err := d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
-		delete(data.Claims, uid)
-		return nil
-	}); err != nil {
-		return fmt.Errorf("remove claim %s from checkpoint: %w", uid, err)
+// forget removes claims' records, fsynced.
+func (d *Driver) forget(ctx context.Context, uids ...string) error {
+	if err := d.checkpoint.DeleteClaims(ctx, true, uids...); err != nil {
+		return fmt.Errorf("remove claims %v from checkpoint: %w", uids, err)
 	}
 	return nil
 }
@@ -362,26 +458,38 @@ func (d *Driver) getPod(ctx context.Context, namespace, name string) (*corev1.Po
 // checkExclusive refuses a device that another claim holds whole, and a
 // share that would take a shared device past its memory. A claim that is
 // only PrepareStarted holds its devices too: its prepare may be in flight or
-// about to be retried.
-func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device) error {
-	others := d.checkpoint.List()
+// about to be retried. So do the claims in pending, planned earlier in the
+// same call.
+func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending []checkpoint.Claim) error {
 	for _, dev := range devices {
 		var sharedBytes int64
-		for _, other := range others {
+		var conflict error
+		check := func(other *checkpoint.Claim) bool {
 			if other.UID == uid {
-				continue
+				return true
 			}
 			for _, od := range other.Devices {
 				if od.Name != dev.Name {
 					continue
 				}
 				if od.ShareID == "" || dev.ShareID == "" {
-					return fmt.Errorf("device %s is already prepared for claim %s/%s (uid %s); refusing to share it", dev.Name, other.Namespace, other.Name, other.UID)
+					conflict = fmt.Errorf("device %s is already prepared for claim %s/%s (uid %s); refusing to share it", dev.Name, other.Namespace, other.Name, other.UID)
+					return false
 				}
 				if od.Sharing != nil {
 					sharedBytes += od.Sharing.MemoryShareBytes
 				}
 			}
+			return true
+		}
+		d.checkpoint.Range(check)
+		for i := range pending {
+			if conflict == nil {
+				check(&pending[i])
+			}
+		}
+		if conflict != nil {
+			return conflict
 		}
 		if dev.ShareID == "" || dev.Sharing == nil {
 			continue
@@ -476,12 +584,13 @@ func kubeletDevices(rec checkpoint.Claim) []kubeletplugin.Device {
 }
 
 func (d *Driver) updateGauges() {
-	claims := d.checkpoint.List()
-	devices := 0
-	for _, c := range claims {
+	claims, devices := 0, 0
+	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		claims++
 		devices += len(c.Devices)
-	}
-	d.metrics.preparedClaims.Set(float64(len(claims)))
+		return true
+	})
+	d.metrics.preparedClaims.Set(float64(claims))
 	d.metrics.preparedDevices.Set(float64(devices))
 }
 

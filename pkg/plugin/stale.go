@@ -78,7 +78,7 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 		if err := d.cfg.CDI.RemoveClaimSpec(ctx, c.UID); err != nil {
 			return err
 		}
-		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, c.UID)); err != nil {
+		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, map[string]bool{c.UID: true})); err != nil {
 			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
 		}
 		if rec.Profiling != nil && d.cfg.Profiling != nil {
@@ -93,7 +93,7 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 // isStale reports whether the claim is gone from the API: deleted, or
 // replaced by a new claim of the same name.
 func (d *Driver) isStale(ctx context.Context, c checkpoint.Claim) (bool, error) {
-	claim, err := d.cfg.KubeClient.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	claim, err := d.cfg.SweepClient.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}
