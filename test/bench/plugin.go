@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
@@ -80,7 +83,7 @@ func (p *PluginProc) Socket() string {
 // StartPlugin runs the plugin for node with a simulated fleet, state under dir.
 // Profiling is off: in a real image the preload shim is installed, while
 // here it would be compiled with gcc on every fresh state dir.
-func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet string) (*PluginProc, error) {
+func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet string, extraArgs ...string) (*PluginProc, error) {
 	port, err := testbed.FreePort()
 	if err != nil {
 		return nil, err
@@ -90,16 +93,17 @@ func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet 
 		return nil, err
 	}
 	p.Started = time.Now()
-	p.Process, err = testbed.StartProcess(ctx, "prism-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "prism-plugin-"+node+".log"), bin,
-		"--node-name="+node,
-		"--kubeconfig="+c.KubeconfigPath,
-		"--kubelet-registrar-dir="+filepath.Join(dir, "registry"),
-		"--kubelet-plugin-dir="+filepath.Join(dir, "plugins", rewrite.DriverName),
-		"--cdi-root="+filepath.Join(dir, "cdi"),
-		"--state-dir="+filepath.Join(dir, "state"),
-		"--fleet="+fleet,
-		"--http-address="+p.HTTPAddr,
-		"--profiling=false",
+	p.Process, err = testbed.StartProcess(ctx, "prism-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "prism-plugin-"+filepath.Base(dir)+"-"+node+".log"), bin,
+		append([]string{"--node-name=" + node,
+			"--kubeconfig=" + c.KubeconfigPath,
+			"--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
+			"--kubelet-plugin-dir=" + filepath.Join(dir, "plugins", rewrite.DriverName),
+			"--cdi-root=" + filepath.Join(dir, "cdi"),
+			"--state-dir=" + filepath.Join(dir, "state"),
+			"--fleet=" + fleet,
+			"--http-address=" + p.HTTPAddr,
+			"--profiling=false",
+		}, extraArgs...)...,
 	)
 	return p, err
 }
@@ -138,6 +142,22 @@ type PrepareOptions struct {
 	// kubernetes-sigs/dra-example-driver, measured by the same loop after
 	// Prism so that the comparison comes from one run.
 	ReferenceBin string
+	// KubeAPIQPS and KubeAPIBurst are given to both plugins' API clients:
+	// each prepare waits for one claim GET, so a tighter limit for one
+	// plugin would measure the flag rather than the plugin.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	// TraceCalls, when positive, runs Prism once more at -v=4 for that many
+	// claim pairs and reports the median time per stage of a prepare.
+	TraceCalls int
+}
+
+func (o PrepareOptions) clientSettings() string {
+	return fmt.Sprintf("client %g QPS/%d burst", o.KubeAPIQPS, o.KubeAPIBurst)
+}
+
+func (o PrepareOptions) prismArgs() []string {
+	return []string{fmt.Sprintf("--kube-api-qps=%g", o.KubeAPIQPS), fmt.Sprintf("--kube-api-burst=%d", o.KubeAPIBurst)}
 }
 
 // PrepareResult carries the plugins' RSS for the footprint rows.
@@ -182,7 +202,7 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		}
 	}
 
-	p, err := StartPlugin(ctx, c, o.PluginBin, prepNode, o.Dir, o.Fleet)
+	p, err := StartPlugin(ctx, c, o.PluginBin, prepNode, o.Dir, o.Fleet, o.prismArgs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -199,19 +219,26 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 	// Alone on the CPUs, as Prism was.
 	_ = p.Stop(5 * time.Second)
 
-	cse := fmt.Sprintf("real plugin over gRPC, %d sequential new claims, state on %s", o.Calls, res.StateFS)
+	cse := fmt.Sprintf("real plugin over gRPC, %d sequential new claims, state on %s, %s", o.Calls, res.StateFS, o.clientSettings())
 	res.Rows = []Row{
-		NewRow("prepare", cse, "NodePrepareResources p50", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.5)), "4 GPUs", ms(Percentile(prism.Prep4, 0.5)), "ref. example driver p50 5.1-5.9 ms"),
-		NewRow("prepare", cse, "NodePrepareResources p99", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.99)), "4 GPUs", ms(Percentile(prism.Prep4, 0.99)), "ref. example driver p99 14-17 ms"),
+		NewRow("prepare", cse, "NodePrepareResources p50", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.5)), "4 GPUs", ms(Percentile(prism.Prep4, 0.5)), ""),
+		NewRow("prepare", cse, "NodePrepareResources p99", "ms", "1 GPU", ms(Percentile(prism.Prep1, 0.99)), "4 GPUs", ms(Percentile(prism.Prep4, 0.99)), ""),
 		NewRow("prepare", cse, "NodeUnprepareResources p50", "ms", "1 GPU", ms(Percentile(prism.Unprep1, 0.5)), "4 GPUs", ms(Percentile(prism.Unprep4, 0.5)), ""),
 		NewRow("prepare", cse, "NodeUnprepareResources p99", "ms", "1 GPU", ms(Percentile(prism.Unprep1, 0.99)), "4 GPUs", ms(Percentile(prism.Unprep4, 0.99)), ""),
-		NewRow("prepare", cse, "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", ms(Percentile(prism.Gets, 0.5)), "prepare 1 GPU", ms(Percentile(prism.Prep1, 0.5)), "ref. GET p50 1.2-1.5 ms"),
+		NewRow("prepare", cse, "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", ms(Percentile(prism.Gets, 0.5)), "prepare 1 GPU", ms(Percentile(prism.Prep1, 0.5)), ""),
+	}
+	if o.TraceCalls > 0 {
+		rows, err := prepareBreakdown(ctx, c, client, o, claims)
+		if err != nil {
+			return nil, fmt.Errorf("breakdown: %w", err)
+		}
+		res.Rows = append(res.Rows, rows...)
 	}
 	if o.ReferenceBin == "" {
 		return res, nil
 	}
 
-	r, err := StartReferencePlugin(ctx, c, o.ReferenceBin, prepNode, filepath.Join(o.Dir, "reference"))
+	r, err := StartReferencePlugin(ctx, c, o.ReferenceBin, prepNode, filepath.Join(o.Dir, "reference"), o.KubeAPIQPS, o.KubeAPIBurst)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +250,7 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		return nil, fmt.Errorf("reference plugin (log %s): %w", r.LogPath, err)
 	}
 	ref := res.Reference
-	cse = fmt.Sprintf("same run: example driver vs Prism, %d sequential new claims each, state on %s", o.Calls, FSType(r.Dir))
+	cse = fmt.Sprintf("same run: example driver vs Prism, %d sequential new claims each, state on %s, both %s", o.Calls, FSType(r.Dir), o.clientSettings())
 	for _, m := range []struct {
 		name      string
 		ref, mine []time.Duration
@@ -404,4 +431,293 @@ func Startup(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		_ = p.Stop(5 * time.Second)
 	}
 	return res, nil
+}
+
+// prepareBreakdown runs a fresh Prism at -v=4, where each kubelet call logs
+// the time it spent per stage, over the first claims of the loop again, and
+// reports the median per stage of the 1-GPU and the 4-GPU prepares. It is a
+// pass of its own so that the log lines do not weigh on the timed loop.
+func prepareBreakdown(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o PrepareOptions, claims map[int][]*resourceapi.ResourceClaim) ([]Row, error) {
+	n := min(o.TraceCalls+o.Warmup, len(claims[1]))
+	subset := map[int][]*resourceapi.ResourceClaim{1: claims[1][:n], 4: claims[4][:n]}
+	p, err := StartPlugin(ctx, c, o.PluginBin, prepNode, filepath.Join(o.Dir, "trace"), o.Fleet, append(o.prismArgs(), "--v=4")...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = p.Stop(5 * time.Second) }()
+	if _, err := p.WaitReady(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	if _, err := prepareLoad(ctx, client, p.Process, p.Socket(), subset, o.Warmup); err != nil {
+		return nil, err
+	}
+	_ = p.Stop(5 * time.Second)
+	calls, err := ParseCallTimings(p.LogPath, "NodePrepareResources")
+	if err != nil {
+		return nil, err
+	}
+	if len(calls) != 2*n {
+		return nil, fmt.Errorf("%d prepare timings in %s, want %d", len(calls), p.LogPath, 2*n)
+	}
+	calls = calls[2*o.Warmup:]
+	var order []string
+	seen := map[string]bool{}
+	for _, call := range calls {
+		for _, st := range call.Order {
+			if !seen[st] {
+				seen[st] = true
+				order = append(order, st)
+			}
+		}
+	}
+	cse := fmt.Sprintf("one prepare, median per stage of %d calls, Prism at -v=4 (separate pass), %s", len(calls)/2, o.clientSettings())
+	median := func(size int, stage string) float64 {
+		var ds []time.Duration
+		for i := size; i < len(calls); i += 2 {
+			ds = append(ds, calls[i].Micros[stage])
+		}
+		return us(Median(ds))
+	}
+	var rows []Row
+	for _, st := range append(order, "total") {
+		rows = append(rows, NewRow("prepare breakdown", cse, st, "µs", "1 GPU", median(0, st), "4 GPUs", median(1, st), ""))
+	}
+	return rows, nil
+}
+
+// CallTiming is one "Call timing" line of the plugin's log.
+type CallTiming struct {
+	Order  []string
+	Micros map[string]time.Duration
+}
+
+var stagesRE = regexp.MustCompile(`totalMicros=(\d+) stages="([^"]*)"`)
+
+// ParseCallTimings reads the stage timings of one gRPC method, in call order.
+func ParseCallTimings(logPath, method string) ([]CallTiming, error) {
+	raw, err := os.ReadFile(logPath)
+	if err != nil {
+		return nil, err
+	}
+	var out []CallTiming
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, `"Call timing"`) || !strings.Contains(line, `method="`+method+`"`) {
+			continue
+		}
+		m := stagesRE.FindStringSubmatch(line)
+		if m == nil {
+			return nil, fmt.Errorf("unparsable timing line: %s", line)
+		}
+		total, _ := strconv.ParseInt(m[1], 10, 64)
+		ct := CallTiming{Micros: map[string]time.Duration{"total": time.Duration(total) * time.Microsecond}}
+		for _, kv := range strings.Split(m[2], ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				continue
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("stage %q in %s: %w", k, line, err)
+			}
+			ct.Order = append(ct.Order, k)
+			ct.Micros[k] = time.Duration(n) * time.Microsecond
+		}
+		out = append(out, ct)
+	}
+	return out, nil
+}
+
+// PrepareScale fills one node per case of spec ("GPUS:CLAIMS,...") with
+// claims that each hold a 1Gi memory share, many per GPU, in calls of
+// scaleBatch claims, and at a quarter, half and all of CLAIMS measures
+// sequential prepare+unprepare of one more share: latency, the checkpoint's
+// size and time per prepare, and the plugin's RSS. The plugin runs at -v=4
+// for the checkpoint's share of each call, in every level alike.
+func PrepareScale(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o PrepareOptions, spec string) ([]Row, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	const (
+		ns         = "bench-scale"
+		probes     = 100
+		warmup     = 5
+		scaleBatch = 20
+	)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	fleetRaw, err := os.ReadFile(o.Fleet)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, cs := range strings.Split(spec, ",") {
+		gs, ns2, ok := strings.Cut(strings.TrimSpace(cs), ":")
+		gpus, err1 := strconv.Atoi(gs)
+		total, err2 := strconv.Atoi(ns2)
+		if !ok || err1 != nil || err2 != nil || gpus < 1 || total < 4 {
+			return rows, fmt.Errorf("--prepare-scale case %q: want GPUS:CLAIMS", cs)
+		}
+		node := fmt.Sprintf("bench-scale-%d", gpus)
+		dir := filepath.Join(o.Dir, fmt.Sprintf("scale-%d", gpus))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return rows, err
+		}
+		fleet := filepath.Join(dir, "fleet.yaml")
+		if err := os.WriteFile(fleet, []byte(strings.Replace(string(fleetRaw), "count: 8", fmt.Sprintf("count: %d", gpus), 1)), 0o644); err != nil {
+			return rows, err
+		}
+		if err := CreateReadyNode(ctx, client, node); err != nil {
+			return rows, err
+		}
+		held := make([]*resourceapi.ResourceClaim, total)
+		probe := make([]*resourceapi.ResourceClaim, probes+warmup)
+		if err := parallel(total+probes+warmup, 8, func(i int) error {
+			if i < total {
+				cl, err := createShareClaim(ctx, client, ns, fmt.Sprintf("s%d-held-%d", gpus, i), node, i%gpus)
+				held[i] = cl
+				return err
+			}
+			cl, err := createShareClaim(ctx, client, ns, fmt.Sprintf("s%d-probe-%d", gpus, i-total), node, 0)
+			probe[i-total] = cl
+			return err
+		}); err != nil {
+			return rows, fmt.Errorf("create share claims: %w", err)
+		}
+
+		p, err := StartPlugin(ctx, c, o.PluginBin, node, dir, fleet, append(o.prismArgs(), "--consumable-capacity", "--v=4")...)
+		if err != nil {
+			return rows, err
+		}
+		rs, err := scaleLevels(ctx, client, p, held, probe, warmup, scaleBatch, gpus, o)
+		_ = p.Stop(5 * time.Second)
+		rows = append(rows, rs...)
+		if err != nil {
+			return rows, fmt.Errorf("%d GPUs (log %s): %w", gpus, p.LogPath, err)
+		}
+	}
+	return rows, nil
+}
+
+func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc, held, probe []*resourceapi.ResourceClaim, warmup, batch, gpus int, o PrepareOptions) ([]Row, error) {
+	if _, err := p.WaitReady(ctx, time.Minute); err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("unix://"+p.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	dra := drapb.NewDRAPluginClient(conn)
+	prepare := func(cls []*resourceapi.ResourceClaim) error {
+		req := &drapb.NodePrepareResourcesRequest{}
+		for _, cl := range cls {
+			req.Claims = append(req.Claims, &drapb.Claim{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)})
+		}
+		resp, err := dra.NodePrepareResources(ctx, req)
+		if err != nil {
+			return err
+		}
+		for _, cl := range cls {
+			if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
+				return fmt.Errorf("prepare %s: %+v", cl.Name, r)
+			}
+		}
+		return nil
+	}
+	time.Sleep(2 * time.Second)
+	idle, err := RSSMiB(p.Pid())
+	if err != nil {
+		return nil, err
+	}
+	ckpt := filepath.Join(p.Dir, "state", "checkpoint.json")
+	var rows []Row
+	prepared := 0
+	for _, level := range []int{len(held) / 4, len(held) / 2, len(held)} {
+		for prepared < level {
+			n := min(batch, level-prepared)
+			if err := prepare(held[prepared : prepared+n]); err != nil {
+				return rows, err
+			}
+			prepared += n
+		}
+		before, err := ParseCallTimings(p.LogPath, "NodePrepareResources")
+		if err != nil {
+			return rows, err
+		}
+		var lat []time.Duration
+		for i, cl := range probe {
+			start := time.Now()
+			if err := prepare([]*resourceapi.ResourceClaim{cl}); err != nil {
+				return rows, err
+			}
+			d := time.Since(start)
+			if _, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}}); err != nil {
+				return rows, err
+			}
+			if i >= warmup {
+				lat = append(lat, d)
+			}
+		}
+		rss, err := RSSMiB(p.Pid())
+		if err != nil {
+			return rows, err
+		}
+		st, err := os.Stat(ckpt)
+		if err != nil {
+			return rows, err
+		}
+		// The log is flushed asynchronously; wait for the probes' lines.
+		var calls []CallTiming
+		for range 50 {
+			if calls, err = ParseCallTimings(p.LogPath, "NodePrepareResources"); err != nil || len(calls) >= len(before)+len(probe) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if len(calls) < len(before)+len(probe) {
+			return rows, fmt.Errorf("%d prepare timings in %s, want %d", len(calls), p.LogPath, len(before)+len(probe))
+		}
+		var ck []time.Duration
+		for _, call := range calls[len(before)+warmup : len(before)+len(probe)] {
+			var sum time.Duration
+			for stage, d := range call.Micros {
+				if strings.HasPrefix(stage, "checkpoint-") {
+					sum += d
+				}
+			}
+			ck = append(ck, sum)
+		}
+		cse := fmt.Sprintf("%d GPUs, %d memory-share claims held (~%d per GPU), 1-share prepare+unprepare x%d, %s, -v=4", gpus, level, (level+gpus-1)/gpus, len(lat), o.clientSettings())
+		rows = append(rows,
+			NewRow("prepare at scale", cse, "NodePrepareResources", "ms", "p50", ms(Percentile(lat, 0.5)), "p99", ms(Percentile(lat, 0.99)), ""),
+			NewRow("prepare at scale", cse, "checkpoint time per prepare", "µs", "p50", us(Percentile(ck, 0.5)), "p99", us(Percentile(ck, 0.99)), fmt.Sprintf("file %.0f KiB after the probes", float64(st.Size())/1024)),
+			NewRow("prepare at scale", cse, "RSS (VmRSS)", "MiB", "idle, no claims", idle, "with the claims", rss, ""),
+		)
+	}
+	return rows, nil
+}
+
+// createShareClaim makes a claim allocated a 1Gi memory share of device
+// gpu-<gpu> in node's pool.
+func createShareClaim(ctx context.Context, client kubernetes.Interface, ns, name, node string, gpu int) (*resourceapi.ResourceClaim, error) {
+	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       *GPUSpec(1),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	share := uuid.NewUUID()
+	cl.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: rewrite.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", gpu),
+			ShareID:          &share,
+			ConsumedCapacity: map[resourceapi.QualifiedName]apiresource.Quantity{rewrite.DriverName + "/memory": apiresource.MustParse("1Gi")},
+		}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}},
+	}
+	return client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 }

@@ -27,11 +27,11 @@ func (r *ReferenceProc) Socket() string {
 }
 
 // StartReferencePlugin runs bin for node with 8 simulated GPUs, as many as
-// Prism's bench fleet, everything under dir. Its client gets Prism's default
-// rate limit (50 QPS, burst 100): at its own default of 5 QPS the loop's one
+// Prism's bench fleet, everything under dir. Its client gets the rate limit
+// Prism gets in the same run: at its own default of 5 QPS the loop's one
 // claim GET per call waits about 200 ms for the limiter, which would measure
 // the flag rather than the plugin.
-func StartReferencePlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir string) (*ReferenceProc, error) {
+func StartReferencePlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir string, qps float64, burst int) (*ReferenceProc, error) {
 	r := &ReferenceProc{Dir: dir}
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
 		return nil, fmt.Errorf("start reference plugin: %w", err)
@@ -44,8 +44,8 @@ func StartReferencePlugin(ctx context.Context, c *testbed.Cluster, bin, node, di
 		"--kubelet-plugins-directory-path="+filepath.Join(dir, "plugins"),
 		"--cdi-root="+filepath.Join(dir, "cdi"),
 		"--num-devices=8",
-		"--kube-api-qps=50",
-		"--kube-api-burst=100",
+		fmt.Sprintf("--kube-api-qps=%g", qps),
+		fmt.Sprintf("--kube-api-burst=%d", burst),
 	)
 	return r, err
 }

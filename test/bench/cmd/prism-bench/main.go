@@ -38,6 +38,10 @@ func main() {
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
+		prepQPS     = flag.Float64("prepare-kube-api-qps", 200, "API client QPS of both plugins in the prepare phase (Prism's default)")
+		prepBurst   = flag.Int("prepare-kube-api-burst", 400, "API client burst of both plugins in the prepare phase (Prism's default)")
+		prepTrace   = flag.Int("prepare-trace-calls", 100, "claim pairs of the -v=4 pass that breaks one prepare down by stage; 0 skips it")
+		prepScale   = flag.String("prepare-scale", "8:500,16:1000", "GPUS:CLAIMS cases of the prepare phase that fill a node with memory-share claims; empty skips them")
 		admRate     = flag.Int("admission-rate", 100, "admission requests per second per kind")
 		admDuration = flag.Duration("admission-duration", 5*time.Second, "how long the admission rate is held")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
@@ -53,7 +57,7 @@ func main() {
 	ctx = klog.NewContext(ctx, klog.Background())
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}
-	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *prepCalls, *refPlugin, *admRate, *admDuration, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *admRate, *admDuration, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -77,15 +81,15 @@ func main() {
 }
 
 func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf string,
-	prepCalls int, refPlugin string, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
+	prep bench.PrepareOptions, prepScale string, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
 		return only == "" || strings.Contains(","+only+",", ","+phase+",")
 	}
 	repo, _ = filepath.Abs(repo)
 	binDir, _ = filepath.Abs(binDir)
-	if refPlugin != "" {
-		refPlugin, _ = filepath.Abs(refPlugin)
+	if prep.ReferenceBin != "" {
+		prep.ReferenceBin, _ = filepath.Abs(prep.ReferenceBin)
 	}
 	phase := func(name string, fn func() error) error {
 		start := time.Now()
@@ -178,17 +182,23 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	var footprint []bench.Row
 	if want("prepare") {
 		errs = append(errs, phase("prepare", func() error {
-			res, err := bench.Prepare(ctx, c, client, bench.PrepareOptions{Calls: prepCalls, Warmup: 10, PluginBin: pluginBin, Fleet: fleet, Dir: filepath.Join(dir, "prep"), ReferenceBin: refPlugin})
+			prep.PluginBin, prep.Fleet, prep.Dir = pluginBin, fleet, filepath.Join(dir, "prep")
+			res, err := bench.Prepare(ctx, c, client, prep)
 			if err != nil {
 				return err
 			}
 			rep.Rows = append(rep.Rows, res.Rows...)
+			scale, err := bench.PrepareScale(ctx, c, client, prep, prepScale)
+			rep.Rows = append(rep.Rows, scale...)
+			if err != nil {
+				return err
+			}
 			footprint = append(footprint, bench.NewRow("footprint", "prism-kubelet-plugin, 8 simulated H100", "RSS (VmRSS)", "MiB",
-				"idle", res.IdleRSS, "after prepare load", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare; ref. example driver 43-53 MB", 2*(prepCalls+10))))
+				"idle", res.IdleRSS, "after prepare load", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare", 2*(prep.Calls+prep.Warmup))))
 			if ref := res.Reference; ref != nil {
 				footprint = append(footprint,
 					bench.NewRow("footprint", "same run, 8 GPUs each", "RSS idle (VmRSS)", "MiB", "example driver", ref.IdleRSS, "Prism", res.IdleRSS, ""),
-					bench.NewRow("footprint", "same run, 8 GPUs each", "RSS after prepare load (VmRSS)", "MiB", "example driver", ref.LoadedRSS, "Prism", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare each", 2*(prepCalls+10))))
+					bench.NewRow("footprint", "same run, 8 GPUs each", "RSS after prepare load (VmRSS)", "MiB", "example driver", ref.LoadedRSS, "Prism", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare each", 2*(prep.Calls+prep.Warmup))))
 			}
 			return nil
 		}))
