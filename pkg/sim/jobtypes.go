@@ -38,8 +38,8 @@ type JobType struct {
 	SMPct, MemPct float64
 }
 
-// JobTypes are Gavel's single-worker job types. Batch sizes follow the
-// names Gavel gives them.
+// JobTypes are Gavel's single-worker job types, named as Gavel names them
+// (CycleGAN runs at batch size 1, A3C at 4).
 var JobTypes = []JobType{
 	{"ResNet-18 (batch size 16)", 35, 30},
 	{"ResNet-18 (batch size 32)", 45, 35},
@@ -65,8 +65,8 @@ var JobTypes = []JobType{
 	{"Recommendation (batch size 2048)", 50, 74},
 	{"Recommendation (batch size 4096)", 55, 78},
 	{"Recommendation (batch size 8192)", 58, 80},
-	{"CycleGAN (batch size 1)", 55, 72},
-	{"A3C (batch size 4)", 10, 8},
+	{"CycleGAN", 55, 72},
+	{"A3C", 10, 8},
 }
 
 // Bound is what Prism's classifier (profile.Classify, the code the

@@ -17,352 +17,364 @@ limitations under the License.
 package sim
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/rewrite"
-)
-
-const (
-	h100 = "NVIDIA H100 80GB HBM3"
-	a100 = "NVIDIA A100-SXM4-40GB"
-	l4   = "NVIDIA L4"
-	l40s = "NVIDIA L40S"
 )
 
 func near(t *testing.T, what string, got, want float64) {
 	t.Helper()
-	if math.Abs(got-want) > 1e-3*math.Max(1, math.Abs(want)) {
+	if math.Abs(got-want) > 1e-6*math.Max(1, math.Abs(want)) {
 		t.Errorf("%s = %.6g, want %.6g", what, got, want)
 	}
 }
 
-func spec(t *testing.T, product string) gpu.Spec {
+const all = 1<<numModels - 1
+
+// env builds an environment from hand-made machines and pods, replayed
+// once, so that every pod is measured.
+func env(t *testing.T, machines []Machine, pods ...*Pod) *Env {
 	t.Helper()
-	s, ok := gpu.LookupSpec(product)
-	if !ok {
-		t.Fatalf("no spec for %s", product)
-	}
-	return s
-}
-
-func TestSpeed(t *testing.T) {
-	// Reference A100-SXM4-40GB: 1555 GB/s, 19.5 TFLOPS. H100 SXM: 3350
-	// GB/s, 67 TFLOPS. L4: 300 GB/s, 30.3 TFLOPS.
-	for _, tc := range []struct {
-		name    string
-		job     Job
-		product string
-		want    float64
-	}{
-		{"reference is 1", Job{Bound: rewrite.MemoryBound}, a100, 1},
-		{"memory-bound H100", Job{Bound: rewrite.MemoryBound}, h100, 3350.0 / 1555},           // 2.1543
-		{"compute-bound H100", Job{Bound: rewrite.ComputeBound}, h100, 67 / 19.5},             // 3.4359
-		{"latency-bound H100", Job{Bound: rewrite.LatencyBound}, h100, 1.131374},              // 3.4359^0.1
-		{"balanced H100", Job{Bound: rewrite.Balanced}, h100, 2.720742},                       // sqrt(2.1543*3.4359)
-		{"unknown is balanced", Job{Bound: rewrite.Unknown}, h100, 2.720742},                  //
-		{"memory-bound L4", Job{Bound: rewrite.MemoryBound}, l4, 300.0 / 1555},                // 0.1929
-		{"compute-bound L4", Job{Bound: rewrite.ComputeBound}, l4, 30.3 / 19.5},               // 1.5538
-		{"sm 100 mem 0 is compute", Job{HasUtil: true, SMPct: 100}, h100, 67 / 19.5},          //
-		{"sm 0 mem 100 is memory", Job{HasUtil: true, MemPct: 100}, h100, 3350.0 / 1555},      //
-		{"both 100 is balanced", Job{HasUtil: true, SMPct: 100, MemPct: 100}, h100, 2.720742}, //
-		{"both 0 is latency", Job{HasUtil: true}, h100, 1.131374},                             //
-		{"util beats bound type", Job{Bound: rewrite.MemoryBound, HasUtil: true, SMPct: 100}, l4, 30.3 / 19.5},
-		// sm 20, mem 80 on L4: u=0.8, ec=0.8*0.2+0.1*0.2=0.18, em=0.64;
-		// 1.553846^0.18 * 0.192926^0.64 = 1.082622 * 0.348877 = 0.377702.
-		{"blend", Job{HasUtil: true, SMPct: 20, MemPct: 80}, l4, 0.377702},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			near(t, "speed", Speed(&tc.job, spec(t, tc.product)), tc.want)
-		})
-	}
-}
-
-func cluster(t testing.TB, groups ...NodeGroup) *Cluster {
-	t.Helper()
-	cl, err := BuildCluster(context.Background(), &FleetConfig{NodeGroups: groups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
-func run(t *testing.T, cl *Cluster, jobs []*Job, mode Mode) *Result {
-	t.Helper()
-	for i, j := range jobs {
-		j.ID = i
-	}
-	res, err := Simulate(context.Background(), cl, jobs, []Mode{mode}, Options{Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return res[0]
-}
-
-func TestEventLoopQueuesWhenFull(t *testing.T) {
-	// One node with two reference GPUs. Job 0 takes both from 0 to 100;
-	// job 1 arrives at 10, waits until 100 and runs 50 s.
-	cl := cluster(t, NodeGroup{Name: "ref", Product: a100, GPUsPerNode: 2, Nodes: 1})
-	for _, mode := range AllModes {
-		r := run(t, cl, []*Job{
-			{Arrival: 0, GPUs: 2, Runtime: 100, Bound: rewrite.MemoryBound},
-			{Arrival: 10, GPUs: 1, Runtime: 50, Bound: rewrite.ComputeBound},
-		}, mode)
-		near(t, "mean JCT", r.MeanJCT, (100.0+140)/2)
-		near(t, "p99 JCT", r.P99JCT, 140)
-		near(t, "makespan", r.Makespan, 150)
-		near(t, "utilisation", r.Utilisation, (2*100.0+50)/(2*150))
-		near(t, "mean queue", r.MeanQueue, 90.0/2)
-		if !reflect.DeepEqual(r.JCTs, []float64{100, 140}) {
-			t.Errorf("%s: JCTs %v", mode, r.JCTs)
+	for _, p := range pods {
+		if p.Milli == 0 {
+			p.Milli = 1000
+		}
+		if p.Allowed == 0 {
+			p.Allowed = all
 		}
 	}
-}
-
-func TestEventLoopNoHeadOfLineBlocking(t *testing.T) {
-	// Two reference GPUs. Job 0 holds one until 100; job 1 (2 GPUs)
-	// waits for it; job 2 (1 GPU) arriving later starts at once on the
-	// free GPU, as kube-scheduler would schedule it.
-	cl := cluster(t, NodeGroup{Name: "ref", Product: a100, GPUsPerNode: 2, Nodes: 1})
-	r := run(t, cl, []*Job{
-		{Arrival: 0, GPUs: 1, Runtime: 100},
-		{Arrival: 1, GPUs: 2, Runtime: 10},
-		{Arrival: 2, GPUs: 1, Runtime: 10},
-	}, Blind)
-	// JCTs: job0 100, job2 10, job1 starts at 100 and ends at 110: 109.
-	if want := []float64{10, 100, 109}; !reflect.DeepEqual(r.JCTs, want) {
-		t.Errorf("JCTs %v, want %v", r.JCTs, want)
-	}
-	near(t, "mean queue", r.MeanQueue, 99.0/3)
-}
-
-func TestEventLoopPicksTierByProfile(t *testing.T) {
-	// One H100 node and one L4 node with one GPU each; two memory-bound
-	// jobs of 100 reference seconds arrive at 0 and 1. Performance puts
-	// the first on the H100 (ultra tier): 100/(3350/1555) = 46.418 s; the
-	// second on the L4 (fits): 100/(300/1555) = 518.333 s.
-	cl := cluster(t,
-		NodeGroup{Name: "l4", Product: l4, GPUsPerNode: 1, Nodes: 1},
-		NodeGroup{Name: "h100", Product: h100, GPUsPerNode: 1, Nodes: 1})
-	jobs := func() []*Job {
-		return []*Job{
-			{Arrival: 0, GPUs: 1, Runtime: 100, Bound: rewrite.MemoryBound},
-			{Arrival: 1, GPUs: 1, Runtime: 100, Bound: rewrite.MemoryBound},
-		}
-	}
-	r := run(t, cl, jobs(), Performance)
-	near(t, "first JCT", r.JCTs[0], 46.41791)
-	near(t, "second JCT", r.JCTs[1], 518.3333)
-	if r.Requests["gpu/ultra"] != 1 || r.Requests["gpu/fits"] != 1 {
-		t.Errorf("requests %v, want one ultra and one fits", r.Requests)
-	}
-	// Latency-bound economy prefers the L4 (low tier): 100/(30.3/19.5)^0.1.
-	r = run(t, cl, []*Job{{Arrival: 0, GPUs: 1, Runtime: 100, Bound: rewrite.LatencyBound}}, Economy)
-	near(t, "latency-bound on L4", r.JCTs[0], 100/math.Pow(30.3/19.5, 0.1))
-	if r.Placements["latency -> "+l4] != 1 {
-		t.Errorf("placements %v", r.Placements)
-	}
-}
-
-func TestMultiGPUJobRunsAtSlowestGPU(t *testing.T) {
-	// The mixed demo node has 2 H100, 2 A100 80GB PCIe, 2 L4, 2 T4. A
-	// 7-GPU compute-bound job must include a T4 (8.1 TFLOPS).
-	fc, err := LoadFleetConfig(writeTemp(t, "fleet.yaml", "nodeGroups:\n- name: mixed\n  fleetFile: "+abs(t, "../../demo/fleets/mixed.yaml")+"\n  nodes: 1\n"))
+	e, err := NewEnv(context.Background(), machines, pods, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := BuildCluster(context.Background(), fc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := run(t, cl, []*Job{{Arrival: 0, GPUs: 7, Runtime: 100, Bound: rewrite.ComputeBound}}, Performance)
-	near(t, "JCT", r.JCTs[0], 100/(8.1/19.5))
-	r = run(t, cl, []*Job{{Arrival: 0, GPUs: 9, Runtime: 100}}, Blind)
-	if r.Unplaceable != 1 || r.Jobs != 0 {
-		t.Errorf("9-GPU job on an 8-GPU node: unplaceable %d, jobs %d", r.Unplaceable, r.Jobs)
-	}
+	return e
 }
 
-func abs(t *testing.T, p string) string {
-	a, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func writeTemp(t *testing.T, name, content string) string {
+func simulate(t *testing.T, e *Env, r Run) *Result {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	if r.Compression == 0 && r.Load == 0 {
+		r.Compression = 1
 	}
-	return p
-}
-
-func TestParseNative(t *testing.T) {
-	jobs, err := ParseNative(strings.NewReader("arrival_s,gpus,runtime_s,bound_type,sm_pct,mem_pct\n# comment\n20,2,300,MemoryBound,,\n10,1,100,compute,80,20\n"))
+	res, err := e.Simulate(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []*Job{
-		{ID: 0, Arrival: 10, GPUs: 1, Runtime: 100, Bound: rewrite.ComputeBound, SMPct: 80, MemPct: 20, HasUtil: true},
-		{ID: 1, Arrival: 20, GPUs: 2, Runtime: 300, Bound: rewrite.MemoryBound},
-	}
-	if !reflect.DeepEqual(jobs, want) {
-		t.Errorf("got %+v %+v", *jobs[0], *jobs[1])
-	}
-	for _, bad := range []string{"1,0,10,memory\n", "1,1.5,10,memory\n", "1,1,10,fast\n", "x,1,10,memory\n", "1,1,10\n", "1,1,-5,memory\n"} {
-		if _, err := ParseNative(strings.NewReader(bad)); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
+	return res
 }
 
-func TestParseAlibaba(t *testing.T) {
-	f, err := os.Open(filepath.Join("testdata", "alibaba_pods.csv"))
+func machine(name string, m ModelID, gpus int) Machine {
+	return Machine{Name: name, Model: m, GPUs: gpus, CPU: 64000, Memory: 262144}
+}
+
+func TestParseNodesKeepsMeasuredModels(t *testing.T) {
+	f, err := os.Open("testdata/nodes.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	mix, err := ParseBoundMix("memory=1")
+	got, st, err := ParseNodes(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs, st, err := ParseAlibaba(f, mix, 1)
-	if err != nil {
-		t.Fatal(err)
+	want := []Machine{
+		{"node-p100-0", P100, 2, 64000, 262144},
+		{"node-p100-1", P100, 2, 64000, 262144},
+		{"node-t4-0", K80, 2, 96000, 393216},
+		{"node-v100-0", V100, 8, 96000, 786432},
 	}
-	if want := (AlibabaStats{Rows: 7, Kept: 4, NoGPU: 1, NoTimes: 2, Fractional: 1}); st != want {
-		t.Errorf("stats %+v, want %+v", st, want)
-	}
-	// Sorted by creation time, shifted to start at 0.
-	type row struct {
-		arrival, runtime float64
-		gpus             int
-	}
-	var got []row
-	for _, j := range jobs {
-		got = append(got, row{j.Arrival, j.Runtime, j.GPUs})
-		if j.Bound != rewrite.MemoryBound || j.HasUtil {
-			t.Errorf("job %d: bound %s, util %v", j.ID, j.Bound, j.HasUtil)
-		}
-	}
-	want := []row{{0, 900, 2}, {50, 3000, 1}, {150, 120, 1}, {400, 60, 8}}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("jobs %v, want %v", got, want)
+		t.Errorf("machines %+v, want %+v", got, want)
+	}
+	if !reflect.DeepEqual(st.Skipped, map[string]int{"G2": 8}) {
+		t.Errorf("skipped %v, want G2: 8", st.Skipped)
 	}
 }
 
-func TestBoundMix(t *testing.T) {
-	m, err := ParseBoundMix("memory=2,compute=1,latency=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.String() != "memory=0.5,compute=0.25,latency=0.25" {
-		t.Errorf("mix %s", m)
-	}
-	for _, bad := range []string{"memory", "memory=-1", "fast=1", "memory=0", "memory=1,memory=1"} {
-		if _, err := ParseBoundMix(bad); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
-}
-
-func TestDeterminism(t *testing.T) {
-	c := DefaultGenerateConfig()
-	c.Jobs = 200
-	a, b := Generate(c), Generate(c)
-	if !reflect.DeepEqual(a, b) {
-		t.Fatal("Generate differs for the same seed")
-	}
-	c.Seed = 2
-	if reflect.DeepEqual(a, Generate(c)) {
-		t.Fatal("Generate ignores the seed")
-	}
-	var buf bytes.Buffer
-	if err := WriteNative(&buf, a); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ParseNative(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a, back) {
-		t.Fatal("WriteNative/ParseNative do not round-trip")
-	}
-
-	cl := cluster(t,
-		NodeGroup{Name: "h100", Product: h100, GPUsPerNode: 8, Nodes: 2},
-		NodeGroup{Name: "a100", Product: a100, GPUsPerNode: 8, Nodes: 2},
-		NodeGroup{Name: "l4", Product: l4, GPUsPerNode: 8, Nodes: 2})
-	sim := func(seed uint64) []*Result {
-		r, err := Simulate(context.Background(), cl, a, AllModes, Options{Seed: seed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	if r1, r2 := sim(7), sim(7); !reflect.DeepEqual(r1, r2) {
-		t.Error("Simulate differs for the same seed")
-	}
-
-	f, err := os.Open(filepath.Join("testdata", "alibaba_pods.csv"))
+func TestParsePodsHygiene(t *testing.T) {
+	f, err := os.Open("testdata/pods.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	data := new(bytes.Buffer)
-	if _, err := data.ReadFrom(f); err != nil {
+	pods, st, err := ParsePods(f, PodOptions{Cap: 100000, WindowQuantile: 0.2})
+	if err != nil {
 		t.Fatal(err)
 	}
-	mix, _ := ParseBoundMix("memory=0.4,compute=0.4,latency=0.2")
-	draw := func(seed uint64) []rewrite.BoundType {
-		jobs, _, err := ParseAlibaba(bytes.NewReader(data.Bytes()), mix, seed)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []rewrite.BoundType
-		for _, j := range jobs {
-			out = append(out, j.Bound)
-		}
-		return out
+	// 11 rows: one CPU-only, one Failed, one Pending, one pinned to G2
+	// only; of the 7 left, sorted by creation, the 0.2 quantile is index
+	// int(0.2*6) = 1 (created 1400), so pod-early is before the window.
+	wantStats := PodStats{Rows: 11, Kept: 6, NoGPU: 1, Failed: 1, NeverScheduled: 1, PinnedElsewhere: 1, BeforeWindow: 1, Censored: 1, Capped: 2, Shared: 1, MultiGPU: 2}
+	if st != wantStats {
+		t.Errorf("stats %+v, want %+v", st, wantStats)
 	}
-	if !reflect.DeepEqual(draw(3), draw(3)) {
-		t.Error("Alibaba bound types differ for the same seed")
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	if want := "pod-v100 pod-share pod-t4 pod-multi pod-long pod-censored"; strings.Join(names, " ") != want {
+		t.Fatalf("pods %v, want %s", names, want)
+	}
+	byName := map[string]*Pod{}
+	for _, p := range pods {
+		byName[p.Name] = p
+	}
+	for _, tc := range []struct {
+		name string
+		want Pod
+	}{
+		// Arrivals shift by the window start (1400); runtime is deletion -
+		// scheduled.
+		{"pod-v100", Pod{ID: 0, Name: "pod-v100", Arrival: 0, GPUs: 1, Milli: 1000, CPU: 16000, Memory: 32768, Allowed: 1 << V100, Pinned: true, Runtime: 280}},
+		{"pod-share", Pod{ID: 1, Name: "pod-share", Arrival: 100, GPUs: 1, Milli: 460, CPU: 4000, Memory: 8000, Allowed: all, Runtime: 1000}},
+		// G2|T4: only T4 maps into the fleet, as K80.
+		{"pod-t4", Pod{ID: 2, Name: "pod-t4", Arrival: 200, GPUs: 1, Milli: 1000, CPU: 4000, Memory: 8000, Allowed: 1 << K80, Pinned: true, Runtime: 290}},
+		{"pod-long", Pod{ID: 4, Name: "pod-long", Arrival: 400, GPUs: 1, Milli: 1000, CPU: 4000, Memory: 8000, Allowed: all, Runtime: 100000, Capped: true}},
+		// Deleted at the trace's last timestamp: still running then. The
+		// cap applies to it too.
+		{"pod-censored", Pod{ID: 5, Name: "pod-censored", Arrival: 500, GPUs: 2, Milli: 1000, CPU: 4000, Memory: 8000, Allowed: all, Runtime: 100000, Capped: true, Censored: true}},
+	} {
+		if got := *byName[tc.name]; got != tc.want {
+			t.Errorf("%s:\n got %+v\nwant %+v", tc.name, got, tc.want)
+		}
 	}
 }
 
-func TestDemoFleetAndTrace(t *testing.T) {
-	fc, err := LoadFleetConfig("../../demo/sim/fleet.yaml")
-	if err != nil {
-		t.Fatal(err)
+func TestParsePodsRejectsListsWithoutTimes(t *testing.T) {
+	_, _, err := ParsePods(strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1000,1,1000\n"), PodOptions{})
+	if err == nil || !strings.Contains(err.Error(), "creation_time") {
+		t.Errorf("err = %v, want a missing creation_time column", err)
 	}
-	cl, err := BuildCluster(context.Background(), fc)
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestQueueingFIFOWithoutHeadOfLineBlocking(t *testing.T) {
+	// One V100 node with 2 GPUs, speed 1 (null-speed). Pod 0 holds one
+	// GPU 0-100; pod 1 (2 GPUs, 10 s) arrives at 1 and waits until 100;
+	// pod 2 (1 GPU, 10 s) arrives at 2 and starts at once on the free GPU.
+	e := env(t, []Machine{machine("v", V100, 2)},
+		&Pod{Arrival: 0, GPUs: 1, Runtime: 100},
+		&Pod{Arrival: 1, GPUs: 2, Runtime: 10},
+		&Pod{Arrival: 2, GPUs: 1, Runtime: 10})
+	r := simulate(t, e, Run{Policy: Blind, NullSpeed: true})
+	// JCTs 100, 109, 10; slowdowns 1, 10.9, 1.
+	near(t, "mean JCT", r.MeanJCT, (100+109+10)/3.0)
+	near(t, "median slowdown", r.MedianSlowdown, 1)
+	near(t, "p99 slowdown", r.P99Slowdown, 10.9)
+	near(t, "multi-GPU wait", r.MultiGPUWait, 99)
+	near(t, "mean wait", r.MeanWait, 33)
+}
+
+func TestCPUAndMemoryFit(t *testing.T) {
+	// Two GPUs but CPU for one pod only: the second waits for the first.
+	m := machine("v", V100, 2)
+	m.CPU = 8000
+	e := env(t, []Machine{m},
+		&Pod{Arrival: 0, GPUs: 1, CPU: 6000, Runtime: 50},
+		&Pod{Arrival: 0, GPUs: 1, CPU: 6000, Runtime: 50})
+	r := simulate(t, e, Run{Policy: Blind, NullSpeed: true})
+	near(t, "mean JCT", r.MeanJCT, (50+100)/2.0)
+	m.CPU, m.Memory = 64000, 1000
+	e = env(t, []Machine{m},
+		&Pod{Arrival: 0, GPUs: 1, Memory: 600, Runtime: 50},
+		&Pod{Arrival: 0, GPUs: 1, Memory: 600, Runtime: 50})
+	r = simulate(t, e, Run{Policy: Blind, NullSpeed: true})
+	near(t, "mean JCT (memory)", r.MeanJCT, (50+100)/2.0)
+}
+
+func TestGPUSharing(t *testing.T) {
+	// One GPU: shares of 600 and 400 run together; a share of 300 waits
+	// until the 400 ends at 20; a whole-GPU pod waits until every share is
+	// gone (the 600 at 100, the 300 at 20+30 = 50).
+	e := env(t, []Machine{machine("v", V100, 1)},
+		&Pod{Arrival: 0, GPUs: 1, Milli: 600, Runtime: 100},
+		&Pod{Arrival: 0, GPUs: 1, Milli: 400, Runtime: 20},
+		&Pod{Arrival: 1, GPUs: 1, Milli: 300, Runtime: 30},
+		&Pod{Arrival: 2, GPUs: 1, Runtime: 10})
+	r := simulate(t, e, Run{Policy: Blind, NullSpeed: true})
+	// JCTs: 100, 20, 50-1 = 49, 110-2 = 108.
+	near(t, "mean JCT", r.MeanJCT, (100+20+49+108)/4.0)
+	near(t, "mean wait", r.MeanWait, (0+0+19+98)/4.0)
+}
+
+func TestCensoredPodsHoldResourcesButAreNotCounted(t *testing.T) {
+	e := env(t, []Machine{machine("v", V100, 1)},
+		&Pod{Arrival: 0, GPUs: 1, Runtime: 1000, Censored: true},
+		&Pod{Arrival: 10, GPUs: 1, Runtime: 10})
+	r := simulate(t, e, Run{Policy: Blind, NullSpeed: true})
+	if r.Pods != 1 {
+		t.Errorf("pods in the figures = %d, want 1", r.Pods)
 	}
-	if len(cl.Nodes) != 12 || cl.GPUs != 96 {
-		t.Errorf("demo fleet: %d nodes, %d GPUs", len(cl.Nodes), cl.GPUs)
+	near(t, "mean JCT", r.MeanJCT, 1000)
+}
+
+func TestRuntimeNormalisedByTheGPUThePodRanOn(t *testing.T) {
+	// A pod pinned to K80 ran 1000 s on a K80: its V100 runtime is
+	// 1000 * speed(K80). Placed on the K80 again it runs 1000 s, so its
+	// slowdown is 1/speed(K80).
+	ty := JobTypes[0]
+	e := env(t, []Machine{machine("k", K80, 1), machine("v", V100, 1)}, &Pod{Arrival: 0, GPUs: 1, Runtime: 1000, Allowed: 1 << K80})
+	a := e.assign(3, 0)
+	ty = JobTypes[a.jobType[0]]
+	r := simulate(t, e, Run{Policy: Blind, Seed: 3})
+	near(t, "slowdown", r.MedianSlowdown, 1/ty.Speed(K80))
+	near(t, "mean JCT", r.MeanJCT, 1000)
+	// Unpinned, on a fleet of one K80 and one V100: observed runtime is
+	// the mean over both, 1000 = w/2 * (1/s + 1), so w = 2000 s/(1/s+1).
+	// Fastest-free puts it on the V100: JCT = w.
+	e = env(t, []Machine{machine("k", K80, 1), machine("v", V100, 1)}, &Pod{Arrival: 0, GPUs: 1, Runtime: 1000})
+	r = simulate(t, e, Run{Policy: FastestFree, Seed: 3})
+	near(t, "mean JCT unpinned", r.MeanJCT, 2000/(1/ty.Speed(K80)+1))
+	near(t, "slowdown on the reference", r.MedianSlowdown, 1)
+}
+
+func TestPolicyLaddersOnTheGavelFleet(t *testing.T) {
+	// K80 240 GB/s, P100 732, V100 898 (from the boards' clocks); FP32
+	// P100 9525 GFLOPS, V100 15667, K80 none published. Bandwidth:
+	// 898/732 = 1.23 < 1.3 is no gap, 732/240 = 3.05 is: classes
+	// {V100, P100} | {K80}. FP32: 15667/9525 = 1.64: {V100} | {P100}.
+	e := env(t, []Machine{machine("k", K80, 1), machine("p", P100, 1), machine("v", V100, 1)}, &Pod{GPUs: 1, Runtime: 1})
+	for _, tc := range []struct {
+		policy rewrite.Policy
+		bound  rewrite.BoundType
+		want   tiers
+	}{
+		{rewrite.Performance, rewrite.MemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
+		{rewrite.Performance, rewrite.ComputeBound, tiers{K80: 1, P100: 1, V100: 0}},
+		{rewrite.Performance, rewrite.LatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
+		{rewrite.Performance, rewrite.Balanced, tiers{}},
+		{rewrite.Economy, rewrite.MemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
+		{rewrite.Economy, rewrite.LatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
+	} {
+		if got := e.prism[tc.policy][tc.bound]; got != tc.want {
+			t.Errorf("%s %s: tiers %v, want %v", tc.policy, tc.bound, got, tc.want)
+		}
 	}
-	data, err := os.ReadFile("../../demo/sim/trace.csv")
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestPreferredTierWinsOverScore(t *testing.T) {
+	// A memory-bound label under prism-performance prefers HBM: the pod
+	// goes to the P100 although the K80 node has more free CPU.
+	k := machine("k", K80, 1)
+	k.CPU = 128000
+	e := env(t, []Machine{k, machine("p", P100, 1)}, &Pod{GPUs: 1, Runtime: 10})
+	for seed := range uint64(20) {
+		a := e.assign(seed, 0)
+		if a.label[0] != rewrite.MemoryBound {
+			continue
+		}
+		r := simulate(t, e, Run{Policy: PrismPerformance, Seed: seed})
+		if r.OnModel != [numModels]int{P100: 1} {
+			t.Errorf("seed %d: placed %v, want on the P100", seed, r.OnModel)
+		}
+		return
 	}
-	// The shipped trace is what `prismctl simulate generate` writes with
-	// its defaults.
-	var buf bytes.Buffer
-	if err := WriteNative(&buf, Generate(DefaultGenerateConfig())); err != nil {
-		t.Fatal(err)
+	t.Fatal("no seed in 20 drew a memory-bound job type")
+}
+
+func TestLabelNoiseFlipsTheGivenShare(t *testing.T) {
+	pods := make([]*Pod, 2000)
+	for i := range pods {
+		pods[i] = &Pod{Arrival: float64(i), GPUs: 1, Runtime: 1}
 	}
-	if !bytes.Equal(data, buf.Bytes()) {
-		t.Error("demo/sim/trace.csv is not Generate(DefaultGenerateConfig()); regenerate it with: prismctl simulate generate -o demo/sim/trace.csv")
+	e := env(t, []Machine{machine("v", V100, 1)}, pods...)
+	clean, noisy := e.assign(7, 0), e.assign(7, 0.2)
+	if !reflect.DeepEqual(clean.jobType, noisy.jobType) {
+		t.Fatal("noise changed the job types")
+	}
+	wrong := 0
+	for i := range pods {
+		if clean.label[i] != JobTypes[clean.jobType[i]].Bound() {
+			t.Fatalf("pod %d: clean label %s is not the classifier's", i, clean.label[i])
+		}
+		if noisy.label[i] != clean.label[i] {
+			wrong++
+		}
+	}
+	// Binomial(2000, 0.2): mean 400, sd 17.9; 5 sd either side.
+	if wrong < 310 || wrong > 490 {
+		t.Errorf("%d of 2000 labels wrong, want about 400", wrong)
+	}
+}
+
+func TestSeedsAreReproducible(t *testing.T) {
+	var pods []*Pod
+	for i := range 60 {
+		pods = append(pods, &Pod{Arrival: float64(3 * i), GPUs: 1 + i%2, Runtime: float64(50 + 7*i)})
+	}
+	e := env(t, []Machine{machine("k", K80, 2), machine("p", P100, 2), machine("v", V100, 2)}, pods...)
+	a := simulate(t, e, Run{Policy: PrismPerformance, Noise: 0.2, Seed: 5})
+	b := simulate(t, e, Run{Policy: PrismPerformance, Noise: 0.2, Seed: 5})
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("same seed, different results:\n%+v\n%+v", a, b)
+	}
+	c := simulate(t, e, Run{Policy: PrismPerformance, Noise: 0.2, Seed: 6})
+	if a.MeanJCT == c.MeanJCT {
+		t.Errorf("seeds 5 and 6 gave the same mean JCT %v: the seed does not reach the draws", a.MeanJCT)
+	}
+}
+
+func TestLoadCompressesArrivals(t *testing.T) {
+	// Demand 2 pods * 100 GPU-s over a span of 100 s plus one mean gap
+	// (50 s): at load 0.5 on one GPU the factor is 200/(0.5*1)/150 = 8/3,
+	// so the second pod arrives at 266.7, after the first has finished.
+	e := env(t, []Machine{machine("v", V100, 1)},
+		&Pod{Arrival: 0, GPUs: 1, Runtime: 100},
+		&Pod{Arrival: 100, GPUs: 1, Runtime: 100})
+	r := simulate(t, e, Run{Policy: Blind, NullSpeed: true, Compression: 0, Load: 0.5})
+	near(t, "mean wait", r.MeanWait, 0)
+	r = simulate(t, e, Run{Policy: Blind, NullSpeed: true, Compression: 0, Load: 1.5})
+	// Factor 200/1.5/150 = 0.889: the second arrives at 88.9, waits 11.1.
+	near(t, "mean wait at 150%", r.MeanWait, (100-100*200/1.5/150)/2)
+}
+
+func TestFeasibleNodesToFind(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{{50, 50}, {100, 100}, {200, 100}, {1000, 420}, {5000, 500}, {10000, 500}} {
+		if got := feasibleToFind(tc.n); got != tc.want {
+			t.Errorf("feasibleToFind(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestClassifierLabelsOfJobTypes(t *testing.T) {
+	want := map[string]rewrite.BoundType{
+		"A3C":                         rewrite.LatencyBound,
+		"ResNet-50 (batch size 128)":  rewrite.ComputeBound,
+		"LM (batch size 20)":          rewrite.MemoryBound,
+		"Transformer (batch size 32)": rewrite.Balanced,
+	}
+	for _, ty := range JobTypes {
+		if _, ok := gavelThroughput[ty.Name]; !ok {
+			t.Errorf("job type %q has no measured throughput", ty.Name)
+		}
+		if w, ok := want[ty.Name]; ok && ty.Bound() != w {
+			t.Errorf("%s: classified %s, want %s", ty.Name, ty.Bound(), w)
+		}
+	}
+	if len(gavelThroughput) != len(JobTypes) {
+		t.Errorf("%d measured job types, %d classified", len(gavelThroughput), len(JobTypes))
+	}
+}
+
+func TestEstimateConfidenceInterval(t *testing.T) {
+	// 1, 2, 3: mean 2, sd 1, t(2 df) = 4.303, half = 4.303/sqrt(3).
+	e := estimate([]float64{1, 2, 3})
+	near(t, "mean", e.Mean, 2)
+	near(t, "half-width", e.Half, 4.303/math.Sqrt(3))
+}
+
+func TestSubsampleKeepsEveryGroup(t *testing.T) {
+	var ms []Machine
+	for range 5 {
+		ms = append(ms, machine("p", P100, 2))
+	}
+	ms = append(ms, machine("v8", V100, 8), machine("v1", V100, 1))
+	got := Subsample(ms, 4)
+	// P100x2: indexes 0 and 4; one of each V100 size.
+	if len(got) != 4 {
+		t.Errorf("kept %d machines, want 4: %+v", len(got), got)
 	}
 }

@@ -14,8 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package simulatecmd implements `prismctl simulate`: replay a job trace
-// against a simulated fleet with and without profile-aware rewriting.
+// Package simulatecmd implements `prismctl simulate`: replay the public
+// Alibaba GPU trace on its own node list under every placement policy,
+// sweeping load and label noise.
 package simulatecmd
 
 import (
@@ -23,178 +24,190 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/prismgpu/prism/pkg/sim"
 )
 
-// NewCommand returns the `simulate` command with its `generate` subcommand.
+// NewCommand returns the `simulate` command.
 func NewCommand() *cobra.Command {
 	var (
-		fleetPath, tracePath, format, mixFlag, modesFlag, svgPath, jsonPath string
-		seed                                                                uint64
+		nodesPath, podsPath, policiesFlag, loadsFlag, noiseFlag, svgDir, jsonPath string
+		seeds, workers, every, repeat                                             int
+		opts                                                                      = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
-		Short: "Replay a job trace on a simulated fleet: plain claims against profile-aware rewrites",
-		Long: `Replays a job trace on a simulated fleet once per mode: blind (plain claims,
-any free GPU), performance and economy (claims rewritten from each job's
-profile by the admission controller's code). Every placement is decided by
-Kubernetes' structured allocator against the ResourceSlices Prism's kubelet
-plugin publishes. Runtimes in the trace are on an ` + sim.ReferenceProduct + `;
-see docs/simulator.md for the speed model.
+		Short: "Sweep placement policies over load and label noise on the Alibaba GPU trace",
+		Long: `Replays a pod list of Alibaba's cluster-trace-gpu-v2023 on the trace's own GPU
+node list (P100 and V100 nodes as they are, T4 nodes re-equipped with K80s),
+once per policy, load, label-noise level and seed. True speeds are Gavel's
+measured throughputs per job type and GPU model; Prism decides from the
+classifier's bound type (wrong for --noise of the pods) through the
+admission controller's rewrite.Rewrite. See docs/simulator.md.
 
-Native trace: arrival_s,gpus,runtime_s,bound_type[,sm_pct,mem_pct].
-Alibaba trace (cluster-trace-gpu-v2023 pod list): bound types are drawn
-from --bound-mix with --seed.`,
+Prints median and p99 slowdown, mean JCT, multi-GPU wait and fragmentation
+with 95 % confidence intervals over seeds, and the issue-17 verdict at
+loads of 70 % and more.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
-			if fleetPath == "" || tracePath == "" {
-				return fmt.Errorf("--fleet and --trace are required")
+			if nodesPath == "" || podsPath == "" {
+				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns)")
 			}
-			var modes []sim.Mode
-			for m := range strings.SplitSeq(modesFlag, ",") {
-				mode, err := sim.ParseMode(strings.TrimSpace(m))
+			var sw sim.Sweep
+			var err error
+			for p := range strings.SplitSeq(policiesFlag, ",") {
+				pol, err := sim.ParsePolicy(strings.TrimSpace(p))
 				if err != nil {
 					return err
 				}
-				modes = append(modes, mode)
+				sw.Policies = append(sw.Policies, pol)
 			}
-			fc, err := sim.LoadFleetConfig(fleetPath)
+			if sw.Loads, err = floats("--loads", loadsFlag); err != nil {
+				return err
+			}
+			if sw.Noises, err = floats("--noise", noiseFlag); err != nil {
+				return err
+			}
+			if seeds < 1 || workers < 1 {
+				return fmt.Errorf("--seeds and --workers must be at least 1")
+			}
+			sw.Seeds, sw.Workers = seeds, workers
+			machines, nst, err := readWith(nodesPath, sim.ParseNodes)
 			if err != nil {
 				return err
 			}
-			cl, err := sim.BuildCluster(ctx, fc)
+			pods, pst, err := readWith(podsPath, func(r io.Reader) ([]*sim.Pod, sim.PodStats, error) { return sim.ParsePods(r, opts) })
 			if err != nil {
 				return err
 			}
-			f, err := os.Open(tracePath)
+			if every < 1 || repeat < 1 {
+				return fmt.Errorf("--every and --repeat must be at least 1")
+			}
+			machines = sim.Subsample(machines, every)
+			env, err := sim.NewEnv(ctx, machines, pods, repeat)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			var jobs []*sim.Job
-			switch format {
-			case "native":
-				if cmd.Flags().Changed("bound-mix") {
-					return fmt.Errorf("--bound-mix applies to --format alibaba only: native traces carry bound types")
-				}
-				if jobs, err = sim.ParseNative(f); err != nil {
-					return fmt.Errorf("trace %s: %w", tracePath, err)
-				}
-			case "alibaba":
-				mix, err := sim.ParseBoundMix(mixFlag)
-				if err != nil {
-					return err
-				}
-				var st sim.AlibabaStats
-				if jobs, st, err = sim.ParseAlibaba(f, mix, seed); err != nil {
-					return fmt.Errorf("trace %s: %w", tracePath, err)
-				}
-				fmt.Fprintf(out, "Alibaba trace: %d rows, %d jobs kept (%d fractional GPU counted as 1), %d skipped without GPU, %d without times.\n",
-					st.Rows, st.Kept, st.Fractional, st.NoGPU, st.NoTimes)
-				fmt.Fprintf(out, "The trace has no profiles: bound types drawn from %s with seed %d.\n", mix, seed)
-			default:
-				return fmt.Errorf("unknown --format %q (want native or alibaba)", format)
+			counts := map[sim.ModelID]int{}
+			for _, m := range machines {
+				counts[m.Model] += m.GPUs
 			}
-			if len(jobs) == 0 {
-				return fmt.Errorf("trace %s has no jobs", tracePath)
+			fmt.Fprintf(out, "Fleet: %d nodes, %d GPUs (K80 %d, P100 %d, V100 %d); left out of the node list (GPUs): %v.\n",
+				len(machines), env.GPUs, counts[sim.K80], counts[sim.P100], counts[sim.V100], nst.Skipped)
+			fmt.Fprintf(out, "Pods: %d rows; %d without GPU, %d Failed, %d never scheduled, %d pinned only to models outside the fleet, %d before the arrival window dropped; %d kept, %d unplaceable on this fleet.\n",
+				pst.Rows, pst.NoGPU, pst.Failed, pst.NeverScheduled, pst.PinnedElsewhere, pst.BeforeWindow, pst.Kept, env.Unplaceable)
+			fmt.Fprintf(out, "Replayed %d times back to back (%d pods a run, copies 2 to %d measured).\n", repeat, len(env.Pods), max(1, repeat-1))
+			fmt.Fprintf(out, "Of those kept: %d censored (running at the trace's end), %d capped at %.0f s, %d sharing a GPU, %d multi-GPU.\n",
+				pst.Censored, pst.Capped, opts.Cap, pst.Shared, pst.MultiGPU)
+			fmt.Fprintln(out, "Prism's ladders on this fleet (policy/classifier label: subrequests):")
+			for _, k := range sortedKeys(env.Ladders) {
+				fmt.Fprintf(out, "  %s: %v\n", k, env.Ladders[k])
 			}
-			fmt.Fprintf(out, "Fleet: %d nodes, %d GPUs. Trace: %d jobs, runtimes on %s. Seed %d.\n", len(cl.Nodes), cl.GPUs, len(jobs), sim.ReferenceProduct, seed)
-			results, err := sim.Simulate(ctx, cl, jobs, modes, sim.Options{Seed: seed})
+			start := time.Now()
+			results, err := env.Execute(ctx, sw)
 			if err != nil {
 				return err
 			}
-			if n := results[0].Unplaceable; n > 0 {
-				fmt.Fprintf(out, "%d jobs ask for more GPUs than any node has and are left out.\n", n)
+			fmt.Fprintf(out, "%d runs, %d seeds each, in %s.\n\n", len(results), seeds, time.Since(start).Round(time.Second))
+			rows := sim.Summarise(results)
+			if err := sim.WriteSweepTable(out, rows); err != nil {
+				return err
 			}
 			fmt.Fprintln(out)
-			if err := sim.WriteTable(out, results); err != nil {
-				return err
+			for _, v := range sim.Verdict(rows, 0.7) {
+				fmt.Fprintln(out, v)
 			}
-			if svgPath != "" {
-				if err := writeFile(svgPath, func(w io.Writer) error {
-					return sim.WriteCDFSVG(w, fmt.Sprintf("JCT CDF: %d jobs on %d GPUs", len(jobs), cl.GPUs), results)
-				}); err != nil {
+			if svgDir != "" {
+				if err := os.MkdirAll(svgDir, 0o755); err != nil {
 					return err
+				}
+				for _, noise := range sw.Noises {
+					path := filepath.Join(svgDir, fmt.Sprintf("slowdown-noise%02.0f.svg", 100*noise))
+					title := fmt.Sprintf("Median slowdown vs load, Prism labels %.0f%% wrong (%d seeds, 95%% CI)", 100*noise, seeds)
+					if err := writeFile(path, func(w io.Writer) error { return sim.WriteLoadSVG(w, title, rows, noise) }); err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "wrote %s\n", path)
 				}
 			}
 			if jsonPath != "" {
-				if err := writeFile(jsonPath, func(w io.Writer) error {
+				return writeFile(jsonPath, func(w io.Writer) error {
 					e := json.NewEncoder(w)
 					e.SetIndent("", "  ")
-					return e.Encode(map[string]any{
-						"fleet": fleetPath, "trace": tracePath, "format": format, "seed": seed,
-						"referenceGPU": sim.ReferenceProduct, "nodes": len(cl.Nodes), "gpus": cl.GPUs,
-						"boundMix": boundMixForJSON(format, mixFlag), "results": results,
-					})
-				}); err != nil {
-					return err
-				}
+					return e.Encode(map[string]any{"nodes": nodesPath, "pods": podsPath, "podStats": pst, "nodeStats": nst, "ladders": env.Ladders, "results": results})
+				})
 			}
 			return nil
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&fleetPath, "fleet", "", "simulator fleet file (YAML nodeGroups), e.g. demo/sim/fleet.yaml")
-	fl.StringVar(&tracePath, "trace", "", "job trace file")
-	fl.StringVar(&format, "format", "native", "trace format: native or alibaba")
-	fl.StringVar(&mixFlag, "bound-mix", "memory=0.4,compute=0.4,latency=0.2", "bound type distribution for traces without profiles (alibaba)")
-	fl.Uint64Var(&seed, "seed", 1, "seed for drawn bound types and for ties between equally scored nodes")
-	fl.StringVar(&modesFlag, "modes", "blind,performance,economy", "comma-separated modes to run")
-	fl.StringVar(&svgPath, "svg", "", "write a JCT CDF plot of all modes to this SVG file")
-	fl.StringVar(&jsonPath, "json", "", "write the results as JSON to this file")
-	cmd.AddCommand(newGenerateCommand())
+	fl.StringVar(&nodesPath, "nodes", "", "trace node list (openb_node_list_gpu_node.csv)")
+	fl.StringVar(&podsPath, "pods", "", "trace pod list with time columns (openb_pod_list_default.csv or a gpuspec variant)")
+	fl.StringVar(&policiesFlag, "policies", joinPolicies(), "comma-separated policies")
+	fl.StringVar(&loadsFlag, "loads", "0.3,0.5,0.7,0.9", "target utilisations to compress arrivals to")
+	fl.StringVar(&noiseFlag, "noise", "0,0.1,0.2,0.4", "shares of wrong classifier labels (Prism policies)")
+	fl.IntVar(&seeds, "seeds", 10, "seeds per configuration (job types, label noise, ties)")
+	fl.IntVar(&workers, "workers", 2, "simulations run in parallel")
+	fl.IntVar(&every, "every", 8, "keep every n-th node of each (model, GPU count) group of the node list")
+	fl.IntVar(&repeat, "repeat", 6, "replay the pod list this many times back to back; the first and last copies are warm-up and drain")
+	fl.Float64Var(&opts.Cap, "cap", opts.Cap, "cap on pod runtimes in seconds (0: none); capped pods are counted")
+	fl.Float64Var(&opts.WindowQuantile, "window-quantile", opts.WindowQuantile, "drop pods created before this quantile of creation times")
+	fl.StringVar(&svgDir, "svg", "", "write slowdown-vs-load plots, one per noise level, into this directory")
+	fl.StringVar(&jsonPath, "json", "", "write every run's result as JSON to this file")
 	return cmd
 }
 
-func boundMixForJSON(format, mix string) any {
-	if format == "alibaba" {
-		return mix
+func readWith[T, S any](path string, parse func(io.Reader) (T, S, error)) (T, S, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		var t T
+		var s S
+		return t, s, err
 	}
-	return nil
+	defer f.Close()
+	t, s, err := parse(f)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	return t, s, err
 }
 
-func newGenerateCommand() *cobra.Command {
-	c := sim.DefaultGenerateConfig()
-	var mixFlag, outPath string
-	cmd := &cobra.Command{
-		Use:   "generate",
-		Short: "Write a seeded synthetic trace in the native format",
-		Long: `Poisson arrivals, log-normal runtimes on the reference GPU, 1/2/4/8 GPUs
-per job (60/15/15/10 %), bound types from --bound-mix, and SM/memory
-throughput consistent with each bound type. The same flags give the same
-trace.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			mix, err := sim.ParseBoundMix(mixFlag)
-			if err != nil {
-				return err
-			}
-			c.Mix = mix
-			if c.Jobs < 1 || c.MeanInterarrival < 0 || c.MedianRuntime <= 0 || c.RuntimeSigma < 0 {
-				return fmt.Errorf("--jobs must be positive, --interarrival and --runtime-sigma non-negative, --median-runtime positive")
-			}
-			jobs := sim.Generate(c)
-			if outPath == "" || outPath == "-" {
-				return sim.WriteNative(cmd.OutOrStdout(), jobs)
-			}
-			return writeFile(outPath, func(w io.Writer) error { return sim.WriteNative(w, jobs) })
-		},
+func floats(flag, s string) ([]float64, error) {
+	var out []float64
+	for part := range strings.SplitSeq(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || v < 0 || v > 1.5 {
+			return nil, fmt.Errorf("%s: %q is not a number in [0, 1.5]", flag, part)
+		}
+		out = append(out, v)
 	}
-	fl := cmd.Flags()
-	fl.IntVar(&c.Jobs, "jobs", c.Jobs, "number of jobs")
-	fl.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
-	fl.Float64Var(&c.MeanInterarrival, "interarrival", c.MeanInterarrival, "mean seconds between arrivals")
-	fl.Float64Var(&c.MedianRuntime, "median-runtime", c.MedianRuntime, "median runtime on the reference GPU, seconds")
-	fl.Float64Var(&c.RuntimeSigma, "runtime-sigma", c.RuntimeSigma, "sigma of log(runtime)")
-	fl.StringVar(&mixFlag, "bound-mix", c.Mix.String(), "bound type distribution")
-	fl.StringVarP(&outPath, "output", "o", "", "output file (default stdout)")
-	return cmd
+	return out, nil
+}
+
+func joinPolicies() string {
+	names := make([]string, len(sim.Policies))
+	for i, p := range sim.Policies {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ",")
+}
+
+func sortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

@@ -1,0 +1,322 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// Policy is how a pod's GPU claim is written, which decides the node
+// preference the scheduler sees. Every policy runs through the same
+// scheduler model (see schedule).
+type Policy string
+
+const (
+	// Kube is the plain claim, the user's pinned model (gpu_spec) ignored.
+	Kube Policy = "kube"
+	// Blind is the plain claim restricted to the pinned models.
+	Blind Policy = "blind"
+	// FastestFree and PreferHBM are profile-free ladders: models ranked by
+	// the published FP32 figure, or HBM before GDDR.
+	FastestFree Policy = "fastest-free"
+	PreferHBM   Policy = "prefer-hbm"
+	// PrismPerformance and PrismEconomy are the claims rewrite.Rewrite
+	// writes from the classifier's (noisy) bound type for the published
+	// fleet.
+	PrismPerformance Policy = "prism-performance"
+	PrismEconomy     Policy = "prism-economy"
+	// Oracle ranks models by the job's true measured throughput.
+	Oracle Policy = "oracle"
+)
+
+// Policies is the order results are reported in.
+var Policies = []Policy{Kube, Blind, FastestFree, PreferHBM, PrismPerformance, PrismEconomy, Oracle}
+
+// ParsePolicy accepts the names above.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown policy %q (want one of %v)", s, Policies)
+}
+
+func (p Policy) prism() bool { return p == PrismPerformance || p == PrismEconomy }
+
+// noFit marks a model a claim cannot use.
+const noFit = -1
+
+// tiers[m] is the rank of model m in a claim's preference (0 best), or
+// noFit.
+type tiers [numModels]int
+
+// bounds are the classes the classifier can answer, which label noise
+// draws from.
+var bounds = []rewrite.BoundType{rewrite.ComputeBound, rewrite.MemoryBound, rewrite.LatencyBound, rewrite.Balanced}
+
+// Env is a fleet and a trace, and what Prism's production code makes of
+// the fleet: the ladder each (policy, bound type) gets and the rank each
+// model has in it.
+type Env struct {
+	Machines []Machine
+	Pods     []*Pod
+	GPUs     int
+	// modelGPUs counts the fleet's GPUs per model.
+	modelGPUs [numModels]int
+	// Fleet is what the controller would see in the ResourceSlices.
+	Fleet rewrite.Fleet
+	// prism[policy][bound] are the ranks rewrite's ladder gives each model.
+	prism map[rewrite.Policy]map[rewrite.BoundType]tiers
+	// Ladders describes each ladder for the report: its subrequest names.
+	Ladders map[string][]string
+	// Unplaceable counts pods no node of the fleet can hold even when
+	// empty (too many GPUs, CPU or memory for any allowed model's nodes).
+	Unplaceable int
+	// offered is one copy of the trace's demand in GPU-seconds at observed
+	// runtimes, arriving over span seconds.
+	offered, span float64
+	// measured says which pods count in the figures.
+	measured []bool
+}
+
+// NewEnv prepares a fleet and trace. The trace is replayed repeat times
+// back to back, each copy shifted by the trace's arrival span, so that the
+// load holds long enough for queues to reach a steady state; the first and
+// the last copy are warm-up and drain and are left out of the figures when
+// repeat is at least 3.
+//
+// Prism's ranks come from running the admission controller's
+// rewrite.Rewrite against the fleet the plugin would publish, then
+// Kubernetes' structured allocator on one device of each model: the
+// subrequest it allocates is the model's rank.
+func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*Env, error) {
+	e := &Env{Machines: machines, prism: map[rewrite.Policy]map[rewrite.BoundType]tiers{}, Ladders: map[string][]string{}}
+	for _, m := range machines {
+		e.GPUs += m.GPUs
+		e.modelGPUs[m.Model] += m.GPUs
+	}
+	var base []*Pod
+	for _, p := range pods {
+		if !slices.ContainsFunc(machines, func(m Machine) bool { return m.holds(p) }) {
+			e.Unplaceable++
+			continue
+		}
+		base = append(base, p)
+		e.offered += float64(p.GPUs*min(p.Milli, 1000)) / 1000 * p.Runtime
+		e.span = max(e.span, p.Arrival)
+	}
+	if len(base) == 0 {
+		return nil, fmt.Errorf("no pod fits any node of the fleet")
+	}
+	repeat = max(repeat, 1)
+	// One mean gap between copies, so the last arrival of a copy and the
+	// first of the next are not simultaneous.
+	period := e.span + e.span/float64(len(base))
+	for r := range repeat {
+		for _, p := range base {
+			c := *p
+			c.ID = len(e.Pods)
+			c.Arrival += float64(r) * period
+			e.Pods = append(e.Pods, &c)
+			e.measured = append(e.measured, repeat < 3 || (r > 0 && r < repeat-1))
+		}
+	}
+	e.span = period
+	var devices [numModels]resourceapi.Device
+	for m := range numModels {
+		d, err := publish(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		devices[m] = d
+		if e.modelGPUs[m] == 0 {
+			continue
+		}
+		e.Fleet.Models = append(e.Fleet.Models, rewrite.Model{
+			Name:          ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/productName")].StringValue, ""),
+			Devices:       e.modelGPUs[m],
+			BandwidthGBps: ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/memoryBandwidthGBps")].IntValue, 0),
+			FP32GFLOPS:    ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/fp32GFLOPS")].IntValue, 0),
+		})
+	}
+	for _, pol := range []rewrite.Policy{rewrite.Performance, rewrite.Economy} {
+		e.prism[pol] = map[rewrite.BoundType]tiers{}
+		for _, b := range bounds {
+			t, names, err := ladderTiers(ctx, devices, &e.Fleet, b, pol)
+			if err != nil {
+				return nil, fmt.Errorf("ladder for %s %s: %w", b, pol, err)
+			}
+			e.prism[pol][b] = t
+			e.Ladders[fmt.Sprintf("%s/%s", pol, shortBound(b))] = names
+		}
+	}
+	return e, nil
+}
+
+// Subsample keeps every k-th node of each (model, GPU count) group, and at
+// least one of each: a smaller fleet of the same shape, so that the trace's
+// modest demand fills it at a compression that keeps arrivals spread over
+// more time than its long pods run.
+func Subsample(machines []Machine, k int) []Machine {
+	type group struct {
+		m    ModelID
+		gpus int
+	}
+	seen := map[group]int{}
+	var out []Machine
+	for _, m := range machines {
+		g := group{m.Model, m.GPUs}
+		if seen[g]%max(k, 1) == 0 {
+			out = append(out, m)
+		}
+		seen[g]++
+	}
+	return out
+}
+
+func (m Machine) holds(p *Pod) bool {
+	return p.Allowed&(1<<m.Model) != 0 && m.GPUs >= p.GPUs && m.CPU >= p.CPU && m.Memory >= p.Memory
+}
+
+// ladderTiers rewrites a one-GPU claim and asks the allocator which
+// subrequest each model's device satisfies. The selectors test device
+// attributes only, so a model's rank is the same for any GPU count.
+func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fleet *rewrite.Fleet, b rewrite.BoundType, pol rewrite.Policy) (tiers, []string, error) {
+	var t tiers
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu",
+		Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: rewrite.DeviceClassName,
+			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+			Count:           1,
+		},
+	}}}}
+	out, _, err := rewrite.Rewrite(ctx, spec, rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
+	if err != nil {
+		return t, nil, err
+	}
+	var names []string
+	for _, s := range out.Devices.Requests[0].FirstAvailable {
+		names = append(names, "gpu/"+s.Name)
+	}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "sim", Namespace: "sim", UID: "sim"}, Spec: *out}
+	var rs []*resourceapi.ResourceSlice
+	for m := range numModels {
+		node := fmt.Sprintf("node-%s", m)
+		rs = append(rs, &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: node},
+			Spec: resourceapi.ResourceSliceSpec{
+				Driver: rewrite.DriverName, NodeName: ptr.To(node),
+				Pool:    resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+				Devices: []resourceapi.Device{devices[m]},
+			},
+		})
+	}
+	alloc, err := structured.NewAllocator(ctx, Features, structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}, classes(), rs, cel.NewCache(16, cel.Features{EnableConsumableCapacity: Features.ConsumableCapacity}))
+	if err != nil {
+		return t, nil, err
+	}
+	for m := range numModels {
+		res, err := alloc.Allocate(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%s", m)}}, []*resourceapi.ResourceClaim{claim})
+		if err != nil {
+			return t, nil, err
+		}
+		switch {
+		case len(res) == 0:
+			t[m] = noFit
+		case names == nil:
+			t[m] = 0
+		default:
+			t[m] = slices.Index(names, res[0].Devices.Results[0].Request)
+			if t[m] < 0 {
+				return t, nil, fmt.Errorf("allocated for unknown request %q", res[0].Devices.Results[0].Request)
+			}
+		}
+	}
+	return t, names, nil
+}
+
+// Features are those of the allocator kube-scheduler 1.37 runs by default
+// (the "incubating" implementation).
+var Features = structured.Features{
+	AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
+	DeviceBindingAndStatus: true, ConsumableCapacity: true,
+}
+
+// classes are the DeviceClasses the Helm chart installs.
+func classes() deviceClasses {
+	return deviceClasses{&resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},
+		Spec: resourceapi.DeviceClassSpec{
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + rewrite.DriverName + `"`}}},
+		},
+	}, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}}}
+}
+
+type deviceClasses []*resourceapi.DeviceClass
+
+func (l deviceClasses) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
+
+func (l deviceClasses) Get(name string) (*resourceapi.DeviceClass, error) {
+	for _, c := range l {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("device class %s not found", name)
+}
+
+func shortBound(b rewrite.BoundType) string {
+	switch b {
+	case rewrite.MemoryBound:
+		return "memory"
+	case rewrite.ComputeBound:
+		return "compute"
+	case rewrite.LatencyBound:
+		return "latency"
+	case rewrite.Balanced:
+		return "balanced"
+	}
+	return "unknown"
+}
+
+func newCSVReader(r io.Reader) *csv.Reader {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	return cr
+}
