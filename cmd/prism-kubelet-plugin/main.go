@@ -151,21 +151,27 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	restConfig.QPS, restConfig.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
+	// Built-in types only, so protobuf, as the kubelet's own client: the
+	// claim GET of every prepare costs the API server and the plugin less
+	// to encode and decode. The WorkloadProfile client keeps JSON.
+	kubeConfig := rest.CopyConfig(restConfig)
+	kubeConfig.ContentType = runtime.ContentTypeProtobuf
+	kubeConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	// The sweep GETs every prepared claim each --stale-claim-interval: on a
 	// node with a thousand claims, sharing the kubelet calls' limiter would
 	// make a prepare wait behind the whole sweep.
-	sweepConfig := rest.CopyConfig(restConfig)
+	sweepConfig := rest.CopyConfig(kubeConfig)
 	sweepConfig.QPS, sweepConfig.Burst = sweepQPS, sweepQPS
 	sweepClient, err := kubernetes.NewForConfig(sweepConfig)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
-	restConfig.QPS, restConfig.Burst = float32(o.kubeAPIQPS), o.kubeAPIBurst
 	// Traced, so that a prepare's timing at -v=4 says how long its claim
 	// GET waited for a token and how long the API server took.
-	restConfig.RateLimiter = plugin.TracedRateLimiter(flowcontrol.NewTokenBucketRateLimiter(restConfig.QPS, restConfig.Burst))
-	restConfig.Wrap(plugin.TracedTransport)
-	client, err := kubernetes.NewForConfig(restConfig)
+	kubeConfig.RateLimiter = plugin.TracedRateLimiter(flowcontrol.NewTokenBucketRateLimiter(kubeConfig.QPS, kubeConfig.Burst))
+	kubeConfig.Wrap(plugin.TracedTransport)
+	client, err := kubernetes.NewForConfig(kubeConfig)
 	if err != nil {
 		return fmt.Errorf("create Kubernetes client: %w", err)
 	}
