@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -53,12 +55,16 @@ const (
 	// fleet.
 	PrismPerformance Policy = "prism-performance"
 	PrismEconomy     Policy = "prism-economy"
+	// PrismLoadAware is the load-aware policy: rewritten at the pod's
+	// arrival from the free devices per model and the pending pods (with
+	// their labels) at that moment.
+	PrismLoadAware Policy = "prism-load-aware"
 	// Oracle ranks models by the job's true measured throughput.
 	Oracle Policy = "oracle"
 )
 
 // Policies is the order results are reported in.
-var Policies = []Policy{Kube, Blind, FastestFree, PreferHBM, PrismPerformance, PrismEconomy, Oracle}
+var Policies = []Policy{Kube, Blind, FastestFree, PreferHBM, PrismPerformance, PrismEconomy, PrismLoadAware, Oracle}
 
 // ParsePolicy accepts the names above.
 func ParsePolicy(s string) (Policy, error) {
@@ -70,7 +76,9 @@ func ParsePolicy(s string) (Policy, error) {
 	return "", fmt.Errorf("unknown policy %q (want one of %v)", s, Policies)
 }
 
-func (p Policy) prism() bool { return p == PrismPerformance || p == PrismEconomy }
+func (p Policy) prism() bool {
+	return p == PrismPerformance || p == PrismEconomy || p == PrismLoadAware
+}
 
 // noFit marks a model a claim cannot use.
 const noFit = -1
@@ -106,6 +114,14 @@ type Env struct {
 	offered, span float64
 	// measured says which pods count in the figures.
 	measured []bool
+	// ModelNames are the published product names.
+	ModelNames [numModels]string
+	devices    [numModels]resourceapi.Device
+	// ctx serves the load-aware rewrites made during runs; ranked memoises
+	// their model ranks per ladder, shared by parallel runs.
+	ctx    context.Context
+	mu     sync.Mutex
+	ranked map[string]tiers
 }
 
 // NewEnv prepares a fleet and trace. The trace is replayed repeat times
@@ -151,18 +167,19 @@ func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*
 		}
 	}
 	e.span = period
-	var devices [numModels]resourceapi.Device
+	e.ctx, e.ranked = ctx, map[string]tiers{}
 	for m := range numModels {
 		d, err := publish(ctx, m)
 		if err != nil {
 			return nil, err
 		}
-		devices[m] = d
+		e.devices[m] = d
+		e.ModelNames[m] = ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/productName")].StringValue, "")
 		if e.modelGPUs[m] == 0 {
 			continue
 		}
 		e.Fleet.Models = append(e.Fleet.Models, rewrite.Model{
-			Name:          ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/productName")].StringValue, ""),
+			Name:          e.ModelNames[m],
 			Devices:       e.modelGPUs[m],
 			BandwidthGBps: ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/memoryBandwidthGBps")].IntValue, 0),
 			FP32GFLOPS:    ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/fp32GFLOPS")].IntValue, 0),
@@ -171,7 +188,7 @@ func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*
 	for _, pol := range []rewrite.Policy{rewrite.Performance, rewrite.Economy} {
 		e.prism[pol] = map[rewrite.BoundType]tiers{}
 		for _, b := range bounds {
-			t, names, err := ladderTiers(ctx, devices, &e.Fleet, b, pol)
+			t, names, err := ladderTiers(ctx, e.devices, &e.Fleet, b, pol)
 			if err != nil {
 				return nil, fmt.Errorf("ladder for %s %s: %w", b, pol, err)
 			}
@@ -211,22 +228,38 @@ func (m Machine) holds(p *Pod) bool {
 // subrequest each model's device satisfies. The selectors test device
 // attributes only, so a model's rank is the same for any GPU count.
 func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fleet *rewrite.Fleet, b rewrite.BoundType, pol rewrite.Policy) (tiers, []string, error) {
-	var t tiers
-	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+	out, _, err := rewrite.Rewrite(ctx, plainClaim(1), rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
+	if err != nil {
+		return tiers{}, nil, err
+	}
+	return rankModels(ctx, devices, out)
+}
+
+func plainClaim(gpus int) *resourceapi.ResourceClaimSpec {
+	return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu",
 		Exactly: &resourceapi.ExactDeviceRequest{
 			DeviceClassName: rewrite.DeviceClassName,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-			Count:           1,
+			Count:           int64(gpus),
 		},
 	}}}}
-	out, _, err := rewrite.Rewrite(ctx, spec, rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
-	if err != nil {
-		return t, nil, err
-	}
+}
+
+// rankModels allocates a one-GPU version of a rewritten claim on a node
+// holding one device of each model and returns the subrequest index each
+// model gets.
+func rankModels(ctx context.Context, devices [numModels]resourceapi.Device, out *resourceapi.ResourceClaimSpec) (tiers, []string, error) {
+	var t tiers
+	out = out.DeepCopy()
 	var names []string
-	for _, s := range out.Devices.Requests[0].FirstAvailable {
-		names = append(names, "gpu/"+s.Name)
+	req := &out.Devices.Requests[0]
+	if req.Exactly != nil {
+		req.Exactly.Count = 1
+	}
+	for i := range req.FirstAvailable {
+		req.FirstAvailable[i].Count = 1
+		names = append(names, "gpu/"+req.FirstAvailable[i].Name)
 	}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "sim", Namespace: "sim", UID: "sim"}, Spec: *out}
 	var rs []*resourceapi.ResourceSlice
@@ -267,6 +300,31 @@ func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fle
 		}
 	}
 	return t, names, nil
+}
+
+// loadAwareTiers is the claim the admission webhook writes under the
+// load-aware policy for a pod of the given label and GPU count, from the
+// controller's view at that moment. Rankings are memoised per ladder.
+func (e *Env) loadAwareTiers(label rewrite.BoundType, gpus int, load *rewrite.Load) (tiers, error) {
+	out, _, err := rewrite.Rewrite(e.ctx, plainClaim(gpus), rewrite.Profile{Name: "sim", BoundType: label, Policy: rewrite.LoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
+	if err != nil {
+		return tiers{}, err
+	}
+	var key strings.Builder
+	for _, s := range out.Devices.Requests[0].FirstAvailable {
+		key.WriteString(s.Name + "|")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t, ok := e.ranked[key.String()]; ok {
+		return t, nil
+	}
+	t, _, err := rankModels(e.ctx, e.devices, out)
+	if err != nil {
+		return t, err
+	}
+	e.ranked[key.String()] = t
+	return t, nil
 }
 
 // Features are those of the allocator kube-scheduler 1.37 runs by default

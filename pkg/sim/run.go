@@ -148,10 +148,15 @@ func (e *Env) tiersFor(r *Run, p *Pod, t JobType, label rewrite.BoundType) tiers
 		}
 	}
 	if r.Policy != Kube {
-		for m := range numModels {
-			if p.Allowed&(1<<m) == 0 {
-				ts[m] = noFit
-			}
+		ts = pin(ts, p)
+	}
+	return ts
+}
+
+func pin(ts tiers, p *Pod) tiers {
+	for m := range numModels {
+		if p.Allowed&(1<<m) == 0 {
+			ts[m] = noFit
 		}
 	}
 	return ts
@@ -429,6 +434,20 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 		i := next
 		next++
 		now = e.Pods[i].Arrival * scale
+		if r.Policy == PrismLoadAware {
+			load := &rewrite.Load{Free: map[string]int{}}
+			for _, n := range nodes {
+				load.Free[e.ModelNames[n.m.Model]] += n.whole
+			}
+			for _, q := range queue {
+				load.Pending = append(load.Pending, rewrite.Pending{Devices: e.Pods[q].GPUs, BoundType: a.label[q]})
+			}
+			t, err := e.loadAwareTiers(a.label[i], e.Pods[i].GPUs, load)
+			if err != nil {
+				return nil, fmt.Errorf("load-aware rewrite: %w", err)
+			}
+			ts[i] = pin(t, e.Pods[i])
+		}
 		if wholeFree > 0 && e.measured[i] {
 			fragSum += 1 - float64(idleGPUs)/float64(wholeFree)
 			fragN++

@@ -378,3 +378,46 @@ func TestSubsampleKeepsEveryGroup(t *testing.T) {
 		t.Errorf("kept %d machines, want 4: %+v", len(got), got)
 	}
 }
+
+func TestLoadAwareYieldsTheTopClassToPendingMultiGPUClaims(t *testing.T) {
+	// Bandwidth classes {V100, P100} | {K80}. Pod 0 (2 GPUs) takes the
+	// V100 node; pod 1 (2 GPUs) waits for it; pod 2 (1 GPU, memory-bound)
+	// then sees 1 free top-class device (the P100) against 2 pending
+	// multi-GPU devices and yields: it goes to the K80, where performance
+	// puts it on the P100.
+	mk := func() *Env {
+		return env(t, []Machine{machine("k", K80, 1), machine("p", P100, 1), machine("v", V100, 2)},
+			&Pod{Arrival: 0, GPUs: 2, Runtime: 100},
+			&Pod{Arrival: 1, GPUs: 2, Runtime: 100},
+			&Pod{Arrival: 2, GPUs: 1, Runtime: 10})
+	}
+	for seed := range uint64(50) {
+		e := mk()
+		if e.assign(seed, 0).label[2] != rewrite.MemoryBound {
+			continue
+		}
+		if got := simulate(t, e, Run{Policy: PrismLoadAware, Seed: seed}).OnModel; got != [numModels]int{K80: 1, V100: 2} {
+			t.Errorf("load-aware placed %v, want the single-GPU pod on the K80", got)
+		}
+		if got := simulate(t, mk(), Run{Policy: PrismPerformance, Seed: seed}).OnModel; got != [numModels]int{P100: 1, V100: 2} {
+			t.Errorf("performance placed %v, want the single-GPU pod on the P100", got)
+		}
+		return
+	}
+	t.Fatal("no seed in 50 drew a memory-bound third pod")
+}
+
+func TestKubeIgnoresThePinBlindHonoursIt(t *testing.T) {
+	// A pod pinned to K80 on a fleet whose K80 is busy: kube starts it on
+	// the free V100 at once, blind waits for the K80.
+	pods := func() []*Pod {
+		return []*Pod{{Arrival: 0, GPUs: 1, Runtime: 100, Allowed: 1 << K80}, {Arrival: 1, GPUs: 1, Runtime: 100, Allowed: 1 << K80}}
+	}
+	fleet := []Machine{machine("k", K80, 1), machine("v", V100, 1)}
+	if r := simulate(t, env(t, fleet, pods()...), Run{Policy: Kube, NullSpeed: true}); r.MeanWait != 0 {
+		t.Errorf("kube: mean wait %v, want 0", r.MeanWait)
+	}
+	if r := simulate(t, env(t, fleet, pods()...), Run{Policy: Blind, NullSpeed: true}); r.MeanWait != 99.0/2 {
+		t.Errorf("blind: mean wait %v, want 49.5", r.MeanWait)
+	}
+}
