@@ -31,7 +31,7 @@ func main() {
 		repo        = flag.String("repo", ".", "repository root")
 		binDir      = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
 		out         = flag.String("out", "_output/bench/bench.json", "JSON output")
-		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs); add 5000 for the large case, which takes about 3x as long as the default sizes together")
+		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs); add 5000 for the large case, which takes about twice as long as the default sizes together")
 		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
