@@ -61,6 +61,13 @@ bench: testbed build ## Performance table (allocator, scheduler, prepare, admiss
 	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
 		--out=$(CURDIR)/_output/bench/bench.json $(BENCH_FLAGS)
 
+.PHONY: bench-sim
+bench-sim: ## Placement sweep on the Alibaba GPU trace (SIM_TRACE=its csv/ folder): policy x load x label noise with CIs; SVGs and JSON in _output/sim/ (docs/simulator.md).
+	@if [[ -z "$(SIM_TRACE)" ]]; then echo "set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (not kept in this repository)"; exit 1; fi
+	mkdir -p $(CURDIR)/_output/sim
+	$(GO) run ./cmd/prismctl simulate --nodes $(SIM_TRACE)/openb_node_list_gpu_node.csv \
+		--pods $(SIM_TRACE)/openb_pod_list_gpuspec33.csv --svg $(CURDIR)/_output/sim --json $(CURDIR)/_output/sim/sweep.json $(SIM_FLAGS)
+
 .PHONY: clean
 clean:
 	rm -rf $(BIN)
