@@ -35,6 +35,9 @@ func main() {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	// Until Notify, Go's default handler lets SIGTERM kill the process;
+	// this line says the window has closed.
+	fmt.Println("pause: waiting for SIGTERM")
 	for sig := range sigs {
 		if sig != syscall.SIGCHLD {
 			os.Exit(0)

@@ -171,7 +171,7 @@ func (a *Archive) Image(p Platform) (ReadImage, error) {
 // over lower ones, by path relative to the root.
 func (img ReadImage) Files() (map[string]*tar.Header, error) {
 	files := map[string]*tar.Header{}
-	err := img.walk(func(h *tar.Header, _ io.Reader) error {
+	err := img.Walk(func(h *tar.Header, _ io.Reader) error {
 		files[strings.TrimSuffix(filepath.Clean(h.Name), "/")] = h
 		return nil
 	})
@@ -181,7 +181,7 @@ func (img ReadImage) Files() (map[string]*tar.Header, error) {
 // Unpack writes the image's root filesystem into dir, with owners and
 // modes, as a runtime would before starting a container.
 func (img ReadImage) Unpack(dir string) error {
-	return img.walk(func(h *tar.Header, r io.Reader) error {
+	return img.Walk(func(h *tar.Header, r io.Reader) error {
 		name := filepath.Clean(h.Name)
 		if name == ".." || strings.HasPrefix(name, "../") || filepath.IsAbs(name) {
 			return fmt.Errorf("layer entry %q escapes the root", h.Name)
@@ -222,7 +222,9 @@ func (img ReadImage) Unpack(dir string) error {
 	})
 }
 
-func (img ReadImage) walk(fn func(*tar.Header, io.Reader) error) error {
+// Walk calls fn for every entry of every layer, bottom layer first, with
+// the entry's content.
+func (img ReadImage) Walk(fn func(*tar.Header, io.Reader) error) error {
 	for i, b := range img.Layers {
 		zr, err := gzip.NewReader(bytes.NewReader(b))
 		if err != nil {

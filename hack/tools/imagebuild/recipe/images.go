@@ -56,9 +56,9 @@ type image struct {
 	layers      func(b *builder, p oci.Platform) []layerSpec
 }
 
-// busyboxApplets are linked to /bin/busybox: what the chart's init
+// BusyboxApplets are linked to /bin/busybox: what the chart's init
 // containers and the test workloads run.
-var busyboxApplets = []string{
+var BusyboxApplets = []string{
 	"[", "basename", "cat", "chmod", "cp", "cut", "date", "dirname", "du", "echo", "env",
 	"false", "find", "grep", "head", "hostname", "id", "ln", "ls", "mkdir", "mount",
 	"mv", "printenv", "ps", "pwd", "readlink", "rm", "rmdir", "sed", "sh", "sleep",
@@ -119,6 +119,12 @@ var images = map[string]image{
 	},
 }
 
+// Config is an image's runtime config, without the labels a build adds.
+func Config(name string) (oci.Config, bool) {
+	img, ok := images[name]
+	return img.config, ok
+}
+
 // Names lists every image the builder knows.
 func Names() []string {
 	var names []string
@@ -171,7 +177,7 @@ func (b *builder) busybox(p oci.Platform) layerSpec {
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range busyboxApplets {
+		for _, a := range BusyboxApplets {
 			entries = append(entries, oci.Entry{Path: "bin/" + a, Kind: oci.Symlink, Target: "busybox", Mode: 0o777})
 		}
 		return entries, nil

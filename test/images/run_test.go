@@ -1,0 +1,309 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// requireRoot skips tests that chroot into an image's root filesystem:
+// that needs root. CI runs make test as root, so there they run.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running a command inside an image's root filesystem needs chroot, which needs root; CI runs as root")
+	}
+}
+
+// rootfs unpacks an image as a container runtime would.
+func rootfs(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := image(t, name).Unpack(dir); err != nil {
+		t.Fatalf("unpacking %s: %v", name, err)
+	}
+	return dir
+}
+
+// run executes argv inside root as user ("uid:gid"), with the image's
+// environment plus env, and returns stdout and stderr together.
+func run(ctx context.Context, t *testing.T, root, user string, imageEnv, env []string, argv ...string) (string, error) {
+	t.Helper()
+	uidStr, gidStr, _ := strings.Cut(user, ":")
+	uid, err := strconv.ParseUint(uidStr, 10, 32)
+	if err != nil {
+		t.Fatalf("user %q: %v", user, err)
+	}
+	gid, err := strconv.ParseUint(gidStr, 10, 32)
+	if err != nil {
+		t.Fatalf("user %q: %v", user, err)
+	}
+	cmd := exec.CommandContext(ctx, lookPath(t, root, imageEnv, argv[0]), argv[1:]...)
+	cmd.Dir = "/"
+	cmd.Env = append(append([]string{}, imageEnv...), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+// lookPath finds a command on the image's PATH, as the runtime does when a
+// container's command is a bare name.
+func lookPath(t *testing.T, root string, imageEnv []string, name string) string {
+	t.Helper()
+	if strings.Contains(name, "/") {
+		return name
+	}
+	for _, e := range imageEnv {
+		if dirs, ok := strings.CutPrefix(e, "PATH="); ok {
+			for _, dir := range filepath.SplitList(dirs) {
+				if _, err := os.Lstat(filepath.Join(root, dir, name)); err == nil {
+					return filepath.Join(dir, name)
+				}
+			}
+		}
+	}
+	t.Fatalf("%s is not on the image's PATH", name)
+	return ""
+}
+
+func TestEntrypointsRunInsideTheirImage(t *testing.T) {
+	requireRoot(t)
+	o, _ := images(t)
+	hookVersion := image(t, "prism-kubelet-plugin").Config.Labels["dev.prism.nvidia-cdi-hook.version"]
+	for _, tc := range []struct {
+		image string
+		// argv empty means the image's entrypoint with --version.
+		argv []string
+		want []string
+	}{
+		{image: "prism-kubelet-plugin", want: []string{"prism-kubelet-plugin version " + o.Version, "revision " + o.Revision}},
+		{image: "prism-controller", want: []string{"prism-controller version " + o.Version, "revision " + o.Revision}},
+		{image: "prism-kubelet-plugin", argv: []string{"/usr/bin/nvidia-cdi-hook", "--version"}, want: []string{"version " + hookVersion}},
+		{image: "pause", want: []string{"pause"}},
+		{image: "workload", argv: []string{"/bin/sh", "-c", "env; ls /bin/sh; cat /etc/passwd; sleep 0; echo done"}, want: []string{"PATH=/usr/local/sbin", "/bin/sh", "root:x:0:0", "done"}},
+	} {
+		cfg := image(t, tc.image).Config
+		argv := tc.argv
+		if argv == nil {
+			argv = append(append([]string{}, cfg.Entrypoint...), "--version")
+		}
+		t.Run(tc.image+" "+filepath.Base(argv[0]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := run(ctx, t, rootfs(t, tc.image), cfg.User, cfg.Env, nil, argv...)
+			if err != nil {
+				t.Fatalf("%s as %s: %v\n%s", argv, cfg.User, err, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s printed %q, want it to contain %q", argv, out, w)
+				}
+			}
+		})
+	}
+}
+
+func TestPauseExitsOnSIGTERM(t *testing.T) {
+	requireRoot(t)
+	cfg := image(t, "pause").Config
+	uid, _ := strconv.Atoi(strings.Split(cfg.User, ":")[0])
+	cmd := exec.Command(cfg.Entrypoint[0])
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs(t, "pause"), Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Before pause has asked for SIGTERM, Go's default action would kill
+	// it; it says when it has.
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("pause exited before waiting for SIGTERM: %v", err)
+	}
+	if !strings.Contains(line, "waiting for SIGTERM") {
+		t.Errorf("pause printed %q", line)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, stdout)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("pause after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// The chart's init containers run the plugin image's busybox: their
+// scripts must find every command they use there.
+func TestChartInitContainersRunInThePluginImage(t *testing.T) {
+	requireRoot(t)
+	init := pluginInitContainers(t)
+	cfg := image(t, "prism-kubelet-plugin").Config
+
+	t.Run("install-cdi-hook", func(t *testing.T) {
+		c := init["install-cdi-hook"]
+		root := rootfs(t, "prism-kubelet-plugin")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := run(ctx, t, root, "0:0", cfg.Env, env(c), c.Command...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.Command, err, out)
+		}
+		hook := filepath.Join(root, env(c)[0][len("HOOK="):])
+		got, err := os.ReadFile(hook)
+		if err != nil {
+			t.Fatalf("the hook was not installed: %v", err)
+		}
+		want, err := os.ReadFile(filepath.Join(root, "usr/bin/nvidia-cdi-hook"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("installed hook differs from the image's")
+		}
+		if st, err := os.Stat(hook); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("installed hook mode %v (%v), want 0755", st.Mode(), err)
+		}
+	})
+
+	t.Run("wait-for-driver", func(t *testing.T) {
+		c := init["wait-for-driver"]
+		root := rootfs(t, "prism-kubelet-plugin")
+		var driverRoot string
+		for _, e := range c.Env {
+			if e.Name == "ROOT" {
+				driverRoot = e.Value
+			}
+		}
+		lib := filepath.Join(root, driverRoot, "usr/lib", libTriplet(), "libnvidia-ml.so.1")
+		if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(lib, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := run(ctx, t, root, "0:0", cfg.Env, env(c), c.Command...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.Command, err, out)
+		}
+		if !strings.Contains(out, "NVIDIA driver found") {
+			t.Errorf("wait-for-driver printed %q, want it to report the driver found", out)
+		}
+	})
+}
+
+func env(c corev1.Container) []string {
+	var env []string
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	return env
+}
+
+// pluginInitContainers renders the chart for real GPUs (no simulated
+// fleet), where the plugin has its init containers.
+func pluginInitContainers(t *testing.T) map[string]corev1.Container {
+	t.Helper()
+	dir := os.Getenv(testbed.BinDirEnv)
+	if dir == "" {
+		t.Fatalf("%s is not set: build the test bed with hack/testbed-bins.sh (make testbed) and export %s to the directory it prints", testbed.BinDirEnv, testbed.BinDirEnv)
+	}
+	cmd := exec.Command(filepath.Join(dir, "helm"), "template", "prism", filepath.Join(repoRoot, "deployments/helm/prism"),
+		"--namespace", "prism-system", "--kube-version", "1.34.0", "--show-only", "templates/kubelet-plugin-daemonset.yaml")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	doc, err := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out))).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(doc, &ds); err != nil {
+		t.Fatal(err)
+	}
+	init := map[string]corev1.Container{}
+	for _, c := range ds.Spec.Template.Spec.InitContainers {
+		if c.Image != ds.Spec.Template.Spec.Containers[0].Image {
+			t.Errorf("init container %s runs %s, not the plugin image", c.Name, c.Image)
+		}
+		init[c.Name] = c
+	}
+	for _, name := range []string{"install-cdi-hook", "wait-for-driver"} {
+		if _, ok := init[name]; !ok {
+			t.Fatalf("chart renders no init container %s", name)
+		}
+	}
+	return init
+}
+
+// Building again from the same checkout, without the cache, gives the same
+// bytes: binaries relinked, layers recompressed, archive rewritten.
+func TestRebuildWithoutCacheIsByteIdentical(t *testing.T) {
+	o, archives := images(t)
+	o.NoCache = true
+	o.Log = nil
+	names := []string{"prism-controller", "pause"}
+	dir := t.TempDir()
+	results, err := recipe.Build(context.Background(), o, names, func(n string) string { return filepath.Join(dir, n+".tar") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if want := archives[r.Name].Digest; r.Digest != want {
+			t.Errorf("%s rebuilt without the cache: digest %s, first build %s", r.Name, r.Digest, want)
+		}
+		first, err := os.ReadFile(filepath.Join(outDir, r.Name+".tar"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := os.ReadFile(r.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(first, again) {
+			t.Errorf("%s: the archives differ byte for byte", r.Name)
+		}
+	}
+}
