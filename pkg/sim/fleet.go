@@ -19,31 +19,20 @@ package sim
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// FleetConfig is a simulated cluster: groups of identical nodes. It is
-// read from YAML, for example:
-//
-//	nodeGroups:
-//	- name: h100
-//	  product: NVIDIA H100 80GB HBM3
-//	  nodes: 4
-//	  gpusPerNode: 8
-//	- name: mixed
-//	  fleetFile: ../fleets/mixed.yaml   # a node fleet file, as the plugin's simulated backend reads
-//	  nodes: 2
+// FleetConfig is a simulated cluster of products from the built-in spec
+// table: groups of identical nodes. test/bench lays out its fleets with
+// it.
 type FleetConfig struct {
 	NodeGroups []NodeGroup `json:"nodeGroups"`
 }
@@ -56,27 +45,9 @@ type NodeGroup struct {
 	// Product is a name from the built-in spec table, as NVML reports it.
 	Product     string `json:"product,omitempty"`
 	GPUsPerNode int    `json:"gpusPerNode,omitempty"`
-	// FleetFile is relative to the file the group is read from.
+	// FleetFile is a demo/fleets-style file describing one node.
 	FleetFile string `json:"fleetFile,omitempty"`
 	Nodes     int    `json:"nodes"`
-}
-
-// LoadFleetConfig reads a simulator fleet file strictly.
-func LoadFleetConfig(path string) (*FleetConfig, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading fleet: %w", err)
-	}
-	var c FleetConfig
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return nil, fmt.Errorf("fleet %s: %w", path, err)
-	}
-	for i := range c.NodeGroups {
-		if f := c.NodeGroups[i].FleetFile; f != "" && !filepath.IsAbs(f) {
-			c.NodeGroups[i].FleetFile = filepath.Join(filepath.Dir(path), f)
-		}
-	}
-	return &c, nil
 }
 
 // Cluster is a fleet laid out as nodes and the ResourceSlices the kubelet

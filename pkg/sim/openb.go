@@ -280,3 +280,24 @@ func ParsePods(r io.Reader, o PodOptions) ([]*Pod, PodStats, error) {
 	st.Kept = len(kept)
 	return kept, st, nil
 }
+
+// WithoutModel removes a model from the fleet and from every pod's allowed
+// set, dropping the pods pinned to it alone, for a sensitivity run on the
+// measured models only. It returns how many pods it dropped.
+func WithoutModel(machines []Machine, pods []*Pod, m ModelID) ([]Machine, []*Pod, int) {
+	var ms []Machine
+	for _, x := range machines {
+		if x.Model != m {
+			ms = append(ms, x)
+		}
+	}
+	var ps []*Pod
+	for _, p := range pods {
+		c := *p
+		c.Allowed &^= 1 << m
+		if c.Allowed != 0 {
+			ps = append(ps, &c)
+		}
+	}
+	return ms, ps, len(pods) - len(ps)
+}

@@ -47,8 +47,10 @@ func WriteLoadSVG(w io.Writer, title string, rows []*Row, noise float64) error {
 			names = append(names, r.Policy)
 		}
 		series[r.Policy] = append(series[r.Policy], r)
-		lo = math.Min(lo, math.Max(r.Median.Mean-r.Median.Half, 1e-3))
-		hi = math.Max(hi, r.Median.Mean+r.Median.Half)
+		// Error bars do not stretch the axis past the means' range by
+		// more than a step: a wide interval is clipped at the frame.
+		lo = math.Min(lo, 0.8*r.Median.Mean)
+		hi = math.Max(hi, math.Min(r.Median.Mean+r.Median.Half, 1.5*r.Median.Mean))
 		minLoad, maxLoad = math.Min(minLoad, r.Load), math.Max(maxLoad, r.Load)
 	}
 	if len(names) == 0 {
@@ -64,15 +66,16 @@ func WriteLoadSVG(w io.Writer, title string, rows []*Row, noise float64) error {
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
 	x := func(load float64) float64 { return float64(left) + pw*(0.05+0.9*(load-minLoad)/(maxLoad-minLoad)) }
 	y := func(v float64) float64 {
-		return float64(top) + ph*(1-(math.Log10(math.Max(v, 1e-3))-ly)/(hy-ly))
+		f := (math.Log10(math.Max(v, 1e-9)) - ly) / (hy - ly)
+		return float64(top) + ph*(1-math.Min(1, math.Max(0, f)))
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="14">%s</text>`+"\n", left, escape(title))
-	for e := math.Ceil(ly); e <= hy; e++ {
+	for e := math.Floor(ly); e <= math.Ceil(hy); e++ {
 		for _, k := range []float64{1, 2, 5} {
-			v := k * math.Pow(10, e-1)
+			v := k * math.Pow(10, e)
 			if l := math.Log10(v); l < ly || l > hy {
 				continue
 			}

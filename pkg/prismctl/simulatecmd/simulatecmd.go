@@ -40,6 +40,7 @@ func NewCommand() *cobra.Command {
 	var (
 		nodesPath, podsPath, policiesFlag, loadsFlag, noiseFlag, svgDir, jsonPath string
 		seeds, workers, every, repeat                                             int
+		withoutK80                                                                bool
 		opts                                                                      = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
 	)
 	cmd := &cobra.Command{
@@ -91,6 +92,11 @@ loads of 70 % and more.`,
 			}
 			if every < 1 || repeat < 1 {
 				return fmt.Errorf("--every and --repeat must be at least 1")
+			}
+			if withoutK80 {
+				var dropped int
+				machines, pods, dropped = sim.WithoutModel(machines, pods, sim.K80)
+				fmt.Fprintf(out, "Without the K80 stand-ins: %d pods pinned to T4 alone dropped.\n", dropped)
 			}
 			machines = sim.Subsample(machines, every)
 			env, err := sim.NewEnv(ctx, machines, pods, repeat)
@@ -161,6 +167,7 @@ loads of 70 % and more.`,
 	fl.IntVar(&repeat, "repeat", 6, "replay the pod list this many times back to back; the first and last copies are warm-up and drain")
 	fl.Float64Var(&opts.Cap, "cap", opts.Cap, "cap on pod runtimes in seconds (0: none); capped pods are counted")
 	fl.Float64Var(&opts.WindowQuantile, "window-quantile", opts.WindowQuantile, "drop pods created before this quantile of creation times")
+	fl.BoolVar(&withoutK80, "without-k80", false, "leave out the T4 nodes the fleet re-equips with K80s (measured models only)")
 	fl.StringVar(&svgDir, "svg", "", "write slowdown-vs-load plots, one per noise level, into this directory")
 	fl.StringVar(&jsonPath, "json", "", "write every run's result as JSON to this file")
 	return cmd
