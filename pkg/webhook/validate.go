@@ -54,7 +54,7 @@ var (
 	// because a CRD installed from an older manifest may lack it.
 	computeCapabilityRE = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]{1,2}$`)
 
-	policies = sets.New(string(prismv1alpha1.PolicyPerformance), string(prismv1alpha1.PolicyEconomy))
+	policies = sets.New(string(prismv1alpha1.PolicyPerformance), string(prismv1alpha1.PolicyEconomy), string(prismv1alpha1.PolicyLoadAware))
 	sharings = sets.New(string(prismv1alpha1.SharingExclusive), string(prismv1alpha1.SharingFractional))
 )
 

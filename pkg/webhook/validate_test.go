@@ -60,6 +60,7 @@ func TestValidator(t *testing.T) {
 			wantWarning: "prism: prism.dev/profile=train on Pod trainer-0 is ignored",
 		},
 		{name: "valid profile", fixture: "profile-good.json", kind: profileGVK},
+		{name: "load-aware profile", fixture: "profile-load-aware.json", kind: profileGVK},
 		{
 			name: "invalid profile", fixture: "profile-bad.json", kind: profileGVK,
 			wantDenied: []string{
