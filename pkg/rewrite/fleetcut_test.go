@@ -254,3 +254,38 @@ func TestFleetSelectorsBounded(t *testing.T) {
 		t.Errorf("one fleet used %d distinct threshold selectors, want 1..8", worst)
 	}
 }
+
+// BenchmarkRewriteFleet compares the admission cost of cutting the ladder
+// from a fleet (every claim, 9 models) with the built-in ladders, in the
+// same run: go test -bench RewriteFleet ./pkg/rewrite.
+func BenchmarkRewriteFleet(b *testing.B) {
+	skus := loadSKUs(b)
+	f := &Fleet{}
+	for _, s := range skus {
+		f.Models = append(f.Models, Model{Name: s.ProductName, Devices: 8, BandwidthGBps: s.MemoryBandwidthGBps, FP32GFLOPS: s.FP32GFLOPS})
+	}
+	load := &Load{Free: map[string]int{}, Pending: make([]Pending, 100)}
+	p := Profile{Name: "p", BoundType: ComputeBound, Policy: Economy}
+	// The catalogue compiles once per process; keep that out of the first
+	// case.
+	if _, err := verifiedSelector(0); err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		opts []Option
+		p    Profile
+	}{
+		{"built-in", nil, p},
+		{"fleet", []Option{WithFleet(f)}, p},
+		{"load-aware, 100 pending", []Option{WithFleet(f), WithLoad(load)}, Profile{Name: "p", BoundType: ComputeBound, Policy: LoadAware}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := Rewrite(context.Background(), oneGPU(), bc.p, bc.opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
