@@ -221,6 +221,13 @@ func TestPluginImageHoldsGlibcAndTheHook(t *testing.T) {
 	if interp := interpreter(t, hook); interp != "" {
 		t.Errorf("nvidia-cdi-hook is dynamically linked (%s); it runs on the host, whose glibc is unknown", interp)
 	}
+	shim, err := elf.NewFile(bytes.NewReader(read(t, "prism-kubelet-plugin", recipe.ProfilingShimPath)))
+	if err != nil {
+		t.Fatalf("profiling shim: %v", err)
+	}
+	if shim.Type != elf.ET_DYN || shim.Machine != f.Machine {
+		t.Errorf("profiling shim is %v for %v, want a shared object for %v", shim.Type, shim.Machine, f.Machine)
+	}
 	for _, p := range []string{"bin/sh", "bin/busybox"} {
 		if _, ok := resolve(files, "/"+p); !ok {
 			t.Errorf("plugin image lacks /%s, which the init containers run", p)

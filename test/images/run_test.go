@@ -174,44 +174,57 @@ func TestPauseExitsOnSIGTERM(t *testing.T) {
 // scripts must find every command they use there.
 func TestChartInitContainersRunInThePluginImage(t *testing.T) {
 	requireRoot(t)
-	init := pluginInitContainers(t)
+	init, plugin := pluginContainers(t)
 	cfg := image(t, "prism-kubelet-plugin").Config
 
-	t.Run("install-cdi-hook", func(t *testing.T) {
-		c := init["install-cdi-hook"]
-		root := rootfs(t, "prism-kubelet-plugin")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		out, err := run(ctx, t, root, "0:0", cfg.Env, env(c), c.Command...)
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", c.Command, err, out)
-		}
-		hook := filepath.Join(root, env(c)[0][len("HOOK="):])
-		got, err := os.ReadFile(hook)
-		if err != nil {
-			t.Fatalf("the hook was not installed: %v", err)
-		}
-		want, err := os.ReadFile(filepath.Join(root, "usr/bin/nvidia-cdi-hook"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("installed hook differs from the image's")
-		}
-		if st, err := os.Stat(hook); err != nil || st.Mode().Perm() != 0o755 {
-			t.Errorf("installed hook mode %v (%v), want 0755", st.Mode(), err)
-		}
-	})
+	// The installers copy a file from the image to the host path the
+	// plugin is told about.
+	for _, tc := range []struct {
+		container, variable, from, pluginEnv string
+		mode                                 os.FileMode
+	}{
+		{"install-cdi-hook", "HOOK", "usr/bin/nvidia-cdi-hook", "PRISM_NVIDIA_CDI_HOOK_PATH", 0o755},
+		{"install-profiling-shim", "SHIM", recipe.ProfilingShimPath, "PRISM_PROFILING_SHIM", 0o644},
+	} {
+		t.Run(tc.container, func(t *testing.T) {
+			c := init[tc.container]
+			root := rootfs(t, "prism-kubelet-plugin")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := run(ctx, t, root, "0:0", cfg.Env, env(c), c.Command...)
+			if err != nil {
+				t.Fatalf("%v: %v\n%s", c.Command, err, out)
+			}
+			var dest string
+			for _, e := range c.Env {
+				if e.Name == tc.variable {
+					dest = e.Value
+				}
+			}
+			if dest == "" || dest != plugin[tc.pluginEnv] {
+				t.Errorf("%s installs to %s=%q, the plugin's %s=%q", tc.container, tc.variable, dest, tc.pluginEnv, plugin[tc.pluginEnv])
+			}
+			got, err := os.ReadFile(filepath.Join(root, dest))
+			if err != nil {
+				t.Fatalf("nothing installed: %v", err)
+			}
+			want, err := os.ReadFile(filepath.Join(root, tc.from))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("installed %s differs from the image's /%s", dest, tc.from)
+			}
+			if st, err := os.Stat(filepath.Join(root, dest)); err != nil || st.Mode().Perm() != tc.mode {
+				t.Errorf("installed %s mode %v (%v), want %v", dest, st.Mode(), err, tc.mode)
+			}
+		})
+	}
 
 	t.Run("wait-for-driver", func(t *testing.T) {
 		c := init["wait-for-driver"]
 		root := rootfs(t, "prism-kubelet-plugin")
-		var driverRoot string
-		for _, e := range c.Env {
-			if e.Name == "ROOT" {
-				driverRoot = e.Value
-			}
-		}
+		driverRoot := envMap(c)["ROOT"]
 		lib := filepath.Join(root, driverRoot, "usr/lib", libTriplet(), "libnvidia-ml.so.1")
 		if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
 			t.Fatal(err)
@@ -239,9 +252,10 @@ func env(c corev1.Container) []string {
 	return env
 }
 
-// pluginInitContainers renders the chart for real GPUs (no simulated
-// fleet), where the plugin has its init containers.
-func pluginInitContainers(t *testing.T) map[string]corev1.Container {
+// pluginContainers renders the chart for real GPUs (no simulated fleet),
+// where the plugin has all its init containers, and returns them by name
+// with the plugin container's environment.
+func pluginContainers(t *testing.T) (map[string]corev1.Container, map[string]string) {
 	t.Helper()
 	dir := os.Getenv(testbed.BinDirEnv)
 	if dir == "" {
@@ -270,12 +284,20 @@ func pluginInitContainers(t *testing.T) map[string]corev1.Container {
 		}
 		init[c.Name] = c
 	}
-	for _, name := range []string{"install-cdi-hook", "wait-for-driver"} {
+	for _, name := range []string{"install-cdi-hook", "install-profiling-shim", "wait-for-driver"} {
 		if _, ok := init[name]; !ok {
 			t.Fatalf("chart renders no init container %s", name)
 		}
 	}
-	return init
+	return init, envMap(ds.Spec.Template.Spec.Containers[0])
+}
+
+func envMap(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
 }
 
 // Building again from the same checkout, without the cache, gives the same

@@ -117,6 +117,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s/bin/nvidia-cdi-hook" (.Values.kubeletPlugin.paths.stateDir | trimSuffix "/") -}}
 {{- end -}}
 
+{{/* Host path of the profiling preload shim: copied there from the image, mounted into profiled workloads. */}}
+{{- define "prism.kubeletPlugin.profilingShimPath" -}}
+{{- printf "%s/shim/libprism-profile.so" (.Values.kubeletPlugin.paths.stateDir | trimSuffix "/") -}}
+{{- end -}}
+
 {{- define "prism.verbosity" -}}
 {{- if kindIs "invalid" .local -}}{{ .global }}{{- else -}}{{ .local }}{{- end -}}
 {{- end -}}

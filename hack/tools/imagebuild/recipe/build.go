@@ -332,8 +332,11 @@ type goBinary struct {
 	// module is the directory of the Go module to build pkg in, relative
 	// to the repository; empty for the main module.
 	module string
-	dest   string
-	cgo    cgoMode
+	// version returns the -X flags that stamp the binary's version;
+	// nil means Prism's (pkg/version).
+	version func(b *builder, moduleDir string) ([]string, error)
+	dest    string
+	cgo     cgoMode
 }
 
 // goLayer builds a binary for the platform with -trimpath, no VCS stamp
@@ -361,22 +364,16 @@ func (b *builder) goLayer(p oci.Platform, g goBinary) layerSpec {
 }
 
 func (b *builder) goBuild(ctx context.Context, p oci.Platform, g goBinary, out string) error {
-	const v = "github.com/prismgpu/prism/pkg/version."
-	ldflags := []string{"-s", "-w",
-		"-X", v + "version=" + b.o.Version,
-		"-X", v + "revision=" + b.o.Revision,
-		"-X", v + "buildTime=" + b.o.Epoch.Format(time.RFC3339),
+	moduleDir := filepath.Join(b.o.RepoRoot, g.module)
+	stamp := g.version
+	if stamp == nil {
+		stamp = prismVersion
 	}
-	moduleDir := b.o.RepoRoot
-	if g.module != "" {
-		moduleDir = filepath.Join(b.o.RepoRoot, g.module)
-		ver, err := RequiredVersion(filepath.Join(moduleDir, "go.mod"), "github.com/NVIDIA/nvidia-container-toolkit")
-		if err != nil {
-			return err
-		}
-		ldflags = []string{"-s", "-w", "-X", "github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=" + ver}
-		b.labels["dev.prism.nvidia-cdi-hook.version"] = ver
+	x, err := stamp(b, moduleDir)
+	if err != nil {
+		return err
 	}
+	ldflags := append([]string{"-s", "-w"}, x...)
 	args := []string{"build", "-trimpath", "-buildvcs=false"}
 	env := append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=-mod=readonly")
 	if p.Architecture == "arm" && p.Variant != "" {
@@ -410,6 +407,27 @@ func (b *builder) goBuild(ctx context.Context, p oci.Platform, g goBinary, out s
 	}
 	b.log("%s (%s): go build %s", g.name, p, time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+func prismVersion(b *builder, _ string) ([]string, error) {
+	const v = "github.com/prismgpu/prism/pkg/version."
+	return []string{
+		"-X", v + "version=" + b.o.Version,
+		"-X", v + "revision=" + b.o.Revision,
+		"-X", v + "buildTime=" + b.o.Epoch.Format(time.RFC3339),
+	}, nil
+}
+
+// toolkitVersion stamps nvidia-cdi-hook with the toolkit release its
+// module pins, and records it as a label.
+func toolkitVersion(b *builder, moduleDir string) ([]string, error) {
+	const module = "github.com/NVIDIA/nvidia-container-toolkit"
+	ver, err := RequiredVersion(filepath.Join(moduleDir, "go.mod"), module)
+	if err != nil {
+		return nil, err
+	}
+	b.labels["dev.prism.nvidia-cdi-hook.version"] = ver
+	return []string{"-X", module + "/internal/info.version=" + ver}, nil
 }
 
 // crossCC names the Debian cross compiler for a cgo build on another CPU.

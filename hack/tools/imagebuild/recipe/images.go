@@ -81,6 +81,7 @@ var images = map[string]image{
 				b.debLayer(p, "glibc", glibcKeep, "libc6", "libgcc-s1"),
 				b.busybox(p),
 				b.goLayer(p, nvidiaCDIHook),
+				b.profilingShim(p),
 				b.goLayer(p, kubeletPlugin),
 			}
 		},
@@ -143,13 +144,21 @@ var (
 	controller    = goBinary{name: "prism-controller", pkg: "./cmd/prism-controller", dest: "usr/bin/prism-controller", cgo: cgoOff}
 	pause         = goBinary{name: "pause", pkg: "./images/pause", dest: "pause", cgo: cgoOff}
 	nvidiaCDIHook = goBinary{
-		name:   "nvidia-cdi-hook",
-		pkg:    "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook",
-		module: "hack/tools/imagebuild/nvidia-cdi-hook",
-		dest:   "usr/bin/nvidia-cdi-hook",
-		cgo:    cgoStatic,
+		name:    "nvidia-cdi-hook",
+		pkg:     "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook",
+		module:  "hack/tools/imagebuild/nvidia-cdi-hook",
+		version: toolkitVersion,
+		dest:    "usr/bin/nvidia-cdi-hook",
+		cgo:     cgoStatic,
 	}
 )
+
+// ProfilingShimPath is where the plugin image keeps the profiling preload
+// shim; the chart's install-profiling-shim init container copies it to the
+// host. Not the plugin's --profiling-shim default: that names a host path,
+// and finding this image path there would hand the runtime a mount source
+// the host lacks.
+const ProfilingShimPath = "usr/libexec/prism/libprism-profile.so"
 
 // baseFiles holds the users and groups the images run as, and /tmp.
 func (b *builder) baseFiles() layerSpec {

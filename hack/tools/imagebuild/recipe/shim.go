@@ -1,0 +1,71 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package recipe
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+
+	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	"github.com/prismgpu/prism/pkg/profiling"
+)
+
+// profilingShim compiles the preload library that profiled workloads load
+// (pkg/profiling), so that the plugin needs no compiler on the node. It runs
+// inside the workload containers, against their glibc: CUDA programs are
+// glibc-based, and the shim uses only long-standing libc calls.
+func (b *builder) profilingShim(p oci.Platform) layerSpec {
+	return layerSpec{
+		createdBy: "prism: cc -shared pkg/profiling/shim/prism-profile.c -> /" + ProfilingShimPath,
+		entries: func(ctx context.Context) ([]oci.Entry, error) {
+			cc := "gcc"
+			if p.Architecture != runtime.GOARCH {
+				var err error
+				if cc, err = crossCC(p); err != nil {
+					return nil, fmt.Errorf("the profiling shim is C: %w", err)
+				}
+			}
+			dir, err := os.MkdirTemp("", "prism-shim-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(dir)
+			if err := os.WriteFile(filepath.Join(dir, "prism-profile.c"), profiling.ShimSource(), 0o644); err != nil {
+				return nil, err
+			}
+			// Relative names and -s keep the temporary directory out of
+			// the output, so a rebuild is byte-identical.
+			cmd := exec.CommandContext(ctx, cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-s", "-o", profiling.ShimName, "prism-profile.c")
+			cmd.Dir = dir
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("compiling the profiling shim with %s: %w\n%s", cc, err, out.String())
+			}
+			data, err := os.ReadFile(filepath.Join(dir, profiling.ShimName))
+			if err != nil {
+				return nil, err
+			}
+			return []oci.Entry{{Path: ProfilingShimPath, Kind: oci.File, Mode: 0o644, Data: data}}, nil
+		},
+	}
+}
