@@ -198,6 +198,8 @@ type builder struct {
 	// NoCache.
 	scratch string
 	debs    map[string]deb
+	// aptUpdated says apt-get update has run in this build.
+	aptUpdated bool
 	// labels and packages collect what an image's layers are made of
 	// (tool and package versions) while they are gathered.
 	labels   map[string]string

@@ -76,12 +76,32 @@ func (b *builder) debLayer(p oci.Platform, what string, keep func(path string) b
 }
 
 // fetchDeb downloads the candidate version of a package once into the
-// cache, under its name, version and architecture.
+// cache, under its name, version and architecture. When apt's lists are
+// missing or stale (a fresh machine, a mirror past a point release) and the
+// builder runs as root, it refreshes them once and tries again.
 func (b *builder) fetchDeb(ctx context.Context, name, arch string) (deb, error) {
 	key := name + ":" + arch
 	if d, ok := b.debs[key]; ok {
 		return d, nil
 	}
+	d, err := b.downloadDeb(ctx, name, arch)
+	if err != nil && !b.aptUpdated && os.Geteuid() == 0 {
+		b.aptUpdated = true
+		b.log("%v; running apt-get update", err)
+		if out, uerr := exec.CommandContext(ctx, "apt-get", "update").CombinedOutput(); uerr != nil {
+			return deb{}, fmt.Errorf("%w; apt-get update: %v\n%s", err, uerr, out)
+		}
+		d, err = b.downloadDeb(ctx, name, arch)
+	}
+	if err != nil {
+		return deb{}, err
+	}
+	b.debs[key] = d
+	return d, nil
+}
+
+func (b *builder) downloadDeb(ctx context.Context, name, arch string) (deb, error) {
+	key := name + ":" + arch
 	version, err := candidate(ctx, key)
 	if err != nil {
 		return deb{}, err
@@ -92,29 +112,29 @@ func (b *builder) fetchDeb(ctx context.Context, name, arch string) (deb, error) 
 	}
 	d := deb{name: name, version: version, arch: arch,
 		file: filepath.Join(dir, fmt.Sprintf("%s_%s_%s.deb", name, strings.ReplaceAll(version, ":", "%3a"), arch))}
-	if _, err := os.Stat(d.file); err != nil {
-		tmp, err := os.MkdirTemp(dir, ".download-")
-		if err != nil {
-			return deb{}, err
-		}
-		defer os.RemoveAll(tmp)
-		// apt's sandbox user may not write here; downloading as the
-		// caller is fine for a file only unpacked, never installed.
-		cmd := exec.CommandContext(ctx, "apt-get", "download", "-o", "APT::Sandbox::User=root", key+"="+version)
-		cmd.Dir = tmp
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return deb{}, fmt.Errorf("apt-get download %s=%s: %w\n%s", key, version, err, out)
-		}
-		files, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-		if len(files) != 1 {
-			return deb{}, fmt.Errorf("apt-get download %s=%s left %d .deb files", key, version, len(files))
-		}
-		if err := os.Rename(files[0], d.file); err != nil {
-			return deb{}, err
-		}
-		b.log("%s: downloaded %s", key, version)
+	if _, err := os.Stat(d.file); err == nil {
+		return d, nil
 	}
-	b.debs[key] = d
+	tmp, err := os.MkdirTemp(dir, ".download-")
+	if err != nil {
+		return deb{}, err
+	}
+	defer os.RemoveAll(tmp)
+	// apt's sandbox user may not write here; downloading as the caller is
+	// fine for a file only unpacked, never installed.
+	cmd := exec.CommandContext(ctx, "apt-get", "download", "-o", "APT::Sandbox::User=root", key+"="+version)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return deb{}, fmt.Errorf("apt-get download %s=%s: %w\n%s", key, version, err, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(files) != 1 {
+		return deb{}, fmt.Errorf("apt-get download %s=%s left %d .deb files", key, version, len(files))
+	}
+	if err := os.Rename(files[0], d.file); err != nil {
+		return deb{}, err
+	}
+	b.log("%s: downloaded %s", key, version)
 	return d, nil
 }
 
