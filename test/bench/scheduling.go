@@ -130,14 +130,17 @@ func renewLeases(ctx context.Context, client kubernetes.Interface, names []strin
 type SchedulingOptions struct {
 	Nodes, Pods, Warmup int
 	Profile             string // name of one of Profiles for the rewritten claims
+	// SchedulerBin is the kube-scheduler to measure; empty: the test bed's.
+	SchedulerBin string
 }
 
 const benchScheduler = "prism-bench-scheduler"
 
 // Scheduling publishes Nodes and ResourceSlices for a mixed fleet directly,
-// runs a kube-scheduler of the test bed's build with its own profile name
-// and a client QPS that does not throttle, and measures how fast it binds
-// pods whose claims are plain or rewritten.
+// runs a kube-scheduler (the test bed's build unless o.SchedulerBin names
+// another) with its own profile name and a client QPS that does not
+// throttle, and measures how fast it binds pods whose claims are plain or
+// rewritten.
 func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o SchedulingOptions) ([]Row, error) {
 	logger := klog.FromContext(ctx)
 	f, err := NewMixedFleet(ctx, "sched-", o.Nodes, 8)
@@ -163,7 +166,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	go renewLeases(renewCtx, client, names, 15*time.Second)
 	logger.Info("Published nodes and slices", "nodes", len(names), "elapsed", time.Since(start).Round(time.Millisecond))
 
-	sched, err := startBenchScheduler(ctx, c)
+	sched, err := startBenchScheduler(ctx, c, o.SchedulerBin)
 	if err != nil {
 		return nil, err
 	}
@@ -380,12 +383,15 @@ func benchPod(name, kind string) *corev1.Pod {
 	}
 }
 
-// startBenchScheduler runs the test bed's kube-scheduler binary a second
-// time, for pods with schedulerName prism-bench-scheduler only. Its client
-// QPS is raised from the default 50 so that the numbers show the
+// startBenchScheduler runs bin (the test bed's kube-scheduler when empty)
+// beside the test bed's own scheduler, for pods with schedulerName
+// prism-bench-scheduler only. Its client QPS is raised from the default 50 so that the numbers show the
 // scheduler's work, not client-side throttling (each pod costs a claim
 // status update, a binding and an event).
-func startBenchScheduler(ctx context.Context, c *testbed.Cluster) (*testbed.Process, error) {
+func startBenchScheduler(ctx context.Context, c *testbed.Cluster, bin string) (*testbed.Process, error) {
+	if bin == "" {
+		bin = c.BinPath("kube-scheduler")
+	}
 	dir := filepath.Join(c.WorkDir(), "run", "bench-scheduler")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -405,5 +411,5 @@ profiles:
 		return nil, err
 	}
 	return testbed.StartProcess(ctx, "bench-scheduler", dir, filepath.Join(c.WorkDir(), "logs", "bench-scheduler.log"),
-		c.BinPath("kube-scheduler"), "--config="+cfg, "--secure-port=0", "--v=1")
+		bin, "--config="+cfg, "--secure-port=0", "--v=1")
 }

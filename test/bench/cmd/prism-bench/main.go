@@ -36,6 +36,7 @@ func main() {
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
+		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
 		prepQPS     = flag.Float64("prepare-kube-api-qps", 200, "API client QPS of both plugins in the prepare phase (Prism's default)")
@@ -57,7 +58,7 @@ func main() {
 	ctx = klog.NewContext(ctx, klog.Background())
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}
-	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *admRate, *admDuration, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *schedBin, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *admRate, *admDuration, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -80,7 +81,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf string,
+func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf, schedBin string,
 	prep bench.PrepareOptions, prepScale string, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
@@ -174,7 +175,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	var errs []error
 	if want("scheduling") {
 		errs = append(errs, phase("scheduling", func() error {
-			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf})
+			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf, SchedulerBin: schedBin})
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}))
