@@ -67,6 +67,27 @@ func FSType(path string) string {
 	return fmt.Sprintf("0x%x", st.Type)
 }
 
+// DropPageCache writes back and evicts a binary's pages from the page
+// cache before it is started. How its pages came to be cached (written by
+// the linker, copied, read ahead) changes how many the kernel maps per fault,
+// by up to 17 MiB of VmRSS for the same 85 MB binary here; starting every
+// plugin of the prepare phase from an uncached file makes their RSS
+// comparable.
+func DropPageCache(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("evict %s from the page cache: %w", path, err)
+	}
+	return nil
+}
+
 // PluginProc is one prism-kubelet-plugin process with no kubelet: its
 // registration socket sits in a directory nobody watches.
 type PluginProc struct {
@@ -202,6 +223,9 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 		}
 	}
 
+	if err := DropPageCache(o.PluginBin); err != nil {
+		return nil, err
+	}
 	p, err := StartPlugin(ctx, c, o.PluginBin, prepNode, o.Dir, o.Fleet, o.prismArgs()...)
 	if err != nil {
 		return nil, err
@@ -585,6 +609,9 @@ func PrepareScale(ctx context.Context, c *testbed.Cluster, client kubernetes.Int
 			return rows, fmt.Errorf("create share claims: %w", err)
 		}
 
+		if err := DropPageCache(o.PluginBin); err != nil {
+			return rows, err
+		}
 		p, err := StartPlugin(ctx, c, o.PluginBin, node, dir, fleet, append(o.prismArgs(), "--consumable-capacity", "--v=4")...)
 		if err != nil {
 			return rows, err

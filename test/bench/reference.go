@@ -36,6 +36,9 @@ func StartReferencePlugin(ctx context.Context, c *testbed.Cluster, bin, node, di
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
 		return nil, fmt.Errorf("start reference plugin: %w", err)
 	}
+	if err := DropPageCache(bin); err != nil {
+		return nil, fmt.Errorf("start reference plugin: %w", err)
+	}
 	var err error
 	r.Process, err = testbed.StartProcess(ctx, "reference-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "reference-plugin-"+node+".log"), bin,
 		"--node-name="+node,
