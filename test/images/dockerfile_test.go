@@ -17,8 +17,10 @@ limitations under the License.
 package images
 
 import (
+	"archive/tar"
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -73,6 +75,28 @@ func TestDockerfileMatchesTheBuilder(t *testing.T) {
 			}
 		})
 	}
+
+	// Every file the builder adds besides Debian's and its own base files
+	// is copied in by the stage, to the same directory.
+	t.Run("prism-kubelet-plugin files", func(t *testing.T) {
+		var copies []string
+		for _, line := range stages["prism-kubelet-plugin"] {
+			if strings.HasPrefix(line, "COPY --from=build ") {
+				copies = append(copies, line)
+			}
+		}
+		for p, h := range files(t, "prism-kubelet-plugin") {
+			if h.Typeflag != tar.TypeReg || !(strings.HasPrefix(p, "usr/bin/") || strings.HasPrefix(p, "usr/libexec/")) {
+				continue
+			}
+			if !slices.ContainsFunc(copies, func(c string) bool {
+				f := strings.Fields(c)
+				return f[len(f)-1] == "/"+path.Dir(p)+"/" && slices.Contains(f, "/out/"+path.Base(p))
+			}) {
+				t.Errorf("the builder's /%s is not copied to /%s/ by the Dockerfile", p, path.Dir(p))
+			}
+		}
+	})
 
 	t.Run("busybox applets", func(t *testing.T) {
 		m := regexp.MustCompile(`for a in ([^;]*); do`).FindStringSubmatch(text)
