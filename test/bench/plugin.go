@@ -657,6 +657,10 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 	if err != nil {
 		return nil, err
 	}
+	idleHeap, err := p.heapInUseMiB()
+	if err != nil {
+		return nil, err
+	}
 	ckpt := filepath.Join(p.Dir, "state", "checkpoint.json")
 	var rows []Row
 	prepared := 0
@@ -690,6 +694,10 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 		if err != nil {
 			return rows, err
 		}
+		heap, err := p.heapInUseMiB()
+		if err != nil {
+			return rows, err
+		}
 		st, err := os.Stat(ckpt)
 		if err != nil {
 			return rows, err
@@ -720,9 +728,27 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 			NewRow("prepare at scale", cse, "NodePrepareResources", "ms", "p50", ms(Percentile(lat, 0.5)), "p99", ms(Percentile(lat, 0.99)), ""),
 			NewRow("prepare at scale", cse, "checkpoint time per prepare", "µs", "p50", us(Percentile(ck, 0.5)), "p99", us(Percentile(ck, 0.99)), fmt.Sprintf("file %.0f KiB after the probes", float64(st.Size())/1024)),
 			NewRow("prepare at scale", cse, "RSS (VmRSS)", "MiB", "idle, no claims", idle, "with the claims", rss, ""),
+			NewRow("prepare at scale", cse, "Go heap in use", "MiB", "idle, no claims", idleHeap, "with the claims", heap, "go_memstats_heap_inuse_bytes"),
 		)
 	}
 	return rows, nil
+}
+
+// heapInUseMiB reads the Go heap in use from the plugin's metrics.
+func (p *PluginProc) heapInUseMiB() (float64, error) {
+	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			b, err := strconv.ParseFloat(v, 64)
+			return b / (1 << 20), err
+		}
+	}
+	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes at %s", p.HTTPAddr)
 }
 
 // createShareClaim makes a claim allocated a 1Gi memory share of device
