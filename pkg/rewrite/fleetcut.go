@@ -222,12 +222,32 @@ func (c fleetCut) summary() string {
 	return c.fig.attribute() + ": " + strings.Join(parts, " | ")
 }
 
+// fitting is the fleet without the models too small for the memory floor:
+// a tier that only they could match would be a scan that always fails, and
+// economy must not call them adequate. Models that publish no memory stay.
+func fitting(fleet *Fleet, n needs) *Fleet {
+	if fleet == nil {
+		return &Fleet{}
+	}
+	if n.floor == nil {
+		return fleet
+	}
+	floor := n.floor.Value()
+	out := &Fleet{Models: make([]Model, 0, len(fleet.Models))}
+	for _, m := range fleet.Models {
+		if m.MemoryBytes == 0 || m.MemoryBytes >= floor {
+			out.Models = append(out.Models, m)
+		}
+	}
+	return out
+}
+
 // fleetLadder is the ladder for bound and policy on fleet, and the cut it
 // came from; a nil ladder means the fleet offers no choice that matters to
 // the workload, so the claim stays as written. See docs/rewrite.md.
 func fleetLadder(fleet *Fleet, bound BoundType, policy Policy) ([]tier, string) {
-	if fleet == nil {
-		return nil, "no GPU models published"
+	if len(fleet.Models) == 0 {
+		return nil, "no GPU model published that holds the workload"
 	}
 	bw := cutFleet(fleet.Models, figBandwidth)
 	switch bound {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func loadFleet(t testing.TB, name string) *Fleet {
@@ -285,6 +286,60 @@ func BenchmarkRewriteFleet(b *testing.B) {
 				if _, _, err := Rewrite(context.Background(), oneGPU(), bc.p, bc.opts...); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// TestFleetCutHoldsTheWorkload: models too small for the memory floor take
+// no part in the cut, and hard needs are kept even where the fleet offers
+// no preference.
+func TestFleetCutHoldsTheWorkload(t *testing.T) {
+	gi := func(n int64) *resource.Quantity { return resource.NewQuantity(n<<30, resource.BinarySI) }
+	for _, tc := range []struct {
+		name    string
+		fleet   string
+		profile Profile
+		want    []tierSpec
+	}{
+		// 20 GiB measured needs the 39 GiB floor: the L4s (24 GB) cannot
+		// be economy's choice; the A100 is at 29 % of the H100's FP32.
+		{"compute-bound economy skips the L4s it does not fit", "h100-a100-l4",
+			Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: gi(20)}, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, {name: "fits"}}},
+		// 60 GiB needs the 79 GiB floor: only the H100s hold it, so there is
+		// no choice left, but the floor stays.
+		{"only one model holds it: hard needs only", "h100-a100-l4",
+			Profile{BoundType: MemoryBound, PeakMemory: gi(60)}, []tierSpec{{name: "fits"}}},
+		{"a single-model fleet keeps the hard needs", "l4-only",
+			Profile{BoundType: MemoryBound, PeakMemory: gi(10)}, []tierSpec{{name: "fits"}}},
+		{"no model holds it: hard needs only, so it waits rather than runs out of memory", "l4-only",
+			Profile{BoundType: MemoryBound, PeakMemory: gi(30)}, []tierSpec{{name: "fits"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.profile.Name = "p"
+			out, plan, err := Rewrite(context.Background(), oneGPU(), tc.profile, WithFleet(loadFleet(t, tc.fleet)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan.Rewritten) != 1 {
+				t.Fatalf("claim not rewritten: %+v", plan)
+			}
+			var got []tierSpec
+			for _, sub := range out.Devices.Requests[0].FirstAvailable {
+				ts := tierSpec{name: sub.Name}
+				for _, s := range sub.Selectors {
+					if strings.Contains(s.CEL.Expression, `"memory" in`) {
+						continue
+					}
+					ts.tests = append(ts.tests, readable(t, s.CEL.Expression))
+				}
+				got = append(got, ts)
+				if !slices.ContainsFunc(sub.Selectors, func(s resourceapi.DeviceSelector) bool { return strings.Contains(s.CEL.Expression, `"memory" in`) }) {
+					t.Errorf("tier %s lost the memory floor", sub.Name)
+				}
+			}
+			if !slices.EqualFunc(got, tc.want, func(a, b tierSpec) bool { return a.name == b.name && slices.Equal(a.tests, b.tests) }) {
+				t.Errorf("ladder\n got %v\nwant %v\nfleet %s", got, tc.want, plan.Fleet)
 			}
 		})
 	}

@@ -184,10 +184,8 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	plan := &Plan{Profile: truncateName(profile.Name), BoundType: bound, Policy: policy}
 	out := spec.DeepCopy()
 
-	var ladder []tier
 	switch bound {
 	case MemoryBound, ComputeBound, LatencyBound:
-		ladder, plan.Fleet, plan.Load = o.ladder(bound, policy, spec)
 	case Balanced, Unknown:
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
@@ -203,6 +201,8 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 	}
 	plan.HardNeeds = n.text
+	ladder, fleet, load := o.ladder(bound, policy, spec, n)
+	plan.Fleet, plan.Load = fleet, load
 	if len(ladder) == 0 {
 		reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
 		for _, r := range spec.Devices.Requests {

@@ -62,15 +62,25 @@ var ladders = map[BoundType]map[Policy][]tier{
 // when one is known, else the built-in ladders, which assume a fleet that
 // spans the bandwidth classes the plugin publishes. The strings say which
 // fleet figures chose the cut and what the load-aware policy decided.
-func (o options) ladder(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec) ([]tier, string, string) {
-	switch {
-	case o.fleetSet && policy == LoadAware:
-		return loadAwareLadder(o.fleet, o.load, bound, requestedDevices(spec))
-	case o.fleetSet:
-		t, f := fleetLadder(o.fleet, bound, policy)
-		return t, f, ""
-	case policy == LoadAware:
-		return ladders[bound][Performance], "", "performance: no fleet known"
+func (o options) ladder(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
+	if !o.fleetSet {
+		if policy == LoadAware {
+			return ladders[bound][Performance], "", "performance: no fleet known"
+		}
+		return ladders[bound][policy], "", ""
 	}
-	return ladders[bound][policy], "", ""
+	fleet := fitting(o.fleet, n)
+	var t []tier
+	var cut, load string
+	if policy == LoadAware {
+		t, cut, load = loadAwareLadder(fleet, o.load, bound, requestedDevices(spec))
+	} else {
+		t, cut = fleetLadder(fleet, bound, policy)
+	}
+	if t == nil && n.text != "" && o.fleet != nil && len(o.fleet.Models) > 0 {
+		// No preference to express, but hard needs to keep: a claim left
+		// as written could land on a GPU too small for the workload.
+		return []tier{fits}, cut, load
+	}
+	return t, cut, load
 }
