@@ -139,8 +139,21 @@ func summary(o recipe.Options, results []recipe.Result, took time.Duration) stri
 		fmt.Fprintf(&b, "  helm install prism deployments/helm/prism --set image.repository=localhost:5000/prismgpu --set image.tag=%s\n", o.Tag)
 		fmt.Fprintf(&b, "or, imported with ctr under their own names:\n")
 		fmt.Fprintf(&b, "  --set image.repository=%s --set image.tag=%s --set image.pullPolicy=Never\n", o.Repository, o.Tag)
+		var pins []string
+		for _, r := range results {
+			if key, ok := digestValues[r.Name]; ok {
+				pins = append(pins, fmt.Sprintf("--set image.%s=%s", key, r.Digest))
+			}
+		}
+		fmt.Fprintf(&b, "Pin these builds by digest (after a push that keeps the manifests, such as skopeo copy):\n  %s\n", strings.Join(pins, " "))
 	}
 	return b.String()
+}
+
+// digestValues are the chart values that pin each release image.
+var digestValues = map[string]string{
+	"prism-kubelet-plugin": "kubeletPluginDigest",
+	"prism-controller":     "controllerDigest",
 }
 
 func relative(p string) string {
