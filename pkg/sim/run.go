@@ -38,6 +38,10 @@ type Run struct {
 	// different, uniformly drawn one.
 	Noise float64
 	Seed  uint64
+	// StrictTiers makes the best subrequest decide before any other score,
+	// instead of kube-scheduler's weighted sum, where a much emptier node
+	// offering a later subrequest can win: a sensitivity setting.
+	StrictTiers bool
 	// Compression, when set, multiplies arrival times directly instead of
 	// deriving the factor from Load.
 	Compression float64
@@ -232,6 +236,16 @@ func (n *node) score(p *Pod) int64 {
 	return least + balanced
 }
 
+// dynamicResourcesScore is kube-scheduler's DynamicResources score for a
+// claim allocated from subrequest tier on a node: 8 (the most subrequests
+// a firstAvailable list may have) minus the index, normalised to 0-100
+// against the best node of the cycle, times the plugin's default weight
+// of 2. A plain claim scores the same on every node.
+func dynamicResourcesScore(tier, minTier int) int64 {
+	const maxSubrequests = 8
+	return 2 * (100 * int64(maxSubrequests-tier) / int64(maxSubrequests-minTier))
+}
+
 // feasibleToFind is kube-scheduler's percentageOfNodesToScore default: in
 // clusters above 100 nodes it stops filtering after max(100, n*(50 -
 // n/125)%, n*5%) feasible nodes.
@@ -275,9 +289,10 @@ func (h *events) Pop() any {
 // without head-of-line blocking. A scheduling cycle filters nodes from a
 // rotating start until feasibleToFind nodes fit (CPU, memory, and the
 // claim: a model the claim accepts with enough whole GPUs, or one GPU with
-// a large enough free share), keeps those whose model has the best rank in
-// the claim (the DRA plugin scores an earlier subrequest higher), takes the
-// best score, and breaks ties at random. Devices are taken first fit.
+// a large enough free share), scores them as kube-scheduler's default
+// plugins do (DynamicResources, NodeResourcesFit, BalancedAllocation; the
+// others score every simulated node alike), takes the best, and breaks
+// ties at random. Devices are taken first fit.
 func (e *Env) Simulate(r Run) (*Result, error) {
 	if r.Compression == 0 && (r.Load <= 0 || r.Load > 1.5) {
 		return nil, fmt.Errorf("load %v out of range (0, 1.5]", r.Load)
@@ -361,13 +376,16 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 		}
 		heap.Push(&h, running{end: now + run, pod: i, node: ni, devs: devs})
 	}
+	type candidate struct {
+		node, tier int
+		score      int64
+	}
+	var cands []candidate
 	schedule := func(i int) bool {
 		p, t := e.Pods[i], ts[i]
-		best, found, processed := -1, 0, 0
-		var bestTier int
-		var bestScore int64
-		ties := 0
-		for k := 0; k < len(nodes) && found < want; k++ {
+		cands = cands[:0]
+		processed, minTier := 0, math.MaxInt
+		for k := 0; k < len(nodes) && len(cands) < want; k++ {
 			ni := (start + k) % len(nodes)
 			processed++
 			n := nodes[ni]
@@ -375,21 +393,29 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 			if tier == noFit || !n.fits(p) {
 				continue
 			}
-			found++
-			sc := n.score(p)
-			switch {
-			case best < 0 || tier < bestTier || (tier == bestTier && sc > bestScore):
-				best, bestTier, bestScore, ties = ni, tier, sc, 1
-			case tier == bestTier && sc == bestScore:
-				ties++
-				if rng.IntN(ties) == 0 {
-					best = ni
-				}
-			}
+			cands = append(cands, candidate{ni, tier, n.score(p)})
+			minTier = min(minTier, tier)
 		}
 		start = (start + processed) % len(nodes)
-		if best < 0 {
+		if len(cands) == 0 {
 			return false
+		}
+		best, ties := -1, 0
+		var bestTotal int64
+		for _, c := range cands {
+			total := dynamicResourcesScore(c.tier, minTier) + c.score
+			if r.StrictTiers {
+				total = c.score - int64(c.tier)<<32
+			}
+			switch {
+			case best < 0 || total > bestTotal:
+				best, bestTotal, ties = c.node, total, 1
+			case total == bestTotal:
+				ties++
+				if rng.IntN(ties) == 0 {
+					best = c.node
+				}
+			}
 		}
 		begin(i, best)
 		return true

@@ -255,24 +255,40 @@ func TestPolicyLaddersOnTheGavelFleet(t *testing.T) {
 	}
 }
 
-func TestPreferredTierWinsOverScore(t *testing.T) {
-	// A memory-bound label under prism-performance prefers HBM: the pod
-	// goes to the P100 although the K80 node has more free CPU.
-	k := machine("k", K80, 1)
-	k.CPU = 128000
-	e := env(t, []Machine{k, machine("p", P100, 1)}, &Pod{GPUs: 1, Runtime: 10})
+func TestTierScoreIsWeighedAgainstCPUAndMemory(t *testing.T) {
+	// A memory-bound label under prism-performance prefers HBM (P100 tier
+	// 0, K80 tier 1). The pod asks for 8000 millicores. On the P100 node
+	// (10000) that leaves 20 %: LeastAllocated (0.2+1)/2 = 60, Balanced
+	// 1-|0.2-1|/2 = 60, DynamicResources 2*100*8/8 = 200: 320. On the K80
+	// node (64000): 93 + 93 + 2*(100*7/8 = 87) = 360. kube-scheduler's sum
+	// takes the K80; strict tiers take the P100.
+	p := machine("p", P100, 1)
+	p.CPU = 10000
+	mk := func() *Env { return env(t, []Machine{machine("k", K80, 1), p}, &Pod{GPUs: 1, CPU: 8000, Runtime: 10}) }
 	for seed := range uint64(20) {
-		a := e.assign(seed, 0)
-		if a.label[0] != rewrite.MemoryBound {
+		if mk().assign(seed, 0).label[0] != rewrite.MemoryBound {
 			continue
 		}
-		r := simulate(t, e, Run{Policy: PrismPerformance, Seed: seed})
-		if r.OnModel != [numModels]int{P100: 1} {
-			t.Errorf("seed %d: placed %v, want on the P100", seed, r.OnModel)
+		if got := simulate(t, mk(), Run{Policy: PrismPerformance, Seed: seed}).OnModel; got != [numModels]int{K80: 1} {
+			t.Errorf("weighted sum placed %v, want on the K80", got)
+		}
+		if got := simulate(t, mk(), Run{Policy: PrismPerformance, Seed: seed, StrictTiers: true}).OnModel; got != [numModels]int{P100: 1} {
+			t.Errorf("strict tiers placed %v, want on the P100", got)
 		}
 		return
 	}
 	t.Fatal("no seed in 20 drew a memory-bound job type")
+}
+
+func TestDynamicResourcesScore(t *testing.T) {
+	for _, tc := range []struct {
+		tier, best int
+		want       int64
+	}{{0, 0, 200}, {1, 0, 174}, {2, 0, 150}, {1, 1, 200}, {2, 1, 2 * (100 * 6 / 7)}} {
+		if got := dynamicResourcesScore(tc.tier, tc.best); got != tc.want {
+			t.Errorf("tier %d, best %d: %d, want %d", tc.tier, tc.best, got, tc.want)
+		}
+	}
 }
 
 func TestLabelNoiseFlipsTheGivenShare(t *testing.T) {

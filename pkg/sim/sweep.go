@@ -36,6 +36,8 @@ type Sweep struct {
 	Seeds  int
 	// Workers run simulations in parallel.
 	Workers int
+	// StrictTiers: see Run.
+	StrictTiers bool
 }
 
 // Runs lists the sweep's runs, the null-speed reference first at every
@@ -44,14 +46,14 @@ func (s Sweep) Runs() []Run {
 	var runs []Run
 	for _, load := range s.Loads {
 		for seed := range s.Seeds {
-			runs = append(runs, Run{Policy: Kube, Load: load, Seed: uint64(seed), NullSpeed: true})
+			runs = append(runs, Run{Policy: Kube, Load: load, Seed: uint64(seed), NullSpeed: true, StrictTiers: s.StrictTiers})
 			for _, p := range s.Policies {
 				noises := []float64{0}
 				if p.prism() {
 					noises = s.Noises
 				}
 				for _, n := range noises {
-					runs = append(runs, Run{Policy: p, Load: load, Noise: n, Seed: uint64(seed)})
+					runs = append(runs, Run{Policy: p, Load: load, Noise: n, Seed: uint64(seed), StrictTiers: s.StrictTiers})
 				}
 			}
 		}

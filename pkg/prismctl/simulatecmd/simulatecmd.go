@@ -40,7 +40,7 @@ func NewCommand() *cobra.Command {
 	var (
 		nodesPath, podsPath, policiesFlag, loadsFlag, noiseFlag, svgDir, jsonPath string
 		seeds, workers, every, repeat                                             int
-		withoutK80                                                                bool
+		withoutK80, strictTiers                                                   bool
 		opts                                                                      = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
 	)
 	cmd := &cobra.Command{
@@ -81,7 +81,7 @@ loads of 70 % and more.`,
 			if seeds < 1 || workers < 1 {
 				return fmt.Errorf("--seeds and --workers must be at least 1")
 			}
-			sw.Seeds, sw.Workers = seeds, workers
+			sw.Seeds, sw.Workers, sw.StrictTiers = seeds, workers, strictTiers
 			machines, nst, err := readWith(nodesPath, sim.ParseNodes)
 			if err != nil {
 				return err
@@ -168,6 +168,7 @@ loads of 70 % and more.`,
 	fl.Float64Var(&opts.Cap, "cap", opts.Cap, "cap on pod runtimes in seconds (0: none); capped pods are counted")
 	fl.Float64Var(&opts.WindowQuantile, "window-quantile", opts.WindowQuantile, "drop pods created before this quantile of creation times")
 	fl.BoolVar(&withoutK80, "without-k80", false, "leave out the T4 nodes the fleet re-equips with K80s (measured models only)")
+	fl.BoolVar(&strictTiers, "strict-tiers", false, "let the best subrequest decide before CPU and memory scores, instead of kube-scheduler's weighted sum")
 	fl.StringVar(&svgDir, "svg", "", "write slowdown-vs-load plots, one per noise level, into this directory")
 	fl.StringVar(&jsonPath, "json", "", "write every run's result as JSON to this file")
 	return cmd
