@@ -269,7 +269,7 @@ func fleetLadder(fleet *Fleet, bound BoundType, policy Policy) ([]tier, string) 
 // has no cheaper choice and prefers what performance does.
 func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) {
 	if len(c.classes) < 2 {
-		return nil, fmt.Sprintf("one class on %s: %s", c.fig.attribute(), c.summaryOrNone())
+		return nil, "one class: " + c.summaryOrNone()
 	}
 	top := tier{
 		name:      tierName(c.fig, "top"),
@@ -336,7 +336,7 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 // Performance avoids the top bandwidth class, economy takes the bottom one.
 func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
 	if len(bw.classes) < 2 {
-		return nil, fmt.Sprintf("one class on %s: %s", bw.fig.attribute(), bw.summaryOrNone())
+		return nil, "one class: " + bw.summaryOrNone()
 	}
 	i := 0
 	if policy == Economy {
@@ -351,7 +351,7 @@ func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
 
 func (c fleetCut) summaryOrNone() string {
 	if len(c.classes) == 0 {
-		return "no model publishes it"
+		return c.fig.attribute() + ": no model publishes it"
 	}
 	return c.summary()
 }

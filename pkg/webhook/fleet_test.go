@@ -26,6 +26,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/client-go/tools/record"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -39,7 +40,10 @@ func TestRewriterCutsFromFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, memoryBound), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+	// No memory need: with one, an H100-only fleet would still get the
+	// fits tier for its floor.
+	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
 		Fleet: func() *rewrite.Fleet { return fleet }})
 	if err != nil {
 		t.Fatal(err)
