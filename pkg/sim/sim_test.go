@@ -437,3 +437,37 @@ func TestKubeIgnoresThePinBlindHonoursIt(t *testing.T) {
 		t.Errorf("blind: mean wait %v, want 49.5", r.MeanWait)
 	}
 }
+
+func TestVerdictComparesBestPrismWithBestProfileFree(t *testing.T) {
+	row := func(p Policy, noise, median, p99, wait float64) *Result {
+		return &Result{Run: Run{Policy: p, Load: 0.7, Noise: noise}, MedianSlowdown: median, P99Slowdown: p99, MultiGPUWait: wait}
+	}
+	rows := Summarise([]*Result{
+		row(Blind, 0, 3, 10, 100),
+		row(FastestFree, 0, 2, 9, 500),
+		row(Oracle, 0, 1, 9, 100), // not profile-free: left out
+		row(PrismPerformance, 0, 1.6, 9, 100),
+		row(PrismLoadAware, 0, 1.5, 11, 80),
+		row(PrismPerformance, 0.2, 2.1, 9, 100),
+		row(PrismLoadAware, 0.2, 1.9, 9, 100),
+	})
+	got := Verdict(rows, 0.7)
+	if len(got) != 1 {
+		t.Fatalf("%d verdict lines, want 1: %v", len(got), got)
+	}
+	for _, want := range []string{
+		// 2 / 1.5 = 1.33.
+		"best Prism prism-load-aware median 1.50 vs best profile-free fastest-free 2.00: 1.33x (goal >= 1.3x: holds)",
+		"p99 11.0 vs blind 10.0 (fails)",
+		"multi-GPU wait 80.0 vs blind 100 (holds)",
+		// 2 / 1.9 = 1.05.
+		"at 20% wrong labels prism-load-aware median 1.90, gain over best profile-free 1.05x (holds)",
+	} {
+		if !strings.Contains(got[0], want) {
+			t.Errorf("verdict lacks %q:\n%s", want, got[0])
+		}
+	}
+	if v := Verdict(rows, 0.8); len(v) != 0 {
+		t.Errorf("no load >= 80%%, yet %v", v)
+	}
+}
