@@ -23,9 +23,10 @@ import (
 	"testing"
 )
 
-// BenchmarkUpdate measures one state transition of one claim while the
-// node holds many prepared claims: the cost every NodePrepareResources pays
-// twice. The tmpfs variant isolates our own overhead from disk latency.
+// BenchmarkUpdate measures one fsynced state change of one claim while the
+// node holds many prepared claims, the cost a prepare pays once: rewriting
+// the whole file (Update) against appending the change (PutClaims), in the
+// same run. The tmpfs variant isolates our own overhead from disk latency.
 func BenchmarkUpdate(b *testing.B) {
 	dirs := map[string]string{"tempdir": b.TempDir()}
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -41,15 +42,17 @@ func BenchmarkUpdate(b *testing.B) {
 		if !ok {
 			continue
 		}
-		for _, claims := range []int{1, 32, 256} {
-			b.Run(fmt.Sprintf("%s/claims=%d", where, claims), func(b *testing.B) {
-				benchmarkUpdate(b, fmt.Sprintf("%s/%d", dir, claims), claims)
-			})
+		for _, claims := range []int{1, 32, 256, 1000} {
+			for _, how := range []string{"rewrite", "append"} {
+				b.Run(fmt.Sprintf("%s/claims=%d/%s", where, claims, how), func(b *testing.B) {
+					benchmarkUpdate(b, fmt.Sprintf("%s/%d-%s", dir, claims, how), claims, how == "append")
+				})
+			}
 		}
 	}
 }
 
-func benchmarkUpdate(b *testing.B, dir string, claims int) {
+func benchmarkUpdate(b *testing.B, dir string, claims int, appendChange bool) {
 	ctx := context.Background()
 	s, _, err := Open(ctx, dir, Options{BootIDPath: "/proc/sys/kernel/random/boot_id"})
 	if err != nil {
@@ -71,13 +74,21 @@ func benchmarkUpdate(b *testing.B, dir string, claims int) {
 	for b.Loop() {
 		state := states[i%2]
 		i++
-		if err := s.Update(ctx, func(d *Data) error {
-			c := d.Claims[uid]
-			c.State = state
-			d.Claims[uid] = c
-			return nil
-		}); err != nil {
+		if appendChange {
+			err = s.PutClaims(ctx, true, sampleClaim(uid, state))
+		} else {
+			err = s.Update(ctx, func(d *Data) error {
+				c := d.Claims[uid]
+				c.State = state
+				d.Claims[uid] = c
+				return nil
+			})
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
+	}
+	if st, err := os.Stat(s.path); err == nil {
+		b.ReportMetric(float64(st.Size()), "file-bytes")
 	}
 }
