@@ -88,7 +88,7 @@ func TestLoadAwareYieldsToPendingMultiGPU(t *testing.T) {
 		if err != nil {
 			t.Fatalf("prismctl explain: %v\n%s", err, out)
 		}
-		if !strings.Contains(string(out), "multi-GPU claims pending") || !strings.Contains(string(out), "* gpu/bandwidth-yield") {
+		if !strings.Contains(string(out), "\nLoad:     yields NVIDIA H100 80GB HBM3: 8 devices of multi-GPU claims pending") || !strings.Contains(string(out), "* gpu/bandwidth-yield") {
 			t.Errorf("explain output does not show the load decision and the yield tier:\n%s", out)
 		}
 	})

@@ -130,6 +130,9 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	}
 	if plan := claim.Annotations[rewrite.AnnotationKey]; plan != "" {
 		fmt.Fprintf(out, "Rewrite:  %s\n", plan)
+		for _, n := range explain.PlanNotes(plan) {
+			fmt.Fprintf(out, "%-9s %s\n", n.Label+":", n.Text)
+		}
 	}
 	if claim.Status.Allocation == nil {
 		fmt.Fprintln(out, "Allocated: not yet")

@@ -1,0 +1,50 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explain
+
+import (
+	"encoding/json"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// PlanNote is one line of what a rewrite plan says about its choice.
+type PlanNote struct {
+	Label, Text string
+}
+
+// PlanNotes spells out a prism.dev/rewrite annotation for a reader: the
+// fleet the ladder was cut from, what the load-aware policy decided, and
+// why each tier is there. Nothing when the annotation is not a plan (a
+// profiling note, say): the raw annotation is printed anyway.
+func PlanNotes(annotation string) []PlanNote {
+	var p rewrite.Plan
+	if err := json.Unmarshal([]byte(annotation), &p); err != nil || p.BoundType == "" {
+		return nil
+	}
+	var notes []PlanNote
+	if p.Fleet != "" {
+		notes = append(notes, PlanNote{"Fleet", p.Fleet})
+	}
+	if p.Load != "" {
+		notes = append(notes, PlanNote{"Load", p.Load})
+	}
+	for _, a := range p.Alternatives {
+		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})
+	}
+	return notes
+}

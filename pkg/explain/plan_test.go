@@ -1,0 +1,48 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package explain
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestPlanNotes(t *testing.T) {
+	for _, tc := range []struct {
+		name, annotation string
+		want             []PlanNote
+	}{
+		{"load-aware plan",
+			`{"profile":"p","boundType":"MemoryBound","policy":"load-aware","fleet":"memoryBandwidthGBps: H100 3350 x8 | 3150 | A100 1555 x8","load":"yields H100: 8 devices of multi-GPU claims pending, 7 free","alternatives":[{"name":"bandwidth-yield","reason":"memoryBandwidthGBps < 3150 GB/s: 1 of 2 models"},{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Fleet", "memoryBandwidthGBps: H100 3350 x8 | 3150 | A100 1555 x8"},
+				{"Load", "yields H100: 8 devices of multi-GPU claims pending, 7 free"},
+				{"Tier", "bandwidth-yield: memoryBandwidthGBps < 3150 GB/s: 1 of 2 models"},
+				{"Tier", "fits: hard needs only"},
+			}},
+		{"plan of the built-in ladders", `{"profile":"p","boundType":"LatencyBound","policy":"economy","alternatives":[{"name":"low","reason":"smallest cards"}]}`,
+			[]PlanNote{{"Tier", "low: smallest cards"}}},
+		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`, nil},
+		{"not JSON", `{`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := PlanNotes(tc.annotation); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
