@@ -95,7 +95,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")
 	flags.IntVar(&o.profileRetention, "profile-retention", 20, "How many raw ncu reports to keep on the node.")
 	flags.StringVar(&o.profileDirSize, "profile-dir-size", resource.NewQuantity(profiling.DefaultDirSize, resource.BinarySI).String(), "Size of the tmpfs a profiled claim's containers write their report to; 0 leaves the report directory on --state-dir's file system, unbounded. Mounting needs a privileged plugin.")
-	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "QPS towards the API server for kubelet calls: every claim the kubelet prepares costs one GET. It is about what the plugin prepares per second, so that a node starting many pods at once waits for its own work rather than for this limit. The stale-claim sweep has a separate, fixed budget of "+strconv.Itoa(sweepQPS)+" QPS.")
+	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "QPS towards the API server for kubelet calls: every claim the kubelet prepares costs one GET. The driver holds its lock about 2 ms per prepare, so it can take a few hundred a second; a lower limit would make a node starting many pods at once wait for the limiter rather than for the plugin. The stale-claim sweep has a separate, fixed budget of "+strconv.Itoa(sweepQPS)+" QPS.")
 	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst towards the API server for kubelet calls: covers the claims of a full node's pods (110 pods, some with several claims) starting at once.")
 	o.logging = logging.NewOptions()
 	o.logging.AddFlags(flags)

@@ -20,9 +20,9 @@ import (
 // each: no clock reads, no allocation.
 const TraceVerbosity = 4
 
-// Stages of a kubelet call, in the order a prepare reaches them. The API
-// stages are the kubelet plugin helper's claim GET, before the driver sees
-// the claim: the wait in client-go's rate limiter, then the HTTP round trip.
+// Stages of a kubelet call. The API stages are the kubelet plugin helper's
+// claim GET, before the driver sees the claim: the wait in client-go's rate
+// limiter, then the HTTP round trip.
 const (
 	StageRateLimiter   = "client-rate-limiter"
 	StageAPIRoundTrip  = "api-roundtrip"
