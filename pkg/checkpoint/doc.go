@@ -40,8 +40,10 @@ limitations under the License.
 // the change that finds the appended part larger than both the snapshot
 // and 256 KiB rewrite the file whole: a temporary file, fsynced, renamed
 // over the old one, and the directory fsynced. A crash thus leaves the old
-// file, the new one, or the old one with a change appended or not; a
-// change cut short by a power loss makes the file damaged (see below).
+// file, the new one, or the old one with a change appended or not. A last
+// change cut short by a power loss was never acknowledged (its fsync did not
+// return): Open drops it, reports it in Recovered.TornEntryBytes and
+// rewrites the file without it.
 //
 // Releases before the journal wrote only the snapshot line; they move a
 // file with changes appended aside as malformed, like any damaged file.

@@ -79,6 +79,10 @@ type Recovered struct {
 	// Invalidated lists, sorted, the claims downgraded from
 	// PrepareCompleted to PrepareStarted because of a reboot.
 	Invalidated []string
+	// TornEntryBytes is the size of a last journal entry that was cut
+	// short (a power loss during an append) and dropped; the file has been
+	// rewritten without it.
+	TornEntryBytes int
 }
 
 // CorruptionReason classifies an unusable checkpoint.
@@ -219,7 +223,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 		return nil, rec, fmt.Errorf("reading checkpoint: %w", err)
 	}
 
-	p, migratedFrom, reason, err := decode(raw)
+	p, migratedFrom, torn, reason, err := decode(raw)
 	if err != nil {
 		movedTo := s.path + ".corrupt-" + opts.Clock.Now().UTC().Format("20060102T150405.000000000Z")
 		if rerr := s.fs.Rename(s.path, movedTo); rerr != nil {
@@ -232,6 +236,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 		return s, rec, nil
 	}
 	rec.MigratedFrom = migratedFrom
+	rec.TornEntryBytes = torn
 
 	if p.BootID != "" && bootID != "" && p.BootID != bootID {
 		rec.BootIDChanged = true
@@ -249,7 +254,8 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	data := &Data{Claims: p.Claims, Taints: p.Taints}
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
-	if rec.MigratedFrom != "" || rec.BootIDChanged {
+	// A torn entry must go before anything is appended after it.
+	if rec.MigratedFrom != "" || rec.BootIDChanged || rec.TornEntryBytes > 0 {
 		if err := s.compact(ctx, data); err != nil {
 			return nil, rec, fmt.Errorf("persisting recovered checkpoint: %w", err)
 		}
@@ -592,33 +598,45 @@ func encodeChange(c change) ([]byte, error) {
 	return seal("", "change", data), nil
 }
 
-// decode reads the snapshot and replays the journal entries after it. Any
-// entry that does not parse, is cut short or fails its checksum makes the
-// whole file unusable: a change may have been acknowledged after it.
-func decode(raw []byte) (payload, string, CorruptionReason, error) {
+// decode reads the snapshot and replays the journal entries after it. It
+// returns how many bytes of a torn last entry it dropped.
+//
+// An entry cut short at the end of the file, with no line end after it, is
+// what a power loss during an append leaves. Its fsync never returned, so
+// nothing was acknowledged after it, and the file before it is intact: the
+// entry is dropped and the rest loaded. Any other entry that does not parse
+// or fails its checksum makes the whole file unusable, because a change may
+// have been acknowledged after it.
+func decode(raw []byte) (payload, string, int, CorruptionReason, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	p, migratedFrom, reason, err := decodeSnapshot(dec)
 	if err != nil {
-		return payload{}, "", reason, err
+		return payload{}, "", 0, reason, err
 	}
+	torn := 0
 	for seq := int64(1); ; seq++ {
 		var entry journalEntry
+		start := dec.InputOffset()
 		err := dec.Decode(&entry)
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		if n := tornTail(raw[start:]); err != nil && n > 0 {
+			torn = n
+			break
+		}
 		if err != nil {
-			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
+			return payload{}, "", 0, ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
 		}
 		if err := verifyChecksum(entry.Change, entry.Checksum, checksumPrefix); err != nil {
-			return payload{}, "", ReasonChecksumMismatch, fmt.Errorf("journal entry %d: %w", seq, err)
+			return payload{}, "", 0, ReasonChecksumMismatch, fmt.Errorf("journal entry %d: %w", seq, err)
 		}
 		var c change
 		if err := json.Unmarshal(entry.Change, &c); err != nil {
-			return payload{}, "", ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
+			return payload{}, "", 0, ReasonMalformed, fmt.Errorf("parsing journal entry %d: %w", seq, err)
 		}
 		if c.Seq != seq {
-			return payload{}, "", ReasonInvalidData, fmt.Errorf("journal entry %d has sequence number %d", seq, c.Seq)
+			return payload{}, "", 0, ReasonInvalidData, fmt.Errorf("journal entry %d has sequence number %d", seq, c.Seq)
 		}
 		if p.Claims == nil {
 			p.Claims = map[string]Claim{}
@@ -626,9 +644,20 @@ func decode(raw []byte) (payload, string, CorruptionReason, error) {
 		apply(p.Claims, c.Claims)
 	}
 	if err := (&Data{Claims: p.Claims, Taints: p.Taints}).validate(); err != nil {
-		return payload{}, "", ReasonInvalidData, err
+		return payload{}, "", 0, ReasonInvalidData, err
 	}
-	return p, migratedFrom, "", nil
+	return p, migratedFrom, torn, "", nil
+}
+
+// tornTail returns the length of the entry that rest, the bytes from an
+// unreadable entry to the end of the file, holds if it is one entry cut
+// short (no line end follows it), and 0 otherwise.
+func tornTail(rest []byte) int {
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if bytes.IndexByte(rest, '\n') >= 0 {
+		return 0
+	}
+	return len(rest)
 }
 
 func decodeSnapshot(dec *json.Decoder) (payload, string, CorruptionReason, error) {
@@ -708,7 +737,9 @@ func (s *Store) Reload(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("reloading checkpoint: %w", err)
 	default:
-		p, _, _, err := decode(raw)
+		// A torn last entry is dropped here too: the next change after a
+		// Reload rewrites the file whole.
+		p, _, _, _, err := decode(raw)
 		if err != nil {
 			return fmt.Errorf("reloading checkpoint %s: %w", s.path, err)
 		}

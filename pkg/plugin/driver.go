@@ -442,6 +442,10 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
 			"Prism checkpoint %s was unusable (%s) and moved to %s; prepared claims are rebuilt from their CDI specs and the API server", r.Corruption.Path, r.Corruption.Reason, r.Corruption.MovedTo)
 	}
+	if r.TornEntryBytes > 0 {
+		d.metrics.checkpointRecover.WithLabelValues("torn-entry").Inc()
+		logger.Info("Dropped the checkpoint's last change, cut short by a power loss before it was acknowledged; the claim it named is prepared again on the kubelet's retry", "bytes", r.TornEntryBytes)
+	}
 	if r.MigratedFrom != "" {
 		d.metrics.checkpointRecover.WithLabelValues("migrated").Inc()
 		logger.Info("Checkpoint migrated", "from", r.MigratedFrom)
