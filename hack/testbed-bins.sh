@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the test-bed binaries (etcd, Kubernetes control plane, kubelet, kubectl, helm)
-# from the Go module proxy into a cache keyed by each tool module's go.mod and go.sum.
-# A second run with the same key builds nothing. Prints the bin directory on stdout's
-# last line so callers can do: BIN=$(hack/testbed-bins.sh | tail -1)
+# Builds the test-bed binaries (etcd, Kubernetes control plane, kubelet, kubectl, helm,
+# containerd with its runc shim and ctr) from the Go module proxy into a cache keyed by
+# each tool module's go.mod and go.sum. A second run with the same key builds nothing.
+# As root it also installs, once, the Debian packages the real-runtime test bed uses
+# (runc, and containernetworking-plugins for the loopback CNI plugin).
+# Prints the bin directory on stdout's last line so callers can do:
+#   BIN=$(hack/testbed-bins.sh | tail -1)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,5 +54,31 @@ done
 if [[ -d "$root/hack/tools/helm" ]]; then
 	build helm helm helm.sh/helm/v3/cmd/helm
 fi
+# containerd's version as its go.mod pins it, for `containerd --version` and the CRI's
+# RuntimeVersion that the kubelet logs.
+containerd_version=$(awk '{ for (i = 1; i < NF; i++) if ($i == "github.com/containerd/containerd/v2") { print $(i + 1); exit } }' "$root/hack/tools/containerd/go.mod")
+for b in containerd containerd-shim-runc-v2 ctr; do
+	build containerd "$b" "github.com/containerd/containerd/v2/cmd/$b" "-X github.com/containerd/containerd/v2/version.Version=$containerd_version"
+done
+
+# debs PROGRAM_OR_FILE... -- PACKAGE...: installs the packages unless every path exists.
+debs() {
+	local missing=0
+	while [[ $1 != -- ]]; do
+		[[ -e $1 ]] || command -v "$1" >/dev/null 2>&1 || missing=1
+		shift
+	done
+	shift
+	((missing)) || { log "$*: installed"; return 0; }
+	if [[ $(id -u) -ne 0 ]]; then
+		log "$*: missing, and only root installs them; the real-runtime e2e will fail without them"
+		return 0
+	fi
+	log "$*: installing from Debian"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y --no-install-recommends "$@" >&2 || { apt-get update >&2 && apt-get install -y --no-install-recommends "$@" >&2; }
+}
+debs runc /usr/lib/cni/loopback -- runc containernetworking-plugins
+
 log "all test-bed binaries ready in $((SECONDS - total))s"
 echo "$cache/bin/current"

@@ -46,6 +46,10 @@ type Options struct {
 	RuntimeConfig []string
 	// ExtraAPIServerArgs override or add kube-apiserver flags.
 	ExtraAPIServerArgs map[string]string
+	// StandInImage, when set, is the locally imported image that stand-in
+	// pods run, never pulled. A real runtime needs it: the default image
+	// would send containerd to a registry. The fake CRI accepts any name.
+	StandInImage string
 }
 
 // Cluster is a running control plane plus the nodes added to it.

@@ -68,6 +68,10 @@ func (c *Cluster) standInPod(ctx context.Context, namespace, serviceAccount, nod
 	} else if !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("get stand-in pod %s/%s: %w", namespace, name, err)
 	}
+	standIn := corev1.Container{Name: "stand-in", Image: "registry.k8s.io/pause:3.10"}
+	if c.opts.StandInImage != "" {
+		standIn.Image, standIn.ImagePullPolicy = c.opts.StandInImage, corev1.PullNever
+	}
 	pod, err := pods.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"prism.dev/testbed-stand-in": serviceAccount}},
 		Spec: corev1.PodSpec{
@@ -77,7 +81,7 @@ func (c *Cluster) standInPod(ctx context.Context, namespace, serviceAccount, nod
 			HostNetwork:                   true,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers:                    []corev1.Container{{Name: "stand-in", Image: "registry.k8s.io/pause:3.10"}},
+			Containers:                    []corev1.Container{standIn},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,13 +19,18 @@ import (
 )
 
 // Node is a real kubelet registered with the cluster, running against a fake
-// CRI runtime that lives in this process.
+// CRI runtime that lives in this process, or against containerd.
 type Node struct {
 	Name string
 	// Dir holds the node's state; RootDir is the kubelet's --root-dir.
 	Dir     string
 	RootDir string
-	Runtime *FakeRuntime
+	// Runtime is the fake CRI, nil when Containerd runs the pods.
+	Runtime    *FakeRuntime
+	Containerd *Containerd
+
+	stopLogs context.CancelFunc
+	logsDone <-chan struct{}
 
 	cluster *Cluster
 	mu      sync.Mutex
@@ -41,6 +47,8 @@ type NodeOptions struct {
 	Name string
 	// Labels are added to the Node at registration.
 	Labels map[string]string
+	// Containerd, when set, runs the node's pods in real containers.
+	Containerd *ContainerdOptions
 }
 
 // kubelet hard-codes a few host paths (the device-plugin socket directory,
@@ -56,12 +64,15 @@ func (c *Cluster) AddNode(ctx context.Context, opts NodeOptions) (*Node, error) 
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("add node %s: the kubelet needs root (it mounts and manages cgroups); run as root", opts.Name)
 	}
+	private := kubeletPrivateDirs
+	if opts.Containerd != nil {
+		private = append(slices.Clone(private), containerdPrivateDirs...)
+	}
 	if c.hostDirs == nil {
-		hd, err := prepareHostDirs(kubeletPrivateDirs)
-		if err != nil {
-			return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
-		}
-		c.hostDirs = hd
+		c.hostDirs = &hostDirs{}
+	}
+	if err := c.hostDirs.prepare(private); err != nil {
+		return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
 	}
 	n := &Node{Name: opts.Name, cluster: c, Dir: filepath.Join(c.opts.WorkDir, "nodes", opts.Name)}
 	n.RootDir = filepath.Join(n.Dir, "kubelet")
@@ -70,17 +81,28 @@ func (c *Cluster) AddNode(ctx context.Context, opts NodeOptions) (*Node, error) 
 			return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
 		}
 	}
-	rt, err := StartFakeRuntime(filepath.Join(n.Dir, "cri.sock"))
-	if err != nil {
-		return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
+	criSocket := filepath.Join(n.Dir, "cri.sock")
+	if opts.Containerd != nil {
+		ctrd, err := startContainerd(ctx, n, *opts.Containerd)
+		if err != nil {
+			return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
+		}
+		n.Containerd, criSocket = ctrd, ctrd.Socket
+		logCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		n.stopLogs, n.logsDone = cancel, keepContainerLogs(logCtx, filepath.Join(n.Dir, "pod-logs"), filepath.Join(c.opts.WorkDir, "logs"))
+	} else {
+		rt, err := StartFakeRuntime(criSocket)
+		if err != nil {
+			return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
+		}
+		n.Runtime = rt
 	}
-	n.Runtime = rt
-	if err := n.writeKubeletConfig(opts); err != nil {
-		rt.Stop()
+	if err := n.writeKubeletConfig(opts, criSocket); err != nil {
+		n.Stop(ctx)
 		return nil, err
 	}
 	if err := n.StartKubelet(ctx); err != nil {
-		rt.Stop()
+		n.Stop(ctx)
 		return nil, err
 	}
 	c.nodes = append(c.nodes, n)
@@ -90,7 +112,7 @@ func (c *Cluster) AddNode(ctx context.Context, opts NodeOptions) (*Node, error) 
 	return n, nil
 }
 
-func (n *Node) writeKubeletConfig(opts NodeOptions) error {
+func (n *Node) writeKubeletConfig(opts NodeOptions, criSocket string) error {
 	port, err := FreePort()
 	if err != nil {
 		return err
@@ -107,8 +129,8 @@ func (n *Node) writeKubeletConfig(opts NodeOptions) error {
 		"readOnlyPort":                0,
 		"healthzBindAddress":          "127.0.0.1",
 		"healthzPort":                 healthzPort,
-		"containerRuntimeEndpoint":    "unix://" + filepath.Join(n.Dir, "cri.sock"),
-		"imageServiceEndpoint":        "unix://" + filepath.Join(n.Dir, "cri.sock"),
+		"containerRuntimeEndpoint":    "unix://" + criSocket,
+		"imageServiceEndpoint":        "unix://" + criSocket,
 		"authentication":              map[string]any{"anonymous": map[string]any{"enabled": false}, "webhook": map[string]any{"enabled": true}},
 		"authorization":               map[string]any{"mode": "AlwaysAllow"},
 		"failCgroupV1":                false,
@@ -168,10 +190,14 @@ func (n *Node) StartKubelet(ctx context.Context) error {
 		return err
 	}
 	script := "set -e\nfor d in " + strings.Join(kubeletPrivateDirs, " ") + "; do mount -t tmpfs tmpfs \"$d\"; done\nexec \"$@\"\n"
-	args := append([]string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "kubelet", n.cluster.BinPath("kubelet")},
-		strings.Split(string(rawArgs), "\n")...)
+	wrapper, args := "unshare", []string{"--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "kubelet"}
+	if n.Containerd != nil {
+		// containerd's mount namespace already has the private directories.
+		wrapper, args = "nsenter", []string{"--mount=" + n.Containerd.mountNamespace(), "--"}
+	}
+	args = append(append(args, n.cluster.BinPath("kubelet")), strings.Split(string(rawArgs), "\n")...)
 	p, err := StartProcess(ctx, "kubelet-"+n.Name, filepath.Join(n.Dir, "cwd"),
-		filepath.Join(n.cluster.opts.WorkDir, "logs", "kubelet-"+n.Name+".log"), "unshare", args...)
+		filepath.Join(n.cluster.opts.WorkDir, "logs", "kubelet-"+n.Name+".log"), wrapper, args...)
 	if err != nil {
 		return err
 	}
@@ -229,11 +255,16 @@ func (n *Node) RegistrarDir() string { return filepath.Join(n.RootDir, "plugins_
 // PluginDir is the data directory of the named DRA driver on this node.
 func (n *Node) PluginDir(driver string) string { return filepath.Join(n.RootDir, "plugins", driver) }
 
-// Stop stops the kubelet and the fake runtime.
+// Stop stops the kubelet and the runtime; containerd takes its pods with it.
 func (n *Node) Stop(ctx context.Context) {
 	n.StopKubelet()
 	if n.Runtime != nil {
 		n.Runtime.Stop()
+	}
+	if n.Containerd != nil {
+		n.Containerd.Stop(ctx)
+		n.stopLogs()
+		<-n.logsDone
 	}
 	klog.FromContext(ctx).V(2).Info("Stopped node", "node", n.Name)
 }
@@ -242,8 +273,7 @@ func (n *Node) Stop(ctx context.Context) {
 // bed had to create as mount points, so that it removes exactly those.
 type hostDirs struct{ created []string }
 
-func prepareHostDirs(dirs []string) (*hostDirs, error) {
-	hd := &hostDirs{}
+func (hd *hostDirs) prepare(dirs []string) error {
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err == nil {
 			continue
@@ -257,11 +287,11 @@ func prepareHostDirs(dirs []string) (*hostDirs, error) {
 			top = p
 		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create mount point %s: %w", d, err)
+			return fmt.Errorf("create mount point %s: %w", d, err)
 		}
 		hd.created = append(hd.created, top)
 	}
-	return hd, nil
+	return nil
 }
 
 func (hd *hostDirs) cleanup(ctx context.Context) {

@@ -1,0 +1,246 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
+	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// The real-runtime tests run pods in containers: containerd and runc on the
+// kubelet's node, Prism's CDI specs applied by containerd, and the test
+// images (pause, busybox workload) built locally and imported, never pulled.
+
+// testImages are the test bed's pause and workload images as OCI archives.
+type testImages struct {
+	pause, workload recipe.Result
+}
+
+func buildTestImages(ctx context.Context, t *testing.T) testImages {
+	t.Helper()
+	o, err := recipe.DefaultOptions(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	res, err := recipe.Build(ctx, o, []string{"pause", "workload"}, func(name string) string { return filepath.Join(dir, name+".tar") })
+	if err != nil {
+		t.Fatalf("build the test images: %v", err)
+	}
+	return testImages{pause: res[0], workload: res[1]}
+}
+
+// containerdNode adds a node whose pods run under containerd, which reads
+// the CDI specs from where the Prism plugin of startPlugin writes them.
+func containerdNode(ctx context.Context, t *testing.T, c *testbed.Cluster, name string, images testImages) (*testbed.Node, string) {
+	t.Helper()
+	cdiRoot := filepath.Join(c.WorkDir(), "nodes", name, "cdi")
+	if err := os.MkdirAll(cdiRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.AddNode(ctx, testbed.NodeOptions{Name: name, Containerd: &testbed.ContainerdOptions{
+		CDISpecDirs:  []string{cdiRoot},
+		Images:       []string{images.pause.Path, images.workload.Path},
+		SandboxImage: images.pause.Ref,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, cdiRoot
+}
+
+// inventoryScript prints what the container was given, one fact a line:
+// "env K=V", "dev PATH TYPE MAJOR:MINOR" (hex, as stat prints them),
+// "mount TARGET OPTIONS", then "inventory done".
+const inventoryScript = `
+env | grep -E '^(NVIDIA_|PRISM_)' | sort | sed 's/^/env /'
+for f in /dev/nvidia*; do stat -c 'dev %n %F %t:%T' "$f"; done
+grep ' /usr/lib/x86_64-linux-gnu/' /proc/mounts | while read -r src target fs opts rest; do echo "mount $target $opts"; done
+echo inventory done
+exec sleep 3600
+`
+
+func inventoryPod(name, template, image string) *corev1.Pod {
+	pod := podWithClaim(name, template, "")
+	pod.Spec.HostNetwork = true
+	c := &pod.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy = image, corev1.PullNever
+	c.Command = []string{"/bin/sh", "-c", inventoryScript}
+	return pod
+}
+
+// inventory is what the workload container reported.
+type inventory struct {
+	env    map[string]string
+	dev    map[string]string // path -> "character special file 195:0" (decimal)
+	mounts map[string]string // target -> options
+}
+
+func parseInventory(t *testing.T, log string) inventory {
+	t.Helper()
+	inv := inventory{env: map[string]string{}, dev: map[string]string{}, mounts: map[string]string{}}
+	for _, line := range strings.Split(log, "\n") {
+		kind, rest, _ := strings.Cut(line, " ")
+		switch kind {
+		case "env":
+			k, v, _ := strings.Cut(rest, "=")
+			inv.env[k] = v
+		case "dev":
+			// "/dev/nvidia0 character special file c3:0"
+			path, rest, _ := strings.Cut(rest, " ")
+			i := strings.LastIndex(rest, " ")
+			majMin := strings.Split(rest[i+1:], ":")
+			maj, err1 := strconv.ParseInt(majMin[0], 16, 64)
+			min, err2 := strconv.ParseInt(majMin[len(majMin)-1], 16, 64)
+			if len(majMin) != 2 || err1 != nil || err2 != nil {
+				t.Fatalf("unreadable device line %q", line)
+			}
+			inv.dev[path] = fmt.Sprintf("%s %d:%d", rest[:i], maj, min)
+		case "mount":
+			target, opts, _ := strings.Cut(rest, " ")
+			inv.mounts[target] = opts
+		}
+	}
+	return inv
+}
+
+// waitForLog waits until the pod's container log, as containerd wrote it in
+// the kubelet's pod log directory, contains marker, and returns its
+// messages. The file is read on the host because the test bed's API server
+// holds no kubelet client certificate, so `kubectl logs` cannot reach the
+// kubelet.
+func waitForLog(t *testing.T, node *testbed.Node, pod, marker string) string {
+	t.Helper()
+	var log string
+	waitFor(t, "log of "+pod+" to contain "+strconv.Quote(marker), func() bool {
+		files, _ := filepath.Glob(filepath.Join(node.Dir, "pod-logs", "default_"+pod+"_*", "*", "*.log"))
+		var b strings.Builder
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return false
+			}
+			b.WriteString(criLogMessages(string(data)))
+		}
+		log = b.String()
+		return strings.Contains(log, marker)
+	})
+	return log
+}
+
+// criLogMessages strips the CRI log format's "<time> <stream> <tag> " prefix
+// from every line.
+func criLogMessages(raw string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(raw, "\n") {
+		if fields := strings.SplitN(line, " ", 4); len(fields) == 4 {
+			b.WriteString(fields[3])
+		}
+	}
+	return b.String()
+}
+
+// TestWorkloadSeesItsGPUInARealContainer runs a workload with a Prism claim
+// in a real container and reads back what containerd applied from Prism's
+// CDI spec: only the allocated GPU's device node (with the fleet's numbers),
+// the driver's control nodes, the claim's env and the driver libraries of
+// the fake driver root, read-only. Deleting the pod unprepares the claim.
+func TestWorkloadSeesItsGPUInARealContainer(t *testing.T) {
+	testbed.RequireRoot(t)
+	images := buildTestImages(context.Background(), t)
+	ctx, cluster := testbed.ForTest(t, testbed.Options{StandInImage: images.pause.Ref})
+	node, cdiRoot := containerdNode(ctx, t, cluster, "localhost", images)
+	createPrismDeviceClass(ctx, t, cluster)
+	p := startPlugin(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"))
+	if p.CDIRoot != cdiRoot {
+		t.Fatalf("the plugin writes CDI specs to %s, containerd reads %s", p.CDIRoot, cdiRoot)
+	}
+	waitForSlice(ctx, t, cluster.Client, node.Name, 8)
+	client := cluster.Client
+
+	createTemplate(ctx, t, client, "one-gpu", gpuClaimSpec(1))
+	createPod(ctx, t, client, inventoryPod("inventory", "one-gpu", images.workload.Ref))
+	pod, err := testbed.WaitForPod(ctx, client, "default", "inventory", 2*time.Minute, testbed.PodRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := waitForLog(t, node, "inventory", "inventory done")
+	t.Logf("workload container's inventory:\n%s", log)
+	inv := parseInventory(t, log)
+
+	claim := podClaim(ctx, t, client, pod)
+	device := allocatedDevice(ctx, t, client, claim)
+	minor, err := strconv.Atoi(strings.TrimPrefix(device.Name, "gpu-"))
+	if err != nil {
+		t.Fatalf("device name %q: %v", device.Name, err)
+	}
+
+	wantEnv := map[string]string{
+		cdi.ClaimUIDEnvVar:       string(claim.UID),
+		cdi.VisibleDevicesEnvVar: stringAttr(device, "uuid"),
+	}
+	for k, v := range wantEnv {
+		if v == "" || inv.env[k] != v {
+			t.Errorf("container env %s=%q, want %q (all: %v)", k, inv.env[k], v, inv.env)
+		}
+	}
+
+	// The fleet's device nodes are plain files in the fake driver root; the
+	// spec gives their numbers, and runc makes real character devices of
+	// them inside the container: the allocated GPU's, and none of the
+	// seven others.
+	chr := "character special file"
+	wantDev := map[string]string{
+		"/dev/nvidia" + strconv.Itoa(minor): fmt.Sprintf("%s 195:%d", chr, minor),
+		"/dev/nvidiactl":                    chr + " 195:255",
+		"/dev/nvidia-uvm":                   chr + " 511:0",
+		"/dev/nvidia-uvm-tools":             chr + " 511:1",
+	}
+	for path, want := range wantDev {
+		if inv.dev[path] != want {
+			t.Errorf("container's %s is %q, want %q", path, inv.dev[path], want)
+		}
+	}
+	for path := range inv.dev {
+		if _, ok := wantDev[path]; !ok {
+			t.Errorf("container sees %s (%s), which its claim was not allocated", path, inv.dev[path])
+		}
+	}
+
+	libs, _ := filepath.Glob(filepath.Join(p.StateDir, "fake-driver-root", "usr/lib/x86_64-linux-gnu", "*.so.*"))
+	if len(libs) == 0 {
+		t.Fatalf("no driver libraries in the fake driver root under %s", p.StateDir)
+	}
+	for _, l := range libs {
+		target := "/usr/lib/x86_64-linux-gnu/" + filepath.Base(l)
+		opts, ok := inv.mounts[target]
+		if !ok || !slices.Contains(strings.Split(opts, ","), "ro") {
+			t.Errorf("driver library %s: mounted %v with options %q, want a read-only mount", target, ok, opts)
+		}
+	}
+
+	specs := specFiles(t, cdiRoot)
+	if len(specs) != 1 {
+		t.Fatalf("want one CDI spec for the claim, found %v", specs)
+	}
+	deletePod(ctx, t, client, "inventory")
+	waitFor(t, "CDI spec removed after unprepare", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
+	if claims := readCheckpoint(t, p.StateDir); len(claims) != 0 {
+		t.Errorf("checkpoint still holds %v after unprepare", claims)
+	}
+	waitFor(t, "the workload's container gone from containerd", func() bool {
+		out, err := node.Containerd.Ctr(ctx, "containers", "list", "--quiet", "labels.\"io.kubernetes.pod.name\"==inventory")
+		return err == nil && strings.TrimSpace(out) == ""
+	})
+}
