@@ -172,6 +172,10 @@ type PodOptions struct {
 	WindowQuantile float64
 }
 
+// podTimeColumns are what a replay needs of every pod: when it arrived,
+// started and ended.
+var podTimeColumns = []string{"creation_time", "deletion_time", "scheduled_time"}
+
 // PodStats says what ParsePods kept and dropped, and why.
 type PodStats struct {
 	Rows, Kept, NoGPU, Failed, NeverScheduled, PinnedElsewhere, BeforeWindow, Censored, Capped, Shared, MultiGPU int
@@ -186,9 +190,17 @@ type PodStats struct {
 // time columns are rejected. See docs/simulator.md.
 func ParsePods(r io.Reader, o PodOptions) ([]*Pod, PodStats, error) {
 	var st PodStats
-	t, err := readTable(r, "pod list", "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "creation_time", "deletion_time", "scheduled_time")
+	t, err := readTable(r, "pod list", "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 	if err != nil {
 		return nil, st, err
+	}
+	for _, c := range podTimeColumns {
+		if _, ok := t.col[c]; !ok {
+			// The trace's multigpu* lists are such lists. Arrival times cannot be
+			// synthesised without deciding the very queueing the replay measures.
+			return nil, st, fmt.Errorf("pod list: header has no %s column: replay needs %s, which the trace's multigpu* lists lack; use openb_pod_list_default.csv or a gpuspec*, gpushare* or cpu* list (docs/simulator.md)",
+				c, strings.Join(podTimeColumns, ", "))
+		}
 	}
 	end := 0.0
 	for i, rec := range t.rows {

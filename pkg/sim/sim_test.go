@@ -146,8 +146,11 @@ func TestParsePodsHygiene(t *testing.T) {
 
 func TestParsePodsRejectsListsWithoutTimes(t *testing.T) {
 	_, _, err := ParsePods(strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1000,1,1000\n"), PodOptions{})
-	if err == nil || !strings.Contains(err.Error(), "creation_time") {
-		t.Errorf("err = %v, want a missing creation_time column", err)
+	// The error names the missing column and the lists a replay can use.
+	for _, want := range []string{"creation_time", "multigpu", "openb_pod_list_default.csv"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to name %q", err, want)
+		}
 	}
 }
 
