@@ -68,6 +68,57 @@ var specs = []Spec{
 		PCIeGeneration: 3, PCIeLinkWidth: 16,
 	},
 	{
+		// Pascal has no tensor cores, so no FP16 tensor figure is published.
+		Product: "Tesla P100-PCIE-16GB", Architecture: "Pascal", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{6, 0},
+		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 732,
+		FP32TFLOPS: 9.3, MultiprocessorCount: 56,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 715, MaxSMClockMHz: 1303,
+		PCIeGeneration: 3, PCIeLinkWidth: 16,
+	},
+	{
+		Product: "Tesla P100-SXM2-16GB", Architecture: "Pascal", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{6, 0},
+		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 732,
+		FP32TFLOPS: 10.6, MultiprocessorCount: 56,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 715, MaxSMClockMHz: 1480,
+		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 4,
+	},
+	{
+		// 877 MHz is what NVML reports on the boards; the formula gives
+		// 898 GB/s against the datasheet's rounded 900.
+		Product: "Tesla V100-PCIE-16GB", Architecture: "Volta", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{7, 0},
+		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 900,
+		FP32TFLOPS: 14, FP16TensorTFLOPS: 112, MultiprocessorCount: 80,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1380,
+		PCIeGeneration: 3, PCIeLinkWidth: 16,
+	},
+	{
+		Product: "Tesla V100-PCIE-32GB", Architecture: "Volta", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{7, 0},
+		MemoryGB:          32, MemoryType: "HBM2", BandwidthGBps: 900,
+		FP32TFLOPS: 14, FP16TensorTFLOPS: 112, MultiprocessorCount: 80,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1380,
+		PCIeGeneration: 3, PCIeLinkWidth: 16,
+	},
+	{
+		Product: "Tesla V100-SXM2-16GB", Architecture: "Volta", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{7, 0},
+		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 900,
+		FP32TFLOPS: 15.7, FP16TensorTFLOPS: 125, MultiprocessorCount: 80,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1530,
+		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 6,
+	},
+	{
+		Product: "Tesla V100-SXM2-32GB", Architecture: "Volta", Brand: "Tesla",
+		ComputeCapability: ComputeCapability{7, 0},
+		MemoryGB:          32, MemoryType: "HBM2", BandwidthGBps: 900,
+		FP32TFLOPS: 15.7, FP16TensorTFLOPS: 125, MultiprocessorCount: 80,
+		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1530,
+		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 6,
+	},
+	{
 		Product: "NVIDIA L4", Architecture: "Ada Lovelace", Brand: "NVIDIA",
 		ComputeCapability: ComputeCapability{8, 9},
 		MemoryGB:          24, MemoryType: "GDDR6", BandwidthGBps: 300,
