@@ -117,10 +117,10 @@ type Driver struct {
 	// health event published in between. It guards published.
 	publishMu sync.Mutex
 	published []resourceapi.Device
-	// taintCheck is set while a read-back of published taints runs, and for
-	// good once it reached a verdict.
-	taintCheck                            atomic.Bool
-	taintCheckInterval, taintCheckTimeout time.Duration
+	// featureCheck[i] is set while a read-back of what apiFeatures[i]
+	// governs runs, and for good once it reached a verdict.
+	featureCheck                              [len(apiFeatures)]atomic.Bool
+	featureCheckInterval, featureCheckTimeout time.Duration
 
 	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
@@ -195,7 +195,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.SweepClient = cfg.KubeClient
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, taintCheckInterval: 2 * time.Second, taintCheckTimeout: defaultTaintCheckTimeout}
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, featureCheckInterval: 2 * time.Second, featureCheckTimeout: defaultFeatureCheckTimeout}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)
@@ -354,9 +354,7 @@ func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error
 	d.published = resourceDevices
 	d.metrics.publishedDevices.Set(float64(len(resourceDevices)))
 	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(resourceDevices))
-	if hasTaints(resourceDevices) {
-		go d.checkTaintsKept(ctx, resourceDevices)
-	}
+	d.checkFeaturesKept(ctx, resourceDevices)
 	return true, nil
 }
 

@@ -18,6 +18,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 )
@@ -213,16 +215,21 @@ func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
 	}
 }
 
-// TestDroppedTaintsAreReported: an API server without DRADeviceTaints keeps
-// the slice but drops its taints; the plugin says so, and only then.
-func TestDroppedTaintsAreReported(t *testing.T) {
+// TestDroppedFeaturesAreReported: an API server with a feature gate off
+// keeps the slice but drops the fields the gate governs (device taints,
+// shareable GPUs); the plugin says so, for that feature, and only then.
+func TestDroppedFeaturesAreReported(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		stored    bool // whether the API server keeps the taint
-		wantEvent bool
+		name       string
+		feature    int
+		use        func(*resourceapi.Device)
+		stored     bool // whether the API server keeps the field
+		wantReason string
 	}{
-		{"taints dropped", false, true},
-		{"taints kept", true, false},
+		{"taints dropped", 0, taint, false, "DeviceTaintsDropped"},
+		{"taints kept", 0, taint, true, ""},
+		{"sharing dropped", 1, shareable, false, "ConsumableCapacityDropped"},
+		{"sharing kept", 1, shareable, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -230,13 +237,13 @@ func TestDroppedTaintsAreReported(t *testing.T) {
 			recorder := record.NewFakeRecorder(10)
 			d.recorder = recorder
 			// The slice never changes; the check gives up waiting soon.
-			d.taintCheckInterval, d.taintCheckTimeout = 10*time.Millisecond, 100*time.Millisecond
+			d.featureCheckInterval, d.featureCheckTimeout = 10*time.Millisecond, 100*time.Millisecond
 			devices, err := d.resourceDevices(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			published := slices.Clone(devices)
-			published[0].Taints = []resourceapi.DeviceTaint{newTaint("xid-48", resourceapi.DeviceTaintEffectNoSchedule, time.Now())}
+			tc.use(&published[0])
 			stored := devices
 			if tc.stored {
 				stored = published
@@ -250,18 +257,35 @@ func TestDroppedTaintsAreReported(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			d.checkTaintsKept(ctx, published)
+			d.checkFeatureKept(ctx, tc.feature, published)
 			var events []string
 			for len(recorder.Events) > 0 {
 				events = append(events, <-recorder.Events)
 			}
-			gotEvent := len(events) == 1 && strings.Contains(events[0], "DeviceTaintsDropped") && strings.Contains(events[0], published[0].Name)
-			if gotEvent != tc.wantEvent || (!tc.wantEvent && len(events) > 0) {
-				t.Errorf("events %q, want a DeviceTaintsDropped event: %v", events, tc.wantEvent)
+			gate := apiFeatures[tc.feature].gate
+			if tc.wantReason == "" {
+				if len(events) > 0 {
+					t.Errorf("events %q, want none", events)
+				}
+			} else if len(events) != 1 || !strings.Contains(events[0], tc.wantReason) || !strings.Contains(events[0], gate) || !strings.Contains(events[0], published[0].Name) {
+				t.Errorf("events %q, want one %s event naming %s and %s", events, tc.wantReason, gate, published[0].Name)
 			}
-			if !d.taintCheck.Load() {
+			wantGauge := 0.0
+			if tc.wantReason != "" {
+				wantGauge = 1
+			}
+			if got := testutil.ToFloat64(d.metrics.apiFeatureDropped.WithLabelValues(gate)); got != wantGauge {
+				t.Errorf("prism_plugin_api_feature_dropped{gate=%q} = %v, want %v", gate, got, wantGauge)
+			}
+			if !d.featureCheck[tc.feature].Load() {
 				t.Error("a verdict was reached but the check would run again")
 			}
 		})
 	}
 }
+
+func taint(d *resourceapi.Device) {
+	d.Taints = []resourceapi.DeviceTaint{newTaint("xid-48", resourceapi.DeviceTaintEffectNoSchedule, time.Now())}
+}
+
+func shareable(d *resourceapi.Device) { d.AllowMultipleAllocations = ptr.To(true) }

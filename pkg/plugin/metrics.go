@@ -18,6 +18,7 @@ type Metrics struct {
 	checkpointRecover *prometheus.CounterVec
 	healthEvents      *prometheus.CounterVec
 	profilingRuns     *prometheus.CounterVec
+	apiFeatureDropped *prometheus.GaugeVec
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -61,8 +62,12 @@ func NewMetrics() *Metrics {
 			Namespace: "prism", Subsystem: "plugin", Name: "profiling_runs_total",
 			Help: "Profiled claims collected at unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).",
 		}, []string{"outcome"}),
+		apiFeatureDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "api_feature_dropped",
+			Help: "1 when the API server was seen dropping what this feature gate governs from the published slice (the gate is off), 0 when it was seen keeping it; absent until the plugin publishes something that needs the gate.",
+		}, []string{"gate"}),
 	}
-	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
