@@ -11,7 +11,6 @@ import (
 	"os"
 	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,10 +116,8 @@ type Driver struct {
 	// health event published in between. It guards published.
 	publishMu sync.Mutex
 	published []resourceapi.Device
-	// featureCheck[i] is set while a read-back of what apiFeatures[i]
-	// governs runs, and for good once it reached a verdict.
-	featureCheck                              [len(apiFeatures)]atomic.Bool
-	featureCheckInterval, featureCheckTimeout time.Duration
+	// dropped are the feature gates the API server was seen to lack.
+	dropped droppedFeatures
 
 	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
@@ -195,7 +192,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.SweepClient = cfg.KubeClient
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, featureCheckInterval: 2 * time.Second, featureCheckTimeout: defaultFeatureCheckTimeout}
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)
@@ -354,7 +351,6 @@ func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error
 	d.published = resourceDevices
 	d.metrics.publishedDevices.Set(float64(len(resourceDevices)))
 	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(resourceDevices))
-	d.checkFeaturesKept(ctx, resourceDevices)
 	return true, nil
 }
 
@@ -457,6 +453,11 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 // HandleError is called by the helper for errors it cannot return to anyone,
 // such as a failure to publish the slice.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) {
+		d.reportDroppedFields(ctx, dropped)
+		return
+	}
 	klog.FromContext(ctx).Error(err, msg)
 	d.metrics.claimErrors.WithLabelValues("background", "helper").Inc()
 }

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -12,8 +13,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -216,72 +217,74 @@ func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
 }
 
 // TestDroppedFeaturesAreReported: an API server with a feature gate off
-// keeps the slice but drops the fields the gate governs (device taints,
-// shareable GPUs); the plugin says so, for that feature, and only then.
+// stores the slice without the fields the gate governs (device taints,
+// shareable GPUs), and the ResourceSlice controller hands the plugin a
+// DroppedFieldsError; the plugin says so once per gate, and only for what
+// was dropped.
 func TestDroppedFeaturesAreReported(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		feature    int
 		use        func(*resourceapi.Device)
-		stored     bool // whether the API server keeps the field
+		gate       string
 		wantReason string
 	}{
-		{"taints dropped", 0, taint, false, "DeviceTaintsDropped"},
-		{"taints kept", 0, taint, true, ""},
-		{"sharing dropped", 1, shareable, false, "ConsumableCapacityDropped"},
-		{"sharing kept", 1, shareable, true, ""},
+		{"taints dropped", taint, "DRADeviceTaints", EventReasonDeviceTaintsDropped},
+		{"sharing dropped", shareable, "DRAConsumableCapacity", EventReasonConsumableCapacityDropped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			d, _ := healthDriver(t, t.TempDir(), nil)
 			recorder := record.NewFakeRecorder(10)
 			d.recorder = recorder
-			// The slice never changes; the check gives up waiting soon.
-			d.featureCheckInterval, d.featureCheckTimeout = 10*time.Millisecond, 100*time.Millisecond
 			devices, err := d.resourceDevices(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			published := slices.Clone(devices)
-			tc.use(&published[0])
-			stored := devices
-			if tc.stored {
-				stored = published
+			desired := slices.Clone(devices)
+			tc.use(&desired[0])
+			dropped := &resourceslice.DroppedFieldsError{
+				PoolName:     testNode,
+				DesiredSlice: &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: desired}},
+				ActualSlice:  &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: devices}},
 			}
-			slice := &resourceapi.ResourceSlice{
-				ObjectMeta: metav1.ObjectMeta{Name: testNode + "-gpu"},
-				Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: ptr.To(testNode),
-					Pool: resourceapi.ResourcePool{Name: testNode, ResourceSliceCount: 1}, Devices: stored},
-			}
-			if _, err := d.cfg.KubeClient.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+			// As the kubelet-plugin helper passes it: wrapped, and again
+			// at every publication.
+			for range 3 {
+				d.HandleError(ctx, fmt.Errorf("publish: %w", dropped), "publishing ResourceSlices")
 			}
 
-			d.checkFeatureKept(ctx, tc.feature, published)
 			var events []string
 			for len(recorder.Events) > 0 {
 				events = append(events, <-recorder.Events)
 			}
-			gate := apiFeatures[tc.feature].gate
-			if tc.wantReason == "" {
-				if len(events) > 0 {
-					t.Errorf("events %q, want none", events)
-				}
-			} else if len(events) != 1 || !strings.Contains(events[0], tc.wantReason) || !strings.Contains(events[0], gate) || !strings.Contains(events[0], published[0].Name) {
-				t.Errorf("events %q, want one %s event naming %s and %s", events, tc.wantReason, gate, published[0].Name)
+			if len(events) != 1 || !strings.Contains(events[0], tc.wantReason) || !strings.Contains(events[0], tc.gate) {
+				t.Errorf("events %q, want one %s event naming %s", events, tc.wantReason, tc.gate)
 			}
-			wantGauge := 0.0
-			if tc.wantReason != "" {
-				wantGauge = 1
+			if got := testutil.ToFloat64(d.metrics.apiFeatureDropped.WithLabelValues(tc.gate)); got != 1 {
+				t.Errorf("prism_plugin_api_feature_dropped{gate=%q} = %v, want 1", tc.gate, got)
 			}
-			if got := testutil.ToFloat64(d.metrics.apiFeatureDropped.WithLabelValues(gate)); got != wantGauge {
-				t.Errorf("prism_plugin_api_feature_dropped{gate=%q} = %v, want %v", gate, got, wantGauge)
+			if got := testutil.CollectAndCount(d.metrics.apiFeatureDropped); got != 1 {
+				t.Errorf("%d gates reported dropped, want only %s", got, tc.gate)
 			}
-			if !d.featureCheck[tc.feature].Load() {
-				t.Error("a verdict was reached but the check would run again")
+			if got := testutil.ToFloat64(d.metrics.claimErrors.WithLabelValues("background", "helper")); got != 0 {
+				t.Errorf("dropped fields counted as %v helper errors, want 0", got)
 			}
 		})
 	}
+
+	t.Run("other errors are not dropped fields", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		d, _ := healthDriver(t, t.TempDir(), nil)
+		recorder := record.NewFakeRecorder(10)
+		d.recorder = recorder
+		d.HandleError(ctx, errors.New("slice invalid"), "publishing ResourceSlices")
+		if len(recorder.Events) != 0 || testutil.CollectAndCount(d.metrics.apiFeatureDropped) != 0 {
+			t.Error("a plain publishing error was reported as a dropped feature")
+		}
+		if got := testutil.ToFloat64(d.metrics.claimErrors.WithLabelValues("background", "helper")); got != 1 {
+			t.Errorf("helper errors = %v, want 1", got)
+		}
+	})
 }
 
 func taint(d *resourceapi.Device) {

@@ -64,7 +64,7 @@ func NewMetrics() *Metrics {
 		}, []string{"outcome"}),
 		apiFeatureDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "api_feature_dropped",
-			Help: "1 when the API server was seen dropping what this feature gate governs from the published slice (the gate is off), 0 when it was seen keeping it; absent until the plugin publishes something that needs the gate.",
+			Help: "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.",
 		}, []string{"gate"}),
 	}
 	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
