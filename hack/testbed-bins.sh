@@ -6,12 +6,28 @@
 # (runc, and containernetworking-plugins for the loopback CNI plugin).
 # Prints the bin directory on stdout's last line so callers can do:
 #   BIN=$(hack/testbed-bins.sh | tail -1)
+# KUBE_VERSION picks another Kubernetes release for the version matrix (make
+# test-versions); its pinned module is hack/tools/kube-vMAJOR.MINOR, written by
+# hack/kube-module.sh, and its binaries get a bin directory of their own.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${PRISM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prism}
-kube_version=v1.37.1
+default_kube_version=v1.37.1
+kube_version=${KUBE_VERSION:-$default_kube_version}
 goversion=$(go env GOVERSION)
+
+kube_module=kube
+out="$cache/bin/current"
+if [[ $kube_version != "$default_kube_version" ]]; then
+	[[ $kube_version =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "KUBE_VERSION=$kube_version is not a Kubernetes release (vMAJOR.MINOR.PATCH)" >&2; exit 2; }
+	kube_module="kube-${kube_version%.*}"
+	out="$cache/bin/kube-$kube_version"
+fi
+if ! grep -qx "require k8s.io/kubernetes $kube_version" "$root/hack/tools/$kube_module/go.mod" 2>/dev/null; then
+	echo "hack/tools/$kube_module does not pin k8s.io/kubernetes $kube_version: run hack/kube-module.sh $kube_version and commit what it writes" >&2
+	exit 2
+fi
 
 log() { printf '[testbed-bins] %s\n' "$*" >&2; }
 
@@ -36,20 +52,22 @@ build() {
 		date -u +%FT%TZ >"$stamp"
 		log "$bin: built in $((SECONDS - start))s"
 	fi
-	ln -sfn "$dir/$bin" "$cache/bin/current/$bin"
+	ln -sfn "$dir/$bin" "$out/$bin"
 }
 
-mkdir -p "$cache/bin/current"
+mkdir -p "$out"
+kube_minor=${kube_version#v1.}
+kube_minor=${kube_minor%%.*}
 kube_ldflags=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	kube_ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
+	kube_ldflags+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor"
 	kube_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
 total=$SECONDS
 build etcd etcd go.etcd.io/etcd/server/v3
 for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
-	build kube "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ldflags"
+	build "$kube_module" "$b" "k8s.io/kubernetes/cmd/$b" "$kube_ldflags"
 done
 if [[ -d "$root/hack/tools/helm" ]]; then
 	build helm helm helm.sh/helm/v3/cmd/helm
@@ -81,4 +99,4 @@ debs() {
 debs runc /usr/lib/cni/loopback -- runc containernetworking-plugins
 
 log "all test-bed binaries ready in $((SECONDS - total))s"
-echo "$cache/bin/current"
+echo "$out"
