@@ -26,9 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
@@ -312,13 +310,9 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 			shim = built
 		}
 	}
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	c, err := profiling.NewWorkloadProfileClient(restConfig)
 	if err != nil {
-		return nil, fmt.Errorf("create WorkloadProfile client: %w", err)
+		return nil, err
 	}
 	return &plugin.ProfilingConfig{
 		Options:   profiling.Options{StateDir: o.stateDir, NCUDir: o.ncuPath, ShimPath: shim, DirSize: dirSize.Value()},
