@@ -578,3 +578,43 @@ func fakeRoot(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestSimulatedSourceReadsTheRootOnce: like the NVML source, the simulated
+// one reads the driver root's common files once, but only once they are
+// all there; a device node that goes away later is still refused by the
+// writer's check on every spec.
+func TestSimulatedSourceReadsTheRootOnce(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	root := fakeRoot(t)
+	libcuda := filepath.Join(root, libDir, "libcuda.so."+FakeDriverVersion)
+	if err := os.Remove(libcuda); err != nil {
+		t.Fatal(err)
+	}
+	src := NewSimulatedSource(Roots{DriverRoot: root})
+	if _, err := src.CommonEdits(ctx); err == nil || !strings.Contains(err.Error(), "libcuda") {
+		t.Fatalf("common edits of a root without libcuda: %v, want an error naming libcuda", err)
+	}
+	if err := os.WriteFile(libcuda, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first, err := src.CommonEdits(ctx)
+	if err != nil {
+		t.Fatalf("common edits once libcuda is there: %v", err)
+	}
+	if err := os.Remove(libcuda); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := src.CommonEdits(ctx); err != nil || again != first {
+		t.Errorf("second read: %v (same edits: %v), want the first read's edits", err, again == first)
+	}
+	w, err := NewWriter(Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "dev", "nvidiactl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteClaimSpec(ctx, Claim{UID: uidA, Devices: []Device{gpu("gpu-0", 0)}}); err == nil || !strings.Contains(err.Error(), "nvidiactl") {
+		t.Errorf("spec with a removed control node: %v, want an error naming nvidiactl", err)
+	}
+}

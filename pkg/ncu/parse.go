@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/klog/v2"
 )
@@ -74,8 +75,11 @@ var percentMetrics = map[string]bool{
 
 // version finds an Nsight Compute version ("2025.2.1.0") on a line that
 // talks about versions or names the tool, such as `ncu --version` output
-// saved above the report.
-var version = regexp.MustCompile(`(?i)(?:version|nsight compute)\D{0,20}?(20[0-9]{2}\.[0-9]+(?:\.[0-9]+){0,2})`)
+// saved above the report. Compiled on first use, as thousands: the kubelet
+// plugin links this package but parses a report only when a claim is profiled.
+var version = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(?:version|nsight compute)\D{0,20}?(20[0-9]{2}\.[0-9]+(?:\.[0-9]+){0,2})`)
+})
 
 // MissingMetricsError reports required metrics that no launch in a report
 // carries, typically because ncu ran without the SpeedOfLight section.
@@ -167,7 +171,7 @@ func (c *csvLines) Read(p []byte) (int, error) {
 			continue
 		}
 		if c.version == "" {
-			if m := version.FindSubmatch(line); m != nil {
+			if m := version().FindSubmatch(line); m != nil {
 				c.version = string(m[1])
 			}
 		}

@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // errNotMeasured marks a value ncu printed as "n/a" or left empty.
@@ -30,7 +31,9 @@ var errNotMeasured = fmt.Errorf("not measured")
 // thousands matches a number whose integer part is grouped by commas, the
 // only way ncu uses commas in numbers; anything else with a comma (a
 // decimal comma, say) is rejected rather than misread.
-var thousands = regexp.MustCompile(`^[+-]?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$`)
+var thousands = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[+-]?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?$`)
+})
 
 // parseValue reads one metric value as ncu prints it.
 func parseValue(s string) (float64, error) {
@@ -40,7 +43,7 @@ func parseValue(s string) (float64, error) {
 		return 0, errNotMeasured
 	}
 	if strings.Contains(s, ",") {
-		if !thousands.MatchString(s) {
+		if !thousands().MatchString(s) {
 			return 0, fmt.Errorf("invalid number %q", s)
 		}
 		s = strings.ReplaceAll(s, ",", "")

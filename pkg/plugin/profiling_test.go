@@ -23,6 +23,7 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
 )
 
 // TestCollectingAProfileDoesNotBlockOtherClaims: a profiled claim's report
@@ -61,7 +62,7 @@ func TestCollectingAProfileDoesNotBlockOtherClaims(t *testing.T) {
 	d := newTestDriver(t, "t4-2.yaml", dir)
 	d.cfg.Profiling = &ProfilingConfig{
 		Options:   profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
-		Publisher: profiling.NewPublisher(api),
+		Publisher: profiling.NewPublisher(profilingtest.WorkloadProfiles(api)),
 		Retention: 5,
 	}
 

@@ -22,13 +22,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 )
 
 const archiveDir = "archive"
 
-var archiveNameRE = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
+var archiveNameRE = lazyRegexp(`^[0-9]{8}T[0-9]{6}\.[0-9]{9}Z-[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
 
 // archivedFiles are what Archive keeps of a claim directory: the plugin's
 // inputs and ncu's outputs, nothing else the tenant wrote.
@@ -43,7 +42,7 @@ var archivedFiles = []string{ArgsFile, VersionFile, ReportFile, LogFile, ErrorFi
 // retention.
 func Archive(ctx context.Context, stateDir, dir string, keep int) error {
 	name := filepath.Base(dir)
-	if filepath.Dir(dir) != filepath.Join(stateDir, profilesDir, collectDir) || !archiveNameRE.MatchString(name) {
+	if filepath.Dir(dir) != filepath.Join(stateDir, profilesDir, collectDir) || !archiveNameRE().MatchString(name) {
 		return fmt.Errorf("archiving %s: not a directory set aside by Detach", dir)
 	}
 	out := filepath.Join(dir, outDir)
@@ -105,7 +104,7 @@ func prune(root string, keep int) error {
 	var names []string
 	for _, e := range entries {
 		// Only what Archive made is removed.
-		if e.IsDir() && archiveNameRE.MatchString(e.Name()) {
+		if e.IsDir() && archiveNameRE().MatchString(e.Name()) {
 			names = append(names, e.Name())
 		}
 	}

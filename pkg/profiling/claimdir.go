@@ -128,7 +128,7 @@ func SweepClaimDirs(ctx context.Context, stateDir string, prepared func(claimUID
 		return fmt.Errorf("listing %s: %w", filepath.Join(root, collectDir), err)
 	}
 	for _, e := range interrupted {
-		if archiveNameRE.MatchString(e.Name()) {
+		if archiveNameRE().MatchString(e.Name()) {
 			stale = append(stale, filepath.Join(root, collectDir, e.Name()))
 		}
 	}

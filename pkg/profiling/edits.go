@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -119,10 +120,18 @@ var requiredMetrics = []string{ncu.MetricSMThroughput, ncu.MetricMemoryThroughpu
 // values end up on a command line, and this package must be safe on its
 // own.
 var (
-	metricRE       = regexp.MustCompile(`^[a-z0-9_.]+$`)
-	kernelFilterRE = regexp.MustCompile(`^(regex:)?[A-Za-z0-9_.:+][A-Za-z0-9_.:+-]*$`)
-	claimUIDRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
+	metricRE       = lazyRegexp(`^[a-z0-9_.]+$`)
+	kernelFilterRE = lazyRegexp(`^(regex:)?[A-Za-z0-9_.:+][A-Za-z0-9_.:+-]*$`)
+	claimUIDRE     = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9-]{0,62}$`)
 )
+
+// lazyRegexp compiles on first use: most nodes never profile, and the
+// {0,62} repetitions above compile to programs that every plugin process
+// would otherwise build at start-up and keep (about 130 KB of heap for
+// this package, GODEBUG=inittrace=1).
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // Options say where things are on the host.
 type Options struct {
@@ -260,7 +269,7 @@ func ncuArgs(cfg *gpuv1alpha1.GpuProfiling) ([]string, error) {
 		args = append(args, "--set", string(cfg.Set))
 	}
 	for _, m := range metrics {
-		if !metricRE.MatchString(m) {
+		if !metricRE().MatchString(m) {
 			return nil, fmt.Errorf("invalid metric name %q", m)
 		}
 	}
@@ -276,7 +285,7 @@ func ncuArgs(cfg *gpuv1alpha1.GpuProfiling) ([]string, error) {
 	args = append(args, "--launch-count", strconv.Itoa(int(launches)))
 
 	if f := cfg.KernelFilter; f != "" {
-		if !kernelFilterRE.MatchString(f) {
+		if !kernelFilterRE().MatchString(f) {
 			return nil, fmt.Errorf("invalid kernel filter %q", f)
 		}
 		// ncu understands the same "regex:" prefix as the API.
@@ -324,7 +333,7 @@ func writeFileAtomic(path string, data []byte) error {
 
 func validateClaimUID(uid string) error {
 	// The UID becomes a path element.
-	if !claimUIDRE.MatchString(uid) {
+	if !claimUIDRE().MatchString(uid) {
 		return fmt.Errorf("invalid claim UID %q", uid)
 	}
 	return nil

@@ -26,9 +26,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profile"
@@ -63,13 +63,12 @@ type Result struct {
 
 // Publisher writes collected profiles to WorkloadProfiles.
 type Publisher struct {
-	client client.Client
+	client WorkloadProfiles
 	now    func() time.Time
 }
 
-// NewPublisher returns a Publisher that writes through c, which must know
-// the prism.dev/v1alpha1 types.
-func NewPublisher(c client.Client) *Publisher {
+// NewPublisher returns a Publisher that writes through c.
+func NewPublisher(c WorkloadProfiles) *Publisher {
 	return &Publisher{client: c, now: time.Now}
 }
 
@@ -83,7 +82,7 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 	if r.Profile == "" {
 		return errors.New("publishing profile: no WorkloadProfile name")
 	}
-	key := client.ObjectKey{Namespace: r.Claim.Namespace, Name: r.Profile}
+	key := types.NamespacedName{Namespace: r.Claim.Namespace, Name: r.Profile}
 	logger := klog.FromContext(ctx).WithValues("workloadProfile", klog.KRef(key.Namespace, key.Name), "claim", klog.KRef(r.Claim.Namespace, r.Claim.Name))
 	ctx = klog.NewContext(ctx, logger)
 
@@ -93,8 +92,8 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 	}
 	skipped := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var wp prismv1alpha1.WorkloadProfile
-		if err := p.client.Get(ctx, key, &wp); err != nil {
+		wp, err := p.client.Get(ctx, key.Namespace, key.Name)
+		if err != nil {
 			return err
 		}
 		if wp.Spec.DisableAutoProfiling {
@@ -105,9 +104,9 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 			failed.ObservedGeneration = wp.Generation
 			meta.SetStatusCondition(&wp.Status.Conditions, *failed)
 		} else {
-			profile.Apply(&wp, st)
+			profile.Apply(wp, st)
 		}
-		return p.client.Status().Update(ctx, &wp)
+		return p.client.UpdateStatus(ctx, wp)
 	})
 	if err != nil {
 		return fmt.Errorf("writing status of WorkloadProfile %s: %w", key, err)
@@ -159,17 +158,16 @@ func (p *Publisher) status(ctx context.Context, r Result) (prismv1alpha1.Workloa
 	return st, nil
 }
 
-func (p *Publisher) ensureExists(ctx context.Context, key client.ObjectKey) error {
-	var wp prismv1alpha1.WorkloadProfile
-	err := p.client.Get(ctx, key, &wp)
+func (p *Publisher) ensureExists(ctx context.Context, key types.NamespacedName) error {
+	_, err := p.client.Get(ctx, key.Namespace, key.Name)
 	if err == nil {
 		return nil
 	}
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("getting WorkloadProfile %s: %w", key, err)
 	}
-	wp = prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	if err := p.client.Create(ctx, &wp); err != nil && !apierrors.IsAlreadyExists(err) {
+	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := p.client.Create(ctx, wp); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating WorkloadProfile %s: %w", key, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Created WorkloadProfile")

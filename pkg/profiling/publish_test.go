@@ -37,6 +37,7 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profile"
+	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
 )
 
 func TestPublish(t *testing.T) {
@@ -150,7 +151,7 @@ func TestPublish(t *testing.T) {
 				data := fixture(t, tc.report)
 				report = &Report{CSV: data, File: ReportFile, SHA256: fmt.Sprintf("%x", sha256.Sum256(data)), Size: int64(len(data))}
 			}
-			err := NewPublisher(c).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: tc.err, Options: profile.Options{}})
+			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: tc.err, Options: profile.Options{}})
 			if tc.wantErr {
 				if err == nil || !apierrors.IsConflict(errors.Unwrap(err)) {
 					t.Fatalf("Publish: got %v, want a conflict error", err)
