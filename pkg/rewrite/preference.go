@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 )
 
@@ -78,6 +79,30 @@ func (t NodeTerm) LabelValues() []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// PreferredTerms are the decision's terms as the pod's preferred
+// node-affinity terms; none unless the mode is PreferAffinity.
+func (d Decision) PreferredTerms() []corev1.PreferredSchedulingTerm {
+	if d.Mode != PreferAffinity {
+		return nil
+	}
+	out := make([]corev1.PreferredSchedulingTerm, 0, len(d.Terms))
+	for _, t := range d.Terms {
+		out = append(out, corev1.PreferredSchedulingTerm{Weight: t.Weight, Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: t.LabelValues()}},
+		}})
+	}
+	return out
+}
+
+// TermsSummary is the terms for an event, a log line or a note.
+func (d Decision) TermsSummary() string {
+	parts := make([]string, 0, len(d.Terms))
+	for _, t := range d.Terms {
+		parts = append(parts, fmt.Sprintf("%s weight %d", strings.Join(t.LabelValues(), "|"), t.Weight))
+	}
+	return "preferred node affinity on " + ModelLabel + " [" + strings.Join(parts, ", ") + "]"
 }
 
 // topTermWeight is the best tier's weight; each further tier gets half.

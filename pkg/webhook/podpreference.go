@@ -20,9 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -131,11 +129,7 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 			outcome = podNoPreference
 			continue
 		}
-		for _, t := range d.Terms {
-			terms = append(terms, corev1.PreferredSchedulingTerm{Weight: t.Weight, Preference: corev1.NodeSelectorTerm{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: t.LabelValues()}},
-			}})
-		}
+		terms = append(terms, d.PreferredTerms()...)
 	}
 	if len(terms) == 0 {
 		if outcome != podNoProfiledClaim {
@@ -254,13 +248,4 @@ func podAnnotationOp(pod *corev1.Pod, value string) patchOp {
 		return patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{RewriteAnnotation: value}}
 	}
 	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(RewriteAnnotation), Value: value}
-}
-
-// affinitySummary is the terms of a plan for an event or a log line.
-func affinitySummary(d *rewrite.Decision) string {
-	parts := make([]string, 0, len(d.Terms))
-	for _, t := range d.Terms {
-		parts = append(parts, fmt.Sprintf("%s w%d", strings.Join(t.Models, "/"), t.Weight))
-	}
-	return "preferred node affinity on " + rewrite.ModelLabel + " [" + strings.Join(parts, ", ") + "]"
 }

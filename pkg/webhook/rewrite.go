@@ -478,7 +478,7 @@ func planSummary(p *rewrite.Plan) string {
 		fmt.Fprintf(&b, " -> firstAvailable [%s]", strings.Join(names, ", "))
 	}
 	if preferredByAffinity(p) {
-		fmt.Fprintf(&b, "; the pod gets the %s", affinitySummary(p.Preference))
+		fmt.Fprintf(&b, "; the pod gets the %s", p.Preference.TermsSummary())
 	}
 	if p.HardNeeds != "" {
 		fmt.Fprintf(&b, "; hard needs %s", p.HardNeeds)
