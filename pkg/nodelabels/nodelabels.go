@@ -114,6 +114,9 @@ func (l *Labeller) Run(ctx context.Context, trigger <-chan struct{}) {
 	}
 	t := time.NewTicker(resync)
 	defer t.Stop()
+	if err := l.Reconcile(ctx); err != nil {
+		logger.Error(err, "Labelling GPU nodes, retrying at the next change or resync", "resync", resync)
+	}
 	for {
 		select {
 		case <-ctx.Done():
