@@ -280,7 +280,19 @@ func manifest(ctx context.Context, c *testbed.Cluster, repoRoot string, sets []s
 		}
 		return nil, fmt.Errorf("rendering the chart with %v: %w", sets, err)
 	}
-	return splitDocs(out), nil
+	// helm template renders no Namespace; hack/helm-check.sh puts it first
+	// in prism.yaml, and so does this.
+	static, err := staticDocs(repoRoot)
+	if err != nil {
+		return nil, err
+	}
+	var docs []staticDoc
+	for _, d := range static {
+		if d.kind == "Namespace" {
+			docs = append(docs, d)
+		}
+	}
+	return append(docs, splitDocs(out)...), nil
 }
 
 func splitDocs(data []byte) []staticDoc {
