@@ -45,6 +45,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -56,6 +57,7 @@ import (
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/logging"
+	"github.com/prismgpu/prism/pkg/nodelabels"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/version"
 	"github.com/prismgpu/prism/pkg/webhook"
@@ -66,6 +68,7 @@ type options struct {
 	webhookHost, certDir           string
 	selfSigned, autoProfile        bool
 	serviceName, namespace, policy string
+	preference                     string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -90,6 +93,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.namespace, "namespace", "", "namespace of the Service")
 	flags.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
+	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -138,6 +142,9 @@ func (o *options) validate() error {
 	if _, err := webhook.ParsePolicy(o.policy); err != nil {
 		errs = append(errs, fmt.Errorf("--policy: %w", err))
 	}
+	if _, err := rewrite.ParsePreference(o.preference); err != nil {
+		errs = append(errs, fmt.Errorf("--preference: %w", err))
+	}
 	if o.selfSigned && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --self-signed"))
 	}
@@ -174,11 +181,19 @@ func run(ctx context.Context, o options) error {
 	// node may write which profile.
 	// ResourceSlices of Prism's driver are the fleet the ladders are cut
 	// from.
-	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+	preference, _ := rewrite.ParsePreference(o.preference)
+	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName)},
-	}})
+	}
+	if preference == rewrite.PreferAffinity {
+		// The pod webhook finds a pod's profile through its claim
+		// templates; the labeller reads nodes' labels, and nothing else.
+		byObject[&resourceapi.ResourceClaimTemplate{}] = cache.ByObject{}
+		byObject[&corev1.Node{}] = cache.ByObject{Transform: nodelabels.TrimNode}
+	}
+	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
 	}
@@ -204,6 +219,14 @@ func run(ctx context.Context, o options) error {
 	if _, err := sliceInformer.AddEventHandler(fleetView); err != nil {
 		return fmt.Errorf("watching ResourceSlices: %w", err)
 	}
+	if preference == rewrite.PreferAffinity {
+		if err := startLabeller(ctx, cs, profiles, fleetView); err != nil {
+			return err
+		}
+		if _, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaimTemplate{}); err != nil {
+			return fmt.Errorf("starting ResourceClaimTemplate informer: %w", err)
+		}
+	}
 	go func() {
 		if err := profiles.Start(ctx); err != nil {
 			logger.Error(err, "WorkloadProfile cache stopped")
@@ -222,7 +245,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet, Load: fleetView.Load})
+	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference})
+	if err != nil {
+		return err
+	}
+	podPreference, err := webhook.NewPodPreference(webhook.PodPreferenceOptions{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
+		Preference: preference, Fleet: fleetView.Fleet, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -278,7 +306,61 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}
-	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator, profileWrites))
+	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator, profileWrites, podPreference))
+}
+
+// startLabeller labels single-model GPU nodes from the fleet view, on
+// every change of the fleet, when a node joins, and when someone changes a
+// label the labeller owns.
+func startLabeller(ctx context.Context, cs kubernetes.Interface, c cache.Cache, view *fleet.View) error {
+	trigger := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case trigger <- struct{}{}:
+		default:
+		}
+	}
+	nodes, err := c.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("starting Node informer: %w", err)
+	}
+	if _, err := nodes.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			if ok1 && ok2 && nodelabels.Changed(o, n) {
+				poke()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watching Nodes: %w", err)
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-view.Changed():
+				poke()
+			}
+		}
+	}()
+	l := &nodelabels.Labeller{Client: cs, Source: nodelabels.Source{
+		NodeModels: view.NodeModels,
+		Fleet:      view.Fleet,
+		Nodes: func(ctx context.Context) ([]corev1.Node, error) {
+			var list corev1.NodeList
+			err := c.List(ctx, &list)
+			return list.Items, err
+		},
+	}}
+	go func() {
+		if c.WaitForCacheSync(ctx) {
+			l.Run(ctx, trigger)
+		}
+	}()
+	return nil
 }
 
 // serveHTTP serves metrics and probes. Readiness waits for the informers:

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -55,6 +56,13 @@ type Options struct {
 	PluginFlags []string
 	// Nodes default to DefaultNodes.
 	Nodes []NodeSpec
+	// ChartSets are helm --set values (KEY=VALUE) to render the chart with,
+	// on top of the demo values, for the RBAC and webhooks the bed installs;
+	// empty: deployments/static/prism.yaml as it is. Rendering needs the
+	// test bed's helm.
+	ChartSets []string
+	// ControllerFlags are added to prism-controller's command line.
+	ControllerFlags []string
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -95,7 +103,11 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 			b.Stop()
 		}
 	}()
-	if err := b.installManifests(ctx, opts.RepoRoot); err != nil {
+	docs, err := manifest(ctx, c, opts.RepoRoot, opts.ChartSets)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.installManifests(ctx, opts.RepoRoot, docs); err != nil {
 		return nil, err
 	}
 	for _, n := range opts.Nodes {
@@ -111,7 +123,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 		b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
 	}
 	start := time.Now()
-	if err := b.startController(ctx, opts); err != nil {
+	if err := b.startController(ctx, opts, docs); err != nil {
 		return nil, err
 	}
 	b.logf("prism-controller ready, webhooks prism-rewrite and prism-validate registered (%s)", time.Since(start).Round(100*time.Millisecond))
@@ -183,13 +195,13 @@ const (
 	ControllerServiceAccount = "prism-controller"
 )
 
-func (b *Bed) installManifests(ctx context.Context, repoRoot string) error {
+func (b *Bed) installManifests(ctx context.Context, repoRoot string, docs []staticDoc) error {
 	static := filepath.Join(repoRoot, "deployments", "static")
 	if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", filepath.Join(static, "deviceclasses.yaml")); err != nil {
 		return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
 	}
 	b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
-	applied, skipped, err := InstallIdentities(ctx, b.Cluster, repoRoot)
+	applied, skipped, err := installIdentities(ctx, b.Cluster, docs)
 	if err != nil {
 		return err
 	}
@@ -210,6 +222,10 @@ func InstallIdentities(ctx context.Context, c *testbed.Cluster, repoRoot string)
 	if err != nil {
 		return 0, nil, err
 	}
+	return installIdentities(ctx, c, docs)
+}
+
+func installIdentities(ctx context.Context, c *testbed.Cluster, docs []staticDoc) (applied int, skipped map[string]int, err error) {
 	var keep [][]byte
 	skipped = map[string]int{}
 	for _, d := range docs {
@@ -241,6 +257,45 @@ func staticDocs(repoRoot string) ([]staticDoc, error) {
 	if err != nil {
 		return nil, err
 	}
+	return splitDocs(data), nil
+}
+
+// manifest is deployments/static/prism.yaml, or with sets the chart
+// rendered as hack/helm-check.sh renders that file, plus the sets.
+func manifest(ctx context.Context, c *testbed.Cluster, repoRoot string, sets []string) ([]staticDoc, error) {
+	if len(sets) == 0 {
+		return staticDocs(repoRoot)
+	}
+	args := []string{"template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"), "--namespace", Namespace, "--kube-version", "1.34.0",
+		"--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"),
+		"--set-file", "simulation.fleet=" + filepath.Join(repoRoot, "demo", "fleets", "mixed.yaml")}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	out, err := exec.CommandContext(ctx, c.BinPath("helm"), args...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			err = fmt.Errorf("%w: %s", err, exit.Stderr)
+		}
+		return nil, fmt.Errorf("rendering the chart with %v: %w", sets, err)
+	}
+	// helm template renders no Namespace; hack/helm-check.sh puts it first
+	// in prism.yaml, and so does this.
+	static, err := staticDocs(repoRoot)
+	if err != nil {
+		return nil, err
+	}
+	var docs []staticDoc
+	for _, d := range static {
+		if d.kind == "Namespace" {
+			docs = append(docs, d)
+		}
+	}
+	return append(docs, splitDocs(out)...), nil
+}
+
+func splitDocs(data []byte) []staticDoc {
 	var docs []staticDoc
 	for _, raw := range bytes.Split(data, []byte("\n---")) {
 		var meta struct {
@@ -251,7 +306,7 @@ func staticDocs(repoRoot string) ([]staticDoc, error) {
 		}
 		docs = append(docs, staticDoc{kind: meta.Kind, raw: raw})
 	}
-	return docs, nil
+	return docs
 }
 
 // applyDocs writes docs to name in the cluster's work directory and applies
@@ -345,7 +400,7 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 
 // startController runs prism-controller on loopback and registers the
 // chart's webhooks by URL; the controller fills in their caBundle.
-func (b *Bed) startController(ctx context.Context, opts Options) error {
+func (b *Bed) startController(ctx context.Context, opts Options, docs []staticDoc) error {
 	c := b.Cluster
 	port, err := testbed.FreePort()
 	if err != nil {
@@ -359,16 +414,16 @@ func (b *Bed) startController(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), opts.ControllerBin,
-		"--kubeconfig="+kubeconfig, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
-		"--extra-sans=127.0.0.1", "--cert-dir="+filepath.Join(c.WorkDir(), "webhook-certs"), "--namespace=prism-system",
-		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance", "-v=2")
+	args := append([]string{"--kubeconfig=" + kubeconfig, "--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port),
+		"--extra-sans=127.0.0.1", "--cert-dir=" + filepath.Join(c.WorkDir(), "webhook-certs"), "--namespace=prism-system",
+		"--http-address=127.0.0.1:" + strconv.Itoa(httpPort), "--policy=performance", "-v=2"}, opts.ControllerFlags...)
+	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), opts.ControllerBin, args...)
 	if err != nil {
 		return err
 	}
 	b.procs = append(b.procs, proc)
 
-	if err := registerWebhooks(ctx, c, opts.RepoRoot, "https://127.0.0.1:"+strconv.Itoa(port)); err != nil {
+	if err := registerWebhooks(ctx, c, docs, "https://127.0.0.1:"+strconv.Itoa(port)); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -395,16 +450,12 @@ func (b *Bed) startController(ctx context.Context, opts Options) error {
 	})
 }
 
-// registerWebhooks creates the chart's webhook configurations from
-// deployments/static/prism.yaml, each webhook sent to base plus the path its
+// registerWebhooks creates the chart's webhook configurations from docs
+// (deployments/static/prism.yaml unless Options.ChartSets), each webhook sent to base plus the path its
 // Service reference names, since the test bed has no Service network. So
 // the demo and the e2e tests admit through exactly the rules, match
 // conditions and failure policies that the chart installs.
-func registerWebhooks(ctx context.Context, c *testbed.Cluster, repoRoot, base string) error {
-	docs, err := staticDocs(repoRoot)
-	if err != nil {
-		return err
-	}
+func registerWebhooks(ctx context.Context, c *testbed.Cluster, docs []staticDoc, base string) error {
 	var configs [][]byte
 	for _, d := range docs {
 		if d.kind != "MutatingWebhookConfiguration" && d.kind != "ValidatingWebhookConfiguration" {
@@ -437,7 +488,7 @@ func registerWebhooks(ctx context.Context, c *testbed.Cluster, repoRoot, base st
 		configs = append(configs, raw)
 	}
 	if len(configs) == 0 {
-		return errors.New("deployments/static/prism.yaml holds no webhook configuration")
+		return errors.New("the chart's rendering holds no webhook configuration")
 	}
 	if err := applyDocs(ctx, c, "prism-webhooks.yaml", configs); err != nil {
 		return fmt.Errorf("register the chart's webhooks: %w", err)

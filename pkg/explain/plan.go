@@ -18,6 +18,8 @@ package explain
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -42,6 +44,12 @@ func PlanNotes(annotation string) []PlanNote {
 	}
 	if p.Load != "" {
 		notes = append(notes, PlanNote{"Load", p.Load})
+	}
+	if d := p.Preference; d != nil {
+		notes = append(notes, PlanNote{"Preference", string(d.Mode) + ": " + d.Reason})
+		for _, t := range d.Terms {
+			notes = append(notes, PlanNote{"Node term", fmt.Sprintf("%s In [%s], weight %d (tier %s)", rewrite.ModelLabel, strings.Join(t.LabelValues(), ", "), t.Weight, t.Tier)})
+		}
 	}
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})

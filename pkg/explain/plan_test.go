@@ -36,6 +36,13 @@ func TestPlanNotes(t *testing.T) {
 			}},
 		{"plan of the built-in ladders", `{"profile":"p","boundType":"LatencyBound","policy":"economy","alternatives":[{"name":"low","reason":"smallest cards"}]}`,
 			[]PlanNote{{"Tier", "low: smallest cards"}}},
+		{"affinity plan: the preference is on the pod",
+			`{"profile":"p","boundType":"MemoryBound","policy":"performance","preference":{"mode":"affinity","reason":"every model that holds the workload is on single-model nodes","terms":[{"weight":100,"tier":"bandwidth-top","models":["NVIDIA H100 80GB HBM3"]}]},"alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Preference", "affinity: every model that holds the workload is on single-model nodes"},
+				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
+				{"Tier", "fits: hard needs only"},
+			}},
 		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`, nil},
 		{"not JSON", `{`, nil},
 	} {

@@ -23,6 +23,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,11 @@ type View struct {
 	// model.
 	deviceModel map[deviceKey]string
 	load        *rewrite.Load // nil: rebuild on the next Load
+	// nodeModels maps each node with Prism GPUs to the models it
+	// publishes, sorted.
+	nodeModels map[string][]string
+	// changed is signalled, without blocking, when the fleet changes.
+	changed chan struct{}
 
 	fleet atomic.Pointer[rewrite.Fleet]
 }
@@ -57,6 +63,7 @@ type deviceKey struct{ pool, device string }
 // sliceSummary is what one slice contributes; the slice itself is not kept.
 type sliceSummary struct {
 	pool       string
+	node       string // the pool's node; the pool's name when the slice names none
 	generation int64
 	models     map[string]rewrite.Model
 	devices    map[string]string // device name -> model
@@ -71,7 +78,7 @@ type claimSummary struct {
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
-	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}}
+	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, changed: make(chan struct{}, 1)}
 	v.publish()
 	return v
 }
@@ -79,6 +86,22 @@ func NewView() *View {
 // Fleet returns the fleet as last seen. Callers must not modify it.
 func (v *View) Fleet() *rewrite.Fleet {
 	return v.fleet.Load()
+}
+
+// Changed is signalled after the fleet changed; one signal may stand for
+// several changes.
+func (v *View) Changed() <-chan struct{} { return v.changed }
+
+// NodeModels returns, per node with Prism GPUs, the models it publishes
+// (sorted), as last seen. The map is the caller's.
+func (v *View) NodeModels() map[string][]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make(map[string][]string, len(v.nodeModels))
+	for n, m := range v.nodeModels {
+		out[n] = slices.Clone(m)
+	}
+	return out
 }
 
 // Load returns free devices per model and the pending claims as last seen.
@@ -156,6 +179,18 @@ func (v *View) publish() {
 	for _, s := range v.slices {
 		newest[s.pool] = max(newest[s.pool], s.generation)
 	}
+	nodeModels := map[string]map[string]int{} // node -> model -> devices
+	for _, s := range v.slices {
+		if s.generation < newest[s.pool] {
+			continue
+		}
+		if nodeModels[s.node] == nil {
+			nodeModels[s.node] = map[string]int{}
+		}
+		for name, m := range s.models {
+			nodeModels[s.node][name] += m.Devices
+		}
+	}
 	models := map[string]rewrite.Model{}
 	v.deviceModel = map[deviceKey]string{}
 	for _, s := range v.slices {
@@ -163,6 +198,9 @@ func (v *View) publish() {
 			continue
 		}
 		for name, m := range s.models {
+			if len(nodeModels[s.node]) > 1 {
+				m.MixedDevices = m.Devices
+			}
 			models[name] = merge(models[name], m)
 		}
 		for device, model := range s.devices {
@@ -174,8 +212,18 @@ func (v *View) publish() {
 		f.Models = append(f.Models, m)
 	}
 	slices.SortFunc(f.Models, func(a, b rewrite.Model) int { return strings.Compare(a.Name, b.Name) })
+	v.nodeModels = map[string][]string{}
+	for node, ms := range nodeModels {
+		if len(ms) > 0 {
+			v.nodeModels[node] = slices.Sorted(maps.Keys(ms))
+		}
+	}
 	v.fleet.Store(f)
 	v.load = nil
+	select {
+	case v.changed <- struct{}{}:
+	default:
+	}
 }
 
 // merge adds b's devices to a. Devices of one model publish the same
@@ -187,6 +235,7 @@ func merge(a, b rewrite.Model) rewrite.Model {
 		return b
 	}
 	a.Devices += b.Devices
+	a.MixedDevices += b.MixedDevices
 	a.BandwidthGBps = minKnown(a.BandwidthGBps, b.BandwidthGBps)
 	a.FP32GFLOPS = minKnown(a.FP32GFLOPS, b.FP32GFLOPS)
 	a.MemoryBytes = max(a.MemoryBytes, b.MemoryBytes)
@@ -205,7 +254,11 @@ func minKnown(a, b int64) int64 {
 }
 
 func summarise(s *resourceapi.ResourceSlice) sliceSummary {
-	sum := sliceSummary{pool: s.Spec.Pool.Name, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{}}
+	node := s.Spec.Pool.Name
+	if s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+		node = *s.Spec.NodeName
+	}
+	sum := sliceSummary{pool: s.Spec.Pool.Name, node: node, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{}}
 	for _, d := range s.Spec.Devices {
 		name := stringAttr(d, "productName")
 		if name == "" {

@@ -70,6 +70,11 @@ func model(g gpu, devices int) rewrite.Model {
 	return rewrite.Model{Name: g.product, Devices: devices, BandwidthGBps: g.bandwidth, FP32GFLOPS: g.fp32, MemoryBytes: q.Value()}
 }
 
+func mixed(m rewrite.Model, devices int) rewrite.Model {
+	m.MixedDevices = devices
+	return m
+}
+
 func TestView(t *testing.T) {
 	capped := h100
 	capped.bandwidth = 3000
@@ -77,38 +82,52 @@ func TestView(t *testing.T) {
 		name   string
 		events func(v *View)
 		want   []rewrite.Model
+		// nodes is NodeModels; nil: not checked.
+		nodes map[string][]string
 	}{
-		{"nothing published", func(*View) {}, []rewrite.Model{}},
+		{"nothing published", func(*View) {}, []rewrite.Model{}, map[string][]string{}},
 		{"two nodes, one mixed", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
 			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), true)
-		}, []rewrite.Model{model(h100, 3), model(l4, 1)}},
+		}, []rewrite.Model{mixed(model(h100, 3), 1), mixed(model(l4, 1), 1)},
+			map[string][]string{"node-a": {h100.product}, "node-b": {h100.product, l4.product}}},
+		{"a node's two slices of one model are not mixed", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(slice("b", "gpu.prism.dev", "node-a", 1, h100), true)
+		}, []rewrite.Model{model(h100, 2)}, map[string][]string{"node-a": {h100.product}}},
+		{"two slices of one node with different models make it mixed", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(slice("b", "gpu.prism.dev", "node-a", 1, l4), true)
+		}, []rewrite.Model{mixed(model(h100, 1), 1), mixed(model(l4, 1), 1)}, map[string][]string{"node-a": {h100.product, l4.product}}},
 		{"another driver's slices are not Prism's fleet", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4), true)
 			v.OnAdd(slice("b", "gpu.example.com", "node-a", 1, h100), true)
-		}, []rewrite.Model{model(l4, 1)}},
+		}, []rewrite.Model{model(l4, 1)}, nil},
 		{"a node leaves", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
 			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)
 			v.OnDelete(cache.DeletedFinalStateUnknown{Key: "b", Obj: slice("b", "gpu.prism.dev", "node-b", 1, l4)})
-		}, []rewrite.Model{model(h100, 1)}},
+		}, []rewrite.Model{model(h100, 1)}, map[string][]string{"node-a": {h100.product}}},
 		{"a republished pool counts once, at its newest generation", func(v *View) {
 			v.OnAdd(slice("old", "gpu.prism.dev", "node-a", 1, h100, h100), true)
 			v.OnAdd(slice("new", "gpu.prism.dev", "node-a", 2, h100), true)
-		}, []rewrite.Model{model(h100, 1)}},
+		}, []rewrite.Model{model(h100, 1)}, nil},
 		{"a node's devices change", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
 			v.OnUpdate(nil, slice("a", "gpu.prism.dev", "node-a", 1, l4))
-		}, []rewrite.Model{model(l4, 1)}},
+		}, []rewrite.Model{model(l4, 1)}, map[string][]string{"node-a": {l4.product}}},
 		{"a slower board of a model sets the model's figure", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, capped), true)
-		}, []rewrite.Model{model(capped, 2)}},
+		}, []rewrite.Model{model(capped, 2)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewView()
 			tc.events(v)
 			if got := v.Fleet().Models; !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("fleet\n got %+v\nwant %+v", got, tc.want)
+			}
+			if got := v.NodeModels(); tc.nodes != nil && !reflect.DeepEqual(got, tc.nodes) {
+				t.Errorf("node models %v, want %v", got, tc.nodes)
 			}
 		})
 	}

@@ -22,6 +22,10 @@ type Model struct {
 	// MemoryBytes is the largest gpu.prism.dev/memory capacity published
 	// for the model.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// MixedDevices is how many of the devices sit on nodes that publish
+	// more than one model. A preferred node does not choose the device on
+	// such a node, so the node-affinity preference is not used for them.
+	MixedDevices int `json:"mixedDevices,omitempty"`
 }
 
 // Option changes how Rewrite writes a claim for the cluster it serves: the
@@ -36,6 +40,8 @@ type options struct {
 	load     *Load
 	// capacityFloor: see MemoryFloorAsCapacity.
 	capacityFloor bool
+	// preference: see WithPreference.
+	preference PreferenceMode
 }
 
 // WithFleet makes Rewrite cut its ladders from the published fleet instead

@@ -206,6 +206,17 @@ func (c fleetCut) share(from, to int) string {
 	return fmt.Sprintf("%d of %d models, %d of %d devices (%s)", models, c.models, devices, c.devices, strings.Join(names, ", "))
 }
 
+// modelNames are the models of classes[from..to].
+func (c fleetCut) modelNames(from, to int) []string {
+	var names []string
+	for _, cl := range c.classes[from : to+1] {
+		for _, m := range cl.models {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
 // summary is the cut as the annotation shows it, classes best first.
 func (c fleetCut) summary() string {
 	parts := make([]string, 0, 2*len(c.classes))
@@ -275,6 +286,7 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) 
 		name:      tierName(c.fig, "top"),
 		selectors: []selectorID{c.atLeast(0)},
 		reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(0), c.fig.unit(), c.share(0, 0)),
+		models:    c.modelNames(0, 0),
 	}
 	if policy == Economy {
 		if t, ok := economyTier(fleet, c, bw); ok {
@@ -289,6 +301,7 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) 
 			name:      tierName(c.fig, "second"),
 			selectors: []selectorID{c.atLeast(1)},
 			reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(1), c.fig.unit(), c.share(0, 1)),
+			models:    c.modelNames(0, 1),
 		})
 	}
 	return append(ladder, fits), c.summary()
@@ -326,6 +339,7 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 		name:      tierName(c.fig, "value"),
 		selectors: sels,
 		reason:    fmt.Sprintf("%s: %s; leaves the top bandwidth class free", cond, rc.share(0, 0)),
+		models:    rc.modelNames(0, 0),
 	}, true
 }
 
@@ -346,6 +360,7 @@ func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
 		name:      tierName(figBandwidth, map[bool]string{true: "bottom", false: "not-top"}[policy == Economy]),
 		selectors: []selectorID{bw.below(i)},
 		reason:    fmt.Sprintf("%s < %d %s: %s; keeps bigger cards free", bw.fig.attribute(), bw.threshold(i), bw.fig.unit(), bw.share(i+1, len(bw.classes)-1)),
+		models:    bw.modelNames(i+1, len(bw.classes)-1),
 	}, fits}, bw.summary()
 }
 

@@ -25,6 +25,9 @@ type Plan struct {
 	Fleet string `json:"fleet,omitempty"`
 	// Load is what the load-aware policy decided, and from which figures.
 	Load string `json:"load,omitempty"`
+	// Preference is how the preference is expressed (ladder or the pod's
+	// node affinity) and why; set when the caller chose a mode.
+	Preference *Decision `json:"preference,omitempty"`
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
 	HardNeeds    string        `json:"hardNeeds,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`

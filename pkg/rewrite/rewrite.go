@@ -170,30 +170,19 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	for _, opt := range opts {
 		opt(&o)
 	}
-	policy := profile.Policy
-	if policy == "" {
-		policy = Performance
-	}
-	if policy != Performance && policy != Economy && policy != LoadAware {
-		return nil, nil, fmt.Errorf("%w: unknown policy %q", ErrInvalidProfile, profile.Policy)
-	}
-	bound := profile.BoundType
-	if bound == "" {
-		bound = Unknown
+	policy, bound, err := profile.policyAndBound()
+	if err != nil {
+		return nil, nil, err
 	}
 	plan := &Plan{Profile: truncateName(profile.Name), BoundType: bound, Policy: policy}
 	out := spec.DeepCopy()
 
-	switch bound {
-	case MemoryBound, ComputeBound, LatencyBound:
-	case Balanced, Unknown:
+	if bound == Balanced || bound == Unknown {
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
 		}
 		return out, plan, nil
-	default:
-		return nil, nil, fmt.Errorf("%w: unknown bound type %q", ErrInvalidProfile, profile.BoundType)
 	}
 
 	n, err := profile.needs()
@@ -201,10 +190,16 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 	}
 	plan.HardNeeds = n.text
-	ladder, fleet, load := o.ladder(bound, policy, spec, n)
+	ladder, fleet, load, decision := o.decide(bound, policy, spec, n)
 	plan.Fleet, plan.Load = fleet, load
+	if o.preference != "" {
+		plan.Preference = &decision
+	}
 	if len(ladder) == 0 {
 		reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
+		if decision.Mode == PreferAffinity {
+			reason = "no hard needs; the preference is the pod's node affinity"
+		}
 		for _, r := range spec.Devices.Requests {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
 		}

@@ -9,12 +9,26 @@ type tier struct {
 	// hard needs only.
 	selectors []selectorID
 	reason    string
+	// models are the fleet's models the tier test selects; only fleet-cut
+	// tiers know them (see NodePreference).
+	models []string
 }
 
 // fits is the last tier of every ladder: hard needs and user selectors only,
 // so the rewritten request matches every device the plain request matched,
 // minus those that cannot hold the workload.
 var fits = tier{name: "fits", reason: "hard needs only: never less schedulable than the plain claim"}
+
+// preferred is the ladder without its fits tier.
+func preferred(ladder []tier) []tier {
+	out := make([]tier, 0, len(ladder))
+	for _, t := range ladder {
+		if t.name != fits.name {
+			out = append(out, t)
+		}
+	}
+	return out
+}
 
 // ladders holds the tiers per bound type and policy.
 //
@@ -27,32 +41,32 @@ var fits = tier{name: "fits", reason: "hard needs only: never less schedulable t
 var ladders = map[BoundType]map[Policy][]tier{
 	MemoryBound: {
 		Performance: {
-			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200"},
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100"},
+			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil},
 			fits,
 		},
 		Economy: {
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices"},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil},
 			fits,
 		},
 	},
 	ComputeBound: {
 		Performance: {
-			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200"},
+			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil},
 			fits,
 		},
 		Economy: {
-			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S"},
+			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil},
 			fits,
 		},
 	},
 	LatencyBound: {
 		Performance: {
-			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free"},
+			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil},
 			fits,
 		},
 		Economy: {
-			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free"},
+			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil},
 			fits,
 		},
 	},

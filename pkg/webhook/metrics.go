@@ -30,6 +30,8 @@ type Metrics struct {
 	profiling prometheus.Counter
 	denied    *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	// podPreference counts pods by what the pod webhook did.
+	podPreference *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -52,6 +54,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_validation_denied_total",
 			Help: "Objects rejected by the validating webhook, by kind.",
 		}, []string{"kind"}),
+		podPreference: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_pod_preference_total",
+			Help: "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).",
+		}, []string{"outcome"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -64,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

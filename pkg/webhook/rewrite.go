@@ -85,6 +85,9 @@ type RewriterOptions struct {
 	// Load returns free devices and pending claims for the load-aware
 	// policy (see pkg/fleet). Nil: load-aware behaves as performance.
 	Load func() *rewrite.Load
+	// Preference is the controller's --preference. Empty: ladders, and
+	// the plan names no mode.
+	Preference rewrite.PreferenceMode
 }
 
 // ParsePolicy checks a cluster-wide policy name.
@@ -206,20 +209,12 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 }
 
 func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
-	policy := r.opts.Policy
-	if wp.Spec.Policy != "" {
-		policy = rewrite.Policy(wp.Spec.Policy)
-	}
-	profile := rewrite.Profile{
-		Name:                 wp.Name,
-		BoundType:            rewrite.BoundType(wp.Status.BoundType),
-		MinMemory:            wp.Spec.MinMemory,
-		PeakMemory:           wp.Status.PeakMemory,
-		MinComputeCapability: wp.Spec.MinComputeCapability,
-		Policy:               policy,
-		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
-	}
+	profile := profileOf(wp, r.opts.Policy)
+	policy := profile.Policy
 	var opts []rewrite.Option
+	if r.opts.Preference != "" {
+		opts = append(opts, rewrite.WithPreference(r.opts.Preference))
+	}
 	if r.opts.Fleet != nil {
 		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()))
 	}
@@ -234,7 +229,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		return outcome{skip: skipRewriteError, message: err.Error()}
 	case len(plan.Rewritten) == 0 && (plan.BoundType == rewrite.Balanced || plan.BoundType == rewrite.Unknown):
 		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
-	case len(plan.Rewritten) == 0:
+	case len(plan.Rewritten) == 0 && !preferredByAffinity(plan):
 		return outcome{skip: skipNoEligible, message: untouchedSummary(plan)}
 	}
 	// pkg/rewrite promises catalogue-only selectors; this is the last line
@@ -465,6 +460,13 @@ func unconfiguredGPURequests(spec *resourceapi.ResourceClaimSpec) []string {
 	return refs
 }
 
+// preferredByAffinity says whether the plan's preference went to the
+// pod's node affinity: the claim is then worth its annotation even when no
+// request changed (a profile without hard needs).
+func preferredByAffinity(p *rewrite.Plan) bool {
+	return p.Preference != nil && p.Preference.Mode == rewrite.PreferAffinity && len(p.Preference.Terms) > 0
+}
+
 func planSummary(p *rewrite.Plan) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "profile %s (%s, %s): %s", p.Profile, p.BoundType, p.Policy, strings.Join(p.Rewritten, ", "))
@@ -472,7 +474,12 @@ func planSummary(p *rewrite.Plan) string {
 	for _, a := range p.Alternatives {
 		names = append(names, a.Name)
 	}
-	fmt.Fprintf(&b, " -> firstAvailable [%s]", strings.Join(names, ", "))
+	if len(names) > 0 {
+		fmt.Fprintf(&b, " -> firstAvailable [%s]", strings.Join(names, ", "))
+	}
+	if preferredByAffinity(p) {
+		fmt.Fprintf(&b, "; the pod gets the %s", p.Preference.TermsSummary())
+	}
 	if p.HardNeeds != "" {
 		fmt.Fprintf(&b, "; hard needs %s", p.HardNeeds)
 	}

@@ -135,6 +135,13 @@ func fakeReader(t testing.TB, profiles ...*prismv1alpha1.WorkloadProfile) client
 
 func applyPatch(t *testing.T, object []byte, resp *admissionv1.AdmissionResponse) *resourceapi.ResourceClaim {
 	t.Helper()
+	return patchedAs[resourceapi.ResourceClaim](t, object, resp)
+}
+
+// patchedAs applies the response's JSON patch to object and decodes the
+// result as a T.
+func patchedAs[T any](t *testing.T, object []byte, resp *admissionv1.AdmissionResponse) *T {
+	t.Helper()
 	if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
 		t.Fatalf("patch type %v, want JSONPatch", resp.PatchType)
 	}
@@ -146,11 +153,11 @@ func applyPatch(t *testing.T, object []byte, resp *admissionv1.AdmissionResponse
 	if err != nil {
 		t.Fatalf("applying patch %s: %v", resp.Patch, err)
 	}
-	claim := &resourceapi.ResourceClaim{}
-	if err := json.Unmarshal(out, claim); err != nil {
+	obj := new(T)
+	if err := json.Unmarshal(out, obj); err != nil {
 		t.Fatal(err)
 	}
-	return claim
+	return obj
 }
 
 var (

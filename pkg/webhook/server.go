@@ -36,8 +36,9 @@ const (
 )
 
 // NewMux routes the webhooks.
-func NewMux(rewriter, validator, profileWrites http.Handler) *http.ServeMux {
+func NewMux(rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
+	mux.Handle(PodPreferencePath, podPreference)
 	mux.Handle(RewritePath, rewriter)
 	mux.Handle(ValidatePath, validator)
 	mux.Handle(ProfileWritesPath, profileWrites)

@@ -76,7 +76,8 @@ type allocatorClaim struct {
 // user would write without Prism); the ladder the webhook writes (cut from
 // the published fleet), also with every tier in gpu.prism.dev as before
 // generated subrequests had their own class, and with the memory floor as a
-// capacity request; and the built-in ladder (no fleet known).
+// capacity request; the built-in ladder (no fleet known); and the claim of
+// the affinity design, which carries only the hard needs.
 func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 	var rows []Row
 	for i, n := range o.Sizes {
@@ -109,6 +110,12 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			if err != nil {
 				return nil, err
 			}
+			// The affinity design: the claim carries the hard needs only,
+			// the preference is on the pod (the allocator never sees it).
+			affinity, err := RewrittenSpec(ctx, 1, p.Profile, published, rewrite.WithPreference(rewrite.PreferAffinity))
+			if err != nil {
+				return nil, err
+			}
 			claims := []allocatorClaim{
 				{name: "plain", claim: claim(GPUSpec(1))},
 				{name: "selective", claim: claim(SelectiveSpec(1))},
@@ -116,6 +123,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "ladder", claim: claim(ladder)},
 				{name: "ladder, capacity floor", claim: claim(capacity)},
 				{name: "built-in ladder", claim: claim(builtIn)},
+				{name: "affinity, hard needs", claim: claim(affinity)},
 			}
 			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {

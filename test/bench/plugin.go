@@ -206,7 +206,7 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
-	if err := CreateReadyNode(ctx, client, prepNode); err != nil {
+	if err := CreateReadyNode(ctx, client, prepNode, nil); err != nil {
 		return nil, err
 	}
 	total := o.Calls + o.Warmup
@@ -408,7 +408,7 @@ func Startup(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 	res := &StartupResult{}
 	for i := range n {
 		node := fmt.Sprintf("bench-start-%d", i)
-		if err := CreateReadyNode(ctx, client, node); err != nil {
+		if err := CreateReadyNode(ctx, client, node, nil); err != nil {
 			return nil, err
 		}
 		w, err := client.ResourceV1().ResourceSlices().Watch(ctx, metav1.ListOptions{
@@ -591,7 +591,7 @@ func PrepareScale(ctx context.Context, c *testbed.Cluster, client kubernetes.Int
 		if err := os.WriteFile(fleet, []byte(strings.Replace(string(fleetRaw), "count: 8", fmt.Sprintf("count: %d", gpus), 1)), 0o644); err != nil {
 			return rows, err
 		}
-		if err := CreateReadyNode(ctx, client, node); err != nil {
+		if err := CreateReadyNode(ctx, client, node, nil); err != nil {
 			return rows, err
 		}
 		held := make([]*resourceapi.ResourceClaim, total)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/prismgpu/prism/pkg/nodelabels"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -53,13 +55,15 @@ func parallel(n, workers int, fn func(i int) error) error {
 	return firstErr
 }
 
-// CreateReadyNode creates a Node by hand with a Ready condition, capacity
+// CreateReadyNode creates a Node by hand, with extraLabels, a Ready condition, capacity
 // for 110 pods and a Lease, so that neither the scheduler nor the
 // node-lifecycle controller keeps pods off it. The apiserver must run with
 // TaintNodesByCondition disabled, or the node starts tainted not-ready.
-func CreateReadyNode(ctx context.Context, client kubernetes.Interface, name string) error {
+func CreateReadyNode(ctx context.Context, client kubernetes.Interface, name string, extraLabels map[string]string) error {
+	labels := map[string]string{"kubernetes.io/hostname": name, "prism.dev/bench": "true"}
+	maps.Copy(labels, extraLabels)
 	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "prism.dev/bench": "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
@@ -149,11 +153,18 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	start := time.Now()
 	names := make([]string, len(f.Nodes))
+	nodeModels := map[string][]string{}
+	modelOf := map[string]string{}
 	for i, n := range f.Nodes {
 		names[i] = n.Name
+		nodeModels[n.Name] = []string{f.Model[i]}
+		modelOf[n.Name] = f.Model[i]
 	}
+	// The labels prism-controller's labeller would give these nodes.
+	fleet := f.Published()
+	labels := nodelabels.Desired(nodeModels, fleet)
 	if err := parallel(len(f.Nodes), 16, func(i int) error {
-		if err := CreateReadyNode(ctx, client, names[i]); err != nil {
+		if err := CreateReadyNode(ctx, client, names[i], labels[names[i]]); err != nil {
 			return err
 		}
 		_, err := client.ResourceV1().ResourceSlices().Create(ctx, f.Slices[i], metav1.CreateOptions{})
@@ -182,7 +193,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		return nil, fmt.Errorf("unknown profile %q", o.Profile)
 	}
 	// What the webhook writes: the ladder cut from the published fleet.
-	published := rewrite.WithFleet(f.Published())
+	published := rewrite.WithFleet(fleet)
 	ladder, err := RewrittenSpec(ctx, 1, *profile, published)
 	if err != nil {
 		return nil, err
@@ -191,17 +202,38 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	if err != nil {
 		return nil, err
 	}
+	// The affinity design: hard needs in the claim, the pod webhook's
+	// preferred node affinity on the pod.
+	affinitySpec, err := RewrittenSpec(ctx, 1, *profile, published, rewrite.WithPreference(rewrite.PreferAffinity))
+	if err != nil {
+		return nil, err
+	}
+	decision, err := rewrite.NodePreference(*profile, published, rewrite.WithPreference(rewrite.PreferAffinity))
+	if err != nil {
+		return nil, err
+	}
+	if decision.Mode != rewrite.PreferAffinity {
+		return nil, fmt.Errorf("the bench fleet should get the affinity design: %s", decision.Reason)
+	}
+	preferred := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: decision.PreferredTerms()}}
 	// The hand-written selective claim is the fair reference: it expresses
 	// a preference too, and fits fewer nodes, so the scheduler cannot stop
 	// at its quota of feasible nodes as early as for the others.
 	kinds := []struct {
-		name string
-		spec *resourceapi.ResourceClaimSpec
+		name     string
+		spec     *resourceapi.ResourceClaimSpec
+		affinity *corev1.Affinity
 	}{
-		{"plain", GPUSpec(1)},
-		{"selective", SelectiveSpec(1)},
-		{"ladder", ladder},
-		{"ladder-capacity", capacity},
+		{"plain", GPUSpec(1), nil},
+		{"selective", SelectiveSpec(1), nil},
+		{"ladder", ladder, nil},
+		{"ladder-capacity", capacity, nil},
+		{"affinity", affinitySpec, preferred},
+	}
+	// Where the pods land: on the models of the first preferred tier.
+	top := map[string]bool{}
+	for _, m := range decision.Terms[0].Models {
+		top[m] = true
 	}
 	ns := "bench-sched"
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -212,7 +244,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	// Warm up: the scheduler's informers, its CEL cache, every claim shape.
 	for _, k := range kinds {
-		if _, err := schedulePods(ctx, client, ns, "warm-"+k.name, k.spec, o.Warmup); err != nil {
+		if _, err := schedulePods(ctx, client, ns, "warm-"+k.name, k.spec, k.affinity, o.Warmup); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -222,7 +254,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	batches := 2
 	for b := range batches {
 		for i, k := range kinds {
-			r, err := schedulePods(ctx, client, ns, fmt.Sprintf("%s-%d", k.name, b), k.spec, o.Pods/batches)
+			r, err := schedulePods(ctx, client, ns, fmt.Sprintf("%s-%d", k.name, b), k.spec, k.affinity, o.Pods/batches)
 			if err != nil {
 				return nil, err
 			}
@@ -240,9 +272,17 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	sums := make([]schedResult, len(kinds))
 	walls := make([]string, len(kinds))
+	onTop := make([]string, len(kinds))
 	for i := range kinds {
 		sums[i] = sumSched(results[i])
 		walls[i] = fmt.Sprintf("%s %s", kinds[i].name, sums[i].wall.Round(time.Millisecond))
+		n := 0
+		for _, node := range sums[i].nodes {
+			if top[modelOf[node]] {
+				n++
+			}
+		}
+		onTop[i] = fmt.Sprintf("%s %d/%d", kinds[i].name, n, len(sums[i].nodes))
 	}
 	cse := fmt.Sprintf("%d nodes x 8 GPUs, %s", o.Nodes, o.Profile)
 	note := fmt.Sprintf("%d pods each in %d alternating batches; wall %s; %d nodes tainted at end",
@@ -262,6 +302,8 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	compare(1, 2, "the fair reference: "+SelectiveSelector+" written by hand")
 	compare(1, 3, "")
+	compare(2, 4, fmt.Sprintf("affinity: hard needs in the claim, %s on the pod; pods on the first tier's models (%s): %s",
+		decision.TermsSummary(), strings.Join(decision.Terms[0].Models, ", "), strings.Join(onTop, ", ")))
 	return rows, nil
 }
 
@@ -269,6 +311,7 @@ type schedResult struct {
 	pods      int
 	wall      time.Duration // first pod created to last pod bound
 	latencies []time.Duration
+	nodes     []string // where each pod was bound
 }
 
 func (s schedResult) rate() float64 { return float64(s.pods) / s.wall.Seconds() }
@@ -279,6 +322,7 @@ func sumSched(rs []schedResult) schedResult {
 		out.pods += r.pods
 		out.wall += r.wall
 		out.latencies = append(out.latencies, r.latencies...)
+		out.nodes = append(out.nodes, r.nodes...)
 	}
 	return out
 }
@@ -297,7 +341,7 @@ func waitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns 
 // schedulePods creates n claims with spec, then n pods using them, and
 // waits until every pod has a node. Claims are created first so that only
 // pod creation overlaps with scheduling.
-func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind string, spec *resourceapi.ResourceClaimSpec, n int) (schedResult, error) {
+func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind string, spec *resourceapi.ResourceClaimSpec, affinity *corev1.Affinity, n int) (schedResult, error) {
 	if err := parallel(n, 8, func(i int) error {
 		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", kind, i)},
@@ -318,12 +362,14 @@ func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind str
 	go func() {
 		createErr <- parallel(n, 8, func(i int) error {
 			pod := benchPod(fmt.Sprintf("%s-%d", kind, i), kind)
+			pod.Spec.Affinity = affinity
 			created[i] = time.Now()
 			_, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 			return err
 		})
 	}()
 	bound := map[string]time.Time{}
+	boundOn := map[string]string{}
 	timeout := time.After(3 * time.Minute)
 	for len(bound) < n {
 		select {
@@ -345,6 +391,7 @@ func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind str
 			}
 			if _, seen := bound[pod.Name]; !seen {
 				bound[pod.Name] = time.Now()
+				boundOn[pod.Name] = pod.Spec.NodeName
 			}
 		case <-timeout:
 			return schedResult{}, fmt.Errorf("%s: only %d of %d pods bound after 3m", kind, len(bound), n)
@@ -363,6 +410,7 @@ func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind str
 			last = t
 		}
 		res.latencies = append(res.latencies, t.Sub(created[i]))
+		res.nodes = append(res.nodes, boundOn[fmt.Sprintf("%s-%d", kind, i)])
 	}
 	res.wall = last.Sub(start)
 	return res, nil

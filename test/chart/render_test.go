@@ -35,6 +35,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -54,6 +55,8 @@ type rendered struct {
 	deployments map[string]*appsv1.Deployment
 	configMaps  map[string]*corev1.ConfigMap
 	validating  map[string]*admissionregistrationv1.ValidatingWebhookConfiguration
+	mutating    map[string]*admissionregistrationv1.MutatingWebhookConfiguration
+	roles       map[string]*rbacv1.ClusterRole
 }
 
 // render runs helm template for Kubernetes 1.34 (the chart's minimum) with
@@ -76,7 +79,8 @@ func render(t *testing.T, args ...string) rendered {
 		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
 	}
 	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
-		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{}}
+		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{},
+		mutating:   map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, roles: map[string]*rbacv1.ClusterRole{}}
 	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
 	for {
 		doc, err := docs.Read()
@@ -99,6 +103,10 @@ func render(t *testing.T, args ...string) rendered {
 			decodeInto(t, doc, r.configMaps)
 		case "ValidatingWebhookConfiguration":
 			decodeInto(t, doc, r.validating)
+		case "MutatingWebhookConfiguration":
+			decodeInto(t, doc, r.mutating)
+		case "ClusterRole":
+			decodeInto(t, doc, r.roles)
 		}
 	}
 }

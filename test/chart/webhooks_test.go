@@ -76,3 +76,60 @@ func TestProfilePlacementWebhook(t *testing.T) {
 		t.Errorf("match conditions %+v, want annotated objects only", w.MatchConditions)
 	}
 }
+
+// rewrite.preference=affinity adds the pod webhook, which may only ever
+// be ignored on failure, and the nodes permission the labeller needs; the
+// default (ladder) renders neither.
+func TestNodePreferenceWebhookAndRBAC(t *testing.T) {
+	for _, tc := range []struct {
+		preference string
+		enabled    bool
+	}{{"ladder", false}, {"affinity", true}} {
+		t.Run(tc.preference, func(t *testing.T) {
+			var args []string
+			if tc.preference != "ladder" {
+				args = []string{"--set", "rewrite.preference=" + tc.preference}
+			}
+			r := render(t, args...)
+			if arg := "--preference=" + tc.preference; !slices.Contains(container(t, r.controller(t), "controller").Args, arg) {
+				t.Errorf("controller args %v lack %s", container(t, r.controller(t), "controller").Args, arg)
+			}
+			m, ok := r.mutating["prism-rewrite"]
+			if !ok {
+				t.Fatal("no MutatingWebhookConfiguration prism-rewrite rendered")
+			}
+			i := slices.IndexFunc(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) bool { return w.Name == "node-preference.gpu.prism.dev" })
+			if (i >= 0) != tc.enabled {
+				t.Fatalf("node-preference webhook rendered: %v, want %v", i >= 0, tc.enabled)
+			}
+			var nodeVerbs []string
+			for _, rule := range r.roles["prism-controller"].Rules {
+				if slices.Contains(rule.Resources, "nodes") {
+					nodeVerbs = append(nodeVerbs, rule.Verbs...)
+				}
+			}
+			if slices.Contains(nodeVerbs, "patch") != tc.enabled {
+				t.Errorf("controller's verbs on nodes %v; patch wanted: %v", nodeVerbs, tc.enabled)
+			}
+			if !tc.enabled {
+				return
+			}
+			w := m.Webhooks[i]
+			if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
+				t.Errorf("failurePolicy %v: a pod must never wait on its preference", w.FailurePolicy)
+			}
+			if w.ClientConfig.Service == nil || w.ClientConfig.Service.Path == nil || *w.ClientConfig.Service.Path != "/mutate-pods" {
+				t.Errorf("client config %+v, want the controller's /mutate-pods", w.ClientConfig)
+			}
+			if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+				t.Errorf("rules %+v, want pods CREATE", w.Rules)
+			}
+			if w.NamespaceSelector == nil || !strings.Contains(w.NamespaceSelector.String(), "kube-system") {
+				t.Errorf("namespaceSelector %+v, want the other webhooks' (kube-system and the release namespace left out)", w.NamespaceSelector)
+			}
+			if len(w.MatchConditions) != 1 || !strings.Contains(w.MatchConditions[0].Expression, "object.spec.resourceClaims") {
+				t.Errorf("match conditions %+v, want pods with resource claims only", w.MatchConditions)
+			}
+		})
+	}
+}

@@ -32,12 +32,20 @@ type controllerEnv struct {
 	prism   client.Client
 }
 
-func newControllerEnv(t *testing.T) *controllerEnv {
+// newControllerEnv starts the environment with the controller's preference
+// mode: ladder unless preference says "affinity".
+func newControllerEnv(t *testing.T, preference ...string) *controllerEnv {
 	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
 	// GPUs are shareable by memory: the placement rules must hold with
 	// sharing on, and a profile that allows it asks for its footprint.
-	b, err := bed.Setup(ctx, cluster, bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary,
-		PluginFlags: []string{"--consumable-capacity"}})
+	opts := bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary,
+		PluginFlags: []string{"--consumable-capacity"}}
+	for _, p := range preference {
+		// The chart's RBAC and webhooks for the mode, and the flag.
+		opts.ChartSets = append(opts.ChartSets, "rewrite.preference="+p)
+		opts.ControllerFlags = append(opts.ControllerFlags, "--preference="+p)
+	}
+	b, err := bed.Setup(ctx, cluster, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,10 +133,42 @@ func withPeak(s prismv1alpha1.WorkloadProfileStatus, peak resource.Quantity) pri
 	return s
 }
 
-func TestProfileAwarePlacement(t *testing.T) {
-	e := newControllerEnv(t)
-	const h100, a100, l4 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4"
-	memoryBound := prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: milli(20000), MemoryThroughputMilliPercent: milli(91000)}
+const h100, a100, l4 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA L4"
+
+var memoryBound = prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: milli(20000), MemoryThroughputMilliPercent: milli(91000)}
+
+// placements are the e2e placement cases, in order: the model each
+// profiled job must land on, the cluster holding what the earlier cases
+// and hogs left. TestProfileAwarePlacement checks them with the ladder,
+// TestAffinityPlacesAsTheLadder with the node-affinity design.
+var placements = []struct {
+	pod, template string
+	// hog, when set, is a plain 8-GPU pod pinned to that model and
+	// started before the job; it stays.
+	hog, want string
+}{
+	{"stream-1", "stream", "", h100},
+	{"small-stream-1", "small-stream", "", h100},
+	{"tiny-1", "tiny", "", l4},
+	{"gemm-1", "gemm", h100, a100},
+	{"stream-2", "stream", a100, l4},
+}
+
+func placement(t *testing.T, pod string) string {
+	t.Helper()
+	for _, p := range placements {
+		if p.pod == pod {
+			return p.want
+		}
+	}
+	t.Fatalf("no placement case %s", pod)
+	return ""
+}
+
+// placementProfiles creates the profiles and templates the placement cases
+// use.
+func (e *controllerEnv) placementProfiles(t *testing.T) {
+	t.Helper()
 	q20 := resource.MustParse("20Gi")
 	for _, p := range []struct {
 		name   string
@@ -147,11 +187,33 @@ func TestProfileAwarePlacement(t *testing.T) {
 	for _, tmpl := range []struct{ name, profile string }{{"stream", "stream"}, {"gemm", "gemm"}, {"tiny", "tiny"}, {"small-stream", "small-stream"}, {"unknown", "never-profiled"}, {"plain", ""}} {
 		e.profiledTemplate(t, tmpl.name, tmpl.profile, gpuClaimSpec(1))
 	}
+	for _, model := range []string{h100, a100} {
+		e.profiledTemplate(t, hogTemplate(model), "", gpuClaimSpec(8, `device.attributes["gpu.prism.dev"].productName == "`+model+`"`))
+	}
+}
+
+func hogTemplate(model string) string {
+	return map[string]string{h100: "all-h100", a100: "all-a100"}[model]
+}
+
+// hog fills every GPU of model with one plain pod.
+func (e *controllerEnv) hog(t *testing.T, model string) {
+	t.Helper()
+	name := "hog-" + strings.TrimPrefix(hogTemplate(model), "all-")
+	createPod(e.ctx, t, e.cluster.Client, podWithClaim(name, hogTemplate(model), ""))
+	if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", name, time.Minute, testbed.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProfileAwarePlacement(t *testing.T) {
+	e := newControllerEnv(t)
+	e.placementProfiles(t)
 
 	t.Run("memory-bound lands on H100 and is explained", func(t *testing.T) {
 		got, claim := e.runPodUntilEnd(t, "stream-1", "stream")
-		if got != h100 {
-			t.Errorf("memory-bound job got %s, want %s", got, h100)
+		if want := placement(t, "stream-1"); got != want {
+			t.Errorf("memory-bound job got %s, want %s", got, want)
 		}
 		if claim.Spec.Devices.Requests[0].FirstAvailable == nil {
 			t.Errorf("claim was not rewritten: %+v", claim.Spec.Devices.Requests[0])
@@ -177,8 +239,8 @@ func TestProfileAwarePlacement(t *testing.T) {
 
 	t.Run("a profile that allows sharing asks for its footprint", func(t *testing.T) {
 		got, claim := e.runPodUntilEnd(t, "small-stream-1", "small-stream")
-		if got != h100 {
-			t.Errorf("memory-bound share got %s, want %s", got, h100)
+		if want := placement(t, "small-stream-1"); got != want {
+			t.Errorf("memory-bound share got %s, want %s", got, want)
 		}
 		r := claim.Status.Allocation.Devices.Results[0]
 		// 20Gi measured + 10 % + 2Gi of headroom, in whole GiB.
@@ -188,8 +250,8 @@ func TestProfileAwarePlacement(t *testing.T) {
 	})
 
 	t.Run("latency-bound with economy lands on L4", func(t *testing.T) {
-		if got, _ := e.runPodUntilEnd(t, "tiny-1", "tiny"); got != l4 {
-			t.Errorf("latency-bound economy job got %s, want %s", got, l4)
+		if got, _ := e.runPodUntilEnd(t, "tiny-1", "tiny"); got != placement(t, "tiny-1") {
+			t.Errorf("latency-bound economy job got %s, want %s", got, placement(t, "tiny-1"))
 		}
 	})
 
@@ -221,30 +283,22 @@ func TestProfileAwarePlacement(t *testing.T) {
 
 	// Fill the H100s, then the A100s, with plain claims; profiled jobs must
 	// still run where their hard needs allow.
-	e.profiledTemplate(t, "all-h100", "", gpuClaimSpec(8, `device.attributes["gpu.prism.dev"].productName == "`+h100+`"`))
-	e.profiledTemplate(t, "all-a100", "", gpuClaimSpec(8, `device.attributes["gpu.prism.dev"].productName == "`+a100+`"`))
 	t.Run("compute-bound 20GB never lands on L4", func(t *testing.T) {
-		createPod(e.ctx, t, e.cluster.Client, podWithClaim("hog-h100", "all-h100", ""))
-		if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", "hog-h100", time.Minute, testbed.PodRunning); err != nil {
-			t.Fatal(err)
-		}
+		e.hog(t, h100)
 		got, _ := e.runPodUntilEnd(t, "gemm-1", "gemm")
 		if got == l4 {
 			t.Errorf("a 20 GB compute-bound job landed on a 24 GB L4")
 		}
-		if got != a100 {
-			t.Errorf("with the H100s full, the compute-bound job got %s, want %s", got, a100)
+		if want := placement(t, "gemm-1"); got != want {
+			t.Errorf("with the H100s full, the compute-bound job got %s, want %s", got, want)
 		}
 	})
 
 	t.Run("every preferred class full falls back and schedules", func(t *testing.T) {
-		createPod(e.ctx, t, e.cluster.Client, podWithClaim("hog-a100", "all-a100", ""))
-		if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", "hog-a100", time.Minute, testbed.PodRunning); err != nil {
-			t.Fatal(err)
-		}
+		e.hog(t, a100)
 		got, claim := e.runPod(t, "stream-2", "stream")
-		if got != l4 {
-			t.Errorf("with the H100s and A100s full, the memory-bound job got %s, want the fallback %s", got, l4)
+		if want := placement(t, "stream-2"); got != want {
+			t.Errorf("with the H100s and A100s full, the memory-bound job got %s, want the fallback %s", got, want)
 		}
 		if r := claim.Status.Allocation.Devices.Results[0].Request; !strings.HasSuffix(r, "/fits") {
 			t.Errorf("allocated through subrequest %s, want the last (fits) alternative", r)

@@ -1,0 +1,256 @@
+package rewrite
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// PreferenceMode is how a claim's preference for some GPU models is
+// expressed to the scheduler (see docs/rewrite.md, "The preference as node
+// affinity").
+type PreferenceMode string
+
+const (
+	// PreferLadder writes the preference into the claim as firstAvailable
+	// tiers: the allocator scans every tier that fails on a node.
+	PreferLadder PreferenceMode = "ladder"
+	// PreferAffinity leaves only the hard needs in the claim and prefers
+	// the nodes of the preferred models through the pod's node affinity,
+	// where the fleet allows it.
+	PreferAffinity PreferenceMode = "affinity"
+)
+
+// ParsePreference checks a preference mode name.
+func ParsePreference(s string) (PreferenceMode, error) {
+	switch m := PreferenceMode(s); m {
+	case PreferLadder, PreferAffinity:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown preference %q: must be %q or %q", s, PreferLadder, PreferAffinity)
+}
+
+// WithPreference asks for the preference to be expressed in mode. With
+// PreferAffinity, Rewrite writes only the hard needs when NodePreference
+// decides for affinity, and the ladder otherwise.
+func WithPreference(mode PreferenceMode) Option {
+	return func(o *options) { o.preference = mode }
+}
+
+// Node labels prism-controller publishes on nodes whose GPUs are all one
+// model (pkg/nodelabels). The pod webhook's terms select on ModelLabel.
+const (
+	ModelLabel          = DriverName + "/model"
+	BandwidthClassLabel = DriverName + "/bandwidth-class"
+	FP32ClassLabel      = DriverName + "/fp32-class"
+)
+
+// NodeLabelKeys are every label key the node labeller owns.
+var NodeLabelKeys = []string{ModelLabel, BandwidthClassLabel, FP32ClassLabel}
+
+// Decision is how a claim's preference is expressed, and why. The claim
+// webhook (through Rewrite) and the pod webhook reach it from the same
+// inputs by the same function, NodePreference.
+type Decision struct {
+	Mode   PreferenceMode `json:"mode"`
+	Reason string         `json:"reason"`
+	// Terms are the pod's preferred node-affinity terms, best tier first;
+	// only with Mode PreferAffinity.
+	Terms []NodeTerm `json:"terms,omitempty"`
+}
+
+// NodeTerm is one preferred node-affinity term: nodes labelled ModelLabel
+// with one of the models' label values.
+type NodeTerm struct {
+	Weight int32    `json:"weight"`
+	Tier   string   `json:"tier"`
+	Models []string `json:"models"`
+}
+
+// LabelValues are the ModelLabel values of the term's models.
+func (t NodeTerm) LabelValues() []string {
+	out := make([]string, 0, len(t.Models))
+	for _, m := range t.Models {
+		out = append(out, ModelLabelValue(m))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// PreferredTerms are the decision's terms as the pod's preferred
+// node-affinity terms; none unless the mode is PreferAffinity.
+func (d Decision) PreferredTerms() []corev1.PreferredSchedulingTerm {
+	if d.Mode != PreferAffinity {
+		return nil
+	}
+	out := make([]corev1.PreferredSchedulingTerm, 0, len(d.Terms))
+	for _, t := range d.Terms {
+		out = append(out, corev1.PreferredSchedulingTerm{Weight: t.Weight, Preference: corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: t.LabelValues()}},
+		}})
+	}
+	return out
+}
+
+// TermsSummary is the terms for an event, a log line or a note.
+func (d Decision) TermsSummary() string {
+	parts := make([]string, 0, len(d.Terms))
+	for _, t := range d.Terms {
+		parts = append(parts, fmt.Sprintf("%s weight %d", strings.Join(t.LabelValues(), "|"), t.Weight))
+	}
+	return "preferred node affinity on " + ModelLabel + " [" + strings.Join(parts, ", ") + "]"
+}
+
+// topTermWeight is the best tier's weight; each further tier gets half.
+// NodeAffinity normalises its score over the feasible nodes, so the
+// weights only order the tiers.
+const topTermWeight = 100
+
+// NodePreference decides how profile's preference is expressed on the
+// cluster that opts describe (WithFleet, WithPreference). It is pure, and
+// Rewrite reaches the same decision from the same inputs.
+func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	policy, bound, err := profile.policyAndBound()
+	if err != nil {
+		return nil, err
+	}
+	if bound == Balanced || bound == Unknown {
+		return &Decision{Mode: PreferLadder, Reason: fmt.Sprintf("bound type %s: no hardware preference to express", bound)}, nil
+	}
+	n, err := profile.needs()
+	if err != nil {
+		return nil, fmt.Errorf("node preference for profile %q: %w", truncateName(profile.Name), err)
+	}
+	_, _, _, d := o.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n)
+	return &d, nil
+}
+
+// policyAndBound applies the defaults and rejects unknown values.
+func (p Profile) policyAndBound() (Policy, BoundType, error) {
+	policy := p.Policy
+	if policy == "" {
+		policy = Performance
+	}
+	if policy != Performance && policy != Economy && policy != LoadAware {
+		return "", "", fmt.Errorf("%w: unknown policy %q", ErrInvalidProfile, p.Policy)
+	}
+	bound := p.BoundType
+	if bound == "" {
+		bound = Unknown
+	}
+	switch bound {
+	case MemoryBound, ComputeBound, LatencyBound, Balanced, Unknown:
+	default:
+		return "", "", fmt.Errorf("%w: unknown bound type %q", ErrInvalidProfile, p.BoundType)
+	}
+	return policy, bound, nil
+}
+
+// decide is the ladder for the claim and how its preference is expressed.
+// In affinity mode the claim keeps only the fits tier (none without hard
+// needs), and the decision names the models of each preferred tier.
+func (o options) decide(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
+	ladder, cut, load := o.ladder(bound, policy, spec, n)
+	d := Decision{Mode: PreferLadder}
+	prefer := preferred(ladder)
+	switch {
+	case o.preference != PreferAffinity:
+		d.Reason = "the controller expresses preferences as ladders (--preference=ladder)"
+		return ladder, cut, load, d
+	case !o.fleetSet:
+		d.Reason = "no published fleet known: the built-in ladders name no models"
+		return ladder, cut, load, d
+	case policy == LoadAware:
+		d.Reason = "load-aware decides from the live load, which may change between the pod's admission and its claim's"
+		return ladder, cut, load, d
+	case len(prefer) == 0:
+		d.Reason = "no preferred tier: nothing to prefer"
+		return ladder, cut, load, d
+	}
+	for _, m := range fitting(o.fleet, n).Models {
+		if m.MixedDevices > 0 {
+			d.Reason = fmt.Sprintf("%d of %d %s devices sit on nodes with other models, where a preferred node does not choose the device", m.MixedDevices, m.Devices, m.Name)
+			return ladder, cut, load, d
+		}
+	}
+	d.Mode = PreferAffinity
+	d.Reason = "every model that holds the workload is on single-model nodes, labelled " + ModelLabel
+	seen := map[string]bool{}
+	weight := int32(topTermWeight)
+	for _, t := range prefer {
+		var added []string
+		for _, m := range t.models {
+			if !seen[m] {
+				seen[m] = true
+				added = append(added, m)
+			}
+		}
+		if len(added) == 0 {
+			continue
+		}
+		d.Terms = append(d.Terms, NodeTerm{Weight: weight, Tier: t.name, Models: added})
+		weight /= 2
+	}
+	if n.text == "" {
+		return nil, cut, load, d
+	}
+	return []tier{fits}, cut, load, d
+}
+
+// ModelLabelValue is a product name as a label value: every character a
+// value may not hold becomes '-', runs of them one, cut to 63 characters
+// and trimmed to start and end alphanumeric.
+func ModelLabelValue(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range name {
+		ok := r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+		if !ok {
+			if !dash {
+				b.WriteByte('-')
+			}
+			dash = true
+			continue
+		}
+		b.WriteRune(r)
+		dash = r == '-'
+	}
+	v := b.String()
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return strings.TrimFunc(v, func(r rune) bool { return r == '-' || r == '.' || r == '_' })
+}
+
+// NodeLabels are the labels a node whose GPUs are of the given models
+// should carry on fleet: none unless they are all one model; then its
+// model, and its class in the fleet cut on each figure that has at least
+// two classes (1 is the best). The cut is the whole fleet's, as in the
+// ladder of a workload without a memory floor.
+func NodeLabels(models []string, fleet *Fleet) map[string]string {
+	models = slices.Compact(slices.Sorted(slices.Values(models)))
+	if len(models) != 1 || models[0] == "" || fleet == nil {
+		return nil
+	}
+	labels := map[string]string{ModelLabel: ModelLabelValue(models[0])}
+	for f, key := range map[figure]string{figBandwidth: BandwidthClassLabel, figFP32: FP32ClassLabel} {
+		c := cutFleet(fleet.Models, f)
+		if len(c.classes) < 2 {
+			continue
+		}
+		for i, cl := range c.classes {
+			if slices.ContainsFunc(cl.models, func(m Model) bool { return m.Name == models[0] }) {
+				labels[key] = strconv.Itoa(i + 1)
+			}
+		}
+	}
+	return labels
+}

@@ -1,0 +1,251 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// PodPreferencePath is where the pod webhook is served.
+const PodPreferencePath = "/mutate-pods"
+
+// Outcomes of the pod webhook, as metric label values.
+const (
+	podAffinityAdded     = "affinity-added"
+	podLadderMode        = "ladder-mode"
+	podNoPreference      = "no-preference"
+	podNotCached         = "not-cached"
+	podLookupError       = "lookup-error"
+	podDecodeError       = "decode-error"
+	podEncodeError       = "encode-error"
+	podUnsupported       = "unsupported-request"
+	podNoProfiledClaim   = "no-profiled-claim"
+	podProfileUnmeasured = "profile-unmeasured"
+)
+
+// PodPreferenceOptions configure NewPodPreference. The readers must be
+// informer-backed caches: the webhook is on the path of every pod with
+// resource claims.
+type PodPreferenceOptions struct {
+	// Templates reads ResourceClaimTemplates, Claims ResourceClaims (as
+	// TrimClaim keeps them), Profiles WorkloadProfiles.
+	Templates, Claims, Profiles client.Reader
+	// Policy is the cluster default, as for the rewriter.
+	Policy rewrite.Policy
+	// Preference is the controller's --preference; with PreferLadder every
+	// pod is admitted unchanged.
+	Preference rewrite.PreferenceMode
+	// Fleet returns the published fleet (pkg/fleet).
+	Fleet   func() *rewrite.Fleet
+	Metrics *Metrics
+}
+
+// NewPodPreference returns the mutating webhook for Pod CREATE that adds
+// preferred node-affinity terms for the pod's profiled claims, where
+// rewrite.NodePreference decides for affinity. It always admits, and never
+// adds a required term.
+func NewPodPreference(opts PodPreferenceOptions) (http.Handler, error) {
+	if opts.Templates == nil || opts.Claims == nil || opts.Profiles == nil || opts.Fleet == nil || opts.Metrics == nil {
+		return nil, errors.New("pod preference webhook needs template, claim and profile readers, a fleet and metrics")
+	}
+	if _, err := rewrite.ParsePreference(string(opts.Preference)); err != nil {
+		return nil, err
+	}
+	p := &podPreference{opts: opts}
+	return &reviewHandler{name: "pod-preference", metrics: opts.Metrics, review: p.review}, nil
+}
+
+type podPreference struct {
+	opts PodPreferenceOptions
+}
+
+// PodPreferenceNote is what the webhook writes under prism.dev/rewrite on a
+// pod it gave terms: per claim, the decision.
+type PodPreferenceNote struct {
+	Claims map[string]rewrite.Decision `json:"claims"`
+}
+
+func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	logger := klog.FromContext(ctx)
+	count := func(outcome string) *admissionv1.AdmissionResponse {
+		p.opts.Metrics.podPreference.WithLabelValues(outcome).Inc()
+		return allowed()
+	}
+	if p.opts.Preference != rewrite.PreferAffinity {
+		return count(podLadderMode)
+	}
+	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+		return count(podUnsupported)
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+		logger.Error(err, "Decoding Pod, admitting it unchanged")
+		return count(podDecodeError)
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	note := PodPreferenceNote{Claims: map[string]rewrite.Decision{}}
+	var terms []corev1.PreferredSchedulingTerm
+	outcome := podNoProfiledClaim
+	for _, c := range pod.Spec.ResourceClaims {
+		d, why := p.decision(ctx, pod.Namespace, c)
+		if d == nil {
+			if why != "" {
+				outcome = why
+			}
+			continue
+		}
+		note.Claims[c.Name] = *d
+		if d.Mode != rewrite.PreferAffinity {
+			outcome = podNoPreference
+			continue
+		}
+		terms = append(terms, d.PreferredTerms()...)
+	}
+	if len(terms) == 0 {
+		if outcome != podNoProfiledClaim {
+			logger.V(4).Info("Admitting pod without node preference", "pod", klog.KObj(pod), "outcome", outcome)
+		}
+		return count(outcome)
+	}
+	ann, err := json.Marshal(note)
+	if err != nil {
+		logger.Error(err, "Encoding the pod's preference note, admitting it unchanged")
+		return count(podEncodeError)
+	}
+	resp, err := patched(append(affinityOps(pod, terms), podAnnotationOp(pod, string(ann))))
+	if err != nil {
+		logger.Error(err, "Admitting pod unchanged")
+		return count(podEncodeError)
+	}
+	logger.V(2).Info("Adding preferred node affinity", "pod", klog.KObj(pod), "generateName", pod.GenerateName, "terms", len(terms), "preference", string(ann))
+	p.opts.Metrics.podPreference.WithLabelValues(podAffinityAdded).Inc()
+	return resp
+}
+
+// decision is the preference of one pod claim: decided now from its
+// template's profile, or read from the plan of the claim it names. Nil
+// with the outcome when there is none.
+func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodResourceClaim) (*rewrite.Decision, string) {
+	switch {
+	case c.ResourceClaimTemplateName != nil:
+		tmpl := &resourceapi.ResourceClaimTemplate{}
+		err := p.opts.Templates.Get(ctx, types.NamespacedName{Namespace: ns, Name: *c.ResourceClaimTemplateName}, tmpl)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, podNotCached
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "Reading ResourceClaimTemplate from the cache", "template", klog.KRef(ns, *c.ResourceClaimTemplateName))
+			return nil, podLookupError
+		}
+		name := tmpl.Spec.ObjectMeta.Annotations[ProfileAnnotation]
+		if name == "" || !hasGPURequest(&tmpl.Spec.Spec) {
+			return nil, ""
+		}
+		wp := &prismv1alpha1.WorkloadProfile{}
+		err = p.opts.Profiles.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, wp)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, podProfileUnmeasured
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "Reading WorkloadProfile from the cache", "profile", klog.KRef(ns, name))
+			return nil, podLookupError
+		case wp.Status.BoundType == "":
+			return nil, podProfileUnmeasured
+		}
+		d, err := rewrite.NodePreference(profileOf(wp, p.opts.Policy), rewrite.WithFleet(p.opts.Fleet()), rewrite.WithPreference(p.opts.Preference))
+		if err != nil {
+			// The claim webhook skips it too, with an event on the claim.
+			return nil, podNoPreference
+		}
+		return d, ""
+	case c.ResourceClaimName != nil:
+		claim := &resourceapi.ResourceClaim{}
+		err := p.opts.Claims.Get(ctx, types.NamespacedName{Namespace: ns, Name: *c.ResourceClaimName}, claim)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, podNotCached
+		case err != nil:
+			return nil, podLookupError
+		}
+		var plan rewrite.Plan
+		if json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan) != nil || plan.Preference == nil {
+			return nil, ""
+		}
+		return plan.Preference, ""
+	}
+	return nil, ""
+}
+
+// profileOf is what the rewrite needs of a WorkloadProfile, with the
+// cluster's policy where the profile sets none.
+func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy rewrite.Policy) rewrite.Profile {
+	policy := clusterPolicy
+	if wp.Spec.Policy != "" {
+		policy = rewrite.Policy(wp.Spec.Policy)
+	}
+	return rewrite.Profile{
+		Name:                 wp.Name,
+		BoundType:            rewrite.BoundType(wp.Status.BoundType),
+		MinMemory:            wp.Spec.MinMemory,
+		PeakMemory:           wp.Status.PeakMemory,
+		MinComputeCapability: wp.Spec.MinComputeCapability,
+		Policy:               policy,
+		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
+	}
+}
+
+// affinityOps appends terms to the pod's preferred node affinity, creating
+// what is missing; the pod's own affinity, required terms included, stays.
+func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm) []patchOp {
+	a := pod.Spec.Affinity
+	switch {
+	case a == nil:
+		return []patchOp{{Op: "add", Path: "/spec/affinity", Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}}}
+	case a.NodeAffinity == nil:
+		return []patchOp{{Op: "add", Path: "/spec/affinity/nodeAffinity", Value: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}}
+	case a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
+		return []patchOp{{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution", Value: terms}}
+	}
+	ops := make([]patchOp, 0, len(terms))
+	for _, t := range terms {
+		ops = append(ops, patchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+	}
+	return ops
+}
+
+func podAnnotationOp(pod *corev1.Pod, value string) patchOp {
+	if pod.Annotations == nil {
+		return patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{RewriteAnnotation: value}}
+	}
+	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(RewriteAnnotation), Value: value}
+}

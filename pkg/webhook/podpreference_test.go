@@ -1,0 +1,200 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+var podGVK = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+
+func gpuRequestSpec() resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}}}
+}
+
+func objectsReader(t *testing.T, objs ...client.Object) client.Reader {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := resourceapi.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+}
+
+func podObject(t *testing.T, affinity *corev1.Affinity, claims ...corev1.PodResourceClaim) []byte {
+	t.Helper()
+	pod := &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml"},
+		Spec:       corev1.PodSpec{ResourceClaims: claims, Affinity: affinity, Containers: []corev1.Container{{Name: "c", Image: "x"}}},
+	}
+	data, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func TestPodPreference(t *testing.T) {
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
+	l4 := rewrite.Model{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30}
+	mixedL4 := l4
+	mixedL4.MixedDevices = 4
+	stream := profile("stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	unmeasured := profile("new", func(*prismv1alpha1.WorkloadProfile) {})
+	template := func(name, prof string) *resourceapi.ResourceClaimTemplate {
+		return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: resourceapi.ResourceClaimTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ProfileAnnotation: prof}}, Spec: gpuRequestSpec()}}
+	}
+	// A claim the claim webhook rewrote in affinity mode before the pod came.
+	plan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{
+		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}}})
+	named := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(plan)}}}
+	reader := objectsReader(t, stream, unmeasured, template("train", "stream"), template("fresh", "new"), template("plain", ""), named)
+	h100Term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}
+	required := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
+	fromTemplate := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("train")}
+
+	for _, tc := range []struct {
+		name       string
+		preference rewrite.PreferenceMode
+		fleet      *rewrite.Fleet
+		affinity   *corev1.Affinity
+		claims     []corev1.PodResourceClaim
+		outcome    string
+		// want is the pod's preferred terms after the patch; nil: no patch.
+		want []corev1.PreferredSchedulingTerm
+	}{
+		{"template's profile prefers the H100 nodes", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+		{"the pod's own affinity stays, required terms too", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, required,
+			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+		{"a named claim's plan gives the terms", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+		{"ladder mode admits unchanged", rewrite.PreferLadder, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{fromTemplate}, podLadderMode, nil},
+		{"a mixed fleet keeps the ladder", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, mixedL4}}, nil,
+			[]corev1.PodResourceClaim{fromTemplate}, podNoPreference, nil},
+		{"a template not in the cache costs the preference only", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, podNotCached, nil},
+		{"an unmeasured profile is profiled, not preferred", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, podProfileUnmeasured, nil},
+		{"a template without a profile", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, podNoProfiledClaim, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: rewrite.Performance,
+				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, Metrics: m})
+			if err != nil {
+				t.Fatal(err)
+			}
+			object := podObject(t, tc.affinity, tc.claims...)
+			resp := call(t, h, reviewBody(t, admissionv1.Create, podGVK, object))
+			if !resp.Allowed {
+				t.Fatal("pod denied")
+			}
+			if got := testutil.ToFloat64(m.podPreference.WithLabelValues(tc.outcome)); got != 1 {
+				t.Errorf("outcome %s counted %v times, want 1", tc.outcome, got)
+			}
+			if tc.want == nil {
+				if resp.Patch != nil {
+					t.Errorf("patch %s, want none", resp.Patch)
+				}
+				return
+			}
+			pod := patchedAs[corev1.Pod](t, object, resp)
+			na := pod.Spec.Affinity.NodeAffinity
+			if !reflect.DeepEqual(na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want) {
+				t.Errorf("preferred terms %+v, want %+v", na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want)
+			}
+			var wantRequired *corev1.NodeSelector
+			if tc.affinity != nil {
+				wantRequired = tc.affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+			}
+			if !reflect.DeepEqual(na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired) {
+				t.Errorf("required terms %+v, want the pod's own %+v", na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
+			}
+			var note PodPreferenceNote
+			if err := json.Unmarshal([]byte(pod.Annotations[RewriteAnnotation]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
+				t.Errorf("pod annotation %q does not say affinity for claim gpu (%v)", pod.Annotations[RewriteAnnotation], err)
+			}
+		})
+	}
+}
+
+// The claim webhook, in affinity mode, reaches the pod webhook's decision:
+// no hard needs, so the claim stays as written, and its plan carries the
+// pod's terms.
+func TestClaimAndPodAgree(t *testing.T) {
+	fleet := &rewrite.Fleet{Models: []rewrite.Model{
+		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30},
+		{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30},
+	}}
+	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+		Fleet: func() *rewrite.Fleet { return fleet }, Preference: rewrite.PreferAffinity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := readFixture(t, "claim-profiled.json")
+	claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+	if claim.Spec.Devices.Requests[0].FirstAvailable != nil {
+		t.Errorf("claim got a ladder in affinity mode: %+v", claim.Spec.Devices.Requests[0])
+	}
+	var plan rewrite.Plan
+	if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
+		t.Fatal(err)
+	}
+	want, err := rewrite.NodePreference(profileOf(stream, rewrite.Performance), rewrite.WithFleet(fleet), rewrite.WithPreference(rewrite.PreferAffinity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Preference == nil || !reflect.DeepEqual(*plan.Preference, *want) || want.Mode != rewrite.PreferAffinity {
+		t.Errorf("claim's plan preference %+v, pod webhook's %+v", plan.Preference, want)
+	}
+}

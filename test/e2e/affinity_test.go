@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
+)
+
+// TestAffinityPlacesAsTheLadder runs the placement cases with
+// --preference=affinity: the controller labels the single-model GPU nodes,
+// claims carry only their hard needs, and the pod webhook adds preferred
+// node affinity. Every job must land on the model it gets with the ladder
+// (TestProfileAwarePlacement checks the same table there).
+func TestAffinityPlacesAsTheLadder(t *testing.T) {
+	e := newControllerEnv(t, string(rewrite.PreferAffinity))
+
+	// The labeller names each node's model.
+	for node, model := range map[string]string{"gpu-h100": h100, "gpu-a100": a100, "gpu-l4": l4} {
+		waitFor(t, "label "+rewrite.ModelLabel+" on "+node, func() bool {
+			n, err := e.cluster.Client.CoreV1().Nodes().Get(e.ctx, node, metav1.GetOptions{})
+			return err == nil && n.Labels[rewrite.ModelLabel] == rewrite.ModelLabelValue(model)
+		})
+	}
+	e.placementProfiles(t)
+	// The pod webhook reads templates from an informer: wait until it has
+	// them, seen through a dry-run pod.
+	for _, tmpl := range []string{"stream", "small-stream", "tiny", "gemm"} {
+		waitFor(t, "pod webhook sees template "+tmpl, func() bool {
+			pod, err := e.cluster.Client.CoreV1().Pods("default").Create(e.ctx, podWithClaim("probe-"+tmpl, tmpl, ""), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err == nil && len(preferredTerms(pod)) > 0
+		})
+	}
+
+	for _, p := range placements {
+		t.Run(p.pod+" lands on "+p.want, func(t *testing.T) {
+			if p.hog != "" {
+				e.hog(t, p.hog)
+			}
+			got, claim := e.runPodUntilEnd(t, p.pod, p.template)
+			if got != p.want {
+				t.Errorf("%s got %s, want %s as with the ladder", p.pod, got, p.want)
+			}
+			pod, err := e.cluster.Client.CoreV1().Pods("default").Get(e.ctx, p.pod, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			terms := preferredTerms(pod)
+			if len(terms) == 0 {
+				t.Errorf("pod has no preferred node affinity: %+v", pod.Spec.Affinity)
+			}
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+				t.Errorf("the webhook added a required term: %+v", a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+			}
+			for _, r := range claim.Spec.Devices.Requests {
+				if len(r.FirstAvailable) > 1 {
+					t.Errorf("claim request %s has a ladder %d long, want the hard needs only", r.Name, len(r.FirstAvailable))
+				}
+			}
+			var plan rewrite.Plan
+			if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.Preference == nil || plan.Preference.Mode != rewrite.PreferAffinity {
+				t.Errorf("claim's plan %q does not say affinity (%v)", claim.Annotations[rewrite.AnnotationKey], err)
+			}
+			var note webhook.PodPreferenceNote
+			if err := json.Unmarshal([]byte(pod.Annotations[rewrite.AnnotationKey]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
+				t.Errorf("pod annotation %q does not say affinity (%v)", pod.Annotations[rewrite.AnnotationKey], err)
+			}
+			if p.pod == "stream-1" {
+				out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
+				if err != nil {
+					t.Fatalf("prismctl explain: %v\n%s", err, out)
+				}
+				if !strings.Contains(string(out), "affinity: ") || !strings.Contains(string(out), rewrite.ModelLabelValue(h100)) {
+					t.Errorf("explain does not say the preference went to the pod's affinity:\n%s", out)
+				}
+			}
+		})
+	}
+}
+
+func preferredTerms(pod *corev1.Pod) []corev1.PreferredSchedulingTerm {
+	if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
+		return nil
+	}
+	return pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+}
