@@ -45,12 +45,12 @@ e2e: testbed ## Integration and end-to-end tests on the local test bed (root).
 test: verify unit e2e ## Every test: static checks, unit tests, test-bed integration and e2e.
 
 # The releases the README promises, oldest first, and the core e2e run on each: slice
-# publishing, prepare/unprepare, the rewrite's placement, and a profiled claim becoming a
-# WorkloadProfile. Not part of `make test`: every release other than the default is a cold
-# build of its control plane and kubelet (v1.34.2: 472 s on 2 cores), which CI's
-# budget does not hold.
+# publishing, prepare/unprepare, the placement (ladder and node affinity), and a profiled
+# claim becoming a WorkloadProfile. Not part of `make test`: every release other than the
+# default is a cold build of its control plane and kubelet (v1.34.2: 472 s on 2 cores),
+# which CI's budget does not hold.
 KUBE_VERSIONS ?= v1.34.2 v1.35.1 v1.36.1 v1.37.1
-VERSION_TESTS ?= TestSmokeDRAPodRunsOnRealKubelet|TestPublishedSlice|TestPrepareUnprepareLifecycle|TestProfileAwarePlacement|TestProfiledClaimBecomesWorkloadProfile
+VERSION_TESTS ?= TestSmokeDRAPodRunsOnRealKubelet|TestPublishedSlice|TestPrepareUnprepareLifecycle|TestProfileAwarePlacement|TestAffinityPlacesAsTheLadder|TestProfiledClaimBecomesWorkloadProfile
 
 .PHONY: test-versions
 test-versions: ## The core e2e on each Kubernetes release in KUBE_VERSIONS (root; builds each release once, then cached).
@@ -59,7 +59,7 @@ test-versions: ## The core e2e on each Kubernetes release in KUBE_VERSIONS (root
 		bin=$$(KUBE_VERSION=$$v hack/testbed-bins.sh | tail -1); \
 		echo "=== Kubernetes $$v: $(VERSION_TESTS)"; \
 		if PRISM_TESTBED_BIN=$$bin KUBEBUILDER_ASSETS=$$bin $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) -v \
-			-run '^($(VERSION_TESTS))$$' ./test/e2e/ 2>&1 | tee _output/test-versions-$$v.log | grep -E '^(--- |ok|FAIL|PASS)'; \
+			-run '^($(VERSION_TESTS))$$' ./test/e2e/ 2>&1 | tee _output/test-versions-$$v.log | grep -E '^ *(--- |ok|FAIL|PASS)'; \
 		then echo "=== Kubernetes $$v: pass"; else echo "=== Kubernetes $$v: FAIL (log: _output/test-versions-$$v.log)"; failed+=" $$v"; fi; \
 	done; \
 	if [[ -n "$$failed" ]]; then echo "failed on:$$failed"; exit 1; fi; echo "all of $(KUBE_VERSIONS) pass"
