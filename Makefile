@@ -78,7 +78,9 @@ demo-down: ## Stop the demo cluster and check that nothing is left behind.
 bench: testbed build ## Performance table (allocator, scheduler, prepare, admission, footprint) on the test bed (root); JSON in _output/bench/; with SIM_TRACE also the placement sweep (bench-sim).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
+	$(GO) build -o $(CURDIR)/_output/bench/prism-floor-plugin ./test/bench/cmd/prism-floor-plugin && \
 	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
+		--floor-plugin=$(CURDIR)/_output/bench/prism-floor-plugin \
 		--out=$(CURDIR)/_output/bench/bench.json $(BENCH_FLAGS)
 	@# The placement sweep needs the public Alibaba trace, which is not kept here and
 	@# which the module proxy does not serve: run it when SIM_TRACE names it.

@@ -774,3 +774,135 @@ func createShareClaim(ctx context.Context, client kubernetes.Interface, ns, name
 	}
 	return client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
 }
+
+// PrepareFloor measures the memory of Prism and of floorBin, a plugin that
+// does nothing but run the same API client and kubelet plugin helper
+// (cmd/prism-floor-plugin), in one loop: each alone on an 8-GPU node of
+// its own, started from an evicted binary with the scale cases' flags,
+// idle, then with claims memory-share claims prepared in calls of 20 and
+// 100 sequential prepare+unprepare probes.
+func PrepareFloor(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o PrepareOptions, floorBin string, claims int) ([]Row, error) {
+	const (
+		ns     = "bench-floor"
+		gpus   = 8
+		probes = 100
+		batch  = 20
+	)
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	type footprint struct{ idle, loaded, loadedFile, loadedAnon float64 }
+	measure := func(name, bin string) (footprint, error) {
+		var f footprint
+		node := "bench-floor-" + name
+		if err := CreateReadyNode(ctx, client, node); err != nil {
+			return f, err
+		}
+		all := make([]*resourceapi.ResourceClaim, claims+probes)
+		if err := parallel(len(all), 8, func(i int) error {
+			cl, err := createShareClaim(ctx, client, ns, fmt.Sprintf("%s-%d", node, i), node, i%gpus)
+			all[i] = cl
+			return err
+		}); err != nil {
+			return f, fmt.Errorf("create share claims: %w", err)
+		}
+		if err := DropPageCache(bin); err != nil {
+			return f, err
+		}
+		dir := filepath.Join(o.Dir, "floor-"+name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return f, err
+		}
+		p, err := StartPlugin(ctx, c, bin, node, dir, o.Fleet, append(o.prismArgs(), "--consumable-capacity", "--v=4")...)
+		if err != nil {
+			return f, err
+		}
+		defer func() { _ = p.Stop(5 * time.Second) }()
+		if _, err := p.WaitReady(ctx, time.Minute); err != nil {
+			return f, err
+		}
+		time.Sleep(2 * time.Second)
+		if f.idle, err = RSSMiB(p.Pid()); err != nil {
+			return f, err
+		}
+		conn, err := grpc.NewClient("unix://"+p.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return f, err
+		}
+		defer conn.Close()
+		dra := drapb.NewDRAPluginClient(conn)
+		refs := func(cls []*resourceapi.ResourceClaim) []*drapb.Claim {
+			var out []*drapb.Claim
+			for _, cl := range cls {
+				out = append(out, &drapb.Claim{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)})
+			}
+			return out
+		}
+		for i := 0; i < len(all); {
+			n := batch
+			if i >= claims {
+				n = 1
+			}
+			n = min(n, len(all)-i)
+			resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: refs(all[i : i+n])})
+			if err != nil {
+				return f, fmt.Errorf("%s (log %s): %w", name, p.LogPath, err)
+			}
+			for _, cl := range all[i : i+n] {
+				if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
+					return f, fmt.Errorf("%s (log %s): prepare %s: %+v", name, p.LogPath, cl.Name, r)
+				}
+			}
+			if i >= claims {
+				if _, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: refs(all[i : i+n])}); err != nil {
+					return f, fmt.Errorf("%s (log %s): %w", name, p.LogPath, err)
+				}
+			}
+			i += n
+		}
+		if f.loaded, err = RSSMiB(p.Pid()); err != nil {
+			return f, err
+		}
+		f.loadedFile, f.loadedAnon, err = rssFileAnonMiB(p.Pid())
+		return f, err
+	}
+	floor, err := measure("floor", floorBin)
+	if err != nil {
+		return nil, err
+	}
+	prism, err := measure("prism", o.PluginBin)
+	if err != nil {
+		return nil, err
+	}
+	cse := fmt.Sprintf("same loop: do-nothing plugin on the same client and helper vs Prism, %d GPUs, -v=4", gpus)
+	split := func(f footprint) string { return fmt.Sprintf("file %.1f + anon %.1f", f.loadedFile, f.loadedAnon) }
+	return []Row{
+		NewRow("footprint", cse, "RSS idle (VmRSS)", "MiB", "floor", floor.idle, "Prism", prism.idle, ""),
+		NewRow("footprint", cse, fmt.Sprintf("RSS with %d claims + %d probes (VmRSS)", claims, probes), "MiB", "floor", floor.loaded, "Prism", prism.loaded,
+			"floor "+split(floor)+"; Prism "+split(prism)),
+	}, nil
+}
+
+// rssFileAnonMiB reads the file-backed and anonymous resident sizes of a process.
+func rssFileAnonMiB(pid int) (file, anon float64, err error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok || (key != "RssFile" && key != "RssAnon") {
+			continue
+		}
+		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s of pid %d: %w", key, pid, err)
+		}
+		if key == "RssFile" {
+			file = kb / 1024
+		} else {
+			anon = kb / 1024
+		}
+	}
+	return file, anon, nil
+}

@@ -39,6 +39,8 @@ func main() {
 		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
+		floorPlugin = flag.String("floor-plugin", "", "prism-floor-plugin binary (go build ./test/bench/cmd/prism-floor-plugin); when set, the prepare phase measures its memory beside Prism's with --floor-claims claims")
+		floorClaims = flag.Int("floor-claims", 500, "memory-share claims on 8 GPUs for the --floor-plugin comparison")
 		prepQPS     = flag.Float64("prepare-kube-api-qps", 200, "API client QPS of both plugins in the prepare phase (Prism's default)")
 		prepBurst   = flag.Int("prepare-kube-api-burst", 400, "API client burst of both plugins in the prepare phase (Prism's default)")
 		prepTrace   = flag.Int("prepare-trace-calls", 100, "claim pairs of the -v=4 pass that breaks one prepare down by stage; 0 skips it")
@@ -58,7 +60,7 @@ func main() {
 	ctx = klog.NewContext(ctx, klog.Background())
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}
-	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *schedBin, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *admRate, *admDuration, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *schedBin, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -82,7 +84,7 @@ func main() {
 }
 
 func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf, schedBin string,
-	prep bench.PrepareOptions, prepScale string, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
+	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
 		return only == "" || strings.Contains(","+only+",", ","+phase+",")
@@ -91,6 +93,9 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	binDir, _ = filepath.Abs(binDir)
 	if prep.ReferenceBin != "" {
 		prep.ReferenceBin, _ = filepath.Abs(prep.ReferenceBin)
+	}
+	if floorBin != "" {
+		floorBin, _ = filepath.Abs(floorBin)
 	}
 	phase := func(name string, fn func() error) error {
 		start := time.Now()
@@ -200,6 +205,13 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 				footprint = append(footprint,
 					bench.NewRow("footprint", "same run, 8 GPUs each", "RSS idle (VmRSS)", "MiB", "example driver", ref.IdleRSS, "Prism", res.IdleRSS, ""),
 					bench.NewRow("footprint", "same run, 8 GPUs each", "RSS after prepare load (VmRSS)", "MiB", "example driver", ref.LoadedRSS, "Prism", res.LoadedRSS, fmt.Sprintf("after %d prepare+unprepare each", 2*(prep.Calls+prep.Warmup))))
+			}
+			if floorBin != "" {
+				rows, err := bench.PrepareFloor(ctx, c, client, prep, floorBin, floorClaims)
+				footprint = append(footprint, rows...)
+				if err != nil {
+					return fmt.Errorf("floor: %w", err)
+				}
 			}
 			return nil
 		}))
