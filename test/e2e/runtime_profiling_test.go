@@ -3,18 +3,12 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profiling"
@@ -36,33 +30,12 @@ func TestProfilingInARealContainer(t *testing.T) {
 	})
 	node, cdiRoot := containerdNode(ctx, t, cluster, "localhost", images)
 	createPrismDeviceClass(ctx, t, cluster)
-	ncuDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(ncuDir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
-	}
-	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--ncu-path=" + ncuDir})
+	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--ncu-path=" + buildStandInNCU(t)})
 	if p.CDIRoot != cdiRoot {
 		t.Fatalf("the plugin writes CDI specs to %s, containerd reads %s", p.CDIRoot, cdiRoot)
 	}
 	waitForSlice(ctx, t, cluster.Client, node.Name, 8)
-
-	spec := gpuClaimSpec(1)
-	spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{
-			Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`),
-		}},
-	}}}
-	_, err := cluster.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "vecadd"},
-		Spec: resourceapi.ResourceClaimTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"prism.dev/profile": "vecadd-in-container"}},
-			Spec:       spec,
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createProfiledTemplate(ctx, t, cluster, "vecadd", "vecadd-in-container", `"profiling":{"enabled":true}`)
 
 	// dash is dynamically linked, so the loader reads the preload list;
 	// while profiled its stdout is ncu's report, so it speaks on stderr,
@@ -98,17 +71,7 @@ func TestProfilingInARealContainer(t *testing.T) {
 	}
 
 	deletePod(ctx, t, cluster.Client, "vecadd")
-	prism := prismClient(t, cluster)
-	var wp prismv1alpha1.WorkloadProfile
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := prism.Get(ctx, client.ObjectKey{Namespace: "default", Name: "vecadd-in-container"}, &wp); err != nil {
-			return false, nil
-		}
-		return wp.Status.BoundType != "", nil
-	})
-	if err != nil {
-		t.Fatalf("no WorkloadProfile with a bound type from the container's report: %v (%+v)", err, wp.Status)
-	}
+	wp := waitForProfile(ctx, t, cluster, "vecadd-in-container")
 	if wp.Status.BoundType != prismv1alpha1.BoundTypeMemoryBound {
 		t.Errorf("bound type %s, want MemoryBound from the stand-in's vector-add report", wp.Status.BoundType)
 	}
