@@ -101,8 +101,9 @@ func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster,
 func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...string) {
 	t.Helper()
 	env := append(slices.Clone(p.env), extraEnv...)
+	name, args := p.node.AgentCommand(pluginBinary, p.args...)
 	proc, err := testbed.StartProcessWithEnv(ctx, "prism-plugin-"+p.node.Name, p.node.Dir,
-		filepath.Join(p.cluster.WorkDir(), "logs", "prism-plugin-"+p.node.Name+".log"), env, pluginBinary, p.args...)
+		filepath.Join(p.cluster.WorkDir(), "logs", "prism-plugin-"+p.node.Name+".log"), env, name, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,30 +31,9 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	createPrismDeviceClass(ctx, t, cluster)
-	ncuDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(ncuDir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
-	}
-	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--ncu-path=" + ncuDir})
+	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--ncu-path=" + buildStandInNCU(t)})
 	waitForSlice(ctx, t, cluster.Client, node.Name, 8)
-
-	spec := gpuClaimSpec(1)
-	spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{
-			Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true,"launchCount":5}}`),
-		}},
-	}}}
-	_, err = cluster.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "vecadd"},
-		Spec: resourceapi.ResourceClaimTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"prism.dev/profile": "vecadd"}},
-			Spec:       spec,
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createProfiledTemplate(ctx, t, cluster, "vecadd", "vecadd", `"profiling":{"enabled":true,"launchCount":5}`)
 	createPod(ctx, t, cluster.Client, podWithClaim("vecadd", "vecadd", ""))
 	pod, err := testbed.WaitForPod(ctx, cluster.Client, "default", "vecadd", time.Minute, testbed.PodRunning)
 	if err != nil {
@@ -104,17 +83,7 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	}
 	deletePod(ctx, t, cluster.Client, "vecadd")
 
-	c := prismClient(t, cluster)
-	var wp prismv1alpha1.WorkloadProfile
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "vecadd"}, &wp); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return wp.Status.BoundType != "", nil
-	})
-	if err != nil {
-		t.Fatalf("no WorkloadProfile with a status: %v", err)
-	}
+	wp := waitForProfile(ctx, t, cluster, "vecadd")
 	if wp.Status.BoundType != prismv1alpha1.BoundTypeMemoryBound {
 		t.Errorf("bound type %s, want MemoryBound for vector add", wp.Status.BoundType)
 	}
@@ -138,4 +107,56 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 			t.Errorf("kubectl get workloadprofiles lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// buildStandInNCU builds test/tools/fake-ncu as ncu, for --ncu-path.
+func buildStandInNCU(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// createProfiledTemplate creates a one-GPU template whose claims name
+// profile and carry a GpuConfig with the given fields, such as a
+// "profiling" object.
+func createProfiledTemplate(ctx context.Context, t *testing.T, cluster *testbed.Cluster, name, profile, gpuConfigFields string) {
+	t.Helper()
+	spec := gpuClaimSpec(1)
+	spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig",` + gpuConfigFields + `}`),
+		}},
+	}}}
+	_, err := cluster.Client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"prism.dev/profile": profile}},
+			Spec:       spec,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForProfile waits until the plugin has published the WorkloadProfile
+// with a bound type.
+func waitForProfile(ctx context.Context, t *testing.T, cluster *testbed.Cluster, name string) prismv1alpha1.WorkloadProfile {
+	t.Helper()
+	c := prismClient(t, cluster)
+	var wp prismv1alpha1.WorkloadProfile
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &wp); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return wp.Status.BoundType != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no WorkloadProfile %s with a bound type: %v (status %+v)", name, err, wp.Status)
+	}
+	return wp
 }

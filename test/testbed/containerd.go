@@ -263,6 +263,30 @@ func (c *Containerd) mountNamespace() string {
 	return filepath.Join("/proc", strconv.Itoa(c.proc.Pid()), "ns", "mnt")
 }
 
+// AgentCommand is how to start a node agent, such as a DRA plugin, that
+// runs beside the kubelet: in the runtime's mount namespace when the node
+// runs containerd, where the kubelet runs too. On a real node the agent,
+// the kubelet and the runtime share one view of the host, so the mounts an
+// agent makes under its state directory (the plugin's tmpfs report
+// directories) are the ones the runtime bind-mounts into containers; from
+// the test's own namespace they would be invisible to containers.
+func (n *Node) AgentCommand(name string, args ...string) (string, []string) {
+	if n.Containerd == nil {
+		return name, args
+	}
+	return "nsenter", append([]string{"--mount=" + n.Containerd.mountNamespace(), "--", name}, args...)
+}
+
+// ViewPath is path as the node's agents and containers see it, readable
+// from the test: through the runtime's mount namespace when the node runs
+// containerd.
+func (n *Node) ViewPath(path string) string {
+	if n.Containerd == nil {
+		return path
+	}
+	return filepath.Join("/proc", strconv.Itoa(n.Containerd.proc.Pid()), "root", path)
+}
+
 // Stop removes every pod sandbox, so that runc kills the containers and the
 // shims exit, then stops containerd. The shims are not children of the
 // containerd process group; any that outlive the removal are killed by the

@@ -108,14 +108,23 @@ var images = map[string]image{
 		},
 	},
 	"workload": {
-		description: "Prism test bed: workload with Debian's busybox-static (sh, env, ls, cat, sleep, ...)",
+		// A static busybox for the tools, and glibc with Debian's dynamically
+		// linked dash, because a profiled workload's first process must be
+		// dynamically linked for the loader to read the preload list that
+		// starts ncu (docs/profiling.md).
+		description: "Prism test bed: workload with Debian's busybox-static (sh, env, ls, cat, sleep, ...), glibc and dash (dynamically linked)",
 		config: oci.Config{
 			User: "0:0",
 			Env:  []string{defaultPath},
 			Cmd:  []string{"/bin/sh"},
 		},
 		layers: func(b *builder, p oci.Platform) []layerSpec {
-			return []layerSpec{b.baseFiles(), b.busybox(p)}
+			return []layerSpec{
+				b.baseFiles(),
+				b.busybox(p),
+				b.debLayer(p, "glibc", glibcKeep, "libc6"),
+				b.debLayer(p, "dash", func(path string) bool { return path == "bin/dash" }, "dash"),
+			}
 		},
 	},
 }
