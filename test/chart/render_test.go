@@ -193,6 +193,19 @@ func TestPluginRunsOnNodesThatNodeFeatureDiscoveryLabelled(t *testing.T) {
 	}
 }
 
+// The demo's values put the plugin on nodes labelled for simulated GPUs
+// and nowhere else. Their affinity must really go: Helm merges an empty map
+// with the chart's GPU-node terms, which no demo node matches.
+func TestDemoValuesPlaceThePluginOnLabelledNodes(t *testing.T) {
+	spec := render(t, "--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"), "--set-file", simulatedFleet).plugin(t)
+	if spec.Affinity != nil {
+		t.Errorf("plugin affinity %+v with the demo values, want none", spec.Affinity)
+	}
+	if spec.NodeSelector["prism.dev/simulated-gpus"] != "true" {
+		t.Errorf("plugin nodeSelector %v, want prism.dev/simulated-gpus=true", spec.NodeSelector)
+	}
+}
+
 func TestPriorityClass(t *testing.T) {
 	for _, tc := range []struct {
 		name string
