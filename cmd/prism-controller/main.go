@@ -68,7 +68,7 @@ type options struct {
 	webhookHost, certDir           string
 	selfSigned, autoProfile        bool
 	serviceName, namespace, policy string
-	preference                     string
+	preference, replicaName        string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -76,11 +76,13 @@ type options struct {
 }
 
 // envNames are the variables that do not follow PRISM_<FLAG>: the
-// namespace comes from the downward API, the kubeconfig from the usual name.
+// namespace and the pod's name come from the downward API, the kubeconfig
+// from the usual name.
 var envNames = map[string]string{
-	"namespace":  "POD_NAMESPACE",
-	"kubeconfig": "KUBECONFIG",
-	"v":          "PRISM_VERBOSITY",
+	"namespace":    "POD_NAMESPACE",
+	"replica-name": "POD_NAME",
+	"kubeconfig":   "KUBECONFIG",
+	"v":            "PRISM_VERBOSITY",
 }
 
 func newFlags(o *options) *pflag.FlagSet {
@@ -92,6 +94,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
 	flags.StringVar(&o.namespace, "namespace", "", "namespace of the Service")
 	flags.StringSliceVar(&o.extraSANs, "extra-sans", nil, "additional DNS names or IPs for the self-signed serving certificate")
+	flags.StringVar(&o.replicaName, "replica-name", "", "this replica's pod name, which its self-signed CA carries so that the caBundle drops the CAs of replicas no longer behind the Service (empty: the hostname, which is the pod's name except on the host network)")
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
@@ -265,11 +268,14 @@ func run(ctx context.Context, o options) error {
 
 	var getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	if o.selfSigned {
-		// A pod's hostname is its name, which the Service's EndpointSlices
-		// list: CAs of replicas that are gone can then be told apart.
-		replica, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("reading the hostname, this replica's name: %w", err)
+		// The pod's name is what the Service's EndpointSlices list: CAs of
+		// replicas that are gone can then be told apart. On the host network
+		// the hostname is the node's, hence the downward API's name first.
+		replica := o.replicaName
+		if replica == "" {
+			if replica, err = os.Hostname(); err != nil {
+				return fmt.Errorf("reading the hostname, this replica's name: %w", err)
+			}
 		}
 		certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs, Replica: replica})
 		if err != nil {

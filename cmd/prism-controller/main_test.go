@@ -31,6 +31,7 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 		"cert-dir":       "PRISM_CERT_DIR",
 		"self-signed":    "PRISM_SELF_SIGNED",
 		"namespace":      "POD_NAMESPACE",
+		"replica-name":   "POD_NAME",
 		"extra-sans":     "PRISM_EXTRA_SANS",
 		"policy":         "PRISM_POLICY",
 		"auto-profile":   "PRISM_AUTO_PROFILE",

@@ -129,6 +129,11 @@ type Driver struct {
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
 // CDI specs on disk, registers with the kubelet and publishes the slice.
 func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.PluginDir != "" {
+		if err := checkDRASocketPath(cfg.PluginDir, cfg.RollingUpdatePodUID); err != nil {
+			return nil, fmt.Errorf("start plugin: %w", err)
+		}
+	}
 	d, err := newDriver(ctx, cfg)
 	if err != nil {
 		return nil, err

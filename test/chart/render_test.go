@@ -63,20 +63,9 @@ type rendered struct {
 // extra helm arguments such as --set.
 func render(t *testing.T, args ...string) rendered {
 	t.Helper()
-	dir := os.Getenv(testbed.BinDirEnv)
-	if dir == "" {
-		t.Fatalf("%s is not set: build the test bed with hack/testbed-bins.sh (make testbed) and export %s to the directory it prints", testbed.BinDirEnv, testbed.BinDirEnv)
-	}
-	helm := filepath.Join(dir, "helm")
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("no helm in %s: run hack/testbed-bins.sh: %v", dir, err)
-	}
-	cmd := exec.Command(helm, append([]string{"template", "prism", chartDir, "--namespace", "prism-system", "--kube-version", "1.34.0"}, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, stderr, err := helmTemplate(t, args...)
 	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", args, err, stderr.String())
+		t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
 	}
 	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
 		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{},
@@ -109,6 +98,25 @@ func render(t *testing.T, args ...string) rendered {
 			decodeInto(t, doc, r.roles)
 		}
 	}
+}
+
+// helmTemplate runs helm template and returns what it wrote, for tests
+// that expect it to fail.
+func helmTemplate(t *testing.T, args ...string) (stdout []byte, stderr string, err error) {
+	t.Helper()
+	dir := os.Getenv(testbed.BinDirEnv)
+	if dir == "" {
+		t.Fatalf("%s is not set: build the test bed with hack/testbed-bins.sh (make testbed) and export %s to the directory it prints", testbed.BinDirEnv, testbed.BinDirEnv)
+	}
+	helm := filepath.Join(dir, "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("no helm in %s: run hack/testbed-bins.sh: %v", dir, err)
+	}
+	cmd := exec.Command(helm, append([]string{"template", "prism", chartDir, "--namespace", "prism-system", "--kube-version", "1.34.0"}, args...)...)
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
+	stdout, err = cmd.Output()
+	return stdout, errBuf.String(), err
 }
 
 func decodeInto[T any, PT interface {
@@ -182,6 +190,19 @@ func TestPluginRunsOnNodesThatNodeFeatureDiscoveryLabelled(t *testing.T) {
 		if !found {
 			t.Errorf("no node selector term matches %s on its own; terms: %+v", label, terms)
 		}
+	}
+}
+
+// The demo's values put the plugin on nodes labelled for simulated GPUs
+// and nowhere else. Their affinity must really go: Helm merges an empty map
+// with the chart's GPU-node terms, which no demo node matches.
+func TestDemoValuesPlaceThePluginOnLabelledNodes(t *testing.T) {
+	spec := render(t, "--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"), "--set-file", simulatedFleet).plugin(t)
+	if spec.Affinity != nil {
+		t.Errorf("plugin affinity %+v with the demo values, want none", spec.Affinity)
+	}
+	if spec.NodeSelector["prism.dev/simulated-gpus"] != "true" {
+		t.Errorf("plugin nodeSelector %v, want prism.dev/simulated-gpus=true", spec.NodeSelector)
 	}
 }
 

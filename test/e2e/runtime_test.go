@@ -12,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
 	"github.com/prismgpu/prism/pkg/cdi"
@@ -42,8 +44,10 @@ func buildTestImages(ctx context.Context, t *testing.T) testImages {
 }
 
 // containerdNode adds a node whose pods run under containerd, which reads
-// the CDI specs from where the Prism plugin of startPlugin writes them.
-func containerdNode(ctx context.Context, t *testing.T, c *testbed.Cluster, name string, images testImages) (*testbed.Node, string) {
+// the CDI specs from where the Prism plugin of startPlugin writes them. More
+// image archives, such as Prism's own, are imported beside pause and
+// workload.
+func containerdNode(ctx context.Context, t *testing.T, c *testbed.Cluster, name string, images testImages, more ...string) (*testbed.Node, string) {
 	t.Helper()
 	cdiRoot := filepath.Join(c.WorkDir(), "nodes", name, "cdi")
 	if err := os.MkdirAll(cdiRoot, 0o755); err != nil {
@@ -51,7 +55,7 @@ func containerdNode(ctx context.Context, t *testing.T, c *testbed.Cluster, name 
 	}
 	node, err := c.AddNode(ctx, testbed.NodeOptions{Name: name, Containerd: &testbed.ContainerdOptions{
 		CDISpecDirs:  []string{cdiRoot},
-		Images:       []string{images.pause.Path, images.workload.Path},
+		Images:       append([]string{images.pause.Path, images.workload.Path}, more...),
 		SandboxImage: images.pause.Ref,
 	}})
 	if err != nil {
@@ -170,16 +174,45 @@ func TestWorkloadSeesItsGPUInARealContainer(t *testing.T) {
 	client := cluster.Client
 
 	createTemplate(ctx, t, client, "one-gpu", gpuClaimSpec(1))
-	createPod(ctx, t, client, inventoryPod("inventory", "one-gpu", images.workload.Ref))
-	pod, err := testbed.WaitForPod(ctx, client, "default", "inventory", 2*time.Minute, testbed.PodRunning)
+	_, claim, inv := runInventoryPod(ctx, t, client, node, "inventory", "one-gpu", images.workload.Ref)
+	checkInventory(ctx, t, client, inv, claim, filepath.Join(p.StateDir, "fake-driver-root"))
+
+	specs := specFiles(t, cdiRoot)
+	if len(specs) != 1 {
+		t.Fatalf("want one CDI spec for the claim, found %v", specs)
+	}
+	deletePod(ctx, t, client, "inventory")
+	waitFor(t, "CDI spec removed after unprepare", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
+	if claims := readCheckpoint(t, p.StateDir); len(claims) != 0 {
+		t.Errorf("checkpoint still holds %v after unprepare", claims)
+	}
+	waitFor(t, "the workload's container gone from containerd", func() bool {
+		out, err := node.Containerd.Ctr(ctx, "containers", "list", "--quiet", "labels.\"io.kubernetes.pod.name\"==inventory")
+		return err == nil && strings.TrimSpace(out) == ""
+	})
+}
+
+// runInventoryPod starts an inventory pod on a claim from template, waits
+// until its container has reported, and returns the pod, its claim and the
+// report.
+func runInventoryPod(ctx context.Context, t *testing.T, client kubernetes.Interface, node *testbed.Node, name, template, image string) (*corev1.Pod, *resourceapi.ResourceClaim, inventory) {
+	t.Helper()
+	createPod(ctx, t, client, inventoryPod(name, template, image))
+	pod, err := testbed.WaitForPod(ctx, client, "default", name, 2*time.Minute, testbed.PodRunning)
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := waitForLog(t, node, "inventory", "inventory done")
-	t.Logf("workload container's inventory:\n%s", log)
-	inv := parseInventory(t, log)
+	log := waitForLog(t, node, name, "inventory done")
+	t.Logf("container inventory of %s:\n%s", name, log)
+	return pod, podClaim(ctx, t, client, pod), parseInventory(t, log)
+}
 
-	claim := podClaim(ctx, t, client, pod)
+// checkInventory checks what the workload container of claim reported:
+// only the allocated GPU's device node (with the fleet's numbers), the
+// driver's control nodes, the claim's env, and the driver libraries of the
+// fake driver root, read-only.
+func checkInventory(ctx context.Context, t *testing.T, client kubernetes.Interface, inv inventory, claim *resourceapi.ResourceClaim, fakeDriverRoot string) {
+	t.Helper()
 	device := allocatedDevice(ctx, t, client, claim)
 	minor, err := strconv.Atoi(strings.TrimPrefix(device.Name, "gpu-"))
 	if err != nil {
@@ -218,9 +251,9 @@ func TestWorkloadSeesItsGPUInARealContainer(t *testing.T) {
 		}
 	}
 
-	libs, _ := filepath.Glob(filepath.Join(p.StateDir, "fake-driver-root", "usr/lib/x86_64-linux-gnu", "*.so.*"))
+	libs, _ := filepath.Glob(filepath.Join(fakeDriverRoot, "usr/lib/x86_64-linux-gnu", "*.so.*"))
 	if len(libs) == 0 {
-		t.Fatalf("no driver libraries in the fake driver root under %s", p.StateDir)
+		t.Fatalf("no driver libraries in the fake driver root %s", fakeDriverRoot)
 	}
 	for _, l := range libs {
 		target := "/usr/lib/x86_64-linux-gnu/" + filepath.Base(l)
@@ -229,18 +262,4 @@ func TestWorkloadSeesItsGPUInARealContainer(t *testing.T) {
 			t.Errorf("driver library %s: mounted %v with options %q, want a read-only mount", target, ok, opts)
 		}
 	}
-
-	specs := specFiles(t, cdiRoot)
-	if len(specs) != 1 {
-		t.Fatalf("want one CDI spec for the claim, found %v", specs)
-	}
-	deletePod(ctx, t, client, "inventory")
-	waitFor(t, "CDI spec removed after unprepare", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
-	if claims := readCheckpoint(t, p.StateDir); len(claims) != 0 {
-		t.Errorf("checkpoint still holds %v after unprepare", claims)
-	}
-	waitFor(t, "the workload's container gone from containerd", func() bool {
-		out, err := node.Containerd.Ctr(ctx, "containers", "list", "--quiet", "labels.\"io.kubernetes.pod.name\"==inventory")
-		return err == nil && strings.TrimSpace(out) == ""
-	})
 }

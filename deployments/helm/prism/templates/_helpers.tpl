@@ -138,11 +138,42 @@ namespaceSelector:
         {{- end }}
 {{- end -}}
 
+{{/* Where the API server sends one webhook's reviews: (dict "ctx" $ "path" "/validate") */}}
 {{- define "prism.webhook.clientConfig" -}}
+{{- $url := .ctx.Values.webhook.url -}}
 clientConfig:
+  {{- if $url.enabled }}
+  {{- /* An IPv6 address needs brackets in a URL. */}}
+  {{- $host := ternary (printf "[%s]" $url.host) $url.host (contains ":" $url.host) }}
+  url: {{ printf "https://%s:%d%s" $host (int .ctx.Values.webhook.port) .path | quote }}
+  {{- else }}
   service:
     name: {{ include "prism.webhook.serviceName" .ctx }}
     namespace: {{ .ctx.Release.Namespace }}
     path: {{ .path | quote }}
     port: 443
+  {{- end }}
+{{- end -}}
+
+{{/*
+The kubeconfig Secret of a component (test and air-gap option), as its
+KUBECONFIG variable, volume mount or volume: (dict "secret" NAME "part" "env|mount|volume").
+Both binaries read KUBECONFIG.
+*/}}
+{{- define "prism.kubeconfig" -}}
+{{- if eq .part "env" -}}
+- name: KUBECONFIG
+  value: /etc/prism/kubeconfig/kubeconfig
+{{- else if eq .part "mount" -}}
+- name: kubeconfig
+  mountPath: /etc/prism/kubeconfig
+  readOnly: true
+{{- else if eq .part "volume" -}}
+- name: kubeconfig
+  secret:
+    secretName: {{ .secret }}
+    items:
+      - key: kubeconfig
+        path: kubeconfig
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,573 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
+	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/test/testbed"
+)
+
+// The Helm test installs Prism as a user does: its own images, built by
+// `make images`' recipe and imported into a containerd node (never pulled),
+// then `helm install` of deployments/helm/prism with the demo's values and a
+// simulated fleet. The plugin runs as the chart's DaemonSet pod and the
+// controller as its Deployment's pod, both in real containers.
+
+// helmRelease and the Secret names are what the test installs; the chart
+// names its ServiceAccounts after the release (bed's constants).
+const (
+	helmRelease                = "prism"
+	pluginKubeconfigSecret     = "prism-kubelet-plugin-kubeconfig"
+	controllerKubeconfigSecret = "prism-controller-kubeconfig"
+	// e2eRepository is where the test names Prism's images: a local name,
+	// so that a pull, were one ever attempted, could only go to loopback.
+	e2eRepository = "localhost/prism-e2e"
+)
+
+// prismImages are Prism's release images and the test bed's, as OCI archives.
+type prismImages struct {
+	testImages
+	plugin, controller recipe.Result
+	tag                string
+}
+
+func buildPrismImages(ctx context.Context, t *testing.T) prismImages {
+	t.Helper()
+	o, err := recipe.DefaultOptions(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Repository = e2eRepository
+	dir := t.TempDir()
+	start := time.Now()
+	res, err := recipe.Build(ctx, o, []string{"prism-kubelet-plugin", "prism-controller", "pause", "workload"}, func(name string) string { return filepath.Join(dir, name+".tar") })
+	if err != nil {
+		t.Fatalf("build the images: %v", err)
+	}
+	t.Logf("built %s, %s, %s, %s in %s", res[0].Ref, res[1].Ref, res[2].Ref, res[3].Ref, time.Since(start).Round(time.Second))
+	return prismImages{testImages: testImages{pause: res[2], workload: res[3]}, plugin: res[0], controller: res[1], tag: o.Tag}
+}
+
+// helmCLI runs the test bed's helm against the cluster, with its own
+// configuration and cache directories.
+type helmCLI struct {
+	bin, kubeconfig string
+	env             []string
+}
+
+func newHelm(t *testing.T, c *testbed.Cluster) helmCLI {
+	home := t.TempDir()
+	return helmCLI{bin: c.BinPath("helm"), kubeconfig: c.KubeconfigPath, env: append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))}
+}
+
+func (h helmCLI) run(ctx context.Context, t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, h.bin, append(args, "--kubeconfig", h.kubeconfig)...)
+	cmd.Env = h.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("helm %s:\n%s", args[0], out)
+}
+
+// helmValues are the chart values the test bed needs on top of the demo's:
+// Prism's imported images, the node's host paths, and the chart's test and
+// air-gap options (host network, kubeconfig Secrets, webhooks by URL on
+// loopback), since pods here may only talk to loopback.
+func helmValues(t *testing.T, node *testbed.Node, cdiRoot, stateDir, pluginDir, tag string) string {
+	t.Helper()
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := testbed.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = p
+	}
+	values := map[string]any{
+		"image": map[string]any{"repository": e2eRepository, "tag": tag, "pullPolicy": "Never"},
+		"kubeletPlugin": map[string]any{
+			"hostNetwork":      true,
+			"kubeconfigSecret": pluginKubeconfigSecret,
+			"httpPort":         ports[0],
+			// The kubelet's --root-dir and the directory containerd reads
+			// CDI specs from are the node's own, not the defaults. The DRA
+			// socket is named after the pod's UID (rolling updates), which
+			// under the kubelet's root in the test bed's work directory
+			// would pass the 108-byte limit of a Unix socket path; the
+			// kubelet dials whatever endpoint the plugin registers, so a
+			// shorter directory serves.
+			"paths": map[string]any{
+				"kubeletRegistrarDir": node.RegistrarDir(),
+				"kubeletPluginDir":    pluginDir,
+				"cdiRoot":             cdiRoot,
+				"stateDir":            stateDir,
+			},
+		},
+		"controller": map[string]any{
+			"hostNetwork":      true,
+			"kubeconfigSecret": controllerKubeconfigSecret,
+			"httpPort":         ports[1],
+		},
+		"webhook": map[string]any{
+			"port": ports[2],
+			"url":  map[string]any{"enabled": true, "host": "127.0.0.1"},
+		},
+	}
+	data, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "values-testbed.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test-bed values:\n%s", data)
+	return path
+}
+
+// createKubeconfigSecrets gives Prism's pods their credentials. The test
+// bed's API server runs without the ServiceAccount admission plugin, so pods
+// get no ServiceAccount token mounted; instead each component gets a Secret
+// with a kubeconfig that names the API server on loopback and carries a
+// TokenRequest token of the chart's ServiceAccount. The plugin's token is
+// bound to a stand-in pod on its node, so that it carries the node's name as
+// a DaemonSet pod's own token would (the ResourceSlice policy and the
+// profile-writes webhook check it). It is not bound to the plugin pod
+// itself: a token dies with the pod it is bound to, and the Secret must
+// outlive the pods a rolling update replaces. The ServiceAccounts exist
+// only once the chart is installed; until the Secrets exist, the pods wait
+// in ContainerCreating.
+func createKubeconfigSecrets(ctx context.Context, t *testing.T, c *testbed.Cluster, node string) {
+	t.Helper()
+	for _, id := range []struct{ secret, serviceAccount, node string }{
+		{pluginKubeconfigSecret, bed.PluginServiceAccount, node},
+		{controllerKubeconfigSecret, bed.ControllerServiceAccount, ""},
+	} {
+		path, err := c.ServiceAccountKubeconfig(ctx, bed.Namespace, id.serviceAccount, id.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Client.CoreV1().Secrets(bed.Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: id.secret},
+			Data:       map[string][]byte{"kubeconfig": data},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create Secret %s: %v", id.secret, err)
+		}
+	}
+}
+
+// componentPod waits for the one pod of a chart component
+// (kubelet-plugin, controller) that runs the image with the given tag to be
+// Ready, with no other pod of the component left, and returns it.
+func componentPod(ctx context.Context, t *testing.T, client kubernetes.Interface, component, tag string) *corev1.Pod {
+	t.Helper()
+	selector := "app.kubernetes.io/instance=" + helmRelease + ",app.kubernetes.io/component=" + component
+	var found *corev1.Pod
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		var states []string
+		found = nil
+		for i := range list.Items {
+			p := &list.Items[i]
+			states = append(states, podState(p))
+			if p.DeletionTimestamp == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && podReady(p) {
+				found = p
+			}
+		}
+		last = strings.Join(states, "; ")
+		return found != nil && len(list.Items) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("wait for the %s pod on tag %s to be the only one and Ready (last: %s): %v", component, tag, last, err)
+	}
+	return found
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podState is a pod's phase and why its containers are not running.
+func podState(p *corev1.Pod) string {
+	s := fmt.Sprintf("%s %s ready=%v", p.Name, p.Status.Phase, podReady(p))
+	if p.DeletionTimestamp != nil {
+		s += " deleting"
+	}
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			s += fmt.Sprintf(", %s waiting: %s %s", cs.Name, w.Reason, w.Message)
+		}
+		if term := cs.LastTerminationState.Terminated; term != nil {
+			s += fmt.Sprintf(", %s last exited %d (%s)", cs.Name, term.ExitCode, term.Reason)
+		}
+	}
+	return s
+}
+
+// dumpOnFailure prints, when the test fails, what an operator would look
+// at first: the pods, events, and the container logs of Prism's pods, which
+// the test bed keeps under its logs directory.
+func dumpOnFailure(t *testing.T, c *testbed.Cluster) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, args := range [][]string{
+			{"get", "nodes", "--show-labels"},
+			{"get", "daemonsets,deployments,replicasets,pods", "-A", "-o", "wide"},
+			{"describe", "pods", "-n", bed.Namespace},
+			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+		} {
+			out, err := testbed.Kubectl(context.Background(), c, args...)
+			t.Logf("---- kubectl %s (%v) ----\n%s", strings.Join(args, " "), err, out)
+		}
+		logs, _ := filepath.Glob(filepath.Join(c.WorkDir(), "logs", "container-"+bed.Namespace+"_*.log"))
+		for _, f := range logs {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			lines := strings.Split(strings.TrimSpace(criLogMessages(string(data))), "\n")
+			if len(lines) > 80 {
+				lines = lines[len(lines)-80:]
+			}
+			t.Logf("---- last lines of %s ----\n%s", f, strings.Join(lines, "\n"))
+		}
+	})
+}
+
+// webhookRewrites asks the API server to admit (dry run) a claim annotated
+// with the profile, and returns the rewrite annotation the controller's
+// mutating webhook added, empty when it added none.
+func webhookRewrites(ctx context.Context, c *testbed.Cluster, profile string) string {
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + profile, Namespace: "default", Annotations: map[string]string{"prism.dev/profile": profile}},
+		Spec:       gpuClaimSpec(1),
+	}
+	out, err := c.Client.ResourceV1().ResourceClaims("default").Create(ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return ""
+	}
+	return out.Annotations[rewrite.AnnotationKey]
+}
+
+// sockets lists the Unix sockets under dir.
+func sockets(t *testing.T, dir string) []string {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSocket != 0 {
+			found = append(found, path)
+		}
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// watchSliceGaps polls the node's Prism ResourceSlice until the returned
+// function is called, which says for how long it was absent.
+func watchSliceGaps(ctx context.Context, client kubernetes.Interface, node string) func() time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	result := make(chan time.Duration, 1)
+	go func() {
+		var absent time.Duration
+		const every = 250 * time.Millisecond
+		for ctx.Err() == nil {
+			if s, err := nodeSlice(ctx, client, node); err == nil && s == nil {
+				absent += every
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(every):
+			}
+		}
+		result <- absent
+	}()
+	return func() time.Duration { cancel(); return <-result }
+}
+
+// checkpointUIDs are the claims the node's checkpoint holds.
+func checkpointUIDs(t *testing.T, stateDir string) []string {
+	t.Helper()
+	var uids []string
+	for _, c := range readCheckpoint(t, stateDir) {
+		uids = append(uids, string(c.UID))
+	}
+	slices.Sort(uids)
+	return uids
+}
+
+// TestHelmInstallOnARealRuntime installs Prism with helm from its own images
+// on a containerd node and uses it as a user would:
+//  1. Prism's images are built with the image recipe and imported;
+//  2. helm install with those images, a simulated fleet and the test-bed
+//     values;
+//  3. the plugin runs as the DaemonSet's pod, registers with the kubelet
+//     through the chart's hostPath mounts and publishes its ResourceSlice;
+//     the controller runs as the Deployment's pod and its webhooks, called
+//     by URL, rewrite and validate;
+//  4. a workload with a Prism claim sees its GPU in a real container, and
+//     deleting it unprepares the claim;
+//  5. helm upgrade to a second tag of the same images while a claim is
+//     prepared: the new plugin takes the claim over and unprepares it;
+//  6. helm uninstall leaves no CDI spec, checkpoint entry, plugin socket or
+//     ResourceSlice on the node.
+func TestHelmInstallOnARealRuntime(t *testing.T) {
+	testbed.RequireRoot(t)
+	began := time.Now()
+	stage := func(what string) { t.Logf("[%s] %s", time.Since(began).Round(time.Second), what) }
+	images := buildPrismImages(context.Background(), t)
+	ctx, cluster := testbed.ForTest(t, testbed.Options{StandInImage: images.pause.Ref})
+	dumpOnFailure(t, cluster)
+	client := cluster.Client
+	node, cdiRoot := containerdNode(ctx, t, cluster, "localhost", images.testImages, images.plugin.Path, images.controller.Path)
+	stateDir := filepath.Join(node.Dir, "prism-state")
+	pluginDir := filepath.Join(node.Dir, "dra")
+	// As values-demo.yaml asks: simulated GPUs go on labelled nodes.
+	if out, err := runKubectl(cluster, "label", "node", node.Name, "prism.dev/simulated-gpus=true"); err != nil {
+		t.Fatalf("label node: %v\n%s", err, out)
+	}
+	stage("containerd node ready, images imported")
+
+	// 2. Install.
+	helm := newHelm(t, cluster)
+	chart := filepath.Join(repoRoot, "deployments", "helm", "prism")
+	values := helmValues(t, node, cdiRoot, stateDir, pluginDir, images.tag)
+	helm.run(ctx, t, "install", helmRelease, chart, "--namespace", bed.Namespace, "--create-namespace",
+		"--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"),
+		"--set-file", "simulation.fleet="+fleetPath("mixed.yaml"),
+		"--values", values)
+	createKubeconfigSecrets(ctx, t, cluster, node.Name)
+	stage("helm install done, kubeconfig Secrets created")
+
+	// 3. The plugin's pod registers and publishes; the controller's pod
+	// serves the webhooks.
+	pluginPod := componentPod(ctx, t, client, "kubelet-plugin", images.tag)
+	if !pluginPod.Spec.HostNetwork || pluginPod.Spec.NodeName != node.Name {
+		t.Fatalf("plugin pod %s: hostNetwork %v on node %q", pluginPod.Name, pluginPod.Spec.HostNetwork, pluginPod.Spec.NodeName)
+	}
+	waitForSlice(ctx, t, client, node.Name, 8)
+	if socks := sockets(t, node.RegistrarDir()); len(socks) != 1 {
+		t.Errorf("want the plugin's one registration socket in %s, found %v", node.RegistrarDir(), socks)
+	}
+	controllerPod := componentPod(ctx, t, client, "controller", images.tag)
+	stage("plugin pod " + pluginPod.Name + " and controller pod " + controllerPod.Name + " ready, ResourceSlice published")
+
+	// The webhooks are registered by URL on loopback and the controller put
+	// its CA into them.
+	mutating, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc := mutating.Webhooks[0].ClientConfig; cc.URL == nil || !strings.HasPrefix(*cc.URL, "https://127.0.0.1:") || cc.Service != nil {
+		t.Fatalf("prism-rewrite's client config %+v, want a URL on 127.0.0.1", cc)
+	}
+	prism := prismClient(t, cluster)
+	profile := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: "stream", Namespace: "default"}}
+	if err := prism.Create(ctx, profile); err != nil {
+		t.Fatal(err)
+	}
+	profile.Status = prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: milli(20000), MemoryThroughputMilliPercent: milli(91000)}
+	if err := prism.Status().Update(ctx, profile); err != nil {
+		t.Fatal(err)
+	}
+	// Until the controller has injected its CA and read the profile and the
+	// fleet, the Ignore failure policy admits claims unchanged.
+	waitFor(t, "the rewrite webhook to annotate a claim for profile stream", func() bool {
+		return strings.Contains(webhookRewrites(ctx, cluster, "stream"), "MemoryBound")
+	})
+	// The validating webhook denies a claim with a GpuConfig it cannot
+	// decode; with failurePolicy Ignore only a webhook that answered can.
+	bad := gpuClaimSpec(1)
+	bad.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+		Driver: plugin.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","noSuchField":true}`)},
+	}}}}
+	_, err = client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bad-config"}, Spec: bad}, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "validate.gpu.prism.dev") {
+		t.Fatalf("claim with an undecodable GpuConfig: %v, want a denial by validate.gpu.prism.dev", err)
+	}
+	stage("webhooks answer: rewrite annotated, validation denied")
+
+	// 4. A workload whose claim names the profile: the webhook rewrites the
+	// claim, the scheduler allocates, the plugin in its container prepares,
+	// containerd applies the CDI spec.
+	_, err = client.ResourceV1().ResourceClaimTemplates("default").Create(ctx, &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "stream-gpu"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"prism.dev/profile": "stream"}},
+			Spec:       gpuClaimSpec(1),
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, claim, inv := runInventoryPod(ctx, t, client, node, "inventory", "stream-gpu", images.workload.Ref)
+	var plan struct {
+		BoundType string `json:"boundType"`
+	}
+	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.BoundType != "MemoryBound" {
+		t.Errorf("workload's claim has rewrite annotation %q (%v), want the MemoryBound plan", claim.Annotations[rewrite.AnnotationKey], err)
+	}
+	// Memory-bound, performance policy: the fleet's highest-bandwidth GPU.
+	if got := stringAttr(allocatedDevice(ctx, t, client, claim), "productName"); got != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("memory-bound workload got a %s, want the mixed fleet's H100", got)
+	}
+	checkInventory(ctx, t, client, inv, claim, filepath.Join(stateDir, "fake-driver-root"))
+	specsBefore := specFiles(t, cdiRoot)
+	if len(specsBefore) != 1 {
+		t.Fatalf("want one CDI spec for the workload's claim, found %v", specsBefore)
+	}
+	specBefore, err := os.ReadFile(specsBefore[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkpointUIDs(t, stateDir); !slices.Equal(got, []string{string(claim.UID)}) {
+		t.Fatalf("checkpoint holds %v, want the workload's claim %s", got, claim.UID)
+	}
+	stage("workload sees its GPU in a real container")
+
+	// 5. Upgrade to a second tag of the same images while the claim is
+	// prepared.
+	upgradeTag := images.tag + "-retagged"
+	for _, ref := range []string{images.plugin.Ref, images.controller.Ref} {
+		newRef := strings.TrimSuffix(ref, ":"+images.tag) + ":" + upgradeTag
+		if out, err := node.Containerd.Ctr(ctx, "images", "tag", ref, newRef); err != nil {
+			t.Fatalf("retag %s: %v\n%s", ref, err, out)
+		}
+	}
+	watch := watchSliceGaps(ctx, client, node.Name)
+	upgradeStart := time.Now()
+	helm.run(ctx, t, "upgrade", helmRelease, chart, "--namespace", bed.Namespace, "--reuse-values", "--set", "image.tag="+upgradeTag)
+	newPluginPod := componentPod(ctx, t, client, "kubelet-plugin", upgradeTag)
+	pluginSwap := time.Since(upgradeStart)
+	newControllerPod := componentPod(ctx, t, client, "controller", upgradeTag)
+	// Without surge the node has no plugin for a moment; the kubelet keeps
+	// an unregistered driver's slices for 30 s, so a quick swap goes unseen
+	// by the scheduler. Measured, not asserted: it depends on the machine.
+	t.Logf("upgrade: new plugin pod Ready %s after helm upgrade began; the node's ResourceSlice was absent for %s of that", pluginSwap.Round(100*time.Millisecond), watch().Round(100*time.Millisecond))
+	if newPluginPod.UID == pluginPod.UID || newControllerPod.UID == controllerPod.UID {
+		t.Fatalf("helm upgrade replaced no pod: plugin %s, controller %s", newPluginPod.Name, newControllerPod.Name)
+	}
+	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
+	running, err := client.CoreV1().Pods("default").Get(ctx, "inventory", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.UID != pod.UID || running.Status.Phase != corev1.PodRunning || running.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Errorf("workload across the upgrade: %s, restarts %d; want the same pod running untouched", podState(running), running.Status.ContainerStatuses[0].RestartCount)
+	}
+	if got := checkpointUIDs(t, stateDir); !slices.Equal(got, []string{string(claim.UID)}) {
+		t.Errorf("after the upgrade the checkpoint holds %v, want the workload's claim %s", got, claim.UID)
+	}
+	if specs := specFiles(t, cdiRoot); !slices.Equal(specs, specsBefore) {
+		t.Errorf("after the upgrade the CDI specs are %v, want %v", specs, specsBefore)
+	} else if after, err := os.ReadFile(specsBefore[0]); err != nil || string(after) != string(specBefore) {
+		t.Errorf("the workload's CDI spec changed across the upgrade (%v)", err)
+	}
+	// The new controller made a CA of its own; reviews still pass TLS.
+	waitFor(t, "the upgraded controller's rewrite webhook", func() bool {
+		return strings.Contains(webhookRewrites(ctx, cluster, "stream"), "MemoryBound")
+	})
+	// The new plugin registered: it prepares a second workload.
+	createTemplate(ctx, t, client, "one-gpu", gpuClaimSpec(1))
+	_, claim2, inv2 := runInventoryPod(ctx, t, client, node, "after-upgrade", "one-gpu", images.workload.Ref)
+	checkInventory(ctx, t, client, inv2, claim2, filepath.Join(stateDir, "fake-driver-root"))
+	stage("upgraded plugin prepared a second workload")
+
+	// The new plugin unprepares the claim the old one prepared, then its own.
+	deletePod(ctx, t, client, "inventory")
+	waitFor(t, "the first workload's CDI spec removed", func() bool { return !slices.Contains(specFiles(t, cdiRoot), specsBefore[0]) })
+	deletePod(ctx, t, client, "after-upgrade")
+	waitFor(t, "every CDI spec removed", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
+	if got := checkpointUIDs(t, stateDir); len(got) != 0 {
+		t.Errorf("checkpoint still holds %v after both workloads ended", got)
+	}
+	stage("both workloads deleted and unprepared")
+
+	// 6. Uninstall.
+	helm.run(ctx, t, "uninstall", helmRelease, "--namespace", bed.Namespace, "--wait")
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + helmRelease})
+		return err == nil && len(list.Items) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("Prism's pods still exist after helm uninstall: %v", err)
+	}
+	stage("helm uninstall done, Prism's pods gone")
+	if specs := specFiles(t, cdiRoot); len(specs) != 0 {
+		t.Errorf("CDI specs left after uninstall: %v", specs)
+	}
+	if got := checkpointUIDs(t, stateDir); len(got) != 0 {
+		t.Errorf("checkpoint entries left after uninstall: %v", got)
+	}
+	for _, dir := range []string{node.RegistrarDir(), pluginDir} {
+		if socks := sockets(t, dir); len(socks) != 0 {
+			t.Errorf("plugin sockets left after uninstall: %v", socks)
+		}
+	}
+	// The kubelet removes an unregistered driver's ResourceSlices once the
+	// plugin has stayed away for a while.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := nodeSlice(ctx, client, node.Name)
+		return err == nil && s == nil, nil
+	})
+	if err != nil {
+		t.Errorf("the node's Prism ResourceSlice is still published after uninstall: %v", err)
+	}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("prism-rewrite after uninstall: %v, want it gone", err)
+	}
+	left, _ := os.ReadDir(stateDir)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	t.Logf("left in the state directory %s for the operator (chart README, Uninstall): %v", stateDir, names)
+	stage("node clean")
+}
