@@ -795,7 +795,7 @@ func PrepareFloor(ctx context.Context, c *testbed.Cluster, client kubernetes.Int
 	measure := func(name, bin string) (footprint, error) {
 		var f footprint
 		node := "bench-floor-" + name
-		if err := CreateReadyNode(ctx, client, node); err != nil {
+		if err := CreateReadyNode(ctx, client, node, nil); err != nil {
 			return f, err
 		}
 		all := make([]*resourceapi.ResourceClaim, claims+probes)
