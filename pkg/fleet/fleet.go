@@ -236,6 +236,7 @@ func merge(a, b rewrite.Model) rewrite.Model {
 	}
 	a.Devices += b.Devices
 	a.MixedDevices += b.MixedDevices
+	a.SharedDevices += b.SharedDevices
 	a.BandwidthGBps = minKnown(a.BandwidthGBps, b.BandwidthGBps)
 	a.FP32GFLOPS = minKnown(a.FP32GFLOPS, b.FP32GFLOPS)
 	a.MemoryBytes = max(a.MemoryBytes, b.MemoryBytes)
@@ -267,6 +268,9 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, "memoryBandwidthGBps"), FP32GFLOPS: intAttr(d, "fp32GFLOPS")}
 		if q, ok := d.Capacity[rewrite.MemoryCapacity]; ok {
 			m.MemoryBytes = q.Value.Value()
+		}
+		if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
+			m.SharedDevices = 1
 		}
 		sum.models[name] = merge(sum.models[name], m)
 		sum.devices[d.Name] = name

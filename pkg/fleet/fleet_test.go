@@ -75,6 +75,20 @@ func mixed(m rewrite.Model, devices int) rewrite.Model {
 	return m
 }
 
+func shared(m rewrite.Model, devices int) rewrite.Model {
+	m.SharedDevices = devices
+	return m
+}
+
+// shareable publishes the slice's devices from index first on with
+// allowMultipleAllocations, as the plugin does with memory sharing on.
+func shareable(s *resourceapi.ResourceSlice, first int) *resourceapi.ResourceSlice {
+	for i := first; i < len(s.Spec.Devices); i++ {
+		s.Spec.Devices[i].AllowMultipleAllocations = ptr.To(true)
+	}
+	return s
+}
+
 func TestView(t *testing.T) {
 	capped := h100
 	capped.bandwidth = 3000
@@ -103,6 +117,10 @@ func TestView(t *testing.T) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4), true)
 			v.OnAdd(slice("b", "gpu.example.com", "node-a", 1, h100), true)
 		}, []rewrite.Model{model(l4, 1)}, nil},
+		{"shareable GPUs are counted", func(v *View) {
+			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(shareable(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), 1), true)
+		}, []rewrite.Model{mixed(model(h100, 3), 1), shared(mixed(model(l4, 1), 1), 1)}, nil},
 		{"a node leaves", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
 			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)

@@ -26,6 +26,10 @@ type Model struct {
 	// more than one model. A preferred node does not choose the device on
 	// such a node, so the node-affinity preference is not used for them.
 	MixedDevices int `json:"mixedDevices,omitempty"`
+	// SharedDevices is how many of the devices are published shareable
+	// (allowMultipleAllocations). On such a device a capacity request is
+	// what a claim consumes, not a floor (see MemoryFloorAsCapacity).
+	SharedDevices int `json:"sharedDevices,omitempty"`
 }
 
 // Option changes how Rewrite writes a claim for the cluster it serves: the

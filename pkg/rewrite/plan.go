@@ -29,7 +29,11 @@ type Plan struct {
 	// node affinity) and why; set when the caller chose a mode.
 	Preference *Decision `json:"preference,omitempty"`
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
-	HardNeeds    string        `json:"hardNeeds,omitempty"`
+	HardNeeds string `json:"hardNeeds,omitempty"`
+	// MemoryFloor is how the memory floor was written, where the caller
+	// asked for a capacity request (MemoryFloorAsCapacity): "capacity", or
+	// "cel" and why the capacity request was declined.
+	MemoryFloor  string        `json:"memoryFloor,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`
 	// Rewritten names the requests that became firstAvailable lists.
 	Rewritten []string    `json:"rewritten,omitempty"`

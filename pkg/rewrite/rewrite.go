@@ -213,6 +213,10 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
 
+	capacityFloor := false
+	if n.floor != nil && n.share == nil {
+		capacityFloor, plan.MemoryFloor = o.memoryFloorForm()
+	}
 	logger := klog.FromContext(ctx)
 	for i := range out.Devices.Requests {
 		req := &out.Devices.Requests[i]
@@ -220,7 +224,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, o.capacityFloor)
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor)
 		req.Exactly = nil
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}

@@ -1,0 +1,54 @@
+package rewrite
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestMemoryFloorForm: the capacity request replaces the CEL floor only
+// where the caller asked for it, the claim wants a whole GPU, and no GPU of
+// a known fleet is published shareable; the plan says which form was used.
+func TestMemoryFloorForm(t *testing.T) {
+	shared := e2eFleet(0)
+	shared.Models[2].SharedDevices = 4
+	for _, tc := range []struct {
+		name    string
+		profile Profile
+		opts    []Option
+		// wantPlan is the start of Plan.MemoryFloor.
+		wantPlan    string
+		wantRequest string
+		wantCEL     bool
+	}{
+		{"not asked: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, nil, "", "", true},
+		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(shared), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": 4 GPUs are published shareable", "", true},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"a memory share is a share, not a floor", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, plan, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), tc.profile, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(plan.MemoryFloor, tc.wantPlan) || (tc.wantPlan == "") != (plan.MemoryFloor == "") {
+				t.Errorf("plan.MemoryFloor %q, want it to start with %q", plan.MemoryFloor, tc.wantPlan)
+			}
+			subs := out.Devices.Requests[0].FirstAvailable
+			if len(subs) == 0 {
+				t.Fatalf("request not rewritten: %+v", out.Devices.Requests[0])
+			}
+			for _, sub := range subs {
+				hasCEL := false
+				for _, s := range exprs(sub.Selectors) {
+					hasCEL = hasCEL || s == memoryAtLeast(39)
+				}
+				if hasCEL != tc.wantCEL || memoryRequest(sub) != tc.wantRequest {
+					t.Errorf("tier %s: CEL floor %v (want %v), memory request %q (want %q)", sub.Name, hasCEL, tc.wantCEL, memoryRequest(sub), tc.wantRequest)
+				}
+			}
+		})
+	}
+}
