@@ -342,8 +342,13 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		if result.Driver != DriverName || result.Pool != d.cfg.NodeName {
 			continue
 		}
-		if _, ok := d.device(result.Device); !ok {
+		gpuDev, ok := d.device(result.Device)
+		if !ok {
 			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, d.cfg.NodeName)
+		}
+		if err := checkMemoryRequest(claim, result.Request, result.Device, gpuDev.MemoryBytes); err != nil {
+			d.recorder.Eventf(claim, corev1.EventTypeWarning, "MemoryRequestNotMet", "%v", err)
+			return rec, err
 		}
 		cfg := configs.forRequest(result.Request)
 		dev := checkpoint.Device{
