@@ -69,6 +69,7 @@ type options struct {
 	selfSigned, autoProfile        bool
 	serviceName, namespace, policy string
 	preference, replicaName        string
+	memoryFloor                    string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -97,6 +98,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.replicaName, "replica-name", "", "this replica's pod name, which its self-signed CA carries so that the caBundle drops the CAs of replicas no longer behind the Service (empty: the hostname, which is the pod's name except on the host network)")
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
+	flags.StringVar(&o.memoryFloor, "memory-floor", "cel", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; only where DRAConsumableCapacity is on in kube-scheduler, which the controller cannot see; it checks the API server and keeps CEL on fleets with shareable GPUs)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -147,6 +149,12 @@ func (o *options) validate() error {
 	}
 	if _, err := rewrite.ParsePreference(o.preference); err != nil {
 		errs = append(errs, fmt.Errorf("--preference: %w", err))
+	}
+	if _, err := webhook.ParseMemoryFloor(o.memoryFloor); err != nil {
+		errs = append(errs, fmt.Errorf("--memory-floor: %w", err))
+	}
+	if o.memoryFloor == webhook.MemoryFloorCapacity && o.namespace == "" {
+		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --memory-floor=capacity: the API server is probed with a dry-run claim there"))
 	}
 	if o.selfSigned && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --self-signed"))
@@ -248,7 +256,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics, Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference})
+	var memoryFloorAsCapacity func() bool
+	if o.memoryFloor == webhook.MemoryFloorCapacity {
+		// Probed once the webhooks are served: the dry-run claim passes
+		// through this controller's own admission webhooks.
+		probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
+		go probe.Run(ctx)
+		memoryFloorAsCapacity = probe.Capacity
+	}
+	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
+		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,9 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	// podPreference counts pods by what the pod webhook did.
 	podPreference *prometheus.CounterVec
+	// memoryFloor counts rewrites with --memory-floor=capacity by the form
+	// their floor took.
+	memoryFloor *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -58,6 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_pod_preference_total",
 			Help: "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).",
 		}, []string{"outcome"}),
+		memoryFloor: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_memory_floor_total",
+			Help: "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.",
+		}, []string{"form"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -70,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

@@ -88,6 +88,10 @@ type RewriterOptions struct {
 	// Preference is the controller's --preference. Empty: ladders, and
 	// the plan names no mode.
 	Preference rewrite.PreferenceMode
+	// MemoryFloorAsCapacity reports, per claim, whether the memory floor
+	// may be a capacity request (--memory-floor=capacity, once
+	// MemoryFloorProbe has found the API server keeps them). Nil: CEL.
+	MemoryFloorAsCapacity func() bool
 }
 
 // ParsePolicy checks a cluster-wide policy name.
@@ -221,6 +225,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.Load != nil && policy == rewrite.LoadAware {
 		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
 	}
+	if r.opts.MemoryFloorAsCapacity != nil && r.opts.MemoryFloorAsCapacity() {
+		opts = append(opts, rewrite.MemoryFloorAsCapacity())
+	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
@@ -243,6 +250,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		return outcome{skip: skipEncodeError, message: err.Error()}
 	}
 	r.opts.Metrics.rewrites.WithLabelValues(string(plan.BoundType), string(plan.Policy)).Inc()
+	if form, _, _ := strings.Cut(plan.MemoryFloor, ":"); form != "" {
+		r.opts.Metrics.memoryFloor.WithLabelValues(form).Inc()
+	}
 	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
 	return outcome{ops: ops, event: EventReasonRewritten, message: planSummary(plan)}
 }

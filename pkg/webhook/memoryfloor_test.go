@@ -1,0 +1,142 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// TestMemoryFloorProbe: the capacity request is used only once the API
+// server has shown, on a dry-run claim, that it keeps capacity requests;
+// an API server without DRAConsumableCapacity drops them silently.
+func TestMemoryFloorProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// apiServer answers the dry-run create; failures is how many
+		// calls fail first.
+		dropsCapacity bool
+		failures      int
+		want          bool
+	}{
+		{"the API server keeps capacity requests", false, 0, true},
+		{"the API server drops them (gate off)", true, 0, false},
+		{"answers after two failures (webhooks not served yet)", false, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset()
+			calls := 0
+			cs.PrependReactor("create", "resourceclaims", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				calls++
+				create := a.(k8stesting.CreateActionImpl)
+				if len(create.CreateOptions.DryRun) != 1 {
+					t.Errorf("probe create without dry run: %+v", create.CreateOptions)
+				}
+				if calls <= tc.failures {
+					return true, nil, errors.New("connection refused")
+				}
+				claim := create.Object.(*resourceapi.ResourceClaim).DeepCopy()
+				if tc.dropsCapacity {
+					claim.Spec.Devices.Requests[0].Exactly.Capacity = nil
+				}
+				return true, claim, nil
+			})
+			p := &MemoryFloorProbe{Client: cs, Namespace: "prism", Interval: time.Millisecond}
+			if p.Capacity() {
+				t.Fatal("capacity before any answer")
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			p.Run(ctx)
+			if ctx.Err() != nil {
+				t.Fatal("probe never finished")
+			}
+			if p.Capacity() != tc.want || calls != tc.failures+1 {
+				t.Errorf("capacity %v after %d calls, want %v after %d", p.Capacity(), calls, tc.want, tc.failures+1)
+			}
+		})
+	}
+}
+
+// TestRewriterWritesTheMemoryFloorAsAsked: the rewriter asks for the
+// capacity floor while MemoryFloorAsCapacity says yes, and counts the form
+// each floor took.
+func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
+	l40s := rewrite.Model{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30}
+	fleet := &rewrite.Fleet{Models: []rewrite.Model{h100, l40s}}
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := resource.MustParse("20Gi")
+	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+		wp.Status.PeakMemory = &peak
+	})
+	capacity := false
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+		Fleet: func() *rewrite.Fleet { return fleet }, MemoryFloorAsCapacity: func() bool { return capacity }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := readFixture(t, "claim-profiled.json")
+	request := func(shared int) (memory string, hasCEL bool) {
+		fleet.Models[1].SharedDevices = shared
+		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+		fits := claim.Spec.Devices.Requests[0].FirstAvailable[1]
+		if fits.Capacity != nil {
+			q := fits.Capacity.Requests[rewrite.MemoryCapacity]
+			memory = q.String()
+		}
+		for _, s := range fits.Selectors {
+			hasCEL = hasCEL || strings.Contains(s.CEL.Expression, "capacity")
+		}
+		return memory, hasCEL
+	}
+
+	if mem, cel := request(0); mem != "" || !cel {
+		t.Errorf("before the probe answered: memory request %q, CEL floor %v; want none and CEL", mem, cel)
+	}
+	capacity = true
+	if mem, cel := request(0); mem != "39Gi" || cel {
+		t.Errorf("capacity floor: memory request %q, CEL floor %v; want 39Gi and no CEL", mem, cel)
+	}
+	if mem, cel := request(8); mem != "" || !cel {
+		t.Errorf("fleet with shareable GPUs: memory request %q, CEL floor %v; want none and CEL", mem, cel)
+	}
+	for form, want := range map[string]float64{rewrite.MemoryFloorCapacity: 1, rewrite.MemoryFloorCEL: 1} {
+		if got := testutil.ToFloat64(m.memoryFloor.WithLabelValues(form)); got != want {
+			t.Errorf("prism_webhook_memory_floor_total{form=%q} = %v, want %v", form, got, want)
+		}
+	}
+}
