@@ -116,6 +116,10 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			if err != nil {
 				return nil, err
 			}
+			affinityCapacity, err := RewrittenSpec(ctx, 1, p.Profile, published, rewrite.WithPreference(rewrite.PreferAffinity), rewrite.MemoryFloorAsCapacity())
+			if err != nil {
+				return nil, err
+			}
 			claims := []allocatorClaim{
 				{name: "plain", claim: claim(GPUSpec(1))},
 				{name: "selective", claim: claim(SelectiveSpec(1))},
@@ -124,6 +128,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "ladder, capacity floor", claim: claim(capacity)},
 				{name: "built-in ladder", claim: claim(builtIn)},
 				{name: "affinity, hard needs", claim: claim(affinity)},
+				{name: "affinity, capacity floor", claim: claim(affinityCapacity)},
 			}
 			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {

@@ -208,6 +208,10 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	if err != nil {
 		return nil, err
 	}
+	affinityCapacity, err := RewrittenSpec(ctx, 1, *profile, published, rewrite.WithPreference(rewrite.PreferAffinity), rewrite.MemoryFloorAsCapacity())
+	if err != nil {
+		return nil, err
+	}
 	decision, err := rewrite.NodePreference(*profile, published, rewrite.WithPreference(rewrite.PreferAffinity))
 	if err != nil {
 		return nil, err
@@ -229,6 +233,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		{"ladder", ladder, nil},
 		{"ladder-capacity", capacity, nil},
 		{"affinity", affinitySpec, preferred},
+		{"affinity-capacity", affinityCapacity, preferred},
 	}
 	// Where the pods land: on the models of the first preferred tier.
 	top := map[string]bool{}

@@ -37,16 +37,24 @@ type controllerEnv struct {
 // newControllerEnv starts the environment with the controller's preference
 // mode: ladder unless preference says "affinity".
 func newControllerEnv(t *testing.T, preference ...string) *controllerEnv {
+	return newControllerEnvWith(t, func(opts *bed.Options) {
+		for _, p := range preference {
+			// The chart's RBAC and webhooks for the mode, and the flag.
+			opts.ChartSets = append(opts.ChartSets, "rewrite.preference="+p)
+			opts.ControllerFlags = append(opts.ControllerFlags, "--preference="+p)
+		}
+	})
+}
+
+// newControllerEnvWith is newControllerEnv with the bed's options changed
+// by configure.
+func newControllerEnvWith(t *testing.T, configure func(*bed.Options)) *controllerEnv {
 	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
 	// GPUs are shareable by memory: the placement rules must hold with
 	// sharing on, and a profile that allows it asks for its footprint.
 	opts := bed.Options{RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary,
 		PluginFlags: []string{"--consumable-capacity"}}
-	for _, p := range preference {
-		// The chart's RBAC and webhooks for the mode, and the flag.
-		opts.ChartSets = append(opts.ChartSets, "rewrite.preference="+p)
-		opts.ControllerFlags = append(opts.ControllerFlags, "--preference="+p)
-	}
+	configure(&opts)
 	b, err := bed.Setup(ctx, cluster, opts)
 	if err != nil {
 		t.Fatal(err)
