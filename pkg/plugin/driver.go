@@ -166,6 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("start plugin: register with the kubelet: %w", err)
 	}
 	d.helper, d.slices = helper, helper
+	go d.reportWhileNotReady(ctx, d.ready, notReadyFirstReport, notReadyReportEvery)
 	if err := d.publish(ctx); err != nil {
 		helper.Stop()
 		return nil, err
