@@ -34,6 +34,7 @@ import (
 	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/pkg/residency"
 	"github.com/prismgpu/prism/pkg/version"
 )
 
@@ -53,6 +54,7 @@ type options struct {
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
 	gcPercent                                                        int
+	releaseStartupPages                                              bool
 	logging                                                          *logging.Options
 	showVersion                                                      bool
 }
@@ -100,6 +102,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.profileDirSize, "profile-dir-size", resource.NewQuantity(profiling.DefaultDirSize, resource.BinarySI).String(), "Size of the tmpfs a profiled claim's containers write their report to; 0 leaves the report directory on --state-dir's file system, unbounded. Mounting needs a privileged plugin.")
 	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "QPS towards the API server for kubelet calls: every claim the kubelet prepares costs one GET. The driver holds its lock about 2 ms per prepare, so it can take a few hundred a second; a lower limit would make a node starting many pods at once wait for the limiter rather than for the plugin. The stale-claim sweep has a separate, fixed budget of "+strconv.Itoa(sweepQPS)+" QPS.")
 	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst towards the API server for kubelet calls: covers the claims of a full node's pods (110 pods, some with several claims) starting at once.")
+	flags.BoolVar(&o.releaseStartupPages, "release-startup-pages", true, "Once ready, page out the plugin's own executable (madvise MADV_PAGEOUT, Linux 5.4 or later): client-go's start-up touches most of the binary once, and those pages would otherwise stay resident for good. What the plugin still uses is read back on first use, a few milliseconds on the first calls after start.")
 	flags.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "Heap growth, in percent of the live heap, that starts a garbage collection, as GOGC. The plugin's live heap is a few MiB, so 50 rather than Go's 100 keeps about 2 MiB less resident on a node with 500 claims, for a short collection every few hundred prepares. Negative: leave Go's setting. The GOGC variable, when set, wins over this default but not over the flag.")
 	o.logging = logging.NewOptions()
 	o.logging.AddFlags(flags)
@@ -291,6 +294,9 @@ func run(ctx context.Context, o options) error {
 	// heap next reached the collector's goal: collect it and return it to
 	// the kernel once.
 	debug.FreeOSMemory()
+	if o.releaseStartupPages {
+		releaseStartupPages(ctx)
+	}
 	<-ctx.Done()
 	klog.FromContext(ctx).Info("Shutting down")
 	return nil
@@ -361,6 +367,24 @@ func parseXIDs(list string) (map[uint64]bool, error) {
 		out[x] = true
 	}
 	return out, nil
+}
+
+// releaseStartupPages pages out the executable once ready and says what it
+// did; a kernel that cannot is not an error.
+func releaseStartupPages(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	before, _, err := residency.Resident()
+	if err != nil {
+		logger.V(2).Info("Not releasing start-up pages: cannot read resident memory", "err", err)
+		return
+	}
+	res, err := residency.Release()
+	if err != nil {
+		logger.Info("Start-up pages of the executable stay resident", "err", err)
+		return
+	}
+	after, _, _ := residency.Resident()
+	logger.Info("Released the executable's start-up pages", "mappings", res.Mappings, "residentFileMiBBefore", before>>20, "residentFileMiBAfter", after>>20)
 }
 
 // gcPercent says what to give debug.SetGCPercent, if anything: a GOGC set
