@@ -617,8 +617,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	// kubelet registered the new plugin before it unregistered the old one.
 	newReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), plugin.DriverName, newPluginPod.UID))
 	ready := readyOverlap()
-	registered := kubeletLogLine(t, cluster, node.Name, "RegisterPlugin started", newReg)
-	unregistered := kubeletLogLine(t, cluster, node.Name, "UnregisterPlugin started", oldReg)
+	registered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.RegisterPlugin started", newReg)
+	unregistered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.UnregisterPlugin started", oldReg)
 	t.Logf("hand-off: Ready at once %v; registration sockets at once %v; kubelet log: new registered at line %d, old unregistered at line %d", ready, bothSockets, registered, unregistered)
 	want := []string{newReg, oldReg}
 	slices.Sort(want)
