@@ -50,7 +50,7 @@ func Listen(ctx context.Context, addr string, interval time.Duration) (net.Liste
 			return nil, time.Since(start), fmt.Errorf("listen on %s: %w", addr, err)
 		}
 		if lastSaid.IsZero() || time.Since(lastSaid) >= remindEvery {
-			logger.Info("HTTP address in use, likely by the pod this one replaces in a rolling update; /metrics is not served here until it is free, probes do not depend on it",
+			logger.Info("HTTP address in use, likely by the pod this one replaces in a rolling update on the host network; serving it once it is free",
 				"address", addr, "retryEvery", interval, "waiting", time.Since(start).Round(time.Second))
 			lastSaid = time.Now()
 		}
