@@ -31,6 +31,7 @@ import (
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/localserve"
 	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/profiling"
@@ -44,7 +45,7 @@ const sweepQPS = 10
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	hostDriverRoot, nvidiaCDIHookPath                                string
-	fleet, httpAddress, kubeconfig                                   string
+	fleet, httpAddress, probeSocket, kubeconfig                      string
 	rediscover, staleInterval, staleGrace                            time.Duration
 	enableProfiling, shareMemory, health                             bool
 	ignoredXIDs, simulatedFaults                                     string
@@ -86,6 +87,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.stateDir, "state-dir", "/var/lib/prism", "Directory for the checkpoint.")
 	flags.StringVar(&o.fleet, "fleet", "", "Simulate this node's GPUs from a fleet file instead of NVML.")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "Address for /metrics, /healthz and /readyz; empty disables.")
+	flags.StringVar(&o.probeSocket, "probe-socket", "", "Unix socket that also serves /metrics, /healthz and /readyz, for `prism-kubelet-plugin probe` as an exec probe. On the host network two pods of a rolling update share --http-address, and the new one serves it only once the old one has gone; the socket, in the pod's own /tmp, is never shared. Empty disables.")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
 	flags.DurationVar(&o.rediscover, "rediscover-interval", time.Minute, "How often to re-read the GPUs and republish when they changed; 0 disables.")
 	flags.DurationVar(&o.staleInterval, "stale-claim-interval", time.Minute, "How often prepared claims are checked against the API server; 0 disables.")
@@ -112,6 +114,9 @@ func newFlags(o *options) *pflag.FlagSet {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == probeCommand {
+		os.Exit(probeMain(os.Args[2:], os.Stderr, os.LookupEnv))
+	}
 	var o options
 	flags := newFlags(&o)
 	if err := envflag.Parse(flags, os.Args[1:], os.LookupEnv); err != nil {
@@ -154,9 +159,7 @@ func run(ctx context.Context, o options) error {
 	// start-up, and the startup probe must see a live process meanwhile.
 	metrics := plugin.NewMetrics()
 	probes := &plugin.Probes{}
-	if o.httpAddress != "" {
-		go serveHTTP(ctx, o.httpAddress, probes, metrics)
-	}
+	serveHTTP(ctx, o.httpAddress, o.probeSocket, probes, metrics)
 	restConfig, err := kubeConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -302,18 +305,44 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-func serveHTTP(ctx context.Context, addr string, probes *plugin.Probes, metrics *plugin.Metrics) {
+// serveHTTP serves the metrics and probes on the TCP address and on the
+// probe socket, each when set, in the background. Neither failing stops the
+// plugin: prepares matter more than metrics. The probe socket is bound
+// before returning, so that an exec probe never finds it missing once the
+// plugin has started.
+func serveHTTP(ctx context.Context, addr, socket string, probes *plugin.Probes, metrics *plugin.Metrics) {
+	logger := klog.FromContext(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
 	probes.Register(mux)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		klog.FromContext(ctx).Error(err, "Serving metrics and health endpoints", "address", addr)
+	if socket != "" {
+		if l, err := localserve.ListenUnix(ctx, socket); err != nil {
+			logger.Error(err, "Serving the probe socket; exec probes will fail")
+		} else {
+			go func() {
+				if err := localserve.Serve(ctx, l, mux); err != nil {
+					logger.Error(err, "Serving the probe socket")
+				}
+			}()
+		}
 	}
+	if addr == "" {
+		return
+	}
+	go func() {
+		// During a rolling update on the host network the pod being
+		// replaced holds the address until it exits.
+		l, _, err := localserve.Listen(ctx, addr, localserve.RetryEvery)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Serving metrics and health endpoints", "address", addr)
+			}
+			return
+		}
+		if err := localserve.Serve(ctx, l, mux); err != nil {
+			logger.Error(err, "Serving metrics and health endpoints", "address", addr)
+		}
+	}()
 }
 
 func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*plugin.ProfilingConfig, error) {

@@ -36,6 +36,7 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 		"state-dir":             "PRISM_STATE_DIR",
 		"fleet":                 "PRISM_FLEET",
 		"http-address":          "PRISM_HTTP_ADDRESS",
+		"probe-socket":          "PRISM_PROBE_SOCKET",
 		"kubeconfig":            "KUBECONFIG",
 		"profiling":             "PRISM_PROFILING",
 		"profile-retention":     "PRISM_PROFILE_RETENTION",

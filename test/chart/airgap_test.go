@@ -98,14 +98,33 @@ func TestTestAndAirGapOptions(t *testing.T) {
 			t.Error("plugin pods are not on the host network")
 		}
 		checkKubeconfig(t, spec, c, "plugin-kubeconfig")
-		checkLoopbackProbes(t, c)
+		// The probes exec the plugin against its own socket (TestPluginProbes):
+		// the kubelet never reaches for the node's address.
+		for what, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+			if p == nil || p.Exec == nil {
+				t.Errorf("%s probe %+v, want an exec probe", what, p)
+			}
+		}
 		if got, _ := envValue(c, "PRISM_HTTP_ADDRESS"); got != "127.0.0.1:18080" {
 			t.Errorf("PRISM_HTTP_ADDRESS=%q, want 127.0.0.1:18080", got)
 		}
-		// Two pods on one node would share the port: no surge.
+		// A container port would be a hostPort here, which the scheduler
+		// gives one pod per node: the surge pod would stay Pending.
+		if len(c.Ports) != 0 {
+			t.Errorf("plugin container ports %+v, want none on the host network", c.Ports)
+		}
+		// The two pods of a surge no longer collide: the values' surge holds.
+		ru := r.daemonSets["prism-kubelet-plugin"].Spec.UpdateStrategy.RollingUpdate
+		if ru == nil || ru.MaxSurge == nil || *ru.MaxSurge != intstr.FromInt32(1) || ru.MaxUnavailable == nil || *ru.MaxUnavailable != intstr.FromInt32(0) {
+			t.Errorf("rolling update %+v, want the default maxSurge 1, maxUnavailable 0", ru)
+		}
+	})
+
+	t.Run("plugin rolling update from values", func(t *testing.T) {
+		r := render(t, append([]string{"--set-file", simulatedFleet, "--set", "kubeletPlugin.rollingUpdate.maxSurge=0", "--set", "kubeletPlugin.rollingUpdate.maxUnavailable=1"}, airGapArgs...)...)
 		ru := r.daemonSets["prism-kubelet-plugin"].Spec.UpdateStrategy.RollingUpdate
 		if ru == nil || ru.MaxSurge == nil || *ru.MaxSurge != intstr.FromInt32(0) || ru.MaxUnavailable == nil || *ru.MaxUnavailable != intstr.FromInt32(1) {
-			t.Errorf("rolling update %+v, want maxSurge 0, maxUnavailable 1", ru)
+			t.Errorf("rolling update %+v, want the values' maxSurge 0, maxUnavailable 1", ru)
 		}
 	})
 

@@ -292,21 +292,76 @@ func TestPluginContainerGetsNoGPUs(t *testing.T) {
 	t.Error("NVIDIA_VISIBLE_DEVICES is not set on the plugin container")
 }
 
+// probeEndpoint is what a plugin probe asks: the httpGet path, or the
+// endpoint of an exec probe that runs `prism-kubelet-plugin probe` on the
+// probe socket (empty for anything else).
+func probeEndpoint(p *corev1.Probe, socket string) string {
+	if p == nil {
+		return ""
+	}
+	if p.HTTPGet != nil {
+		return p.HTTPGet.Path
+	}
+	if p.Exec != nil {
+		cmd := p.Exec.Command
+		if len(cmd) == 4 && cmd[0] == "prism-kubelet-plugin" && cmd[1] == "probe" && cmd[2] == "--socket="+socket {
+			return "/" + cmd[3]
+		}
+	}
+	return ""
+}
+
+// TestPluginProbes: on the pod network the kubelet asks the HTTP port; on
+// the host network, where the two pods of a rolling update would share that
+// port, it runs the plugin's exec probe against the pod's own socket.
 func TestPluginProbes(t *testing.T) {
-	c := container(t, render(t).plugin(t), "kubelet-plugin")
-	if got := httpPath(c.StartupProbe); got != "/readyz" {
-		t.Fatalf("startupProbe path %q, want /readyz", got)
-	}
-	// Start-up covers NVML, registration, publishing and a cluster-wide
-	// claim list: at least two minutes before the kubelet gives up.
-	if budget := c.StartupProbe.PeriodSeconds * c.StartupProbe.FailureThreshold; budget < 120 {
-		t.Errorf("startupProbe allows %ds, want at least 120s", budget)
-	}
-	if got := httpPath(c.LivenessProbe); got != "/healthz" {
-		t.Errorf("livenessProbe path %q, want /healthz", got)
-	}
-	if got := httpPath(c.ReadinessProbe); got != "/readyz" {
-		t.Errorf("readinessProbe path %q, want /readyz", got)
+	for _, tc := range []struct {
+		name string
+		args []string
+		exec bool
+	}{
+		{name: "pod network"},
+		{name: "host network", args: []string{"--set", "kubeletPlugin.hostNetwork=true"}, exec: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := render(t, tc.args...).plugin(t)
+			c := container(t, spec, "kubelet-plugin")
+			socket, hasSocket := envValue(c, "PRISM_PROBE_SOCKET")
+			if hasSocket != tc.exec {
+				t.Errorf("PRISM_PROBE_SOCKET set: %v, want %v", hasSocket, tc.exec)
+			}
+			if tc.exec {
+				for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+					if p == nil || p.Exec == nil {
+						t.Fatalf("probe %+v, want an exec probe", p)
+					}
+				}
+				// The socket must be the pod's own: in the emptyDir at /tmp,
+				// not on a hostPath the other pod of a surge also mounts.
+				i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/tmp" })
+				if !strings.HasPrefix(socket, "/tmp/") || i < 0 {
+					t.Fatalf("probe socket %q, /tmp mount %d: want the socket under the pod's /tmp", socket, i)
+				}
+				j := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[i].Name })
+				if j < 0 || spec.Volumes[j].EmptyDir == nil {
+					t.Errorf("/tmp is volume %+v, want an emptyDir", spec.Volumes[j])
+				}
+			}
+			if got := probeEndpoint(c.StartupProbe, socket); got != "/readyz" {
+				t.Fatalf("startupProbe %+v asks %q, want /readyz", c.StartupProbe.ProbeHandler, got)
+			}
+			// Start-up covers NVML, registration, publishing and a cluster-wide
+			// claim list: at least two minutes before the kubelet gives up.
+			if budget := c.StartupProbe.PeriodSeconds * c.StartupProbe.FailureThreshold; budget < 120 {
+				t.Errorf("startupProbe allows %ds, want at least 120s", budget)
+			}
+			if got := probeEndpoint(c.LivenessProbe, socket); got != "/healthz" {
+				t.Errorf("livenessProbe %+v asks %q, want /healthz", c.LivenessProbe.ProbeHandler, got)
+			}
+			if got := probeEndpoint(c.ReadinessProbe, socket); got != "/readyz" {
+				t.Errorf("readinessProbe %+v asks %q, want /readyz", c.ReadinessProbe.ProbeHandler, got)
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"sigs.k8s.io/yaml"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -343,6 +345,95 @@ func checkpointUIDs(t *testing.T, stateDir string) []string {
 	return uids
 }
 
+// watchReadyOverlap follows the plugin's pods through a watch, event by
+// event, until the returned function is called, which gives the first set of
+// two or more pods that were Ready at once with none of them being deleted
+// (nil if there never was one). A watch sees every state the API server
+// stored, in order; polling could miss a short overlap.
+func watchReadyOverlap(ctx context.Context, t *testing.T, client kubernetes.Interface) func() []string {
+	t.Helper()
+	selector := "app.kubernetes.io/instance=" + helmRelease + ",app.kubernetes.io/component=kubelet-plugin"
+	list, err := client.CoreV1().Pods(bed.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	result := make(chan []string, 1)
+	go func() {
+		pods := map[string]*corev1.Pod{}
+		for i := range list.Items {
+			pods[list.Items[i].Name] = &list.Items[i]
+		}
+		var overlap []string
+		rv := list.ResourceVersion
+		for ctx.Err() == nil && overlap == nil {
+			w, err := client.CoreV1().Pods(bed.Namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				rv = p.ResourceVersion
+				if ev.Type == "DELETED" {
+					delete(pods, p.Name)
+				} else {
+					pods[p.Name] = p
+				}
+				var ready []string
+				for _, p := range pods {
+					if podReady(p) && p.DeletionTimestamp == nil {
+						ready = append(ready, p.Name)
+					}
+				}
+				if len(ready) >= 2 {
+					slices.Sort(ready)
+					overlap = ready
+					break
+				}
+			}
+			w.Stop()
+		}
+		result <- overlap
+	}()
+	return func() []string { cancel(); return <-result }
+}
+
+// kubeletLogLine is the index of the first line of the kubelet's log that
+// holds every one of the strings, -1 when none does.
+func kubeletLogLine(t *testing.T, c *testbed.Cluster, node string, parts ...string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(c.WorkDir(), "logs", "kubelet-"+node+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+			return i
+		}
+	}
+	return -1
+}
+
+// podLog is what a pod's container wrote, as the kubelet keeps it on the
+// node.
+func podLog(t *testing.T, node *testbed.Node, pod *corev1.Pod, container string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(node.Dir, "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container, "*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(criLogMessages(string(data)))
+	}
+	return b.String()
+}
+
 // TestHelmInstallOnARealRuntime installs Prism with helm from its own images
 // on a containerd node and uses it as a user would:
 //  1. Prism's images are built with the image recipe and imported;
@@ -355,7 +446,12 @@ func checkpointUIDs(t *testing.T, stateDir string) []string {
 //  4. a workload with a Prism claim sees its GPU in a real container, and
 //     deleting it unprepares the claim;
 //  5. helm upgrade to a second tag of the same images while a claim is
-//     prepared: the new plugin takes the claim over and unprepares it;
+//     prepared, with surge although the pods are on the host network: the
+//     new plugin pod registers next to the old one (both Ready, both
+//     registration sockets, the kubelet registers the new before it
+//     unregisters the old), the claim's checkpoint entry and CDI spec stay,
+//     the new plugin binds the HTTP port once the old one has gone, and it
+//     unprepares the claim the old one prepared;
 //  6. helm uninstall leaves no CDI spec, checkpoint entry, plugin socket or
 //     ResourceSlice on the node.
 func TestHelmInstallOnARealRuntime(t *testing.T) {
@@ -482,18 +578,83 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		}
 	}
 	watch := watchSliceGaps(ctx, client, node.Name)
+	readyOverlap := watchReadyOverlap(ctx, t, client)
+	oldReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), plugin.DriverName, pluginPod.UID))
+	if socks := sockets(t, node.RegistrarDir()); !slices.Equal(socks, []string{oldReg}) {
+		t.Fatalf("before the upgrade the registration sockets are %v, want the old plugin's %s", socks, oldReg)
+	}
 	upgradeStart := time.Now()
 	helm.run(ctx, t, "upgrade", helmRelease, chart, "--namespace", bed.Namespace, "--reuse-values", "--set", "image.tag="+upgradeTag)
+	// Until the old plugin's registration socket is gone: note the first
+	// moment two plugins were registered, and what the node held then.
+	var bothSockets, overlapCheckpoint, overlapSpecs []string
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		socks := sockets(t, node.RegistrarDir())
+		if bothSockets == nil && len(socks) == 2 && slices.Contains(socks, oldReg) {
+			bothSockets = socks
+			overlapCheckpoint, overlapSpecs = checkpointUIDs(t, stateDir), specFiles(t, cdiRoot)
+		}
+		return !slices.Contains(socks, oldReg), nil
+	})
+	if err != nil {
+		t.Fatalf("the old plugin's registration socket %s is still there: %v", oldReg, err)
+	}
 	newPluginPod := componentPod(ctx, t, client, "kubelet-plugin", upgradeTag)
 	pluginSwap := time.Since(upgradeStart)
 	newControllerPod := componentPod(ctx, t, client, "controller", upgradeTag)
-	// Without surge the node has no plugin for a moment; the kubelet keeps
-	// an unregistered driver's slices for 30 s, so a quick swap goes unseen
-	// by the scheduler. Measured, not asserted: it depends on the machine.
-	t.Logf("upgrade: new plugin pod Ready %s after helm upgrade began; the node's ResourceSlice was absent for %s of that", pluginSwap.Round(100*time.Millisecond), watch().Round(100*time.Millisecond))
 	if newPluginPod.UID == pluginPod.UID || newControllerPod.UID == controllerPod.UID {
 		t.Fatalf("helm upgrade replaced no pod: plugin %s, controller %s", newPluginPod.Name, newControllerPod.Name)
 	}
+	// With surge the node always has a registered plugin, so its slice is
+	// never withdrawn.
+	absent := watch()
+	t.Logf("upgrade: new plugin pod the only one and Ready %s after helm upgrade began; the node's ResourceSlice was absent for %s of that", pluginSwap.Round(100*time.Millisecond), absent.Round(100*time.Millisecond))
+	if absent > 0 {
+		t.Errorf("the node's ResourceSlice was absent for %s during a surge upgrade, want never", absent)
+	}
+	// The two-instance hand-off: both pods Ready at once (readiness is
+	// registered and published), both registration sockets at once, and the
+	// kubelet registered the new plugin before it unregistered the old one.
+	newReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), plugin.DriverName, newPluginPod.UID))
+	ready := readyOverlap()
+	registered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.RegisterPlugin started", newReg)
+	unregistered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.UnregisterPlugin started", oldReg)
+	t.Logf("hand-off: Ready at once %v; registration sockets at once %v; kubelet log: new registered at line %d, old unregistered at line %d", ready, bothSockets, registered, unregistered)
+	want := []string{newReg, oldReg}
+	slices.Sort(want)
+	if !slices.Equal(bothSockets, want) {
+		t.Errorf("registration sockets during the upgrade: %v at most, want both plugins' %v at once", bothSockets, want)
+	}
+	if !slices.Equal(ready, []string{pluginPod.Name, newPluginPod.Name}) && !slices.Equal(ready, []string{newPluginPod.Name, pluginPod.Name}) {
+		t.Errorf("plugin pods Ready at once during the upgrade: %v, want the old %s and the new %s", ready, pluginPod.Name, newPluginPod.Name)
+	}
+	if registered < 0 || unregistered < 0 || registered > unregistered {
+		t.Errorf("kubelet log: new plugin registered at line %d, old one unregistered at line %d; want both, the registration first", registered, unregistered)
+	}
+	// While both ran, the claim the old plugin prepared stayed prepared.
+	if !slices.Equal(overlapCheckpoint, []string{string(claim.UID)}) || !slices.Equal(overlapSpecs, specsBefore) {
+		t.Errorf("while both plugins were registered: checkpoint %v, CDI specs %v; want the claim %s and %v", overlapCheckpoint, overlapSpecs, claim.UID, specsBefore)
+	}
+	// The new plugin found the HTTP port held by the old one and took it
+	// once the old one had exited.
+	if log := podLog(t, node, newPluginPod, "kubelet-plugin"); !strings.Contains(log, "HTTP address in use") || !strings.Contains(log, "Bound the HTTP address after it was freed") {
+		t.Errorf("the new plugin's log does not show it waiting for the HTTP port and binding it:\n%s", log)
+	}
+	httpAddress := ""
+	for _, e := range newPluginPod.Spec.Containers[0].Env {
+		if e.Name == "PRISM_HTTP_ADDRESS" {
+			httpAddress = e.Value
+		}
+	}
+	waitFor(t, "the new plugin to serve /metrics on "+httpAddress, func() bool {
+		resp, err := http.Get("http://" + httpAddress + "/metrics")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	unpreparedBefore := promValue(t, httpAddress, `prism_plugin_requests_total{method="unprepare",result="success"}`)
 	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
 	running, err := client.CoreV1().Pods("default").Get(ctx, "inventory", metav1.GetOptions{})
 	if err != nil {
@@ -520,9 +681,13 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	checkInventory(ctx, t, client, inv2, claim2, filepath.Join(stateDir, "fake-driver-root"))
 	stage("upgraded plugin prepared a second workload")
 
-	// The new plugin unprepares the claim the old one prepared, then its own.
+	// The new plugin, alone on the node since the old one's socket went,
+	// unprepares the claim the old one prepared, then its own.
 	deletePod(ctx, t, client, "inventory")
 	waitFor(t, "the first workload's CDI spec removed", func() bool { return !slices.Contains(specFiles(t, cdiRoot), specsBefore[0]) })
+	if got := promValue(t, httpAddress, `prism_plugin_requests_total{method="unprepare",result="success"}`); got != unpreparedBefore+1 {
+		t.Errorf("the new plugin counts %v successful unprepares after the first workload ended, want %v", got, unpreparedBefore+1)
+	}
 	deletePod(ctx, t, client, "after-upgrade")
 	waitFor(t, "every CDI spec removed", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
 	if got := checkpointUIDs(t, stateDir); len(got) != 0 {

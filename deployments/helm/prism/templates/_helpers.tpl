@@ -122,6 +122,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s/shim/libprism-profile.so" (.Values.kubeletPlugin.paths.stateDir | trimSuffix "/") -}}
 {{- end -}}
 
+{{/*
+The plugin's probe socket on the host network, in the pod's own /tmp
+(an emptyDir): two pods of a rolling update never share it.
+*/}}
+{{- define "prism.kubeletPlugin.probeSocket" -}}
+/tmp/prism-probe.sock
+{{- end -}}
+
 {{- define "prism.verbosity" -}}
 {{- if kindIs "invalid" .local -}}{{ .global }}{{- else -}}{{ .local }}{{- end -}}
 {{- end -}}

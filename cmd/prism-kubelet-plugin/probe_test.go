@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/plugin"
+)
+
+// TestProbeCommand runs the exec probe against a plugin's probe socket as
+// serveHTTP serves it. The driver has not started, so the plugin is alive
+// and not ready.
+func TestProbeCommand(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "probe.sock")
+	serveHTTP(ctx, "", socket, &plugin.Probes{}, plugin.NewMetrics())
+
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantStatus int
+		wantStderr string
+	}{
+		{name: "alive", args: []string{"--socket", socket, "healthz"}, wantStatus: 0},
+		{name: "socket from the container's environment", args: []string{"healthz"}, env: map[string]string{"PRISM_PROBE_SOCKET": socket}, wantStatus: 0},
+		{name: "not ready yet", args: []string{"--socket=" + socket, "readyz"}, wantStatus: 1, wantStderr: "503 Service Unavailable: starting"},
+		{name: "no plugin on the socket", args: []string{"--socket", filepath.Join(dir, "other.sock"), "healthz"}, wantStatus: 1, wantStderr: "other.sock"},
+		{name: "unknown endpoint", args: []string{"--socket", socket, "metrics"}, wantStatus: 2, wantStderr: "want one of healthz, readyz"},
+		{name: "no endpoint", args: []string{"--socket", socket}, wantStatus: 2, wantStderr: "want one of healthz, readyz"},
+		{name: "no socket", args: []string{"healthz"}, wantStatus: 2, wantStderr: "PRISM_PROBE_SOCKET"},
+		{name: "unknown flag", args: []string{"--port=8080", "healthz"}, wantStatus: 2, wantStderr: "unknown flag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			got := probeMain(tc.args, &stderr, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+			if got != tc.wantStatus || !strings.Contains(stderr.String(), tc.wantStderr) {
+				t.Errorf("probe %v = %d, stderr %q; want %d with %q", tc.args, got, stderr.String(), tc.wantStatus, tc.wantStderr)
+			}
+		})
+	}
+}
+
+// TestProbesWhileTheHTTPAddressIsTaken: the new pod of a host-network
+// rolling update finds its HTTP port held by the old one. Its probes answer
+// on the socket meanwhile, and it serves the port once the old one lets go.
+func TestProbesWhileTheHTTPAddressIsTaken(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	old, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = old.Close() }()
+	addr := old.Addr().String()
+	socket := filepath.Join(t.TempDir(), "probe.sock")
+	serveHTTP(ctx, addr, socket, &plugin.Probes{}, plugin.NewMetrics())
+
+	var stderr strings.Builder
+	if got := probeMain([]string{"--socket", socket, "healthz"}, &stderr, func(string) (string, bool) { return "", false }); got != 0 {
+		t.Fatalf("probe while the port is taken = %d (%s), want 0", got, stderr.String())
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /healthz once the port was freed = %s", resp.Status)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin never served %s after it was freed: %v", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
