@@ -80,7 +80,7 @@ func TestPrismSchedulerFromTheChart(t *testing.T) {
 		"--set", "scheduler.kubeconfigSecret="+schedulerKubeconfigSecret,
 		"--set", fmt.Sprintf("scheduler.securePort=%d", securePort))
 	createKubeconfigSecrets(ctx, t, cluster, node.Name)
-	createSecretFromKubeconfig(ctx, t, cluster, schedulerKubeconfigSecret, schedulerServiceAccount)
+	createKubeconfigSecret(ctx, t, cluster, schedulerKubeconfigSecret, schedulerServiceAccount, "")
 	componentPod(ctx, t, client, "kubelet-plugin", images.tag)
 	waitForSlice(ctx, t, client, node.Name, 8)
 	stage("helm install done, plugin publishes")
@@ -182,12 +182,13 @@ func buildSchedulerImage(ctx context.Context, t *testing.T) recipe.Result {
 	return res[0]
 }
 
-// createSecretFromKubeconfig stores a kubeconfig of the ServiceAccount (a
-// TokenRequest token, API server on loopback) in a Secret of the release
-// namespace, key kubeconfig, as the chart's kubeconfigSecret options read it.
-func createSecretFromKubeconfig(ctx context.Context, t *testing.T, c *testbed.Cluster, secret, serviceAccount string) {
+// createKubeconfigSecret stores a kubeconfig of the ServiceAccount (a
+// TokenRequest token, bound to a stand-in pod on node unless node is empty;
+// the API server on loopback) in a Secret of the release namespace, key
+// kubeconfig, as the chart's kubeconfigSecret options read it.
+func createKubeconfigSecret(ctx context.Context, t *testing.T, c *testbed.Cluster, secret, serviceAccount, node string) {
 	t.Helper()
-	path, err := c.ServiceAccountKubeconfig(ctx, bed.Namespace, serviceAccount, "")
+	path, err := c.ServiceAccountKubeconfig(ctx, bed.Namespace, serviceAccount, node)
 	if err != nil {
 		t.Fatal(err)
 	}
