@@ -50,23 +50,22 @@ scheduler)
 	done
 	goos=$(go env GOOS) goarch=$(go env GOARCH)
 	cache=${PRISM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/prism}
-	key=$({ cat "$patch" "$kube/go.mod" "$kube/go.sum"; go env GOVERSION; echo "$goos/$goarch $ldflags"; } | sha256sum | cut -c1-16)
+	key=$({ cat "$patch" "$kube/go.mod" "$kube/go.sum"; go env GOVERSION; echo "$goos/$goarch $ldflags relative-tree"; } | sha256sum | cut -c1-16)
 	dir="$cache/bin/prism-scheduler-$key"
 	mkdir -p "$dir" "$out/bin"
 	if [[ -x "$dir/prism-scheduler" && -f "$dir/.stamp" ]]; then
 		echo "prism-scheduler ($goos/$goarch): cached in $dir" >&2
 	else
-		# The patched tree the binary is built from lives beside it, so that
-		# the path its build information names does not depend on the checkout.
-		src="$dir/src/$mod@$version"
-		rm -rf "$dir/src"
-		mkdir -p "$src"
-		cp -R "$tree/." "$src/"
-		sed "s|^\([[:space:]]*\)$mod => $mod $version\$|\1$mod => $src|" "$kube/go.mod" >"$dir/src/kube.go.mod"
-		cp "$kube/go.sum" "$dir/src/kube.go.sum"
+		# The build information names the patched tree as the replace
+		# directive does; a path relative to hack/tools/kube is the same in
+		# every checkout and cache, so the binary (and the image's digest) is.
+		rel=../../../_output/upstream/$mod@$version
+		[[ "$(cd "$kube/$rel" && pwd)" == "$tree" ]] || { echo "the patched tree is not at hack/tools/kube/$rel" >&2; exit 1; }
+		sed "s|^\([[:space:]]*\)$mod => $mod $version\$|\1$mod => $rel|" "$kube/go.mod" >"$out/kube.go.mod"
+		cp "$kube/go.sum" "$out/kube.go.sum"
 		echo "prism-scheduler ($goos/$goarch): building (a cold build takes minutes)" >&2
 		start=$SECONDS
-		(cd "$kube" && CGO_ENABLED=0 go build -modfile="$dir/src/kube.go.mod" -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir/prism-scheduler.tmp" k8s.io/kubernetes/cmd/kube-scheduler) >&2
+		(cd "$kube" && CGO_ENABLED=0 go build -modfile="$out/kube.go.mod" -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir/prism-scheduler.tmp" k8s.io/kubernetes/cmd/kube-scheduler) >&2
 		mv "$dir/prism-scheduler.tmp" "$dir/prism-scheduler"
 		date -u +%FT%TZ >"$dir/.stamp"
 		echo "prism-scheduler ($goos/$goarch): built in $((SECONDS - start))s" >&2
