@@ -70,20 +70,8 @@ func render(t *testing.T, args ...string) rendered {
 	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
 		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{},
 		mutating:   map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, roles: map[string]*rbacv1.ClusterRole{}}
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
-	for {
-		doc, err := docs.Read()
-		if errors.Is(err, io.EOF) {
-			return r
-		}
-		if err != nil {
-			t.Fatalf("split rendered chart: %v", err)
-		}
-		var meta struct{ Kind string }
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			t.Fatalf("decode rendered object: %v\n%s", err, doc)
-		}
-		switch meta.Kind {
+	eachObject(t, out, func(kind string, doc []byte) {
+		switch kind {
 		case "DaemonSet":
 			decodeInto(t, doc, r.daemonSets)
 		case "Deployment":
@@ -96,6 +84,29 @@ func render(t *testing.T, args ...string) rendered {
 			decodeInto(t, doc, r.mutating)
 		case "ClusterRole":
 			decodeInto(t, doc, r.roles)
+		}
+	})
+	return r
+}
+
+// eachObject calls f with the kind and YAML of each rendered object.
+func eachObject(t *testing.T, out []byte, f func(kind string, doc []byte)) {
+	t.Helper()
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("split rendered chart: %v", err)
+		}
+		var meta struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatalf("decode rendered object: %v\n%s", err, doc)
+		}
+		if meta.Kind != "" {
+			f(meta.Kind, doc)
 		}
 	}
 }

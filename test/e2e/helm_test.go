@@ -171,21 +171,7 @@ func createKubeconfigSecrets(ctx context.Context, t *testing.T, c *testbed.Clust
 		{pluginKubeconfigSecret, bed.PluginServiceAccount, node},
 		{controllerKubeconfigSecret, bed.ControllerServiceAccount, ""},
 	} {
-		path, err := c.ServiceAccountKubeconfig(ctx, bed.Namespace, id.serviceAccount, id.node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Client.CoreV1().Secrets(bed.Namespace).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: id.secret},
-			Data:       map[string][]byte{"kubeconfig": data},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("create Secret %s: %v", id.secret, err)
-		}
+		createKubeconfigSecret(ctx, t, c, id.secret, id.serviceAccount, id.node)
 	}
 }
 

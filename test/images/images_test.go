@@ -24,8 +24,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path"
@@ -76,7 +78,9 @@ func images(t *testing.T) (recipe.Options, map[string]*oci.Archive) {
 			return
 		}
 		buildOpts.Log = func(format string, args ...any) { t.Logf(format, args...) }
-		names := append(append([]string{}, recipe.ReleaseImages...), recipe.TestImages...)
+		// The opt-in scheduler too: its binary is cached by its inputs
+		// (hack/upstream-allocator.sh), so only the first build is long.
+		names := append(append(append([]string{}, recipe.ReleaseImages...), recipe.OptInImages...), recipe.TestImages...)
 		results, err := recipe.Build(context.Background(), buildOpts, names, func(n string) string { return filepath.Join(outDir, n+".tar") })
 		buildOpts.Log = nil
 		if err != nil {
@@ -126,6 +130,7 @@ func TestImagesAreNamedAndLabelled(t *testing.T) {
 	}{
 		{"prism-kubelet-plugin", "ghcr.io/prismgpu/prism-kubelet-plugin:" + o.Version, "0:0", []string{"/usr/bin/prism-kubelet-plugin"}},
 		{"prism-controller", "ghcr.io/prismgpu/prism-controller:" + o.Version, "65532:65532", []string{"/usr/bin/prism-controller"}},
+		{"prism-scheduler", "ghcr.io/prismgpu/prism-scheduler:" + o.Version, "65532:65532", []string{"/usr/bin/prism-scheduler"}},
 		{"pause", "localhost/prism-test/pause:" + o.Version, "65535:65535", []string{"/pause"}},
 		{"workload", "localhost/prism-test/workload:" + o.Version, "0:0", nil},
 	} {
@@ -154,29 +159,57 @@ func TestImagesAreNamedAndLabelled(t *testing.T) {
 	}
 }
 
-// The chart runs the controller with runAsNonRoot, which the kubelet can
-// only check against a numeric user.
-func TestControllerRunsAsNumericNonRootUser(t *testing.T) {
-	user := image(t, "prism-controller").Config.User
-	uid, _, _ := strings.Cut(user, ":")
-	if uid == "" || uid == "0" || strings.Trim(uid, "0123456789") != "" {
-		t.Errorf("controller user %q, want a numeric non-zero uid", user)
+// The static, non-root images and their one binary.
+var staticImages = []struct{ image, binary string }{
+	{"prism-controller", "usr/bin/prism-controller"},
+	{"prism-scheduler", recipe.SchedulerPath},
+}
+
+// The chart runs the controller and the scheduler with runAsNonRoot, which
+// the kubelet can only check against a numeric user.
+func TestStaticImagesRunAsNumericNonRootUser(t *testing.T) {
+	for _, tc := range staticImages {
+		user := image(t, tc.image).Config.User
+		uid, _, _ := strings.Cut(user, ":")
+		if uid == "" || uid == "0" || strings.Trim(uid, "0123456789") != "" {
+			t.Errorf("%s user %q, want a numeric non-zero uid", tc.image, user)
+		}
 	}
 }
 
-func TestControllerHasNoShell(t *testing.T) {
-	files := files(t, "prism-controller")
-	for p, h := range files {
-		base := path.Base(p)
-		if base == "sh" || base == "bash" || base == "ash" || base == "dash" || strings.Contains(base, "busybox") {
-			t.Errorf("controller image has %s", p)
-		}
-		if h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 && p != "usr/bin/prism-controller" {
-			t.Errorf("controller image has executable %s besides its own binary", p)
-		}
+func TestStaticImagesHaveNoShell(t *testing.T) {
+	for _, tc := range staticImages {
+		t.Run(tc.image, func(t *testing.T) {
+			for p, h := range files(t, tc.image) {
+				base := path.Base(p)
+				if base == "sh" || base == "bash" || base == "ash" || base == "dash" || strings.Contains(base, "busybox") {
+					t.Errorf("image has %s", p)
+				}
+				if h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 && p != tc.binary {
+					t.Errorf("image has executable %s besides its own binary", p)
+				}
+			}
+			if interp := interpreter(t, read(t, tc.image, tc.binary)); interp != "" {
+				t.Errorf("%s is dynamically linked (%s), want static", tc.binary, interp)
+			}
+		})
 	}
-	if interp := interpreter(t, read(t, "prism-controller", "usr/bin/prism-controller")); interp != "" {
-		t.Errorf("prism-controller is dynamically linked (%s), want static", interp)
+}
+
+// prism-scheduler names the allocator patch it was built with, and it is
+// the one in the checkout.
+func TestSchedulerImageNamesItsPatch(t *testing.T) {
+	label := image(t, "prism-scheduler").Config.Labels["dev.prism.scheduler.patch"]
+	patches, err := filepath.Glob(filepath.Join(repoRoot, "hack/upstream/dynamic-resource-allocation-*.patch"))
+	if err != nil || len(patches) != 1 {
+		t.Fatalf("want one allocator patch, found %v (%v)", patches, err)
+	}
+	data, err := os.ReadFile(patches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s sha256:%x", filepath.Base(patches[0]), sha256.Sum256(data)); label != want {
+		t.Errorf("label dev.prism.scheduler.patch=%q, want %q", label, want)
 	}
 }
 

@@ -23,7 +23,9 @@ limitations under the License.
 //	go run ./hack/tools/imagebuild --image=all --platforms=linux/amd64,linux/arm64
 //
 // Images: prism-kubelet-plugin and prism-controller (the default,
-// --image=release), and the test bed's pause and workload (--image=test).
+// --image=release), the opt-in prism-scheduler (--image=optin: a cold
+// kube-scheduler build, minutes), and the test bed's pause and workload
+// (--image=test). Groups and names combine: --image=release,optin.
 // Each archive names its image <repository>/<image>:<tag>, loads with
 // `ctr -n k8s.io images import` and pushes with skopeo or crane. The same
 // checkout gives the same digests; binaries, Debian packages and layers are
@@ -38,6 +40,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -63,7 +66,7 @@ func run() error {
 		return err
 	}
 	var (
-		which     = flag.String("image", "release", "comma-separated images to build, or release ("+strings.Join(recipe.ReleaseImages, ",")+"), test ("+strings.Join(recipe.TestImages, ",")+"), all")
+		which     = flag.String("image", "release", "comma-separated images or groups to build: release ("+strings.Join(recipe.ReleaseImages, ",")+"), optin ("+strings.Join(recipe.OptInImages, ",")+"), test ("+strings.Join(recipe.TestImages, ",")+"), all")
 		out       = flag.String("out", filepath.Join(root, "_output", "images"), "directory for <image>.tar, or the archive's path when building one image")
 		platforms = flag.String("platforms", o.Platforms[0].String(), "comma-separated os/arch[/variant] to build; every archive holds them all")
 		quiet     = flag.Bool("quiet", false, "print only the results")
@@ -109,16 +112,29 @@ func run() error {
 	return nil
 }
 
+// selectImages expands a comma-separated list of image names and groups:
+// release, optin, test, all.
 func selectImages(which string) ([]string, error) {
-	switch which {
-	case "release":
-		return recipe.ReleaseImages, nil
-	case "test":
-		return recipe.TestImages, nil
-	case "all":
-		return append(append([]string{}, recipe.ReleaseImages...), recipe.TestImages...), nil
+	groups := map[string][]string{
+		"release": recipe.ReleaseImages,
+		"optin":   recipe.OptInImages,
+		"test":    recipe.TestImages,
+		"all":     append(append(append([]string{}, recipe.ReleaseImages...), recipe.OptInImages...), recipe.TestImages...),
 	}
-	return strings.Split(which, ","), nil
+	var names []string
+	for _, w := range strings.Split(which, ",") {
+		w = strings.TrimSpace(w)
+		add := groups[w]
+		if add == nil {
+			add = []string{w}
+		}
+		for _, n := range add {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, nil
 }
 
 // summary lists the archives and says how to load, push and install them.
@@ -128,9 +144,7 @@ func summary(o recipe.Options, results []recipe.Result, took time.Duration) stri
 	release := false
 	for _, r := range results {
 		fmt.Fprintf(&b, "  %-22s %s@%s\n  %-22s %s (%.1f MiB)\n", r.Name, r.Ref, r.Digest, "", relative(r.Path), float64(r.Size)/(1<<20))
-		for _, n := range recipe.ReleaseImages {
-			release = release || r.Name == n
-		}
+		release = release || slices.Contains(recipe.ReleaseImages, r.Name) || slices.Contains(recipe.OptInImages, r.Name)
 	}
 	fmt.Fprintf(&b, "\nLoad into containerd:  ctr -n k8s.io images import <archive>\n")
 	fmt.Fprintf(&b, "Push to a registry:    skopeo copy oci-archive:<archive> docker://localhost:5000/prismgpu/<image>:%s\n", o.Tag)
@@ -154,6 +168,7 @@ func summary(o recipe.Options, results []recipe.Result, took time.Duration) stri
 var digestValues = map[string]string{
 	"prism-kubelet-plugin": "kubeletPluginDigest",
 	"prism-controller":     "controllerDigest",
+	"prism-scheduler":      "schedulerDigest",
 }
 
 func relative(p string) string {
