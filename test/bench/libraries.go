@@ -73,7 +73,7 @@ type LibraryRun struct {
 // rows are the JSON that run writes. It returns the per-row medians of the
 // stock runs (the allocator table) and, per profile, the ratios of each
 // pair of neighbouring runs.
-func InterleavedAllocator(ctx context.Context, o LibraryOptions) ([]Row, []LibraryRatio, []LibraryRun, error) {
+func InterleavedAllocator(ctx context.Context, o LibraryOptions) ([]Row, *LibraryComparison, []LibraryRun, error) {
 	logger := klog.FromContext(ctx)
 	if o.Pairs < 1 {
 		return nil, nil, nil, fmt.Errorf("pairs must be at least 1, not %d", o.Pairs)
@@ -247,6 +247,17 @@ func MedianFloat(sorted []float64) float64 {
 // would run (docs/upstream-allocator.md).
 var ladderShapes = []string{"ladder", "ladder, capacity floor"}
 
+// LibraryComparison compares the two libraries case by case, and on the
+// plain claim over every case.
+type LibraryComparison struct {
+	Cases []LibraryRatio `json:"cases"`
+	// PlainPooled: patched plain ÷ stock plain within each pair, over every
+	// case and pair. The plain claim is the same in every case (it names no
+	// profile), so each case measures it again, at another moment.
+	PlainPooled  Spread `json:"plainPooled"`
+	PlainSamples int    `json:"plainSamples"`
+}
+
 // LibraryRatio compares the two libraries on one case over the pairs.
 // Ratios are taken within each pair, then summarised; the µs are medians of
 // each library's runs.
@@ -270,7 +281,7 @@ type LibraryRatio struct {
 // CompareLibraries pairs stock[i] with patched[i] (runs of the allocator
 // phase, as rows) and compares, for every case that has a plain claim and
 // both ladders in every run, the patched library with the stock one.
-func CompareLibraries(stock, patched [][]Row) ([]LibraryRatio, error) {
+func CompareLibraries(stock, patched [][]Row) (*LibraryComparison, error) {
 	if len(stock) != len(patched) || len(stock) == 0 {
 		return nil, fmt.Errorf("need as many stock as patched runs, and some: %d and %d", len(stock), len(patched))
 	}
@@ -280,6 +291,7 @@ func CompareLibraries(stock, patched [][]Row) ([]LibraryRatio, error) {
 		s[i], p[i] = MeansFromRows(stock[i]), MeansFromRows(patched[i])
 	}
 	var out []LibraryRatio
+	var pooled []float64
 	for _, cse := range s[0].Cases {
 		var sPlain, pPlain, plain, ladder, stockLadder []float64
 		capacityBest := 0
@@ -307,6 +319,7 @@ func CompareLibraries(stock, patched [][]Row) ([]LibraryRatio, error) {
 		if !complete {
 			continue
 		}
+		pooled = append(pooled, plain...)
 		out = append(out, LibraryRatio{
 			Case: cse, Pairs: len(s),
 			StockPlain: spreadOf(sPlain), PatchedPlain: spreadOf(pPlain),
@@ -317,7 +330,7 @@ func CompareLibraries(stock, patched [][]Row) ([]LibraryRatio, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no case has a plain claim and both ladders in every run")
 	}
-	return out, nil
+	return &LibraryComparison{Cases: out, PlainPooled: spreadOf(pooled), PlainSamples: len(pooled)}, nil
 }
 
 // best is the cheaper of the two ladders of one case.
@@ -366,16 +379,18 @@ func MedianRows(runs [][]Row) []Row {
 
 // PrintLibraries writes the comparison as a table against the targets of
 // issue 18 for a patched scheduler.
-func PrintLibraries(w io.Writer, ratios []LibraryRatio) {
+func PrintLibraries(w io.Writer, c *LibraryComparison) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tPAIRS\tSTOCK PLAIN µs\tPATCHED PLAIN µs\tPATCHED PLAIN ÷ STOCK PLAIN\tBEST PATCHED LADDER ÷ STOCK PLAIN\tBEST STOCK LADDER ÷ STOCK PLAIN\tCAPACITY FLOOR BEST")
 	sp := func(s Spread, f string) string {
 		return fmt.Sprintf(f+" ("+f+"–"+f+")", s.Median, s.Min, s.Max)
 	}
-	for _, r := range ratios {
+	for _, r := range c.Cases {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\n", r.Case, r.Pairs,
 			sp(r.StockPlain, "%.1f"), sp(r.PatchedPlain, "%.1f"),
 			sp(r.PlainRatio, "%.2f"), sp(r.LadderRatio, "%.2f"), sp(r.StockLadderRatio, "%.2f"), r.CapacityBest, r.Pairs)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "plain claim, the same in every case: patched plain ÷ stock plain over %d case-pairs: %s\n",
+		c.PlainSamples, sp(c.PlainPooled, "%.3f"))
 }

@@ -92,6 +92,7 @@ func TestCompareLibraries(t *testing.T) {
 		name           string
 		stock, patched [][]Row
 		want           []LibraryRatio
+		wantPooled     Spread // of the plain ratios, over cases and pairs
 		wantErr        string
 	}{{
 		name:    "one pair",
@@ -103,6 +104,7 @@ func TestCompareLibraries(t *testing.T) {
 			PlainRatio: Spread{0.7, 0.7, 0.7}, LadderRatio: Spread{2.25, 2.25, 2.25}, StockLadderRatio: Spread{3, 3, 3},
 			CapacityBest: 1,
 		}},
+		wantPooled: Spread{0.7, 0.7, 0.7},
 	}, {
 		// The ratios are taken within each pair: a run that was slow for
 		// both libraries (pair 2) gives the same ratio as the others, and
@@ -116,6 +118,7 @@ func TestCompareLibraries(t *testing.T) {
 			PlainRatio: Spread{0.5, 0.5, 0.8}, LadderRatio: Spread{1.5, 1, 1.5}, StockLadderRatio: Spread{2, 2, 2},
 			CapacityBest: 1,
 		}},
+		wantPooled: Spread{0.5, 0.5, 0.8},
 	}, {
 		name:    "even number of pairs: mean of the middle two",
 		stock:   [][]Row{cm(10, 30, 30), cm(10, 30, 30)},
@@ -126,6 +129,39 @@ func TestCompareLibraries(t *testing.T) {
 			PlainRatio: Spread{0.7, 0.6, 0.8}, LadderRatio: Spread{2.2, 2, 2.4}, StockLadderRatio: Spread{3, 3, 3},
 			CapacityBest: 1,
 		}},
+		wantPooled: Spread{0.7, 0.6, 0.8},
+	}, {
+		// The plain claim is the same in every case: its ratios are
+		// pooled over cases and pairs.
+		name: "two cases pooled",
+		stock: [][]Row{
+			allocRows(map[string]map[string]float64{
+				"A": {"plain": 20, "selective": 100, "ladder": 40, "ladder, capacity floor": 50},
+				"B": {"plain": 10, "selective": 100, "ladder": 40, "ladder, capacity floor": 30}}, "A", "B"),
+			allocRows(map[string]map[string]float64{
+				"A": {"plain": 20, "selective": 100, "ladder": 40, "ladder, capacity floor": 50},
+				"B": {"plain": 10, "selective": 100, "ladder": 40, "ladder, capacity floor": 30}}, "A", "B"),
+		},
+		patched: [][]Row{
+			allocRows(map[string]map[string]float64{
+				"A": {"plain": 12, "selective": 50, "ladder": 20, "ladder, capacity floor": 30},
+				"B": {"plain": 9, "selective": 50, "ladder": 20, "ladder, capacity floor": 10}}, "A", "B"),
+			allocRows(map[string]map[string]float64{
+				"A": {"plain": 16, "selective": 50, "ladder": 20, "ladder, capacity floor": 30},
+				"B": {"plain": 5, "selective": 50, "ladder": 20, "ladder, capacity floor": 10}}, "A", "B"),
+		},
+		want: []LibraryRatio{{
+			Case: "A", Pairs: 2,
+			StockPlain: Spread{20, 20, 20}, PatchedPlain: Spread{14, 12, 16},
+			PlainRatio: Spread{0.7, 0.6, 0.8}, LadderRatio: Spread{1, 1, 1}, StockLadderRatio: Spread{2, 2, 2},
+		}, {
+			Case: "B", Pairs: 2,
+			StockPlain: Spread{10, 10, 10}, PatchedPlain: Spread{7, 5, 9},
+			PlainRatio: Spread{0.7, 0.5, 0.9}, LadderRatio: Spread{1, 1, 1}, StockLadderRatio: Spread{3, 3, 3},
+			CapacityBest: 2,
+		}},
+		// 0.5, 0.6, 0.8, 0.9
+		wantPooled: Spread{0.7, 0.5, 0.9},
 	}, {
 		name: "a case without both ladders is left out",
 		stock: [][]Row{append(cm(20, 40, 50), allocRows(map[string]map[string]float64{
@@ -137,6 +173,7 @@ func TestCompareLibraries(t *testing.T) {
 			StockPlain: Spread{20, 20, 20}, PatchedPlain: Spread{10, 10, 10},
 			PlainRatio: Spread{0.5, 0.5, 0.5}, LadderRatio: Spread{1.5, 1.5, 1.5}, StockLadderRatio: Spread{2, 2, 2},
 		}},
+		wantPooled: Spread{0.5, 0.5, 0.5},
 	}, {
 		name:    "unequal runs",
 		stock:   [][]Row{cm(20, 40, 50), cm(20, 40, 50)},
@@ -157,7 +194,7 @@ func TestCompareLibraries(t *testing.T) {
 		wantErr: "stock plain mean is 0",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := CompareLibraries(tc.stock, tc.patched)
+			c, err := CompareLibraries(tc.stock, tc.patched)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -167,6 +204,10 @@ func TestCompareLibraries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !nearSpread(c.PlainPooled, tc.wantPooled) || c.PlainSamples != len(tc.want)*len(tc.stock) {
+				t.Errorf("plain pooled = %+v over %d, want %+v over %d", c.PlainPooled, c.PlainSamples, tc.wantPooled, len(tc.want)*len(tc.stock))
+			}
+			got := c.Cases
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d cases %+v, want %d", len(got), got, len(tc.want))
 			}

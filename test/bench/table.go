@@ -47,8 +47,8 @@ type Report struct {
 	Phases   []PhaseTiming `json:"phases"`
 	// Libraries compares the stock allocator library with the patched one
 	// (--patched-bench), from LibraryRuns.
-	Libraries   []LibraryRatio `json:"libraries,omitempty"`
-	LibraryRuns []LibraryRun   `json:"libraryRuns,omitempty"`
+	Libraries   *LibraryComparison `json:"libraries,omitempty"`
+	LibraryRuns []LibraryRun       `json:"libraryRuns,omitempty"`
 }
 
 // Host describes where the numbers were taken.

@@ -72,7 +72,7 @@ func main() {
 	rep.Host.Load1End = bench.Load1()
 	fmt.Println()
 	bench.Print(os.Stdout, rep.Rows)
-	if len(rep.Libraries) > 0 {
+	if rep.Libraries != nil {
 		libs := map[bool]string{}
 		for _, r := range rep.LibraryRuns {
 			libs[r.Patched] = r.Library
