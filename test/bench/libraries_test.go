@@ -83,6 +83,23 @@ func TestPairOrder(t *testing.T) {
 	}
 }
 
+func TestSchedOrder(t *testing.T) {
+	for _, tc := range []struct {
+		batch, schedulers int
+		want              []int
+	}{
+		{0, 1, []int{0}},
+		{1, 1, []int{0}},
+		{0, 2, []int{0, 1}},
+		{1, 2, []int{1, 0}},
+		{2, 2, []int{0, 1}},
+	} {
+		if got := schedOrder(tc.batch, tc.schedulers); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("schedOrder(%d, %d) = %v, want %v", tc.batch, tc.schedulers, got, tc.want)
+		}
+	}
+}
+
 func TestCompareLibraries(t *testing.T) {
 	const a = "500 nodes, A"
 	cm := func(plain, ladder, capacity float64) []Row {
