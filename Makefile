@@ -85,8 +85,8 @@ bench: testbed build ## Performance table (allocator, scheduler, prepare, admiss
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-floor-plugin ./test/bench/cmd/prism-floor-plugin && \
-	$(if $(filter-out 0,$(ALLOC_PAIRS)),hack/upstream-allocator.sh >/dev/null && \
-	$(GO) build -modfile=$(CURDIR)/_output/upstream/go.mod -o $(CURDIR)/_output/bench/prism-bench-patched ./test/bench/cmd/prism-bench && \)
+	if [[ "$(ALLOC_PAIRS)" != 0 ]]; then hack/upstream-allocator.sh >/dev/null && \
+		$(GO) build -modfile=$(CURDIR)/_output/upstream/go.mod -o $(CURDIR)/_output/bench/prism-bench-patched ./test/bench/cmd/prism-bench; fi && \
 	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
 		--floor-plugin=$(CURDIR)/_output/bench/prism-floor-plugin \
 		$(if $(filter-out 0,$(ALLOC_PAIRS)),--patched-bench=$(CURDIR)/_output/bench/prism-bench-patched --alloc-pairs=$(ALLOC_PAIRS)) \
