@@ -45,6 +45,10 @@ type Report struct {
 	Rows     []Row         `json:"rows"`
 	Errors   []string      `json:"errors,omitempty"`
 	Phases   []PhaseTiming `json:"phases"`
+	// Libraries compares the stock allocator library with the patched one
+	// (--patched-bench), from LibraryRuns.
+	Libraries   *LibraryComparison `json:"libraries,omitempty"`
+	LibraryRuns []LibraryRun       `json:"libraryRuns,omitempty"`
 }
 
 // Host describes where the numbers were taken.
@@ -52,6 +56,11 @@ type Host struct {
 	CPUs      int    `json:"cpus"`
 	GoVersion string `json:"goVersion"`
 	StateFS   string `json:"stateFS"`
+	// AllocatorLibrary is the DRA library this binary was built with.
+	AllocatorLibrary string `json:"allocatorLibrary"`
+	// Load1 is the one-minute load average when the run started and ended.
+	Load1Start float64 `json:"load1Start"`
+	Load1End   float64 `json:"load1End"`
 }
 
 // PhaseTiming is how long each phase of the run took.

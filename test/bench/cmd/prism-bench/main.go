@@ -33,10 +33,13 @@ func main() {
 		out         = flag.String("out", "_output/bench/bench.json", "JSON output")
 		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs); add 5000 for the large case, which takes about twice as long as the default sizes together")
 		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")
+		patchedBin  = flag.String("patched-bench", "", "a prism-bench built with -modfile=_output/upstream/go.mod (hack/upstream-allocator.sh); when set, the allocator phase runs in child processes, this binary and that one in turn, and compares the two allocator libraries pair by pair")
+		pairs       = flag.Int("alloc-pairs", 6, "with --patched-bench: allocator runs of each library, interleaved")
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
 		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
+		patchedSch  = flag.String("patched-sched-bin", "", "prism-scheduler (hack/upstream-allocator.sh scheduler); when set, it runs beside the --sched-bin scheduler and takes every other batch of the scheduling phase, half the pods, and both are compared kind by kind")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
 		floorPlugin = flag.String("floor-plugin", "", "prism-floor-plugin binary (go build ./test/bench/cmd/prism-floor-plugin); when set, the prepare phase measures its memory beside Prism's with --floor-claims claims")
@@ -59,14 +62,26 @@ func main() {
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
 
-	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}}
-	err := run(ctx, rep, *repo, *binDir, *sizes, *passes, *schedNodes, *schedPods, *schedProf, *schedBin, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
+	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
+	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
+	err := run(ctx, rep, *repo, *binDir, alloc, *schedNodes, *schedPods, *schedProf, *schedBin, *patchedSch, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
+	rep.Host.Load1End = bench.Load1()
 	fmt.Println()
 	bench.Print(os.Stdout, rep.Rows)
+	if rep.Libraries != nil {
+		libs := map[bool]string{}
+		for _, r := range rep.LibraryRuns {
+			libs[r.Patched] = r.Library
+		}
+		fmt.Printf("\nallocator library, patched against stock, ratios within each pair of neighbouring runs: median (range); stock %s, patched %s; load average %.2f at start, %.2f at end\n",
+			libs[false], libs[true], rep.Host.Load1Start, rep.Host.Load1End)
+		bench.PrintLibraries(os.Stdout, rep.Libraries)
+	}
 	fmt.Printf("\nstate dir file system: %s; %d CPUs; %s; phases:", rep.Host.StateFS, rep.Host.CPUs, rep.Host.GoVersion)
 	for _, p := range rep.Phases {
 		fmt.Printf(" %s %ss", p.Phase, p.Seconds)
@@ -83,7 +98,14 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string, passes, schedNodes, schedPods int, schedProf, schedBin string,
+// allocatorFlags are the allocator phase's flags.
+type allocatorFlags struct {
+	sizes           string
+	passes, pairs   int
+	patchedBin, dir string
+}
+
+func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, schedNodes, schedPods int, schedProf, schedBin, patchedSchedBin string,
 	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
@@ -94,8 +116,10 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	if prep.ReferenceBin != "" {
 		prep.ReferenceBin, _ = filepath.Abs(prep.ReferenceBin)
 	}
-	if floorBin != "" {
-		floorBin, _ = filepath.Abs(floorBin)
+	for _, bin := range []*string{&floorBin, &schedBin, &patchedSchedBin} {
+		if *bin != "" {
+			*bin, _ = filepath.Abs(*bin)
+		}
 	}
 	phase := func(name string, fn func() error) error {
 		start := time.Now()
@@ -111,7 +135,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	// In process, before the cluster exists, so that it has the CPUs.
 	if want("allocator") {
 		var sizes []int
-		for _, s := range strings.Split(sizesFlag, ",") {
+		for _, s := range strings.Split(alloc.sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil {
 				return fmt.Errorf("--alloc-sizes: %w", err)
@@ -119,8 +143,19 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 			sizes = append(sizes, n)
 		}
 		if err := phase("allocator", func() error {
-			rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: passes})
-			rep.Rows = append(rep.Rows, rows...)
+			if alloc.patchedBin == "" {
+				rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: alloc.passes})
+				rep.Rows = append(rep.Rows, rows...)
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			patched, _ := filepath.Abs(alloc.patchedBin)
+			rows, ratios, runs, err := bench.InterleavedAllocator(ctx, bench.LibraryOptions{
+				StockBin: self, PatchedBin: patched, Sizes: sizes, Passes: alloc.passes, Pairs: alloc.pairs, Dir: alloc.dir})
+			rep.Rows, rep.Libraries, rep.LibraryRuns = append(rep.Rows, rows...), ratios, runs
 			return err
 		}); err != nil {
 			return err
@@ -180,7 +215,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir, sizesFlag string,
 	var errs []error
 	if want("scheduling") {
 		errs = append(errs, phase("scheduling", func() error {
-			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf, SchedulerBin: schedBin})
+			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf, SchedulerBin: schedBin, PatchedSchedulerBin: patchedSchedBin})
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}))
