@@ -408,7 +408,13 @@ func kubeletLogLine(t *testing.T, c *testbed.Cluster, node string, parts ...stri
 // node.
 func podLog(t *testing.T, node *testbed.Node, pod *corev1.Pod, container string) string {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(node.Dir, "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container, "*.log"))
+	return criLogs(t, filepath.Join(node.Dir, "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container, "*.log"))
+}
+
+// criLogs is the messages of the CRI log files that pattern matches.
+func criLogs(t *testing.T, pattern string) string {
+	t.Helper()
+	files, _ := filepath.Glob(pattern)
 	var b strings.Builder
 	for _, f := range files {
 		data, err := os.ReadFile(f)

@@ -274,16 +274,7 @@ func eventSource(e eventsv1.Event) string {
 // test bed keeps under its logs directory.
 func containerLog(t *testing.T, c *testbed.Cluster, namespace, pod string) string {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(c.WorkDir(), "logs", "container-"+namespace+"_"+pod+"_*.log"))
-	var b strings.Builder
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(criLogMessages(string(data)))
-	}
-	return b.String()
+	return criLogs(t, filepath.Join(c.WorkDir(), "logs", "container-"+namespace+"_"+pod+"_*.log"))
 }
 
 func firstLines(s string, n int) string {
