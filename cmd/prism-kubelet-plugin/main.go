@@ -402,7 +402,7 @@ func parseXIDs(list string) (map[uint64]bool, error) {
 // did; a kernel that cannot is not an error.
 func releaseStartupPages(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	before, _, err := residency.Resident()
+	before, err := residency.ReadMemory(0)
 	if err != nil {
 		logger.V(2).Info("Not releasing start-up pages: cannot read resident memory", "err", err)
 		return
@@ -412,8 +412,8 @@ func releaseStartupPages(ctx context.Context) {
 		logger.Info("Start-up pages of the executable stay resident", "err", err)
 		return
 	}
-	after, _, _ := residency.Resident()
-	logger.Info("Released the executable's start-up pages", "mappings", res.Mappings, "residentFileMiBBefore", before>>20, "residentFileMiBAfter", after>>20)
+	after, _ := residency.ReadMemory(0)
+	logger.Info("Released the executable's start-up pages", "mappings", res.Mappings, "residentFileMiBBefore", before.File>>20, "residentFileMiBAfter", after.File>>20)
 }
 
 // gcPercent says what to give debug.SetGCPercent, if anything: a GOGC set

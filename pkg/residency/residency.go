@@ -14,6 +14,7 @@ package residency
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -80,28 +81,39 @@ func executableMappings(maps, exe string) []mapping {
 	return out
 }
 
-// Resident reads the process's resident memory, file-backed and anonymous,
-// in bytes, from /proc/self/status.
-func Resident() (file, anon uint64, err error) {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, 0, err
+// Memory is a process's resident memory in bytes, as /proc/PID/status
+// gives it.
+type Memory struct {
+	// Total is VmRSS; File (RssFile) and Anon (RssAnon) are its file-backed
+	// and anonymous parts.
+	Total, File, Anon uint64
+}
+
+// ReadMemory reads the resident memory of process pid; 0 is this process.
+func ReadMemory(pid int) (Memory, error) {
+	path := "/proc/self/status"
+	if pid != 0 {
+		path = "/proc/" + strconv.Itoa(pid) + "/status"
 	}
+	status, err := os.ReadFile(path)
+	if err != nil {
+		return Memory{}, err
+	}
+	var m Memory
+	fields := map[string]*uint64{"VmRSS": &m.Total, "RssFile": &m.File, "RssAnon": &m.Anon}
 	for _, line := range strings.Split(string(status), "\n") {
 		key, value, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		kib, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch key {
-		case "RssFile":
-			file = kib << 10
-		case "RssAnon":
-			anon = kib << 10
+		if field := fields[key]; ok && field != nil {
+			kib, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+			if err != nil {
+				return Memory{}, fmt.Errorf("%s in %s: %w", key, path, err)
+			}
+			*field = kib << 10
+			delete(fields, key)
 		}
 	}
-	return file, anon, nil
+	if len(fields) > 0 {
+		return Memory{}, fmt.Errorf("%s has no %d of VmRSS, RssFile, RssAnon", path, len(fields))
+	}
+	return m, nil
 }

@@ -29,7 +29,7 @@ func TestExecutableMappings(t *testing.T) {
 // TestReleaseLowersResidentFile: the test binary's own start-up pages leave
 // memory; what the test touches afterwards comes back on its own.
 func TestReleaseLowersResidentFile(t *testing.T) {
-	before, _, err := Resident()
+	before, err := ReadMemory(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +40,18 @@ func TestReleaseLowersResidentFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, _, err := Resident()
+	after, err := ReadMemory(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Mappings == 0 || res.Bytes == 0 {
 		t.Errorf("released %+v: want the executable's read-only mappings", res)
 	}
-	if after >= before {
-		t.Errorf("file-backed resident memory %d bytes after release, %d before: want less", after, before)
+	if after.File >= before.File {
+		t.Errorf("file-backed resident memory %d bytes after release, %d before: want less", after.File, before.File)
 	}
-	t.Logf("file-backed resident memory %d KiB -> %d KiB", before>>10, after>>10)
+	if before.Total < before.File+before.Anon || before.File == 0 || before.Anon == 0 {
+		t.Errorf("resident memory %+v: VmRSS should hold RssFile and RssAnon, both non-zero", before)
+	}
+	t.Logf("file-backed resident memory %d KiB -> %d KiB", before.File>>10, after.File>>10)
 }

@@ -25,26 +25,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
+	"github.com/prismgpu/prism/pkg/residency"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
 // RSSMiB reads VmRSS of a process.
 func RSSMiB(pid int) (float64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	m, err := residency.ReadMemory(pid)
+	return mib(m.Total), err
 }
+
+func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
 
 // FSType names the file system that holds path (ext4, tmpfs, ...).
 func FSType(path string) string {
@@ -860,10 +852,8 @@ func PrepareFloor(ctx context.Context, c *testbed.Cluster, client kubernetes.Int
 			}
 			i += n
 		}
-		if f.loaded, err = RSSMiB(p.Pid()); err != nil {
-			return f, err
-		}
-		f.loadedFile, f.loadedAnon, err = rssFileAnonMiB(p.Pid())
+		m, err := residency.ReadMemory(p.Pid())
+		f.loaded, f.loadedFile, f.loadedAnon = mib(m.Total), mib(m.File), mib(m.Anon)
 		return f, err
 	}
 	floor, err := measure("floor", floorBin)
@@ -881,28 +871,4 @@ func PrepareFloor(ctx context.Context, c *testbed.Cluster, client kubernetes.Int
 		NewRow("footprint", cse, fmt.Sprintf("RSS with %d claims + %d probes (VmRSS)", claims, probes), "MiB", "floor", floor.loaded, "Prism", prism.loaded,
 			"floor "+split(floor)+"; Prism "+split(prism)),
 	}, nil
-}
-
-// rssFileAnonMiB reads the file-backed and anonymous resident sizes of a process.
-func rssFileAnonMiB(pid int) (file, anon float64, err error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		key, value, ok := strings.Cut(line, ":")
-		if !ok || (key != "RssFile" && key != "RssAnon") {
-			continue
-		}
-		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("%s of pid %d: %w", key, pid, err)
-		}
-		if key == "RssFile" {
-			file = kb / 1024
-		} else {
-			anon = kb / 1024
-		}
-	}
-	return file, anon, nil
 }
