@@ -153,7 +153,7 @@ func (o *options) validate() error {
 	if _, err := webhook.ParseMemoryFloor(o.memoryFloor); err != nil {
 		errs = append(errs, fmt.Errorf("--memory-floor: %w", err))
 	}
-	if o.memoryFloor == webhook.MemoryFloorCapacity && o.namespace == "" {
+	if o.memoryFloor == rewrite.MemoryFloorCapacity && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --memory-floor=capacity: the API server is probed with a dry-run claim there"))
 	}
 	if o.selfSigned && o.namespace == "" {
@@ -257,7 +257,7 @@ func run(ctx context.Context, o options) error {
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
 	var memoryFloorAsCapacity func() bool
-	if o.memoryFloor == webhook.MemoryFloorCapacity {
+	if o.memoryFloor == rewrite.MemoryFloorCapacity {
 		// Probed once the webhooks are served: the dry-run claim passes
 		// through this controller's own admission webhooks.
 		probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}

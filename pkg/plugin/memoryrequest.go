@@ -17,10 +17,10 @@ import (
 // a workload that runs out of memory later.
 func checkMemoryRequest(claim *resourceapi.ResourceClaim, request, device string, deviceMemory uint64) error {
 	want, ok := requestedMemory(claim, request)
-	if !ok || deviceMemory == 0 || want.CmpInt64(int64(min(deviceMemory, 1<<62))) <= 0 {
+	have := resource.NewQuantity(int64(min(deviceMemory, 1<<62)), resource.BinarySI)
+	if !ok || deviceMemory == 0 || want.Cmp(*have) <= 0 {
 		return nil
 	}
-	have := resource.NewQuantity(int64(min(deviceMemory, 1<<62)), resource.BinarySI)
 	return fmt.Errorf("device %s has %s of memory, but request %s asks for %s of %s: the scheduler did not check the capacity request (is the DRAConsumableCapacity feature gate on in kube-scheduler?)",
 		device, have, request, want.String(), memoryCapacity)
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // TestMemoryFloorForm: the capacity request replaces the CEL floor only
@@ -15,21 +18,28 @@ func TestMemoryFloorForm(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		profile Profile
-		opts    []Option
+		// userAmount is a memory amount the claim names itself.
+		userAmount string
+		opts       []Option
 		// wantPlan is the start of Plan.MemoryFloor.
 		wantPlan    string
 		wantRequest string
 		wantCEL     bool
 	}{
-		{"not asked: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, nil, "", "", true},
-		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(shared), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": 4 GPUs are published shareable", "", true},
-		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"a memory share is a share, not a floor", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
+		{"not asked: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
+		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": 4 GPUs are published shareable", "", true},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
+		{"the claim's own amount stays the request", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": every rewritten request names its own", "30Gi", true},
+		{"a memory share is a share, not a floor", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, plan, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), tc.profile, tc.opts...)
+			req := exactGPU("gpu", 1)
+			if tc.userAmount != "" {
+				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: resource.MustParse(tc.userAmount)}}
+			}
+			out, plan, err := Rewrite(context.Background(), gpuSpec(req), tc.profile, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

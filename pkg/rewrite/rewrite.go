@@ -213,9 +213,9 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
 
-	capacityFloor := false
+	capacityFloor, floorForm := false, ""
 	if n.floor != nil && n.share == nil {
-		capacityFloor, plan.MemoryFloor = o.memoryFloorForm()
+		capacityFloor, floorForm = o.memoryFloorForm()
 	}
 	logger := klog.FromContext(ctx)
 	for i := range out.Devices.Requests {
@@ -224,9 +224,21 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
+		// A memory amount the user wrote stays the request; the floor stays
+		// in CEL beside it (see subrequests).
+		if capacityFloor && plan.MemoryFloor == "" && !namesMemory(req.Exactly) {
+			plan.MemoryFloor = floorForm
+		}
 		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor)
 		req.Exactly = nil
 		plan.Rewritten = append(plan.Rewritten, req.Name)
+	}
+	switch {
+	case len(plan.Rewritten) == 0 || plan.MemoryFloor != "":
+	case capacityFloor:
+		plan.MemoryFloor = MemoryFloorCEL + ": every rewritten request names its own " + string(MemoryCapacity) + " amount"
+	default:
+		plan.MemoryFloor = floorForm // declined, and why; "" where not asked
 	}
 	logger.V(5).Info("Rewrote claim spec", "profile", plan.Profile, "boundType", bound, "policy", policy, "rewritten", plan.Rewritten, "untouched", len(plan.Untouched))
 	return out, plan, nil
@@ -322,14 +334,23 @@ func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst bool) str
 	return e.DeviceClassName
 }
 
+// namesMemory says whether the user asked for an amount of memory.
+func namesMemory(e *resourceapi.ExactDeviceRequest) bool {
+	if e.Capacity == nil {
+		return false
+	}
+	_, userSet := e.Capacity.Requests[MemoryCapacity]
+	return userSet
+}
+
 // requestShare asks for amount of memory unless the user named an amount,
 // and says whether it did.
 func requestShare(e *resourceapi.ExactDeviceRequest, amount resource.Quantity) bool {
+	if namesMemory(e) {
+		return false
+	}
 	if e.Capacity == nil {
 		e.Capacity = &resourceapi.CapacityRequirements{}
-	}
-	if _, userSet := e.Capacity.Requests[MemoryCapacity]; userSet {
-		return false
 	}
 	if e.Capacity.Requests == nil {
 		e.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{}

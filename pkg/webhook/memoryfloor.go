@@ -32,25 +32,18 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// Memory floor modes of --memory-floor.
-const (
-	// MemoryFloorCEL writes the memory floor as a CEL selector, which holds
-	// whatever the cluster's feature gates.
-	MemoryFloorCEL = rewrite.MemoryFloorCEL
-	// MemoryFloorCapacity writes it as a capacity request, which the
-	// allocator checks without a CEL activation. The operator vouches that
-	// DRAConsumableCapacity is on in kube-scheduler; the controller checks
-	// the API server itself (MemoryFloorProbe) and the fleet per claim.
-	MemoryFloorCapacity = rewrite.MemoryFloorCapacity
-)
-
-// ParseMemoryFloor checks a --memory-floor value.
+// ParseMemoryFloor checks a --memory-floor value: rewrite.MemoryFloorCEL,
+// a selector that holds whatever the cluster's feature gates, or
+// rewrite.MemoryFloorCapacity, a capacity request the allocator checks
+// without CEL, for which the operator vouches that DRAConsumableCapacity is
+// on in kube-scheduler (the controller checks the API server itself,
+// MemoryFloorProbe, and the fleet per claim).
 func ParseMemoryFloor(s string) (string, error) {
 	switch s {
-	case MemoryFloorCEL, MemoryFloorCapacity:
+	case rewrite.MemoryFloorCEL, rewrite.MemoryFloorCapacity:
 		return s, nil
 	}
-	return "", fmt.Errorf("unknown memory floor %q: must be %q or %q", s, MemoryFloorCEL, MemoryFloorCapacity)
+	return "", fmt.Errorf("unknown memory floor %q: must be %q or %q", s, rewrite.MemoryFloorCEL, rewrite.MemoryFloorCapacity)
 }
 
 // MemoryFloorProbe finds out whether the API server keeps a ResourceClaim's
