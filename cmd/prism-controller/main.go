@@ -32,7 +32,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -56,6 +55,7 @@ import (
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/fleet"
+	"github.com/prismgpu/prism/pkg/localserve"
 	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/nodelabels"
 	"github.com/prismgpu/prism/pkg/rewrite"
@@ -400,12 +400,11 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	l, err := net.Listen("tcp", addr)
+	if err == nil {
+		err = localserve.Serve(ctx, l, mux)
+	}
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Serving metrics and probes")
 	}
 }
