@@ -67,6 +67,7 @@ type options struct {
 	webhookPort                    int
 	webhookHost, certDir           string
 	selfSigned, autoProfile        bool
+	excludeUnfitNodes              bool
 	serviceName, namespace, policy string
 	preference, replicaName        string
 	memoryFloor                    string
@@ -98,6 +99,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.replicaName, "replica-name", "", "this replica's pod name, which its self-signed CA carries so that the caBundle drops the CAs of replicas no longer behind the Service (empty: the hostname, which is the pod's name except on the host network)")
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
+	flags.BoolVar(&o.excludeUnfitNodes, "exclude-unfit-nodes", true, "with --preference=affinity, also give a pod a required node-affinity term that keeps it off single-model nodes whose GPU model is below its claim's memory floor, where the claim cannot allocate anyway; the scheduler then rejects those nodes without running the DRA allocator on them")
 	flags.StringVar(&o.memoryFloor, "memory-floor", "cel", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; only where DRAConsumableCapacity is on in kube-scheduler, which the controller cannot see; it checks the API server and keeps CEL on fleets with shareable GPUs)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
@@ -270,7 +272,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	podPreference, err := webhook.NewPodPreference(webhook.PodPreferenceOptions{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
-		Preference: preference, Fleet: fleetView.Fleet, Metrics: metrics})
+		Preference: preference, Fleet: fleetView.Fleet, ExcludeUnfitNodes: o.excludeUnfitNodes, Metrics: metrics})
 	if err != nil {
 		return err
 	}

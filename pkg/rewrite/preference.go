@@ -61,6 +61,11 @@ type Decision struct {
 	// Terms are the pod's preferred node-affinity terms, best tier first;
 	// only with Mode PreferAffinity.
 	Terms []NodeTerm `json:"terms,omitempty"`
+	// Exclude are the published models below the claim's memory floor;
+	// only with Mode PreferAffinity. The claim cannot allocate on a node
+	// whose GPUs are all of these, so a required term may keep the pod off
+	// such nodes before the scheduler runs the allocator there.
+	Exclude []string `json:"exclude,omitempty"`
 }
 
 // NodeTerm is one preferred node-affinity term: nodes labelled ModelLabel
@@ -96,13 +101,36 @@ func (d Decision) PreferredTerms() []corev1.PreferredSchedulingTerm {
 	return out
 }
 
+// ExcludedNodes is the required node-selector requirement that keeps a pod
+// off the single-model nodes of the excluded models; nil when none is.
+func (d Decision) ExcludedNodes() *corev1.NodeSelectorRequirement {
+	if d.Mode != PreferAffinity {
+		return nil
+	}
+	return ExcludeModels(d.Exclude...)
+}
+
+// ExcludeModels is ModelLabel NotIn the models' label values; nil for no
+// model. Nodes without the label (mixed nodes, nodes not labelled yet)
+// pass it.
+func ExcludeModels(models ...string) *corev1.NodeSelectorRequirement {
+	if len(models) == 0 {
+		return nil
+	}
+	return &corev1.NodeSelectorRequirement{Key: ModelLabel, Operator: corev1.NodeSelectorOpNotIn, Values: NodeTerm{Models: models}.LabelValues()}
+}
+
 // TermsSummary is the terms for an event, a log line or a note.
 func (d Decision) TermsSummary() string {
 	parts := make([]string, 0, len(d.Terms))
 	for _, t := range d.Terms {
 		parts = append(parts, fmt.Sprintf("%s weight %d", strings.Join(t.LabelValues(), "|"), t.Weight))
 	}
-	return "preferred node affinity on " + ModelLabel + " [" + strings.Join(parts, ", ") + "]"
+	summary := "preferred node affinity on " + ModelLabel + " [" + strings.Join(parts, ", ") + "]"
+	if len(d.Exclude) > 0 {
+		summary += "; nodes of " + strings.Join(NodeTerm{Models: d.Exclude}.LabelValues(), "|") + " cannot hold it"
+	}
+	return summary
 }
 
 // topTermWeight is the best tier's weight; each further tier gets half.
@@ -202,7 +230,32 @@ func (o options) decide(bound BoundType, policy Policy, spec *resourceapi.Resour
 	if n.text == "" {
 		return nil, cut, load, d
 	}
+	d.Exclude = belowFloor(o.fleet, n)
 	return []tier{fits}, cut, load, d
+}
+
+// belowFloor are the fleet's models whose largest GPU is below the memory
+// floor of n, less any whose label value a model above the floor shares
+// (ModelLabelValue is lossy): a NotIn on that value would exclude nodes
+// the claim fits.
+func belowFloor(fleet *Fleet, n needs) []string {
+	if fleet == nil || n.floor == nil {
+		return nil
+	}
+	fit := map[string]bool{}
+	fitValues := map[string]bool{}
+	for _, m := range fitting(fleet, n).Models {
+		fit[m.Name] = true
+		fitValues[ModelLabelValue(m.Name)] = true
+	}
+	var out []string
+	for _, m := range fleet.Models {
+		if !fit[m.Name] && !fitValues[ModelLabelValue(m.Name)] {
+			out = append(out, m.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // ModelLabelValue is a product name as a label value: every character a

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -86,6 +87,55 @@ func TestNodePreference(t *testing.T) {
 			}
 			if tc.subrequests == nil && !reflect.DeepEqual(spec, oneGPU()) {
 				t.Errorf("claim changed: %+v", spec.Devices.Requests[0])
+			}
+		})
+	}
+}
+
+// In affinity mode the decision names the models below the claim's memory
+// floor: the claim cannot allocate on their nodes, so the pod webhook may
+// keep the pod off them with a required term.
+func TestExcludedNodes(t *testing.T) {
+	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
+	needs20Gi := Profile{BoundType: MemoryBound, PeakMemory: q("20Gi")}
+	affinity := WithPreference(PreferAffinity)
+	for _, tc := range []struct {
+		name    string
+		profile Profile
+		opts    []Option
+		exclude []string
+		// values of the NotIn requirement; nil: no requirement.
+		values []string
+	}{
+		{"a memory floor above the L4's excludes the L4 nodes", needs20Gi, []Option{WithFleet(e2eFleet(0)), affinity}, []string{l4}, []string{"NVIDIA-L4"}},
+		{"no memory need excludes nothing", Profile{BoundType: MemoryBound}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
+		{"a floor every model holds excludes nothing", Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
+		{"ladder mode writes no pod terms", needs20Gi, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferLadder)}, nil, nil},
+		{"a model of unknown memory is never excluded", needs20Gi, []Option{WithFleet(&Fleet{Models: []Model{
+			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 80 << 30},
+			{Name: l4, Devices: 4, BandwidthGBps: 300},
+		}}), affinity}, nil, nil},
+		{"a label value shared with a model that fits is not excluded", needs20Gi, []Option{WithFleet(&Fleet{Models: []Model{
+			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 80 << 30},
+			{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, MemoryBytes: 22 << 30},
+			{Name: "NVIDIA-L4", Devices: 4, BandwidthGBps: 900, MemoryBytes: 48 << 30},
+			{Name: a100, Devices: 8, BandwidthGBps: 1555, MemoryBytes: 20 << 30},
+		}}), affinity}, []string{a100}, []string{"NVIDIA-A100-SXM4-40GB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := NodePreference(tc.profile, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(d.Exclude, tc.exclude) {
+				t.Errorf("exclude %v, want %v (decision %s: %s)", d.Exclude, tc.exclude, d.Mode, d.Reason)
+			}
+			req := d.ExcludedNodes()
+			switch {
+			case tc.values == nil && req != nil:
+				t.Errorf("requirement %+v, want none", req)
+			case tc.values != nil && (req == nil || req.Key != ModelLabel || req.Operator != corev1.NodeSelectorOpNotIn || !reflect.DeepEqual(req.Values, tc.values)):
+				t.Errorf("requirement %+v, want %s NotIn %v", req, ModelLabel, tc.values)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -64,14 +65,21 @@ type PodPreferenceOptions struct {
 	// pod is admitted unchanged.
 	Preference rewrite.PreferenceMode
 	// Fleet returns the published fleet (pkg/fleet).
-	Fleet   func() *rewrite.Fleet
-	Metrics *Metrics
+	Fleet func() *rewrite.Fleet
+	// ExcludeUnfitNodes also adds a required term that keeps the pod off
+	// the single-model nodes whose GPUs are below its claims' memory
+	// floors (rewrite.Decision.ExcludedNodes): the claims cannot allocate
+	// there, and the scheduler then rejects those nodes without running
+	// the allocator on them.
+	ExcludeUnfitNodes bool
+	Metrics           *Metrics
 }
 
 // NewPodPreference returns the mutating webhook for Pod CREATE that adds
 // preferred node-affinity terms for the pod's profiled claims, where
-// rewrite.NodePreference decides for affinity. It always admits, and never
-// adds a required term.
+// rewrite.NodePreference decides for affinity. It always admits. The only
+// required term it adds (with ExcludeUnfitNodes) excludes nodes where one of
+// the pod's claims cannot allocate anyway.
 func NewPodPreference(opts PodPreferenceOptions) (http.Handler, error) {
 	if opts.Templates == nil || opts.Claims == nil || opts.Profiles == nil || opts.Fleet == nil || opts.Metrics == nil {
 		return nil, errors.New("pod preference webhook needs template, claim and profile readers, a fleet and metrics")
@@ -115,6 +123,7 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 	}
 	note := PodPreferenceNote{Claims: map[string]rewrite.Decision{}}
 	var terms []corev1.PreferredSchedulingTerm
+	var exclude []string
 	outcome := podNoProfiledClaim
 	for _, c := range pod.Spec.ResourceClaims {
 		d, why := p.decision(ctx, pod.Namespace, c)
@@ -130,6 +139,9 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 			continue
 		}
 		terms = append(terms, d.PreferredTerms()...)
+		if d.ExcludedNodes() != nil && p.opts.ExcludeUnfitNodes {
+			exclude = append(exclude, d.Exclude...)
+		}
 	}
 	if len(terms) == 0 {
 		if outcome != podNoProfiledClaim {
@@ -142,12 +154,12 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 		logger.Error(err, "Encoding the pod's preference note, admitting it unchanged")
 		return count(podEncodeError)
 	}
-	resp, err := patched(append(affinityOps(pod, terms), podAnnotationOp(pod, string(ann))))
+	resp, err := patched(append(affinityOps(pod, terms, rewrite.ExcludeModels(exclude...)), podAnnotationOp(pod, string(ann))))
 	if err != nil {
 		logger.Error(err, "Admitting pod unchanged")
 		return count(podEncodeError)
 	}
-	logger.V(2).Info("Adding preferred node affinity", "pod", klog.KObj(pod), "generateName", pod.GenerateName, "terms", len(terms), "preference", string(ann))
+	logger.V(2).Info("Adding preferred node affinity", "pod", klog.KObj(pod), "generateName", pod.GenerateName, "terms", len(terms), "excludedModels", exclude, "preference", string(ann))
 	p.opts.Metrics.podPreference.WithLabelValues(podAffinityAdded).Inc()
 	return resp
 }
@@ -224,21 +236,52 @@ func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy rewrite.Policy) 
 	}
 }
 
-// affinityOps appends terms to the pod's preferred node affinity, creating
-// what is missing; the pod's own affinity, required terms included, stays.
-func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm) []patchOp {
+// affinityOps appends terms to the pod's preferred node affinity and, when
+// exclude is set, ANDs it into each of the pod's required terms (one term
+// of its own if the pod has none), creating what is missing. The pod's own
+// affinity stays.
+func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm, exclude *corev1.NodeSelectorRequirement) []patchOp {
+	const nodeAffinity = "/spec/affinity/nodeAffinity"
+	var ownRequired *corev1.NodeSelector
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		ownRequired = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	// A required selector with no terms matches no node; the API server
+	// rejects it, so it is left for the API server to reject.
+	var required *corev1.NodeSelector
+	if exclude != nil && ownRequired == nil {
+		required = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{*exclude}}}}
+	}
 	a := pod.Spec.Affinity
 	switch {
 	case a == nil:
-		return []patchOp{{Op: "add", Path: "/spec/affinity", Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}}}
+		return []patchOp{{Op: "add", Path: "/spec/affinity", Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: required, PreferredDuringSchedulingIgnoredDuringExecution: terms}}}}
 	case a.NodeAffinity == nil:
-		return []patchOp{{Op: "add", Path: "/spec/affinity/nodeAffinity", Value: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms}}}
-	case a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
-		return []patchOp{{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution", Value: terms}}
+		return []patchOp{{Op: "add", Path: nodeAffinity, Value: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: required, PreferredDuringSchedulingIgnoredDuringExecution: terms}}}
 	}
-	ops := make([]patchOp, 0, len(terms))
-	for _, t := range terms {
-		ops = append(ops, patchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+	var ops []patchOp
+	if a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil {
+		ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution", Value: terms})
+	} else {
+		for _, t := range terms {
+			ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+		}
+	}
+	switch {
+	case exclude == nil:
+	case required != nil:
+		ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/requiredDuringSchedulingIgnoredDuringExecution", Value: required})
+	default:
+		for i, t := range ownRequired.NodeSelectorTerms {
+			path := fmt.Sprintf("%s/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/%d/matchExpressions", nodeAffinity, i)
+			if t.MatchExpressions == nil {
+				ops = append(ops, patchOp{Op: "add", Path: path, Value: []corev1.NodeSelectorRequirement{*exclude}})
+			} else {
+				ops = append(ops, patchOp{Op: "add", Path: path + "/-", Value: *exclude})
+			}
+		}
 	}
 	return ops
 }

@@ -25,6 +25,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -73,10 +74,16 @@ func podObject(t *testing.T, affinity *corev1.Affinity, claims ...corev1.PodReso
 func TestPodPreference(t *testing.T) {
 	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
 	l4 := rewrite.Model{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30}
+	a100 := rewrite.Model{Name: "NVIDIA A100-SXM4-80GB", Devices: 8, BandwidthGBps: 2039, FP32GFLOPS: 19500, MemoryBytes: 80 << 30}
+	threeModels := &rewrite.Fleet{Models: []rewrite.Model{h100, a100, l4}}
 	mixedL4 := l4
 	mixedL4.MixedDevices = 4
 	stream := profile("stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
 	unmeasured := profile("new", func(*prismv1alpha1.WorkloadProfile) {})
+	big := profile("big", func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+		wp.Status.PeakMemory = ptr.To(resource.MustParse("20Gi"))
+	})
 	template := func(name, prof string) *resourceapi.ResourceClaimTemplate {
 		return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: resourceapi.ResourceClaimTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ProfileAnnotation: prof}}, Spec: gpuRequestSpec()}}
@@ -85,12 +92,23 @@ func TestPodPreference(t *testing.T) {
 	plan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}}})
 	named := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(plan)}}}
-	reader := objectsReader(t, stream, unmeasured, template("train", "stream"), template("fresh", "new"), template("plain", ""), named)
+	// A claim rewritten with a memory floor the L4 is below.
+	floorPlan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{
+		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}, Exclude: []string{l4.Name}}})
+	namedFloor := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-big", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(floorPlan)}}}
+	reader := objectsReader(t, stream, unmeasured, big, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"), named, namedFloor)
 	h100Term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}
 	required := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}}
 	fromTemplate := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("train")}
+	withFloor := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("train-big")}
+	notL4 := corev1.NodeSelectorRequirement{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"NVIDIA-L4"}}
+	zoneA := corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+	nodeOne := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}
+	twoTerms := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{zoneA}}, {MatchFields: []corev1.NodeSelectorRequirement{nodeOne}}}}}}
+	onlyNotL4 := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{notL4}}}}
 
 	for _, tc := range []struct {
 		name       string
@@ -98,26 +116,43 @@ func TestPodPreference(t *testing.T) {
 		fleet      *rewrite.Fleet
 		affinity   *corev1.Affinity
 		claims     []corev1.PodResourceClaim
-		outcome    string
+		// exclude is --exclude-unfit-nodes.
+		exclude bool
+		outcome string
 		// want is the pod's preferred terms after the patch; nil: no patch.
 		want []corev1.PreferredSchedulingTerm
+		// required is the pod's required node selector after the patch;
+		// nil: the pod's own.
+		required *corev1.NodeSelector
 	}{
+		{"a memory floor keeps the pod off the nodes below it", rewrite.PreferAffinity, threeModels, nil,
+			[]corev1.PodResourceClaim{withFloor}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
+		{"the exclusion is ANDed into each of the pod's own required terms", rewrite.PreferAffinity, threeModels, twoTerms,
+			[]corev1.PodResourceClaim{withFloor}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{zoneA, notL4}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{notL4}, MatchFields: []corev1.NodeSelectorRequirement{nodeOne}}}}},
+		{"a named claim's plan gives the exclusion", rewrite.PreferAffinity, threeModels, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared-big")}}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
+		{"without --exclude-unfit-nodes the terms are preferred only", rewrite.PreferAffinity, threeModels, nil,
+			[]corev1.PodResourceClaim{withFloor}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+		{"no memory floor, no exclusion", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{fromTemplate}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"template's profile prefers the H100 nodes", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+			[]corev1.PodResourceClaim{fromTemplate}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"the pod's own affinity stays, required terms too", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, required,
-			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+			[]corev1.PodResourceClaim{fromTemplate}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"a named claim's plan gives the terms", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"ladder mode admits unchanged", rewrite.PreferLadder, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, podLadderMode, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, false, podLadderMode, nil, nil},
 		{"a mixed fleet keeps the ladder", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, mixedL4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, podNoPreference, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, false, podNoPreference, nil, nil},
 		{"a template not in the cache costs the preference only", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, podNotCached, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, false, podNotCached, nil, nil},
 		{"an unmeasured profile is profiled, not preferred", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, podProfileUnmeasured, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, false, podProfileUnmeasured, nil, nil},
 		{"a template without a profile", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, podNoProfiledClaim, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, false, podNoProfiledClaim, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewMetrics(nil)
@@ -125,7 +160,7 @@ func TestPodPreference(t *testing.T) {
 				t.Fatal(err)
 			}
 			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: rewrite.Performance,
-				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, Metrics: m})
+				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, ExcludeUnfitNodes: tc.exclude, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,12 +183,12 @@ func TestPodPreference(t *testing.T) {
 			if !reflect.DeepEqual(na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want) {
 				t.Errorf("preferred terms %+v, want %+v", na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want)
 			}
-			var wantRequired *corev1.NodeSelector
-			if tc.affinity != nil {
+			wantRequired := tc.required
+			if wantRequired == nil && tc.affinity != nil {
 				wantRequired = tc.affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 			}
 			if !reflect.DeepEqual(na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired) {
-				t.Errorf("required terms %+v, want the pod's own %+v", na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
+				t.Errorf("required terms %+v, want %+v", na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
 			}
 			var note PodPreferenceNote
 			if err := json.Unmarshal([]byte(pod.Annotations[RewriteAnnotation]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {

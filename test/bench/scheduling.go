@@ -236,17 +236,27 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	// The hand-written selective claim is the fair reference: it expresses
 	// a preference too, and fits fewer nodes, so the scheduler cannot stop
 	// at its quota of feasible nodes as early as for the others.
-	kinds := []struct {
+	type kind struct {
 		name     string
 		spec     *resourceapi.ResourceClaimSpec
 		affinity *corev1.Affinity
-	}{
+	}
+	kinds := []kind{
 		{"plain", GPUSpec(1), nil},
 		{"selective", SelectiveSpec(1), nil},
 		{"ladder", ladder, nil},
 		{"ladder-capacity", capacity, nil},
 		{"affinity", affinitySpec, preferred},
 		{"affinity-capacity", affinityCapacity, preferred},
+	}
+	// With a memory floor some models cannot hold the workload: the pod
+	// webhook's required term (--exclude-unfit-nodes) keeps the pod off
+	// their nodes before the allocator runs there.
+	if exclude := decision.ExcludedNodes(); exclude != nil {
+		excluding := preferred.DeepCopy()
+		excluding.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{*exclude}}}}
+		kinds = append(kinds, kind{"affinity-exclude", affinitySpec, excluding})
 	}
 	// Where the pods land: on the models of the first preferred tier.
 	top := map[string]bool{}
