@@ -279,10 +279,9 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		}
 	}
 	// Alternate batches of each kind so that drift on the shared machine
-	// (and the GPUs already taken) hits all of them; with two schedulers,
-	// each batch of a kind goes to both, in turn, the first one changing
-	// from batch to batch. They share the pods, so the fleet fills as far
-	// as with one.
+	// hits all of them; with two schedulers, each batch of a kind goes to
+	// both, in turn, the first one changing from batch to batch. Each batch
+	// is released before the next, so every one meets an empty fleet.
 	results := make([][][]schedResult, len(scheds)) // scheduler, kind, batch
 	for si := range scheds {
 		results[si] = make([][]schedResult, len(kinds))
@@ -316,12 +315,14 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		sums[i] = sumSched(results[0][i])
 		walls[i] = fmt.Sprintf("%s %s", kinds[i].name, sums[i].wall.Round(time.Millisecond))
 		n := 0
+		perModel := map[string]int{}
 		for _, node := range sums[i].nodes {
 			if top[modelOf[node]] {
 				n++
 			}
+			perModel[modelOf[node]]++
 		}
-		onTop[i] = fmt.Sprintf("%s %d/%d", kinds[i].name, n, len(sums[i].nodes))
+		onTop[i] = fmt.Sprintf("%s %d/%d %v", kinds[i].name, n, len(sums[i].nodes), perModel)
 	}
 	cse := fmt.Sprintf("%d nodes x 8 GPUs, %s", o.Nodes, o.Profile)
 	note := fmt.Sprintf("%d pods each in %d alternating batches; wall %s; %d nodes tainted at end",
@@ -420,7 +421,7 @@ func waitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns 
 func schedulePods(ctx context.Context, client kubernetes.Interface, ns, scheduler, kind string, spec *resourceapi.ResourceClaimSpec, affinity *corev1.Affinity, n int) (schedResult, error) {
 	if err := parallel(n, 8, func(i int) error {
 		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", kind, i)},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", kind, i), Labels: map[string]string{"bench": kind}},
 			Spec:       *spec,
 		}, metav1.CreateOptions{})
 		return err
@@ -489,7 +490,38 @@ func schedulePods(ctx context.Context, client kubernetes.Interface, ns, schedule
 		res.nodes = append(res.nodes, boundOn[fmt.Sprintf("%s-%d", kind, i)])
 	}
 	res.wall = last.Sub(start)
-	return res, nil
+	return res, release(ctx, client, ns, kind)
+}
+
+// release deletes a measured batch's pods and claims and waits until the
+// claims are gone, so that their GPUs are free for the next batch: every
+// batch then meets the same fleet, whichever kinds ran before it. (Kept,
+// the batches of the kinds that prefer the fastest model filled its GPUs,
+// and the later ones were measured on a fleet where it was full.)
+func release(ctx context.Context, client kubernetes.Interface, ns, kind string) error {
+	sel := metav1.ListOptions{LabelSelector: "bench=" + kind}
+	if err := client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, sel); err != nil {
+		return fmt.Errorf("release batch %s: delete pods: %w", kind, err)
+	}
+	if err := client.ResourceV1().ResourceClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return fmt.Errorf("release batch %s: delete claims: %w", kind, err)
+	}
+	// The resourceclaim controller deallocates a deleted claim once no pod
+	// reserves it, and removes its finalizer.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		claims, err := client.ResourceV1().ResourceClaims(ns).List(ctx, sel)
+		if err != nil {
+			return fmt.Errorf("release batch %s: list claims: %w", kind, err)
+		}
+		if len(claims.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("release batch %s: %d claims still there after 2m", kind, len(claims.Items))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func benchPod(name, kind, scheduler string) *corev1.Pod {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"os/exec"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +40,7 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 		})
 	}
 
+	excluded := 0
 	for _, p := range placements {
 		t.Run(p.pod+" lands on "+p.want, func(t *testing.T) {
 			if p.hog != "" {
@@ -55,9 +58,6 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 			if len(terms) == 0 {
 				t.Errorf("pod has no preferred node affinity: %+v", pod.Spec.Affinity)
 			}
-			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-				t.Errorf("the webhook added a required term: %+v", a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
-			}
 			for _, r := range claim.Spec.Devices.Requests {
 				if len(r.FirstAvailable) > 1 {
 					t.Errorf("claim request %s has a ladder %d long, want the hard needs only", r.Name, len(r.FirstAvailable))
@@ -71,6 +71,20 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 			if err := json.Unmarshal([]byte(pod.Annotations[rewrite.AnnotationKey]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
 				t.Errorf("pod annotation %q does not say affinity (%v)", pod.Annotations[rewrite.AnnotationKey], err)
 			}
+			// The only required term is the exclusion of the models below
+			// the claim's memory floor (--exclude-unfit-nodes), never the
+			// model the pod landed on.
+			var wantRequired *corev1.NodeSelector
+			if exclude := note.Claims["gpu"].ExcludedNodes(); exclude != nil {
+				excluded++
+				wantRequired = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{*exclude}}}}
+				if slices.Contains(exclude.Values, rewrite.ModelLabelValue(got)) {
+					t.Errorf("%s landed on %s, a model its exclusion %v names", p.pod, got, exclude.Values)
+				}
+			}
+			if a := pod.Spec.Affinity; !reflect.DeepEqual(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired) {
+				t.Errorf("required node affinity %+v, want %+v", a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
+			}
 			if p.pod == "stream-1" {
 				out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
 				if err != nil {
@@ -81,6 +95,9 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 				}
 			}
 		})
+	}
+	if excluded == 0 {
+		t.Error("no placement case kept its pod off the nodes below its memory floor: the exclusion was not exercised")
 	}
 }
 
