@@ -50,6 +50,9 @@ func PlanNotes(annotation string) []PlanNote {
 		for _, t := range d.Terms {
 			notes = append(notes, PlanNote{"Node term", fmt.Sprintf("%s In [%s], weight %d (tier %s)", rewrite.ModelLabel, strings.Join(t.LabelValues(), ", "), t.Weight, t.Tier)})
 		}
+		if r := d.ExcludedNodes(); r != nil {
+			notes = append(notes, PlanNote{"Excluded", fmt.Sprintf("%s NotIn [%s]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false", r.Key, strings.Join(r.Values, ", "))})
+		}
 	}
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})

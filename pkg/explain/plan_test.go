@@ -43,6 +43,14 @@ func TestPlanNotes(t *testing.T) {
 				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
 				{"Tier", "fits: hard needs only"},
 			}},
+		{"affinity plan with a memory floor: the nodes below it are excluded",
+			`{"profile":"p","boundType":"MemoryBound","policy":"performance","preference":{"mode":"affinity","reason":"every model that holds the workload is on single-model nodes","terms":[{"weight":100,"tier":"bandwidth-top","models":["NVIDIA H100 80GB HBM3"]}],"exclude":["NVIDIA L4"]},"alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Preference", "affinity: every model that holds the workload is on single-model nodes"},
+				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
+				{"Excluded", "gpu.prism.dev/model NotIn [NVIDIA-L4]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false"},
+				{"Tier", "fits: hard needs only"},
+			}},
 		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`, nil},
 		{"not JSON", `{`, nil},
 	} {
