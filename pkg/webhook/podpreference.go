@@ -246,8 +246,8 @@ func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm, exclud
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		ownRequired = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	}
-	// A required selector with no terms matches no node; the API server
-	// rejects it, so it is left for the API server to reject.
+	// A pod's own required selector without terms is invalid, and the API
+	// server rejects the pod: there is no term to AND the exclusion into.
 	var required *corev1.NodeSelector
 	if exclude != nil && ownRequired == nil {
 		required = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{*exclude}}}}
