@@ -67,6 +67,10 @@ type allocatorClaim struct {
 	claim *resourceapi.ResourceClaim
 	// on is the allocator to run it on; nil: the phase's own.
 	on structured.Allocator
+	// skip are models whose nodes the claim's pod never reaches the
+	// allocator on: its required node affinity excludes them, and
+	// kube-scheduler's NodeAffinity Filter runs before DynamicResources.
+	skip map[string]bool
 }
 
 // Allocator runs one Allocate(ctx, node, claims) per node, as kube-scheduler's
@@ -120,6 +124,10 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			if err != nil {
 				return nil, err
 			}
+			decision, err := rewrite.NodePreference(p.Profile, published, rewrite.WithPreference(rewrite.PreferAffinity))
+			if err != nil {
+				return nil, err
+			}
 			claims := []allocatorClaim{
 				{name: "plain", claim: claim(GPUSpec(1))},
 				{name: "selective", claim: claim(SelectiveSpec(1))},
@@ -129,6 +137,13 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "built-in ladder", claim: claim(builtIn)},
 				{name: "affinity, hard needs", claim: claim(affinity)},
 				{name: "affinity, capacity floor", claim: claim(affinityCapacity)},
+			}
+			if decision.ExcludedNodes() != nil {
+				skip := map[string]bool{}
+				for _, m := range decision.Exclude {
+					skip[m] = true
+				}
+				claims = append(claims, allocatorClaim{name: "affinity, unfit nodes excluded", claim: claim(affinity), skip: skip})
 			}
 			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {
@@ -197,9 +212,11 @@ func claim(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
 // claimCost is what one claim shape cost over the fleet.
 type claimCost struct {
 	name        string
-	mean, worst float64 // µs per node: mean of per-node medians, largest median
-	perNode     []float64
+	mean, worst float64   // µs per node: mean of per-node medians, largest median
+	perNode     []float64 // 0 on skipped nodes
 	fits        int
+	// skipped nodes are not in mean or fits (allocatorClaim.skip).
+	skipped int
 }
 
 type allocatorResult struct {
@@ -220,6 +237,9 @@ func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, claims
 	}
 	for n := range f.Nodes { // warm the CEL cache
 		for i, c := range claims {
+			if c.skip[f.Model[n]] {
+				continue
+			}
 			_, ok, err := run(n, c)
 			if err != nil {
 				return res, fmt.Errorf("%s: %w", c.name, err)
@@ -236,6 +256,9 @@ func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, claims
 	for range passes {
 		for n := range f.Nodes {
 			for i, c := range claims {
+				if c.skip[f.Model[n]] {
+					continue
+				}
 				d, _, _ := run(n, c)
 				ns[i][n] = append(ns[i][n], d)
 			}
@@ -248,12 +271,17 @@ func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, claims
 		cc.name = c.name
 		var sum float64
 		for n := range f.Nodes {
+			if c.skip[f.Model[n]] {
+				cc.perNode = append(cc.perNode, 0)
+				cc.skipped++
+				continue
+			}
 			v := us(Median(ns[i][n]))
 			cc.perNode = append(cc.perNode, v)
 			sum += v
 			cc.worst = max(cc.worst, v)
 		}
-		cc.mean = sum / float64(len(f.Nodes))
+		cc.mean = sum / float64(len(f.Nodes)-cc.skipped)
 	}
 	return res, nil
 }
@@ -281,7 +309,11 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 	}
 	plain, selective := byName["plain"], byName["selective"]
 	fits := func(c claimCost) string {
-		return fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes", c.fits, len(r.model), plain.fits, passes)
+		note := fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes", c.fits, len(r.model), plain.fits, passes)
+		if c.skipped > 0 {
+			note += fmt.Sprintf("; mean over the %d nodes the allocator runs on: NodeAffinity rejects the other %d first", len(r.model)-c.skipped, c.skipped)
+		}
+		return note
 	}
 	var out []Row
 	for _, c := range r.claims[1:] {
