@@ -646,7 +646,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	unpreparedBefore := promValue(t, httpAddress, `prism_plugin_requests_total{method="unprepare",result="success"}`)
+	unprepared := `prism_plugin_requests_total{method="unprepare",result="success"}`
+	unpreparedBefore := promValue(t, httpAddress, unprepared)
 	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
 	running, err := client.CoreV1().Pods("default").Get(ctx, "inventory", metav1.GetOptions{})
 	if err != nil {
@@ -677,7 +678,10 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	// unprepares the claim the old one prepared, then its own.
 	deletePod(ctx, t, client, "inventory")
 	waitFor(t, "the first workload's CDI spec removed", func() bool { return !slices.Contains(specFiles(t, cdiRoot), specsBefore[0]) })
-	if got := promValue(t, httpAddress, `prism_plugin_requests_total{method="unprepare",result="success"}`); got != unpreparedBefore+1 {
+	// The spec goes inside the unprepare call; the counter rises when the
+	// call returns, a moment later.
+	waitFor(t, "the new plugin to count the first workload's unprepare", func() bool { return promValue(t, httpAddress, unprepared) > unpreparedBefore })
+	if got := promValue(t, httpAddress, unprepared); got != unpreparedBefore+1 {
 		t.Errorf("the new plugin counts %v successful unprepares after the first workload ended, want %v", got, unpreparedBefore+1)
 	}
 	deletePod(ctx, t, client, "after-upgrade")
