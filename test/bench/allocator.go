@@ -308,12 +308,14 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 		byName[c.name] = c
 	}
 	plain, selective := byName["plain"], byName["selective"]
-	fits := func(c claimCost) string {
-		note := fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes", c.fits, len(r.model), plain.fits, passes)
-		if c.skipped > 0 {
-			note += fmt.Sprintf("; mean over the %d nodes the allocator runs on: NodeAffinity rejects the other %d first", len(r.model)-c.skipped, c.skipped)
+	skipped := func(c claimCost) string {
+		if c.skipped == 0 {
+			return ""
 		}
-		return note
+		return fmt.Sprintf("; mean over the %d nodes the allocator runs on: NodeAffinity rejects the other %d first", len(r.model)-c.skipped, c.skipped)
+	}
+	fits := func(c claimCost) string {
+		return fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes%s", c.fits, len(r.model), plain.fits, passes, skipped(c))
 	}
 	var out []Row
 	for _, c := range r.claims[1:] {
@@ -322,7 +324,7 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 			fmt.Sprintf("%s; worst node %.0f µs, worst per-node ratio %.1fx on %s", fits(c), c.worst, worst, model)))
 	}
 	for _, c := range r.claims[2:] {
-		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "selective", selective.mean, c.name, c.mean, "the fair reference: a preference written by hand ("+SelectiveSelector+")"))
+		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "selective", selective.mean, c.name, c.mean, "the fair reference: a preference written by hand ("+SelectiveSelector+")"+skipped(c)))
 	}
 	return out
 }

@@ -82,8 +82,12 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 					t.Errorf("%s landed on %s, a model its exclusion %v names", p.pod, got, exclude.Values)
 				}
 			}
-			if a := pod.Spec.Affinity; !reflect.DeepEqual(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired) {
-				t.Errorf("required node affinity %+v, want %+v", a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
+			var required *corev1.NodeSelector
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+				required = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+			}
+			if !reflect.DeepEqual(required, wantRequired) {
+				t.Errorf("required node affinity %+v, want %+v", required, wantRequired)
 			}
 			if p.pod == "stream-1" {
 				out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
