@@ -45,6 +45,14 @@ type PublishOptions struct {
 	// may each consume a slice of its memory capacity, and the scheduler
 	// never hands out more than the GPU has.
 	ShareMemory bool
+	// FiguresAsCapacity also publishes memoryBandwidthGBps and fp32GFLOPS
+	// as capacities of GPUs that are not shareable, so that a claim can ask
+	// for "at least" a figure with a capacity request, which the allocator
+	// checks without a CEL evaluation (the controller's --tier-bounds). On a
+	// shareable GPU a capacity is consumed, not compared, so they are not
+	// published there. Each entry adds to what every CEL evaluation of the
+	// device builds, so it is off unless the controller uses it.
+	FiguresAsCapacity bool
 }
 
 // MemoryShareStep is the granularity of memory shares; requests are rounded
@@ -163,6 +171,14 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 			shareable = ptr.To(true)
 		}
 		capacity[qualified("memory")] = memory
+	}
+	if opts.FiguresAsCapacity && shareable == nil {
+		if bw := d.MemoryBandwidthGBps(); bw > 0 {
+			capacity[qualified("memoryBandwidthGBps")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(bw), resource.DecimalSI)}
+		}
+		if f := d.FP32GFLOPS(); f > 0 {
+			capacity[qualified("fp32GFLOPS")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(f), resource.DecimalSI)}
+		}
 	}
 	return resourceapi.Device{
 		Name:                     d.Name(),

@@ -281,3 +281,43 @@ func compareGolden(t *testing.T, path string, got any) {
 		t.Errorf("result differs from %s (go test -update rewrites it); got:\n%s", path, data)
 	}
 }
+
+// TestResourceDeviceFiguresAsCapacity: the figures a tier ranks by are
+// published as capacities only when asked, and never on a shareable GPU,
+// where a capacity request would consume them instead of comparing.
+func TestResourceDeviceFiguresAsCapacity(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	figures := []resourceapi.QualifiedName{qualified("memoryBandwidthGBps"), qualified("fp32GFLOPS")}
+	for _, tc := range []struct {
+		name string
+		opts PublishOptions
+		want bool
+	}{
+		{"off by default", PublishOptions{}, false},
+		{"asked for", PublishOptions{FiguresAsCapacity: true}, true},
+		{"shareable GPU", PublishOptions{FiguresAsCapacity: true, ShareMemory: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := h100().ResourceDevice(ctx, tc.opts)
+			if err != nil {
+				t.Fatalf("ResourceDevice: %v", err)
+			}
+			for _, name := range figures {
+				c, published := got.Capacity[name]
+				attr := got.Attributes[name].IntValue
+				switch {
+				case published != tc.want:
+					t.Errorf("capacity %s published = %v, want %v", name, published, tc.want)
+				case published && (attr == nil || c.Value.Value() != *attr):
+					t.Errorf("capacity %s = %s, want the attribute's value %v", name, c.Value.String(), ptr.Deref(attr, -1))
+				}
+				if published && c.RequestPolicy != nil {
+					t.Errorf("capacity %s has a request policy; a figure is compared, never shared", name)
+				}
+			}
+			if _, ok := got.Capacity[qualified("memory")]; !ok {
+				t.Errorf("memory capacity missing")
+			}
+		})
+	}
+}

@@ -69,6 +69,9 @@ type Config struct {
 	TimeSlicer TimeSlicer
 	// ShareMemory publishes GPUs that several claims may share by memory.
 	ShareMemory bool
+	// FiguresAsCapacity publishes the tier figures as capacities too (see
+	// gpu.PublishOptions).
+	FiguresAsCapacity bool
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
 	Profiling *ProfilingConfig
 	Metrics   *Metrics
@@ -386,7 +389,7 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 	}
 	d.devicesMu.RUnlock()
 	gpu.SortByIndex(devices)
-	out, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory})
+	out, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory, FiguresAsCapacity: d.cfg.FiguresAsCapacity})
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,9 @@ import (
 // it.
 type FleetConfig struct {
 	NodeGroups []NodeGroup `json:"nodeGroups"`
+	// FiguresAsCapacity publishes the slices as the kubelet plugin does
+	// with --figures-as-capacity.
+	FiguresAsCapacity bool `json:"figuresAsCapacity,omitempty"`
 }
 
 // NodeGroup is Nodes identical nodes. Either Product and GPUsPerNode, or
@@ -130,7 +133,7 @@ func BuildCluster(ctx context.Context, c *FleetConfig) (*Cluster, error) {
 		productKind := map[string]int{}
 		for n := range g.Nodes {
 			nodeName := fmt.Sprintf("%s-%d", name, n)
-			devices, err := discover(ctx, nf, nodeName)
+			devices, err := discover(ctx, nf, nodeName, gpu.PublishOptions{FiguresAsCapacity: c.FiguresAsCapacity})
 			if err != nil {
 				return nil, fmt.Errorf("node group %s: %w", name, err)
 			}
@@ -174,7 +177,7 @@ func BuildCluster(ctx context.Context, c *FleetConfig) (*Cluster, error) {
 	return cl, nil
 }
 
-func discover(ctx context.Context, f *nvml.Fleet, nodeName string) ([]resourceapi.Device, error) {
+func discover(ctx context.Context, f *nvml.Fleet, nodeName string, publish gpu.PublishOptions) ([]resourceapi.Device, error) {
 	s, err := nvml.NewSimulated(f, nodeName)
 	if err != nil {
 		return nil, err
@@ -183,5 +186,5 @@ func discover(ctx context.Context, f *nvml.Fleet, nodeName string) ([]resourceap
 	if err != nil {
 		return nil, err
 	}
-	return gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{})
+	return gpu.ResourceDevices(ctx, devices, publish)
 }
