@@ -237,6 +237,7 @@ func merge(a, b rewrite.Model) rewrite.Model {
 	a.Devices += b.Devices
 	a.MixedDevices += b.MixedDevices
 	a.SharedDevices += b.SharedDevices
+	a.FigureCapacityDevices += b.FigureCapacityDevices
 	a.BandwidthGBps = minKnown(a.BandwidthGBps, b.BandwidthGBps)
 	a.FP32GFLOPS = minKnown(a.FP32GFLOPS, b.FP32GFLOPS)
 	a.MemoryBytes = max(a.MemoryBytes, b.MemoryBytes)
@@ -272,10 +273,25 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 		if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
 			m.SharedDevices = 1
 		}
+		if publishesFiguresAsCapacity(d, m) {
+			m.FigureCapacityDevices = 1
+		}
 		sum.models[name] = merge(sum.models[name], m)
 		sum.devices[d.Name] = name
 	}
 	return sum
+}
+
+// publishesFiguresAsCapacity says whether the device publishes every figure
+// it has as a capacity too, which a tier bound written as a capacity request
+// needs (rewrite.TierBoundsAsCapacity).
+func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
+	for name, figure := range map[string]int64{"memoryBandwidthGBps": m.BandwidthGBps, "fp32GFLOPS": m.FP32GFLOPS} {
+		if _, ok := d.Capacity[resourceapi.QualifiedName(rewrite.DriverName+"/"+name)]; figure > 0 && !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // summariseClaim reads the devices a claim holds, or what it waits for: the

@@ -80,6 +80,23 @@ func shared(m rewrite.Model, devices int) rewrite.Model {
 	return m
 }
 
+func withFigureCapacity(m rewrite.Model, devices int) rewrite.Model {
+	m.FigureCapacityDevices = devices
+	return m
+}
+
+// figuresAsCapacity publishes the figures of the slice's devices from index
+// first on as capacities too, as the plugin does with --figures-as-capacity.
+func figuresAsCapacity(s *resourceapi.ResourceSlice, first int) *resourceapi.ResourceSlice {
+	for i := first; i < len(s.Spec.Devices); i++ {
+		d := &s.Spec.Devices[i]
+		for _, name := range []resourceapi.QualifiedName{"gpu.prism.dev/memoryBandwidthGBps", "gpu.prism.dev/fp32GFLOPS"} {
+			d.Capacity[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(*d.Attributes[name].IntValue, resource.DecimalSI)}
+		}
+	}
+	return s
+}
+
 // shareable publishes the slice's devices from index first on with
 // allowMultipleAllocations, as the plugin does with memory sharing on.
 func shareable(s *resourceapi.ResourceSlice, first int) *resourceapi.ResourceSlice {
@@ -121,6 +138,10 @@ func TestView(t *testing.T) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
 			v.OnAdd(shareable(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), 1), true)
 		}, []rewrite.Model{mixed(model(h100, 3), 1), shared(mixed(model(l4, 1), 1), 1)}, nil},
+		{"GPUs that publish their figures as capacities are counted", func(v *View) {
+			v.OnAdd(figuresAsCapacity(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 1), true)
+			v.OnAdd(figuresAsCapacity(slice("b", "gpu.prism.dev", "node-b", 1, l4), 0), true)
+		}, []rewrite.Model{withFigureCapacity(model(h100, 2), 1), withFigureCapacity(model(l4, 1), 1)}, nil},
 		{"a node leaves", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
 			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)

@@ -192,7 +192,7 @@ func foreignSlice(node string, n int) *resourceapi.ResourceSlice {
 // driver's devices out, and must do so before a user selector written for
 // gpu.prism.dev devices (here an unguarded lookup) runs on them.
 func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
-	f := qualifiedCapacity(newFleet(t, "H100", 1, 2))
+	f := figureCapacities(qualifiedCapacity(newFleet(t, "H100", 1, 2)))
 	f.slices = append(f.slices, foreignSlice(f.nodes[0].Name, 4))
 	gpus := sets.New[structured.DeviceID]()
 	for _, d := range f.slices[0].Spec.Devices {
@@ -205,6 +205,9 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 		"memory share":          {BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi"), ShareMemory: true},
 	}
 	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
+	// Bounds need a fleet with a choice: the H100 node and L4s elsewhere.
+	withL4 := published(figureCapacities(qualifiedCapacity(newFleet(t, "H100", 1, 2, "L4", 1, 2))))
+	bounds := []Option{WithFleet(withL4), MemoryFloorAsCapacity(), TierBoundsAsCapacity()}
 	// The stable allocator ignores capacity requests, as an API server
 	// without DRAConsumableCapacity drops them: a capacity floor must not be
 	// what keeps foreign devices out.
@@ -216,7 +219,12 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 		{"CEL floor", incubatingFeatures, nil},
 		{"capacity floor", incubatingFeatures, []Option{MemoryFloorAsCapacity()}},
 		{"capacity floor, gate off", stableFeatures, []Option{MemoryFloorAsCapacity()}},
+		// A tier left without selectors has only the uuid guard against
+		// other drivers' devices where capacity requests are ignored.
+		{"capacity bounds", incubatingFeatures, bounds},
+		{"capacity bounds, gate off", stableFeatures, bounds},
 	}
+	boundsApplied := 0
 	for name, p := range profiles {
 		for _, v := range variants {
 			for _, user := range users {
@@ -226,9 +234,12 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 						allocated = gpus
 					}
 					a, _ := f.allocator(t, v.features, allocated)
-					spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1, user...)), p, v.opts...)
+					spec, plan, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1, user...)), p, v.opts...)
 					if err != nil {
 						t.Fatal(err)
+					}
+					if plan.TierBounds == TierBoundsCapacity {
+						boundsApplied++
 					}
 					res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
 					if err != nil {
@@ -244,6 +255,9 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 				}
 			}
 		}
+	}
+	if boundsApplied == 0 {
+		t.Fatal("no case wrote its tier bounds as capacity requests")
 	}
 }
 
@@ -459,5 +473,144 @@ func TestCapacityFloorKeepsCELWhereTheRequestIsNotTheFloor(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// figureCapacities publishes the fleet's figures as capacities too, as the
+// kubelet plugin does with --figures-as-capacity.
+func figureCapacities(f *fleet) *fleet {
+	for _, s := range f.slices {
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			for _, fig := range []figure{figBandwidth, figFP32} {
+				if a, ok := d.Attributes[resourceapi.QualifiedName(fig.attribute())]; ok {
+					d.Capacity[fig.capacity()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(*a.IntValue, resource.DecimalSI)}
+				}
+			}
+		}
+	}
+	return f
+}
+
+// published is the fleet as the controller's fleet view reads it from the
+// slices.
+func published(f *fleet) *Fleet {
+	byName := map[string]*Model{}
+	var order []string
+	for _, s := range f.slices {
+		for _, d := range s.Spec.Devices {
+			name := *d.Attributes["productName"].StringValue
+			m, ok := byName[name]
+			if !ok {
+				m = &Model{Name: name, BandwidthGBps: *d.Attributes["memoryBandwidthGBps"].IntValue, FP32GFLOPS: *d.Attributes["fp32GFLOPS"].IntValue}
+				byName[name] = m
+				order = append(order, name)
+			}
+			m.Devices++
+			if c, ok := d.Capacity[MemoryCapacity]; ok {
+				m.MemoryBytes = max(m.MemoryBytes, c.Value.Value())
+			}
+			if _, ok := d.Capacity[figBandwidth.capacity()]; ok {
+				m.FigureCapacityDevices++
+			}
+		}
+	}
+	out := &Fleet{}
+	for _, name := range order {
+		out.Models = append(out.Models, *byName[name])
+	}
+	return out
+}
+
+// TestTierBoundsAllocateWhereCELDoes: on GPUs that are not shareable, a
+// tier bound written as a capacity request selects what its CEL test does.
+// On a fleet of every known model, with the preferred GPUs free and taken,
+// every profile must allocate the same tier on every node either way, and
+// where the bounds are capacity requests no tier may keep its CEL test.
+func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
+	var layout []any
+	for model := range loadSKUs(t) {
+		layout = append(layout, model, 1, 2)
+	}
+	f := figureCapacities(qualifiedCapacity(newFleet(t, layout...)))
+	fleetOpt := WithFleet(published(f))
+	taken := sets.New[structured.DeviceID]()
+	for i, s := range f.slices {
+		if f.model[i] == "H100" || f.model[i] == "H200" {
+			for _, d := range s.Spec.Devices {
+				taken.Insert(structured.MakeDeviceID(DriverName, s.Spec.Pool.Name, d.Name))
+			}
+		}
+	}
+	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
+	exercised := 0
+	for _, allocated := range []sets.Set[structured.DeviceID]{nil, taken} {
+		a, _ := f.allocator(t, incubatingFeatures, allocated)
+		for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
+			for _, policy := range []Policy{Performance, Economy} {
+				for _, peak := range []string{"6Gi", "14Gi", "20G", "40Gi", "70Gi"} {
+					for _, user := range users {
+						p := Profile{BoundType: bound, Policy: policy, PeakMemory: qty(peak)}
+						plain := gpuSpec(exactGPU("gpu", 1, user...))
+						cel, _, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity())
+						if err != nil {
+							t.Fatal(err)
+						}
+						capacity, plan, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity(), TierBoundsAsCapacity())
+						if err != nil {
+							t.Fatal(err)
+						}
+						what := fmt.Sprintf("%s/%s %s user %q", bound, policy, peak, user)
+						if plan.TierBounds == TierBoundsCapacity {
+							exercised++
+							checkBounds(t, what, capacity, len(user) == 0)
+						}
+						want := allocateOnEachNode(t, f, a, cel)
+						got := allocateOnEachNode(t, f, a, capacity)
+						for i := range f.nodes {
+							if got[i] != want[i] {
+								t.Errorf("%s on %s: capacity bounds allocated %q, CEL bounds %q", what, f.model[i], got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if exercised == 0 {
+		t.Fatal("no profile got its tier bounds as capacity requests")
+	}
+}
+
+// checkBounds: a tier with a bound request keeps no CEL threshold, the
+// request carries the uuid guard, and a subrequest without selectors is in
+// the class without selectors only where the user wrote none.
+func checkBounds(t *testing.T, what string, spec *resourceapi.ResourceClaimSpec, noUserSelectors bool) {
+	t.Helper()
+	if len(spec.Devices.Constraints) != 1 || *spec.Devices.Constraints[0].MatchAttribute != GuardAttribute {
+		t.Errorf("%s: constraints %+v, want the uuid guard", what, spec.Devices.Constraints)
+	}
+	bounded := 0
+	for _, sub := range spec.Devices.Requests[0].FirstAvailable {
+		for _, fig := range []figure{figBandwidth, figFP32} {
+			if sub.Capacity == nil {
+				continue
+			}
+			if _, ok := sub.Capacity.Requests[fig.capacity()]; !ok {
+				continue
+			}
+			bounded++
+			for _, s := range exprs(sub.Selectors) {
+				if strings.Contains(s, fig.attribute()+" >=") {
+					t.Errorf("%s: tier %s has a %s capacity request and keeps %q", what, sub.Name, fig.attribute(), s)
+				}
+			}
+		}
+		if len(sub.Selectors) == 0 && (sub.DeviceClassName == TierDeviceClassName) != noUserSelectors {
+			t.Errorf("%s: tier %s without selectors is in class %s", what, sub.Name, sub.DeviceClassName)
+		}
+	}
+	if bounded == 0 {
+		t.Errorf("%s: plan says capacity, but no tier has a bound request", what)
 	}
 }

@@ -1,6 +1,10 @@
 package rewrite
 
-import "fmt"
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
 
 // MemoryFloorAsCapacity writes the memory floor as a capacity request on
 // gpu.prism.dev/memory instead of a CEL selector: the allocator checks it
@@ -46,4 +50,80 @@ func (o *options) memoryFloorForm() (capacity bool, why string) {
 		}
 	}
 	return true, MemoryFloorCapacity
+}
+
+// TierBoundsAsCapacity writes a fleet tier whose test is a lower bound on a
+// figure ("memoryBandwidthGBps >= 3150") as a capacity request on that
+// figure instead of a CEL selector. The allocator checks a capacity request
+// without building a CEL activation, so a tier that fails on a node costs a
+// comparison per device instead of an evaluation. It pays only where the
+// tier has no CEL left: with the memory floor as a capacity request
+// (MemoryFloorAsCapacity) and no compute capability floor.
+//
+// It needs what MemoryFloorAsCapacity needs, and three more things:
+//   - the devices publish their figures as capacities (the plugin's
+//     --figures-as-capacity). Where the fleet shows a device that does not,
+//     the bounds stay CEL, and the plan says why;
+//   - the request asks for one GPU: a subrequest left without a selector
+//     goes to TierDeviceClassName, which matches every driver's devices, and
+//     what keeps foreign devices out where kube-scheduler ignores capacity
+//     requests is a matchAttribute constraint on gpu.prism.dev/uuid. Every
+//     Prism GPU has one, and for one device it constrains nothing else; for
+//     several it would demand one device;
+//   - the claim has room for that constraint.
+func TierBoundsAsCapacity() Option {
+	return func(o *options) { o.capacityBounds = true }
+}
+
+// Tier bound forms, as Plan.TierBounds names them.
+const (
+	TierBoundsCapacity = "capacity"
+	TierBoundsCEL      = "cel"
+)
+
+// GuardAttribute is what the constraint that keeps other drivers' devices
+// out of a request without selectors matches on (see TierBoundsAsCapacity).
+const GuardAttribute = resourceapi.FullyQualifiedName(DriverName + "/uuid")
+
+// tierBoundsForm decides, for the whole claim, between capacity requests and
+// CEL for the tier bounds where the caller asked for capacity requests, and
+// says why when they are declined.
+func (o *options) tierBoundsForm() (capacity bool, why string) {
+	if !o.capacityBounds {
+		return false, ""
+	}
+	if o.fleet != nil {
+		shared, without := 0, 0
+		for _, m := range o.fleet.Models {
+			shared += m.SharedDevices
+			if m.BandwidthGBps > 0 || m.FP32GFLOPS > 0 {
+				without += m.Devices - m.FigureCapacityDevices
+			}
+		}
+		switch {
+		case shared > 0:
+			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a bound", TierBoundsCEL, shared)
+		case without > 0:
+			return false, fmt.Sprintf("%s: %d GPUs publish no figures as capacities (the plugin's --figures-as-capacity)", TierBoundsCEL, without)
+		}
+	}
+	return true, TierBoundsCapacity
+}
+
+// boundsFit says why one request cannot carry tier bounds as capacity
+// requests, or "".
+func boundsFit(e *resourceapi.ExactDeviceRequest, constraints int) string {
+	switch {
+	case e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.Count > 1:
+		return "asks for more than one GPU, which the uuid guard would refuse"
+	case constraints >= resourceapi.DeviceConstraintsMaxSize:
+		return fmt.Sprintf("the claim has %d constraints, no room for the uuid guard", constraints)
+	}
+	return ""
+}
+
+// guard is the constraint that keeps request to devices with a Prism uuid.
+func guard(request string) resourceapi.DeviceConstraint {
+	attr := GuardAttribute
+	return resourceapi.DeviceConstraint{Requests: []string{request}, MatchAttribute: &attr}
 }

@@ -30,6 +30,11 @@ type Model struct {
 	// (allowMultipleAllocations). On such a device a capacity request is
 	// what a claim consumes, not a floor (see MemoryFloorAsCapacity).
 	SharedDevices int `json:"sharedDevices,omitempty"`
+	// FigureCapacityDevices is how many of the devices also publish their
+	// figures as capacities (the plugin's --figures-as-capacity), which a
+	// tier bound written as a capacity request needs (see
+	// TierBoundsAsCapacity).
+	FigureCapacityDevices int `json:"figureCapacityDevices,omitempty"`
 }
 
 // Option changes how Rewrite writes a claim for the cluster it serves: the
@@ -44,6 +49,8 @@ type options struct {
 	load     *Load
 	// capacityFloor: see MemoryFloorAsCapacity.
 	capacityFloor bool
+	// capacityBounds: see TierBoundsAsCapacity.
+	capacityBounds bool
 	// preference: see WithPreference.
 	preference PreferenceMode
 }

@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,12 @@ const (
 
 func (f figure) attribute() string {
 	return [...]string{"memoryBandwidthGBps", "fp32GFLOPS"}[f]
+}
+
+// capacity is the device capacity the plugin publishes the figure as, where
+// asked (see TierBoundsAsCapacity).
+func (f figure) capacity() resourceapi.QualifiedName {
+	return resourceapi.QualifiedName(DriverName + "/" + f.attribute())
 }
 
 func (f figure) unit() string { return [...]string{"GB/s", "GFLOPS"}[f] }
@@ -287,6 +295,7 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) 
 		selectors: []selectorID{c.atLeast(0)},
 		reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(0), c.fig.unit(), c.share(0, 0)),
 		models:    c.modelNames(0, 0),
+		bound:     &lowerBound{c.fig, c.threshold(0)},
 	}
 	if policy == Economy {
 		if t, ok := economyTier(fleet, c, bw); ok {
@@ -302,6 +311,7 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) 
 			selectors: []selectorID{c.atLeast(1)},
 			reason:    fmt.Sprintf("%s >= %d %s: %s", c.fig.attribute(), c.threshold(1), c.fig.unit(), c.share(0, 1)),
 			models:    c.modelNames(0, 1),
+			bound:     &lowerBound{c.fig, c.threshold(1)},
 		})
 	}
 	return append(ladder, fits), c.summary()

@@ -217,6 +217,10 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	if n.floor != nil && n.share == nil {
 		capacityFloor, floorForm = o.memoryFloorForm()
 	}
+	bounds, boundsForm := o.tierBoundsForm()
+	if bounds && !slices.ContainsFunc(ladder, func(t tier) bool { return t.bound != nil }) {
+		bounds, boundsForm = false, TierBoundsCEL+": no tier of this ladder is a lower bound on a figure"
+	}
 	logger := klog.FromContext(ctx)
 	for i := range out.Devices.Requests {
 		req := &out.Devices.Requests[i]
@@ -229,9 +233,23 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		if capacityFloor && plan.MemoryFloor == "" && !namesMemory(req.Exactly) {
 			plan.MemoryFloor = floorForm
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor)
+		requestBounds := bounds
+		if why := boundsFit(req.Exactly, len(out.Devices.Constraints)); bounds && why != "" {
+			requestBounds = false
+			if boundsForm == TierBoundsCapacity {
+				boundsForm = fmt.Sprintf("%s: request %s %s", TierBoundsCEL, req.Name, why)
+			}
+		}
+		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor, requestBounds)
 		req.Exactly = nil
+		if requestBounds {
+			out.Devices.Constraints = append(out.Devices.Constraints, guard(req.Name))
+			plan.TierBounds = TierBoundsCapacity
+		}
 		plan.Rewritten = append(plan.Rewritten, req.Name)
+	}
+	if plan.TierBounds == "" && len(plan.Rewritten) > 0 {
+		plan.TierBounds = boundsForm // declined, and why; "" where not asked
 	}
 	switch {
 	case len(plan.Rewritten) == 0 || plan.MemoryFloor != "":
@@ -294,7 +312,12 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 // would consume the floor instead of the whole GPU and let other claims in,
 // so the caller asks for it only where no GPU is published shareable, and
 // never for a memory share (the share is the capacity request already).
-func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, n needs, capacityFloor bool) []resourceapi.DeviceSubRequest {
+//
+// With bounds, a tier whose test is a lower bound on a figure carries it as
+// a capacity request on that figure instead (see TierBoundsAsCapacity), and
+// a subrequest left without any selector is guarded by the caller's uuid
+// constraint instead of a class selector.
+func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, n needs, capacityFloor, bounds bool) []resourceapi.DeviceSubRequest {
 	subs := make([]resourceapi.DeviceSubRequest, len(ladder))
 	for i, t := range ladder {
 		e := exact.DeepCopy()
@@ -305,10 +328,15 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 		case capacityFloor && n.floor != nil && requestShare(e, *n.floor):
 			exprs = without(exprs, catalogue[n.memory])
 		}
+		if bounds && t.bound != nil && requestCapacity(e, t.bound.fig.capacity(), *resource.NewQuantity(t.bound.at, resource.DecimalSI)) {
+			for _, id := range t.selectors {
+				exprs = without(exprs, catalogue[id])
+			}
+		}
 		sels := append(selectors(exprs), e.Selectors...)
 		subs[i] = resourceapi.DeviceSubRequest{
 			Name:            t.name,
-			DeviceClassName: subrequestClass(e, len(exprs) > 0),
+			DeviceClassName: subrequestClass(e, len(exprs) > 0, bounds),
 			Selectors:       sels,
 			AllocationMode:  e.AllocationMode,
 			Count:           e.Count,
@@ -326,9 +354,11 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 // a guard, and on another driver's device that is an error that aborts
 // scheduling of the pod). A capacity request is no such guard: an API server
 // without DRAConsumableCapacity drops it and the stable allocator ignores
-// it, and the subrequest would then match every driver's devices.
-func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst bool) string {
-	if generatedFirst {
+// it, and the subrequest would then match every driver's devices. Where the
+// request is guarded by the uuid constraint (TierBoundsAsCapacity), a
+// subrequest with no selector at all needs no class selector either.
+func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst, guarded bool) string {
+	if generatedFirst || guarded && len(e.Selectors) == 0 {
 		return TierDeviceClassName
 	}
 	return e.DeviceClassName
@@ -346,8 +376,16 @@ func namesMemory(e *resourceapi.ExactDeviceRequest) bool {
 // requestShare asks for amount of memory unless the user named an amount,
 // and says whether it did.
 func requestShare(e *resourceapi.ExactDeviceRequest, amount resource.Quantity) bool {
-	if namesMemory(e) {
-		return false
+	return requestCapacity(e, MemoryCapacity, amount)
+}
+
+// requestCapacity asks for amount of capacity unless the user named an
+// amount of it, and says whether it did.
+func requestCapacity(e *resourceapi.ExactDeviceRequest, capacity resourceapi.QualifiedName, amount resource.Quantity) bool {
+	if e.Capacity != nil {
+		if _, userSet := e.Capacity.Requests[capacity]; userSet {
+			return false
+		}
 	}
 	if e.Capacity == nil {
 		e.Capacity = &resourceapi.CapacityRequirements{}
@@ -355,7 +393,7 @@ func requestShare(e *resourceapi.ExactDeviceRequest, amount resource.Quantity) b
 	if e.Capacity.Requests == nil {
 		e.Capacity.Requests = map[resourceapi.QualifiedName]resource.Quantity{}
 	}
-	e.Capacity.Requests[MemoryCapacity] = amount
+	e.Capacity.Requests[capacity] = amount
 	return true
 }
 

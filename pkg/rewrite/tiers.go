@@ -12,6 +12,16 @@ type tier struct {
 	// models are the fleet's models the tier test selects; only fleet-cut
 	// tiers know them (see NodePreference).
 	models []string
+	// bound is the tier test as a lower bound on one figure, where it is
+	// nothing else, so that a capacity request can carry it instead of the
+	// selector (see TierBoundsAsCapacity); nil: CEL only.
+	bound *lowerBound
+}
+
+// lowerBound is the tier test "fig >= at".
+type lowerBound struct {
+	fig figure
+	at  int64
 }
 
 // fits is the last tier of every ladder: hard needs and user selectors only,
@@ -41,32 +51,32 @@ func preferred(ladder []tier) []tier {
 var ladders = map[BoundType]map[Policy][]tier{
 	MemoryBound: {
 		Performance: {
-			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil},
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil},
+			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil, nil},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil, nil},
 			fits,
 		},
 		Economy: {
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil, nil},
 			fits,
 		},
 	},
 	ComputeBound: {
 		Performance: {
-			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil},
+			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil, nil},
 			fits,
 		},
 		Economy: {
-			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil},
+			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil, nil},
 			fits,
 		},
 	},
 	LatencyBound: {
 		Performance: {
-			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil},
+			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil, nil},
 			fits,
 		},
 		Economy: {
-			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil},
+			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil, nil},
 			fits,
 		},
 	},
