@@ -71,6 +71,7 @@ type options struct {
 	serviceName, namespace, policy string
 	preference, replicaName        string
 	memoryFloor                    string
+	tierBounds                     string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -100,6 +101,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	flags.BoolVar(&o.excludeUnfitNodes, "exclude-unfit-nodes", true, "with --preference=affinity, also give a pod a required node-affinity term that keeps it off single-model nodes whose GPU model is below its claim's memory floor, where the claim cannot allocate anyway; the scheduler then rejects those nodes without running the DRA allocator on them")
+	flags.StringVar(&o.tierBounds, "tier-bounds", "cel", "how a fleet tier's lower bound on a figure is written: cel (a selector) or capacity (a capacity request on the figure the allocator checks without CEL; needs --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
 	flags.StringVar(&o.memoryFloor, "memory-floor", "cel", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; only where DRAConsumableCapacity is on in kube-scheduler, which the controller cannot see; it checks the API server and keeps CEL on fleets with shareable GPUs)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
@@ -154,6 +156,15 @@ func (o *options) validate() error {
 	}
 	if _, err := webhook.ParseMemoryFloor(o.memoryFloor); err != nil {
 		errs = append(errs, fmt.Errorf("--memory-floor: %w", err))
+	}
+	switch o.tierBounds {
+	case rewrite.TierBoundsCEL:
+	case rewrite.TierBoundsCapacity:
+		if o.memoryFloor != rewrite.MemoryFloorCapacity {
+			errs = append(errs, errors.New("--tier-bounds=capacity needs --memory-floor=capacity: a tier that keeps a CEL floor is evaluated on every device anyway, and both rest on the same probe"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--tier-bounds: unknown form %q: must be %q or %q", o.tierBounds, rewrite.TierBoundsCEL, rewrite.TierBoundsCapacity))
 	}
 	if o.memoryFloor == rewrite.MemoryFloorCapacity && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --memory-floor=capacity: the API server is probed with a dry-run claim there"))
@@ -258,16 +269,20 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	var memoryFloorAsCapacity func() bool
+	var memoryFloorAsCapacity, tierBoundsAsCapacity func() bool
 	if o.memoryFloor == rewrite.MemoryFloorCapacity {
 		// Probed once the webhooks are served: the dry-run claim passes
 		// through this controller's own admission webhooks.
 		probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
 		go probe.Run(ctx)
 		memoryFloorAsCapacity = probe.Capacity
+		if o.tierBounds == rewrite.TierBoundsCapacity {
+			tierBoundsAsCapacity = probe.Capacity
+		}
 	}
 	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
-		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity})
+		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity,
+		TierBoundsAsCapacity: tierBoundsAsCapacity})
 	if err != nil {
 		return err
 	}

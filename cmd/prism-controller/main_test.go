@@ -95,3 +95,29 @@ func TestEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestTierBoundsNeedTheCapacityFloor: capacity tier bounds pay only where
+// the floor is a capacity request too, and rest on its probe.
+func TestTierBoundsNeedTheCapacityFloor(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{nil, ""},
+		{[]string{"--memory-floor=capacity", "--tier-bounds=capacity"}, ""},
+		{[]string{"--tier-bounds=capacity"}, "--tier-bounds=capacity needs --memory-floor=capacity"},
+		{[]string{"--memory-floor=capacity", "--tier-bounds=fast"}, `unknown form "fast"`},
+	} {
+		var o options
+		if err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false }); err != nil {
+			t.Fatal(err)
+		}
+		err := o.validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%q: error %v, want one containing %s", tc.args, err, tc.wantErr)
+		}
+	}
+}

@@ -35,6 +35,9 @@ type Metrics struct {
 	// memoryFloor counts rewrites with --memory-floor=capacity by the form
 	// their floor took.
 	memoryFloor *prometheus.CounterVec
+	// tierBounds counts rewrites with --tier-bounds=capacity by the form
+	// their tier bounds took.
+	tierBounds *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -65,6 +68,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_memory_floor_total",
 			Help: "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.",
 		}, []string{"form"}),
+		tierBounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_tier_bounds_total",
+			Help: "Rewritten claims with --tier-bounds=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
+		}, []string{"form"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -77,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.tierBounds} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

@@ -92,6 +92,10 @@ type RewriterOptions struct {
 	// may be a capacity request (--memory-floor=capacity, once
 	// MemoryFloorProbe has found the API server keeps them). Nil: CEL.
 	MemoryFloorAsCapacity func() bool
+	// TierBoundsAsCapacity reports, per claim, whether the tiers' lower
+	// bounds may be capacity requests (--tier-bounds=capacity, under the
+	// same probe). Nil: CEL.
+	TierBoundsAsCapacity func() bool
 }
 
 // ParsePolicy checks a cluster-wide policy name.
@@ -228,6 +232,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.MemoryFloorAsCapacity != nil && r.opts.MemoryFloorAsCapacity() {
 		opts = append(opts, rewrite.MemoryFloorAsCapacity())
 	}
+	if r.opts.TierBoundsAsCapacity != nil && r.opts.TierBoundsAsCapacity() {
+		opts = append(opts, rewrite.TierBoundsAsCapacity())
+	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
@@ -252,6 +259,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	r.opts.Metrics.rewrites.WithLabelValues(string(plan.BoundType), string(plan.Policy)).Inc()
 	if form, _, _ := strings.Cut(plan.MemoryFloor, ":"); form != "" {
 		r.opts.Metrics.memoryFloor.WithLabelValues(form).Inc()
+	}
+	if form, _, _ := strings.Cut(plan.TierBounds, ":"); form != "" {
+		r.opts.Metrics.tierBounds.WithLabelValues(form).Inc()
 	}
 	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
 	return outcome{ops: ops, event: EventReasonRewritten, message: planSummary(plan)}
