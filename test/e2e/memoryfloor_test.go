@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prismgpu/prism/demo/bed"
@@ -70,5 +71,87 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 	var plan rewrite.Plan
 	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.MemoryFloor != rewrite.MemoryFloorCapacity {
 		t.Errorf("claim's plan %q does not say the floor is a capacity request (%v)", claim.Annotations[rewrite.AnnotationKey], err)
+	}
+}
+
+// TestTierBoundsPlaceAsCEL runs placement cases with --tier-bounds=capacity
+// on a plugin that publishes its figures as capacities: the fleet tiers
+// become capacity requests on gpu.prism.dev/memoryBandwidthGBps and
+// fp32GFLOPS, guarded by a uuid constraint, and the real API server and
+// scheduler must still place each job where the CEL tiers do: the
+// memory-bound job on the H100 through its bandwidth tier, and the 20 GB
+// compute-bound job, with the H100s taken, on the A100 and not the L4.
+func TestTierBoundsPlaceAsCEL(t *testing.T) {
+	e := newControllerEnvWith(t, func(o *bed.Options) {
+		o.PluginFlags = []string{"--consumable-capacity=false", "--figures-as-capacity"}
+		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity", "rewrite.tierBounds=capacity")
+		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity", "--tier-bounds=capacity")
+	})
+	if e.minor < 36 {
+		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
+	}
+	e.placementProfiles(t)
+	waitFor(t, "rewrite writes the tier bounds as capacity requests", func() bool {
+		c, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Annotations: map[string]string{"prism.dev/profile": "stream"}},
+			Spec:       gpuClaimSpec(1),
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && strings.Contains(c.Annotations[rewrite.AnnotationKey], `"tierBounds":"capacity"`)
+	})
+
+	for _, tc := range []tierBoundsCase{
+		{"stream-1", "stream", "", "gpu/bandwidth-top", "memoryBandwidthGBps"},
+		{"gemm-1", "gemm", h100, "gpu/fits", ""},
+	} {
+		// A subtest each, so that a case's pod is gone before the next
+		// case takes GPUs.
+		t.Run(tc.pod, func(t *testing.T) { e.checkTierBounds(t, tc) })
+	}
+}
+
+type tierBoundsCase struct {
+	pod, template, hog string
+	// through is the subrequest the job must be allocated through, and
+	// bound the figure that subrequest compares as a capacity ("": none).
+	through, bound string
+}
+
+func (e *controllerEnv) checkTierBounds(t *testing.T, tc tierBoundsCase) {
+	if tc.hog != "" {
+		e.hog(t, tc.hog)
+	}
+	got, claim := e.runPodUntilEnd(t, tc.pod, tc.template)
+	if want := placement(t, tc.pod); got != want {
+		t.Errorf("%s got %s, want %s as with CEL tiers", tc.pod, got, want)
+	}
+	if r := claim.Status.Allocation.Devices.Results[0].Request; r != tc.through {
+		t.Errorf("%s allocated through %s, want %s", tc.pod, r, tc.through)
+	}
+	c := claim.Spec.Devices.Constraints
+	if len(c) != 1 || c[0].MatchAttribute == nil || *c[0].MatchAttribute != rewrite.GuardAttribute {
+		t.Errorf("%s: constraints %+v, want the uuid guard", tc.pod, c)
+	}
+	for _, sub := range claim.Spec.Devices.Requests[0].FirstAvailable {
+		bounded := false
+		if sub.Capacity != nil {
+			for name := range sub.Capacity.Requests {
+				bounded = bounded || name != rewrite.MemoryCapacity
+			}
+		}
+		for _, s := range sub.Selectors {
+			if strings.Contains(s.CEL.Expression, ">=") && bounded {
+				t.Errorf("%s: subrequest %s has a capacity bound and keeps %s", tc.pod, sub.Name, s.CEL.Expression)
+			}
+		}
+		if sub.Name != strings.TrimPrefix(tc.through, "gpu/") || tc.bound == "" {
+			continue
+		}
+		var requests map[resourceapi.QualifiedName]resource.Quantity
+		if sub.Capacity != nil {
+			requests = sub.Capacity.Requests
+		}
+		if _, ok := requests[resourceapi.QualifiedName(rewrite.DriverName+"/"+tc.bound)]; !ok {
+			t.Errorf("%s: subrequest %s has no %s capacity request: %+v", tc.pod, sub.Name, tc.bound, sub.Capacity)
+		}
 	}
 }
