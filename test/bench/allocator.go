@@ -71,6 +71,19 @@ type allocatorClaim struct {
 	// allocator on: its required node affinity excludes them, and
 	// kube-scheduler's NodeAffinity Filter runs before DynamicResources.
 	skip map[string]bool
+	// fleet names the references measured on the same slices ("": the
+	// phase's own); a claim of that fleet is compared with its plain and
+	// selective claims, named "plain, "+fleet and "selective, "+fleet.
+	fleet string
+}
+
+// references are the names of the plain and the selective claim a claim is
+// compared with.
+func (c allocatorClaim) references() (plain, selective string) {
+	if c.fleet == "" {
+		return "plain", "selective"
+	}
+	return "plain, " + c.fleet, "selective, " + c.fleet
 }
 
 // Allocator runs one Allocate(ctx, node, claims) per node, as kube-scheduler's
@@ -100,13 +113,29 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The same nodes as published by a plugin with --figures-as-capacity,
+		// which capacity tier bounds need: each device has two capacities
+		// more, which every CEL evaluation on it builds.
+		withFigures, err := NewMixedFleetWithFigureCapacities(ctx, "", n, 8)
+		if err != nil {
+			return nil, err
+		}
+		aFigures, err := newAllocator(ctx, withFigures.Slices)
+		if err != nil {
+			return nil, err
+		}
 		published := rewrite.WithFleet(f.Published())
+		publishedFigures := rewrite.WithFleet(withFigures.Published())
 		for _, p := range Profiles {
 			ladder, err := RewrittenSpec(ctx, 1, p.Profile, published)
 			if err != nil {
 				return nil, err
 			}
 			capacity, err := RewrittenSpec(ctx, 1, p.Profile, published, rewrite.MemoryFloorAsCapacity())
+			if err != nil {
+				return nil, err
+			}
+			bounds, err := RewrittenSpec(ctx, 1, p.Profile, publishedFigures, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
 			if err != nil {
 				return nil, err
 			}
@@ -137,6 +166,9 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "built-in ladder", claim: claim(builtIn)},
 				{name: "affinity, hard needs", claim: claim(affinity)},
 				{name: "affinity, capacity floor", claim: claim(affinityCapacity)},
+				{name: "plain, " + figuresFleet, claim: claim(GPUSpec(1)), on: aFigures, fleet: figuresFleet},
+				{name: "selective, " + figuresFleet, claim: claim(SelectiveSpec(1)), on: aFigures, fleet: figuresFleet},
+				{name: "ladder, capacity floor and bounds", claim: claim(bounds), on: aFigures, fleet: figuresFleet},
 			}
 			if decision.ExcludedNodes() != nil {
 				skip := map[string]bool{}
@@ -209,12 +241,17 @@ func claim(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
 	}
 }
 
+// figuresFleet names the fleet published with --figures-as-capacity.
+const figuresFleet = "figures as capacity"
+
 // claimCost is what one claim shape cost over the fleet.
 type claimCost struct {
-	name        string
-	mean, worst float64   // µs per node: mean of per-node medians, largest median
-	perNode     []float64 // 0 on skipped nodes
-	fits        int
+	name string
+	// plain and selective are the names of its references.
+	plain, selective string
+	mean, worst      float64   // µs per node: mean of per-node medians, largest median
+	perNode          []float64 // 0 on skipped nodes
+	fits             int
 	// skipped nodes are not in mean or fits (allocatorClaim.skip).
 	skipped int
 }
@@ -269,6 +306,7 @@ func allocatorCase(ctx context.Context, a structured.Allocator, f *Fleet, claims
 	for i, c := range claims {
 		cc := &res.claims[i]
 		cc.name = c.name
+		cc.plain, cc.selective = c.references()
 		var sum float64
 		for n := range f.Nodes {
 			if c.skip[f.Model[n]] {
@@ -307,24 +345,29 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 	for _, c := range r.claims {
 		byName[c.name] = c
 	}
-	plain, selective := byName["plain"], byName["selective"]
 	skipped := func(c claimCost) string {
 		if c.skipped == 0 {
 			return ""
 		}
 		return fmt.Sprintf("; mean over the %d nodes the allocator runs on: NodeAffinity rejects the other %d first", len(r.model)-c.skipped, c.skipped)
 	}
-	fits := func(c claimCost) string {
-		return fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes%s", c.fits, len(r.model), plain.fits, passes, skipped(c))
-	}
 	var out []Row
-	for _, c := range r.claims[1:] {
+	for _, c := range r.claims {
+		plain := byName[c.plain]
+		if c.name == c.plain {
+			continue
+		}
 		worst, model := r.worstRatio(plain, c)
-		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "plain", plain.mean, c.name, c.mean,
-			fmt.Sprintf("%s; worst node %.0f µs, worst per-node ratio %.1fx on %s", fits(c), c.worst, worst, model)))
+		out = append(out, NewRow("allocator", cse, "mean per node", "µs", plain.name, plain.mean, c.name, c.mean,
+			fmt.Sprintf("fits on %d / %d nodes (plain %d); %d passes%s; worst node %.0f µs, worst per-node ratio %.1fx on %s",
+				c.fits, len(r.model), plain.fits, passes, skipped(c), c.worst, worst, model)))
 	}
-	for _, c := range r.claims[2:] {
-		out = append(out, NewRow("allocator", cse, "mean per node", "µs", "selective", selective.mean, c.name, c.mean, "the fair reference: a preference written by hand ("+SelectiveSelector+")"+skipped(c)))
+	for _, c := range r.claims {
+		if c.name == c.plain || c.name == c.selective {
+			continue
+		}
+		selective := byName[c.selective]
+		out = append(out, NewRow("allocator", cse, "mean per node", "µs", selective.name, selective.mean, c.name, c.mean, "the fair reference: a preference written by hand ("+SelectiveSelector+")"+skipped(c)))
 	}
 	return out
 }

@@ -36,7 +36,17 @@ type Fleet struct {
 // (through the simulator's use of gpu.ResourceDevices), named
 // <prefix><group>-<i>.
 func NewMixedFleet(ctx context.Context, prefix string, n, gpus int) (*Fleet, error) {
-	cfg := &sim.FleetConfig{}
+	return newMixedFleet(ctx, prefix, n, gpus, false)
+}
+
+// NewMixedFleetWithFigureCapacities is NewMixedFleet as published by a
+// plugin with --figures-as-capacity, the cluster capacity tier bounds need.
+func NewMixedFleetWithFigureCapacities(ctx context.Context, prefix string, n, gpus int) (*Fleet, error) {
+	return newMixedFleet(ctx, prefix, n, gpus, true)
+}
+
+func newMixedFleet(ctx context.Context, prefix string, n, gpus int, figures bool) (*Fleet, error) {
+	cfg := &sim.FleetConfig{FiguresAsCapacity: figures}
 	for i, model := range MixedModels {
 		cfg.NodeGroups = append(cfg.NodeGroups, sim.NodeGroup{
 			Name: fmt.Sprintf("%sg%d", prefix, i), Product: model, GPUsPerNode: gpus, Nodes: n / len(MixedModels),

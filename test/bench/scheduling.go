@@ -141,6 +141,10 @@ type SchedulingOptions struct {
 	// SchedulerBin: each batch of each kind is then scheduled by both in
 	// turn, half the pods each, and both are compared kind by kind.
 	PatchedSchedulerBin string
+	// FiguresAsCapacity publishes the slices as a plugin with
+	// --figures-as-capacity does, for every kind, and adds the ladder with
+	// its tier bounds as capacity requests.
+	FiguresAsCapacity bool
 }
 
 const benchScheduler = "prism-bench-scheduler"
@@ -152,7 +156,11 @@ const benchScheduler = "prism-bench-scheduler"
 // rewritten.
 func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o SchedulingOptions) ([]Row, error) {
 	logger := klog.FromContext(ctx)
-	f, err := NewMixedFleet(ctx, "sched-", o.Nodes, 8)
+	newFleet := NewMixedFleet
+	if o.FiguresAsCapacity {
+		newFleet = NewMixedFleetWithFigureCapacities
+	}
+	f, err := newFleet(ctx, "sched-", o.Nodes, 8)
 	if err != nil {
 		return nil, err
 	}
@@ -248,6 +256,13 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		{"ladder-capacity", capacity, nil},
 		{"affinity", affinitySpec, preferred},
 		{"affinity-capacity", affinityCapacity, preferred},
+	}
+	if o.FiguresAsCapacity {
+		bounds, err := RewrittenSpec(ctx, 1, *profile, published, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
+		if err != nil {
+			return nil, err
+		}
+		kinds = append(kinds, kind{"ladder-bounds", bounds, nil})
 	}
 	// With a memory floor some models cannot hold the workload: the pod
 	// webhook's required term (--exclude-unfit-nodes) keeps the pod off

@@ -38,6 +38,7 @@ func main() {
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
+		schedFigs   = flag.Bool("sched-figures-as-capacity", false, "publish the scheduling phase's slices with the figures as capacities (the plugin's --figures-as-capacity) and add the ladder with capacity tier bounds")
 		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
 		patchedSch  = flag.String("patched-sched-bin", "", "prism-scheduler (hack/upstream-allocator.sh scheduler); when set, it runs beside the --sched-bin scheduler and takes every other batch of the scheduling phase, half the pods, and both are compared kind by kind")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
@@ -65,7 +66,7 @@ func main() {
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
 	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
-	err := run(ctx, rep, *repo, *binDir, alloc, *schedNodes, *schedPods, *schedProf, *schedBin, *patchedSch, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -105,7 +106,7 @@ type allocatorFlags struct {
 	patchedBin, dir string
 }
 
-func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, schedNodes, schedPods int, schedProf, schedBin, patchedSchedBin string,
+func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions,
 	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
@@ -116,7 +117,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	if prep.ReferenceBin != "" {
 		prep.ReferenceBin, _ = filepath.Abs(prep.ReferenceBin)
 	}
-	for _, bin := range []*string{&floorBin, &schedBin, &patchedSchedBin} {
+	for _, bin := range []*string{&floorBin, &sched.SchedulerBin, &sched.PatchedSchedulerBin} {
 		if *bin != "" {
 			*bin, _ = filepath.Abs(*bin)
 		}
@@ -215,7 +216,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	var errs []error
 	if want("scheduling") {
 		errs = append(errs, phase("scheduling", func() error {
-			rows, err := bench.Scheduling(ctx, c, client, bench.SchedulingOptions{Nodes: schedNodes, Pods: schedPods, Warmup: 10, Profile: schedProf, SchedulerBin: schedBin, PatchedSchedulerBin: patchedSchedBin})
+			rows, err := bench.Scheduling(ctx, c, client, sched)
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}))
