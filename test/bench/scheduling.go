@@ -360,6 +360,11 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	compare(1, 2, "the fair reference: "+SelectiveSelector+" written by hand")
 	compare(1, 3, "")
+	for i, k := range kinds {
+		if k.name == "ladder-bounds" {
+			compare(1, i, "")
+		}
+	}
 	compare(2, 4, fmt.Sprintf("affinity: hard needs in the claim, %s on the pod; pods on the first tier's models (%s): %s",
 		decision.TermsSummary(), strings.Join(decision.Terms[0].Models, ", "), strings.Join(onTop, ", ")))
 	if len(scheds) > 1 {
