@@ -140,3 +140,59 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestRewriterWritesTierBoundsAsAsked: the rewriter writes the tier bound
+// as a capacity request, with the uuid guard, while TierBoundsAsCapacity
+// says yes and the fleet publishes its figures as capacities, and counts
+// the form each claim's bounds took.
+func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30, FigureCapacityDevices: 8}
+	l40s := rewrite.Model{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30, FigureCapacityDevices: 8}
+	fleet := &rewrite.Fleet{Models: []rewrite.Model{h100, l40s}}
+	m, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := resource.MustParse("20Gi")
+	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+		wp.Status.PeakMemory = &peak
+	})
+	bounds := false
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+		Fleet: func() *rewrite.Fleet { return fleet }, MemoryFloorAsCapacity: func() bool { return true }, TierBoundsAsCapacity: func() bool { return bounds }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	object := readFixture(t, "claim-profiled.json")
+	// request says whether the top tier compares bandwidth as a capacity,
+	// and whether the claim carries the guard.
+	request := func(withoutFigures int) (capacityBound, guarded bool) {
+		fleet.Models[1].FigureCapacityDevices = 8 - withoutFigures
+		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+		top := claim.Spec.Devices.Requests[0].FirstAvailable[0]
+		if top.Capacity != nil {
+			_, capacityBound = top.Capacity.Requests[rewrite.DriverName+"/memoryBandwidthGBps"]
+		}
+		for _, c := range claim.Spec.Devices.Constraints {
+			guarded = guarded || c.MatchAttribute != nil && *c.MatchAttribute == rewrite.GuardAttribute
+		}
+		return capacityBound, guarded
+	}
+
+	if b, g := request(0); b || g {
+		t.Errorf("bounds not asked for: capacity bound %v, guard %v; want neither", b, g)
+	}
+	bounds = true
+	if b, g := request(0); !b || !g {
+		t.Errorf("bounds asked for: capacity bound %v, guard %v; want both", b, g)
+	}
+	if b, g := request(3); b || g {
+		t.Errorf("3 GPUs without figure capacities: capacity bound %v, guard %v; want neither", b, g)
+	}
+	for form, want := range map[string]float64{rewrite.TierBoundsCapacity: 1, rewrite.TierBoundsCEL: 1} {
+		if got := testutil.ToFloat64(m.tierBounds.WithLabelValues(form)); got != want {
+			t.Errorf("prism_webhook_tier_bounds_total{form=%q} = %v, want %v", form, got, want)
+		}
+	}
+}
