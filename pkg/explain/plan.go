@@ -30,8 +30,9 @@ type PlanNote struct {
 }
 
 // PlanNotes spells out a prism.dev/rewrite annotation for a reader: the
-// fleet the ladder was cut from, what the load-aware policy decided, and
-// why each tier is there. Nothing when the annotation is not a plan (a
+// fleet the ladder was cut from, what the load-aware policy decided, how
+// the memory floor and tier bounds were written, and why each tier is
+// there. Nothing when the annotation is not a plan (a
 // profiling note, say): the raw annotation is printed anyway.
 func PlanNotes(annotation string) []PlanNote {
 	var p rewrite.Plan
@@ -53,6 +54,14 @@ func PlanNotes(annotation string) []PlanNote {
 		if r := d.ExcludedNodes(); r != nil {
 			notes = append(notes, PlanNote{"Excluded", fmt.Sprintf("%s NotIn [%s]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false", r.Key, strings.Join(r.Values, ", "))})
 		}
+	}
+	// Where the operator asked for capacity requests, say which form each
+	// need took: a "cel: ..." here is why the claim is not the cheap one.
+	if p.MemoryFloor != "" {
+		notes = append(notes, PlanNote{"Memory floor", p.MemoryFloor})
+	}
+	if p.TierBounds != "" {
+		notes = append(notes, PlanNote{"Tier bounds", p.TierBounds})
 	}
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})

@@ -51,6 +51,13 @@ func TestPlanNotes(t *testing.T) {
 				{"Excluded", "gpu.prism.dev/model NotIn [NVIDIA-L4]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false"},
 				{"Tier", "fits: hard needs only"},
 			}},
+		{"capacity forms asked for: what each need became, and why not",
+			`{"profile":"p","boundType":"ComputeBound","policy":"economy","memoryFloor":"capacity","tierBounds":"cel: no tier of this ladder is a lower bound on a figure","alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Memory floor", "capacity"},
+				{"Tier bounds", "cel: no tier of this ladder is a lower bound on a figure"},
+				{"Tier", "fits: hard needs only"},
+			}},
 		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`, nil},
 		{"not JSON", `{`, nil},
 	} {
