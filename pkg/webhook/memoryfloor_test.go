@@ -19,6 +19,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -87,13 +88,19 @@ func TestMemoryFloorProbe(t *testing.T) {
 	}
 }
 
-// TestRewriterWritesTheMemoryFloorAsAsked: the rewriter asks for the
-// capacity floor while MemoryFloorAsCapacity says yes, and counts the form
-// each floor took.
-func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
-	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
-	l40s := rewrite.Model{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30}
-	fleet := &rewrite.Fleet{Models: []rewrite.Model{h100, l40s}}
+// h100AndL40S is a fleet where a memory-bound job of 20Gi has a
+// bandwidth tier (the H100) above the fits tier.
+func h100AndL40S() *rewrite.Fleet {
+	return &rewrite.Fleet{Models: []rewrite.Model{
+		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30},
+		{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30},
+	}}
+}
+
+// streamRewriter is a rewriter for a memory-bound profile of 20Gi on fleet,
+// with the capacity switches given in o.
+func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o RewriterOptions) (http.Handler, *Metrics) {
+	t.Helper()
 	m, err := NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -103,12 +110,22 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.PeakMemory = &peak
 	})
-	capacity := false
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
-		Fleet: func() *rewrite.Fleet { return fleet }, MemoryFloorAsCapacity: func() bool { return capacity }})
+	o.Profiles, o.Policy, o.Recorder, o.Metrics = fakeReader(t, stream), rewrite.Performance, record.NewFakeRecorder(10), m
+	o.Fleet = func() *rewrite.Fleet { return fleet }
+	h, err := NewRewriter(o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, m
+}
+
+// TestRewriterWritesTheMemoryFloorAsAsked: the rewriter asks for the
+// capacity floor while MemoryFloorAsCapacity says yes, and counts the form
+// each floor took.
+func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
+	fleet := h100AndL40S()
+	capacity := false
+	h, m := streamRewriter(t, fleet, RewriterOptions{MemoryFloorAsCapacity: func() bool { return capacity }})
 	object := readFixture(t, "claim-profiled.json")
 	request := func(shared int) (memory string, hasCEL bool) {
 		fleet.Models[1].SharedDevices = shared
@@ -146,24 +163,10 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 // says yes and the fleet publishes its figures as capacities, and counts
 // the form each claim's bounds took.
 func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
-	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30, FigureCapacityDevices: 8}
-	l40s := rewrite.Model{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30, FigureCapacityDevices: 8}
-	fleet := &rewrite.Fleet{Models: []rewrite.Model{h100, l40s}}
-	m, err := NewMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peak := resource.MustParse("20Gi")
-	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
-		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
-		wp.Status.PeakMemory = &peak
-	})
+	fleet := h100AndL40S()
+	fleet.Models[0].FigureCapacityDevices = 8
 	bounds := false
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
-		Fleet: func() *rewrite.Fleet { return fleet }, MemoryFloorAsCapacity: func() bool { return true }, TierBoundsAsCapacity: func() bool { return bounds }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, m := streamRewriter(t, fleet, RewriterOptions{MemoryFloorAsCapacity: func() bool { return true }, TierBoundsAsCapacity: func() bool { return bounds }})
 	object := readFixture(t, "claim-profiled.json")
 	// request says whether the top tier compares bandwidth as a capacity,
 	// and whether the claim carries the guard.
