@@ -154,19 +154,16 @@ func (o *options) validate() error {
 	if _, err := rewrite.ParsePreference(o.preference); err != nil {
 		errs = append(errs, fmt.Errorf("--preference: %w", err))
 	}
-	if _, err := webhook.ParseMemoryFloor(o.memoryFloor); err != nil {
+	if _, err := webhook.ParseForm(o.memoryFloor); err != nil {
 		errs = append(errs, fmt.Errorf("--memory-floor: %w", err))
 	}
-	switch o.tierBounds {
-	case rewrite.TierBoundsCEL:
-	case rewrite.TierBoundsCapacity:
-		if o.memoryFloor != rewrite.MemoryFloorCapacity {
-			errs = append(errs, errors.New("--tier-bounds=capacity needs --memory-floor=capacity: a tier that keeps a CEL floor is evaluated on every device anyway, and both rest on the same probe"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("--tier-bounds: unknown form %q: must be %q or %q", o.tierBounds, rewrite.TierBoundsCEL, rewrite.TierBoundsCapacity))
+	if _, err := webhook.ParseForm(o.tierBounds); err != nil {
+		errs = append(errs, fmt.Errorf("--tier-bounds: %w", err))
 	}
-	if o.memoryFloor == rewrite.MemoryFloorCapacity && o.namespace == "" {
+	if o.tierBounds == rewrite.FormCapacity && o.memoryFloor != rewrite.FormCapacity {
+		errs = append(errs, errors.New("--tier-bounds=capacity needs --memory-floor=capacity: a tier that keeps a CEL floor is evaluated on every device anyway, and both rest on the same probe"))
+	}
+	if o.memoryFloor == rewrite.FormCapacity && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --memory-floor=capacity: the API server is probed with a dry-run claim there"))
 	}
 	if o.selfSigned && o.namespace == "" {
@@ -270,13 +267,13 @@ func run(ctx context.Context, o options) error {
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
 	var memoryFloorAsCapacity, tierBoundsAsCapacity func() bool
-	if o.memoryFloor == rewrite.MemoryFloorCapacity {
+	if o.memoryFloor == rewrite.FormCapacity {
 		// Probed once the webhooks are served: the dry-run claim passes
 		// through this controller's own admission webhooks.
 		probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
 		go probe.Run(ctx)
 		memoryFloorAsCapacity = probe.Capacity
-		if o.tierBounds == rewrite.TierBoundsCapacity {
+		if o.tierBounds == rewrite.FormCapacity {
 			tierBoundsAsCapacity = probe.Capacity
 		}
 	}

@@ -286,8 +286,8 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 // it has as a capacity too, which a tier bound written as a capacity request
 // needs (rewrite.TierBoundsAsCapacity).
 func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
-	for name, figure := range map[string]int64{"memoryBandwidthGBps": m.BandwidthGBps, "fp32GFLOPS": m.FP32GFLOPS} {
-		if _, ok := d.Capacity[resourceapi.QualifiedName(rewrite.DriverName+"/"+name)]; figure > 0 && !ok {
+	for name, figure := range map[resourceapi.QualifiedName]int64{rewrite.BandwidthCapacity: m.BandwidthGBps, rewrite.FP32Capacity: m.FP32GFLOPS} {
+		if _, ok := d.Capacity[name]; figure > 0 && !ok {
 			return false
 		}
 	}

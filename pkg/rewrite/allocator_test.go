@@ -238,7 +238,7 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if plan.TierBounds == TierBoundsCapacity {
+					if plan.TierBounds == FormCapacity {
 						boundsApplied++
 					}
 					res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
@@ -561,7 +561,7 @@ func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
 							t.Fatal(err)
 						}
 						what := fmt.Sprintf("%s/%s %s user %q", bound, policy, peak, user)
-						if plan.TierBounds == TierBoundsCapacity {
+						if plan.TierBounds == FormCapacity {
 							exercised++
 							checkBounds(t, what, capacity, len(user) == 0)
 						}

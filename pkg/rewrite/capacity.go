@@ -27,10 +27,11 @@ func MemoryFloorAsCapacity() Option {
 	return func(o *options) { o.capacityFloor = true }
 }
 
-// Memory floor forms, as Plan.MemoryFloor names them.
+// The forms a need can take, as Plan.MemoryFloor and Plan.TierBounds name
+// them; a declined capacity form reads "cel: why".
 const (
-	MemoryFloorCapacity = "capacity"
-	MemoryFloorCEL      = "cel"
+	FormCapacity = "capacity"
+	FormCEL      = "cel"
 )
 
 // memoryFloorForm decides between the capacity request and the CEL floor
@@ -41,15 +42,11 @@ func (o *options) memoryFloorForm() (capacity bool, why string) {
 		return false, ""
 	}
 	if o.fleet != nil {
-		shared := 0
-		for _, m := range o.fleet.Models {
-			shared += m.SharedDevices
-		}
-		if shared > 0 {
-			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a floor", MemoryFloorCEL, shared)
+		if shared := o.fleet.sharedDevices(); shared > 0 {
+			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a floor", FormCEL, shared)
 		}
 	}
-	return true, MemoryFloorCapacity
+	return true, FormCapacity
 }
 
 // TierBoundsAsCapacity writes a fleet tier whose test is a lower bound on a
@@ -75,12 +72,6 @@ func TierBoundsAsCapacity() Option {
 	return func(o *options) { o.capacityBounds = true }
 }
 
-// Tier bound forms, as Plan.TierBounds names them.
-const (
-	TierBoundsCapacity = "capacity"
-	TierBoundsCEL      = "cel"
-)
-
 // GuardAttribute is what the constraint that keeps other drivers' devices
 // out of a request without selectors matches on (see TierBoundsAsCapacity).
 const GuardAttribute = resourceapi.FullyQualifiedName(DriverName + "/uuid")
@@ -93,21 +84,20 @@ func (o *options) tierBoundsForm() (capacity bool, why string) {
 		return false, ""
 	}
 	if o.fleet != nil {
-		shared, without := 0, 0
+		shared, without := o.fleet.sharedDevices(), 0
 		for _, m := range o.fleet.Models {
-			shared += m.SharedDevices
 			if m.BandwidthGBps > 0 || m.FP32GFLOPS > 0 {
 				without += m.Devices - m.FigureCapacityDevices
 			}
 		}
 		switch {
 		case shared > 0:
-			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a bound", TierBoundsCEL, shared)
+			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a bound", FormCEL, shared)
 		case without > 0:
-			return false, fmt.Sprintf("%s: %d GPUs publish no figures as capacities (the plugin's --figures-as-capacity)", TierBoundsCEL, without)
+			return false, fmt.Sprintf("%s: %d GPUs publish no figures as capacities (the plugin's --figures-as-capacity)", FormCEL, without)
 		}
 	}
-	return true, TierBoundsCapacity
+	return true, FormCapacity
 }
 
 // boundsFit says why one request cannot carry tier bounds as capacity
@@ -126,4 +116,14 @@ func boundsFit(e *resourceapi.ExactDeviceRequest, constraints int) string {
 func guard(request string) resourceapi.DeviceConstraint {
 	attr := GuardAttribute
 	return resourceapi.DeviceConstraint{Requests: []string{request}, MatchAttribute: &attr}
+}
+
+// sharedDevices counts the GPUs published shareable, on which a capacity
+// request is a share rather than a floor or a bound.
+func (f *Fleet) sharedDevices() int {
+	n := 0
+	for _, m := range f.Models {
+		n += m.SharedDevices
+	}
+	return n
 }

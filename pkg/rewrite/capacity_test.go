@@ -27,11 +27,11 @@ func TestMemoryFloorForm(t *testing.T) {
 		wantCEL     bool
 	}{
 		{"not asked: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
-		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": 4 GPUs are published shareable", "", true},
-		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, MemoryFloorCapacity, "39Gi", false},
-		{"the claim's own amount stays the request", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, MemoryFloorCEL + ": every rewritten request names its own", "30Gi", true},
+		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, FormCEL + ": 4 GPUs are published shareable", "", true},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"the claim's own amount stays the request", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCEL + ": every rewritten request names its own", "30Gi", true},
 		{"a memory share is a share, not a floor", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

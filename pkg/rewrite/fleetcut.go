@@ -2,11 +2,11 @@ package rewrite
 
 import (
 	"fmt"
-
-	resourceapi "k8s.io/api/resource/v1"
 	"slices"
 	"strconv"
 	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
 )
 
 // figure is a number the plugin publishes per device that a ladder ranks
@@ -26,7 +26,7 @@ func (f figure) attribute() string {
 // capacity is the device capacity the plugin publishes the figure as, where
 // asked (see TierBoundsAsCapacity).
 func (f figure) capacity() resourceapi.QualifiedName {
-	return resourceapi.QualifiedName(DriverName + "/" + f.attribute())
+	return [...]resourceapi.QualifiedName{BandwidthCapacity, FP32Capacity}[f]
 }
 
 func (f figure) unit() string { return [...]string{"GB/s", "GFLOPS"}[f] }

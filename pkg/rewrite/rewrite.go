@@ -68,6 +68,14 @@ type Profile struct {
 // MemoryCapacity is the device capacity a memory share is requested from.
 const MemoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
 
+// BandwidthCapacity and FP32Capacity are the figures as the plugin publishes
+// them as capacities with --figures-as-capacity, for tier bounds written as
+// capacity requests (TierBoundsAsCapacity).
+const (
+	BandwidthCapacity = resourceapi.QualifiedName(DriverName + "/memoryBandwidthGBps")
+	FP32Capacity      = resourceapi.QualifiedName(DriverName + "/fp32GFLOPS")
+)
+
 // ErrInvalidProfile is wrapped by every error caused by profile contents.
 var ErrInvalidProfile = errors.New("invalid profile")
 
@@ -219,7 +227,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	}
 	bounds, boundsForm := o.tierBoundsForm()
 	if bounds && !slices.ContainsFunc(ladder, func(t tier) bool { return t.bound != nil }) {
-		bounds, boundsForm = false, TierBoundsCEL+": no tier of this ladder is a lower bound on a figure"
+		bounds, boundsForm = false, FormCEL+": no tier of this ladder is a lower bound on a figure"
 	}
 	logger := klog.FromContext(ctx)
 	for i := range out.Devices.Requests {
@@ -236,15 +244,15 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		requestBounds := bounds
 		if why := boundsFit(req.Exactly, len(out.Devices.Constraints)); bounds && why != "" {
 			requestBounds = false
-			if boundsForm == TierBoundsCapacity {
-				boundsForm = fmt.Sprintf("%s: request %s %s", TierBoundsCEL, req.Name, why)
+			if boundsForm == FormCapacity {
+				boundsForm = fmt.Sprintf("%s: request %s %s", FormCEL, req.Name, why)
 			}
 		}
 		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor, requestBounds)
 		req.Exactly = nil
 		if requestBounds {
 			out.Devices.Constraints = append(out.Devices.Constraints, guard(req.Name))
-			plan.TierBounds = TierBoundsCapacity
+			plan.TierBounds = FormCapacity
 		}
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}
@@ -254,7 +262,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	switch {
 	case len(plan.Rewritten) == 0 || plan.MemoryFloor != "":
 	case capacityFloor:
-		plan.MemoryFloor = MemoryFloorCEL + ": every rewritten request names its own " + string(MemoryCapacity) + " amount"
+		plan.MemoryFloor = FormCEL + ": every rewritten request names its own " + string(MemoryCapacity) + " amount"
 	default:
 		plan.MemoryFloor = floorForm // declined, and why; "" where not asked
 	}

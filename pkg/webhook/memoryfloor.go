@@ -32,18 +32,18 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// ParseMemoryFloor checks a --memory-floor value: rewrite.MemoryFloorCEL,
+// ParseForm checks a --memory-floor or --tier-bounds value: rewrite.FormCEL,
 // a selector that holds whatever the cluster's feature gates, or
-// rewrite.MemoryFloorCapacity, a capacity request the allocator checks
-// without CEL, for which the operator vouches that DRAConsumableCapacity is
-// on in kube-scheduler (the controller checks the API server itself,
+// rewrite.FormCapacity, a capacity request the allocator checks without
+// CEL, for which the operator vouches that DRAConsumableCapacity is on in
+// kube-scheduler (the controller checks the API server itself,
 // MemoryFloorProbe, and the fleet per claim).
-func ParseMemoryFloor(s string) (string, error) {
+func ParseForm(s string) (string, error) {
 	switch s {
-	case rewrite.MemoryFloorCEL, rewrite.MemoryFloorCapacity:
+	case rewrite.FormCEL, rewrite.FormCapacity:
 		return s, nil
 	}
-	return "", fmt.Errorf("unknown memory floor %q: must be %q or %q", s, rewrite.MemoryFloorCEL, rewrite.MemoryFloorCapacity)
+	return "", fmt.Errorf("unknown form %q: must be %q or %q", s, rewrite.FormCEL, rewrite.FormCapacity)
 }
 
 // MemoryFloorProbe finds out whether the API server keeps a ResourceClaim's

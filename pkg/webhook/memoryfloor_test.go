@@ -151,7 +151,7 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	if mem, cel := request(8); mem != "" || !cel {
 		t.Errorf("fleet with shareable GPUs: memory request %q, CEL floor %v; want none and CEL", mem, cel)
 	}
-	for form, want := range map[string]float64{rewrite.MemoryFloorCapacity: 1, rewrite.MemoryFloorCEL: 1} {
+	for form, want := range map[string]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
 		if got := testutil.ToFloat64(m.memoryFloor.WithLabelValues(form)); got != want {
 			t.Errorf("prism_webhook_memory_floor_total{form=%q} = %v, want %v", form, got, want)
 		}
@@ -175,7 +175,7 @@ func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
 		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
 		top := claim.Spec.Devices.Requests[0].FirstAvailable[0]
 		if top.Capacity != nil {
-			_, capacityBound = top.Capacity.Requests[rewrite.DriverName+"/memoryBandwidthGBps"]
+			_, capacityBound = top.Capacity.Requests[rewrite.BandwidthCapacity]
 		}
 		for _, c := range claim.Spec.Devices.Constraints {
 			guarded = guarded || c.MatchAttribute != nil && *c.MatchAttribute == rewrite.GuardAttribute
@@ -193,7 +193,7 @@ func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
 	if b, g := request(3); b || g {
 		t.Errorf("3 GPUs without figure capacities: capacity bound %v, guard %v; want neither", b, g)
 	}
-	for form, want := range map[string]float64{rewrite.TierBoundsCapacity: 1, rewrite.TierBoundsCEL: 1} {
+	for form, want := range map[string]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
 		if got := testutil.ToFloat64(m.tierBounds.WithLabelValues(form)); got != want {
 			t.Errorf("prism_webhook_tier_bounds_total{form=%q} = %v, want %v", form, got, want)
 		}

@@ -69,7 +69,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 		}
 	}
 	var plan rewrite.Plan
-	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.MemoryFloor != rewrite.MemoryFloorCapacity {
+	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.MemoryFloor != rewrite.FormCapacity {
 		t.Errorf("claim's plan %q does not say the floor is a capacity request (%v)", claim.Annotations[rewrite.AnnotationKey], err)
 	}
 }
@@ -100,7 +100,7 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 	})
 
 	for _, tc := range []tierBoundsCase{
-		{"stream-1", "stream", "", "gpu/bandwidth-top", "memoryBandwidthGBps"},
+		{"stream-1", "stream", "", "gpu/bandwidth-top", rewrite.BandwidthCapacity},
 		{"gemm-1", "gemm", h100, "gpu/fits", ""},
 	} {
 		// A subtest each, so that a case's pod is gone before the next
@@ -112,8 +112,9 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 type tierBoundsCase struct {
 	pod, template, hog string
 	// through is the subrequest the job must be allocated through, and
-	// bound the figure that subrequest compares as a capacity ("": none).
-	through, bound string
+	// bound the figure capacity that subrequest compares ("": none).
+	through string
+	bound   resourceapi.QualifiedName
 }
 
 func (e *controllerEnv) checkTierBounds(t *testing.T, tc tierBoundsCase) {
@@ -150,7 +151,7 @@ func (e *controllerEnv) checkTierBounds(t *testing.T, tc tierBoundsCase) {
 		if sub.Capacity != nil {
 			requests = sub.Capacity.Requests
 		}
-		if _, ok := requests[resourceapi.QualifiedName(rewrite.DriverName+"/"+tc.bound)]; !ok {
+		if _, ok := requests[tc.bound]; !ok {
 			t.Errorf("%s: subrequest %s has no %s capacity request: %+v", tc.pod, sub.Name, tc.bound, sub.Capacity)
 		}
 	}
