@@ -627,11 +627,6 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	if !slices.Equal(overlapCheckpoint, []string{string(claim.UID)}) || !slices.Equal(overlapSpecs, specsBefore) {
 		t.Errorf("while both plugins were registered: checkpoint %v, CDI specs %v; want the claim %s and %v", overlapCheckpoint, overlapSpecs, claim.UID, specsBefore)
 	}
-	// The new plugin found the HTTP port held by the old one and took it
-	// once the old one had exited.
-	if log := podLog(t, node, newPluginPod, "kubelet-plugin"); !strings.Contains(log, "HTTP address in use") || !strings.Contains(log, "Bound the HTTP address after it was freed") {
-		t.Errorf("the new plugin's log does not show it waiting for the HTTP port and binding it:\n%s", log)
-	}
 	httpAddress := ""
 	for _, e := range newPluginPod.Spec.Containers[0].Env {
 		if e.Name == "PRISM_HTTP_ADDRESS" {
@@ -646,6 +641,18 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// The new plugin found the HTTP port held by the old one and took it
+	// once the old one had exited. It retries on an interval, so the line
+	// that says it bound the port can come after the hand-off checks above:
+	// the log is read until it is there, or for 30s.
+	var log string
+	hasWaitedAndBound := func() bool {
+		log = podLog(t, node, newPluginPod, "kubelet-plugin")
+		return strings.Contains(log, "HTTP address in use") && strings.Contains(log, "Bound the HTTP address after it was freed")
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return hasWaitedAndBound(), nil }); err != nil {
+		t.Errorf("the new plugin's log does not show it waiting for the HTTP port and binding it:\n%s", log)
+	}
 	unprepared := `prism_plugin_requests_total{method="unprepare",result="success"}`
 	unpreparedBefore := promValue(t, httpAddress, unprepared)
 	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
