@@ -33,6 +33,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // Attribute names shown in the table.
@@ -200,18 +202,27 @@ func verdict(ctx context.Context, compiler *cel.Cache, classes map[string]*resou
 }
 
 // rejection returns the first selector of alt (class selectors first, as
-// the scheduler evaluates them) that the device fails, or "".
+// the scheduler evaluates them) that the device fails, or "". Of a selector
+// that joins catalogue entries it names the first entry the device fails:
+// "memory >= 39Gi" says more than the whole conjunction.
 func rejection(ctx context.Context, compiler *cel.Cache, classes map[string]*resourceapi.DeviceClass, alt alternative, device cel.Device) string {
 	class, ok := classes[alt.class]
 	if !ok {
 		return fmt.Sprintf("device class %q not found", alt.class)
 	}
 	check := func(selectors []resourceapi.DeviceSelector, prefix string) string {
+		var exprs []string
 		for _, s := range selectors {
 			if s.CEL == nil {
 				continue
 			}
-			expr := s.CEL.Expression
+			if parts, ok := rewrite.Conjuncts(s.CEL.Expression); ok {
+				exprs = append(exprs, parts...)
+				continue
+			}
+			exprs = append(exprs, s.CEL.Expression)
+		}
+		for _, expr := range exprs {
 			r := compiler.GetOrCompile(expr)
 			if r.Error != nil {
 				return fmt.Sprintf("%s%s: compile error: %s", prefix, expr, r.Error.Detail)

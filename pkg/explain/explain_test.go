@@ -48,12 +48,13 @@ func load[T any](t *testing.T, name string) T {
 }
 
 // memoryBoundClaim is claim.json rewritten the way the webhook does for a
-// memory-bound profile with a 30Gi peak (hard need: memory >= 39Gi).
-func memoryBoundClaim(t *testing.T) *resourceapi.ResourceClaim {
+// memory-bound profile with a 30Gi peak (hard need: memory >= 39Gi) and
+// the given minimum compute capability ("": none).
+func memoryBoundClaim(t *testing.T, minCC string) *resourceapi.ResourceClaim {
 	_, ctx := ktesting.NewTestContext(t)
 	claim := load[*resourceapi.ResourceClaim](t, "claim.json")
 	peak := resource.MustParse("30Gi")
-	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: rewrite.MemoryBound, PeakMemory: &peak})
+	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: rewrite.MemoryBound, PeakMemory: &peak, MinComputeCapability: minCC})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestExplain(t *testing.T) {
 		{
 			name: "rewritten request with allocation",
 			claim: func(t *testing.T) *resourceapi.ResourceClaim {
-				c := memoryBoundClaim(t)
+				c := memoryBoundClaim(t, "")
 				c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 					{Request: "gpu/high", Driver: "gpu.prism.dev", Pool: "node-a", Device: "gpu-1"},
 				}}}
@@ -114,6 +115,24 @@ func TestExplain(t *testing.T) {
 				{"node-b", "eth0"}: `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
 			},
 			wantAllocated: key{"node-a", "gpu-1"},
+		},
+		{
+			// The hard needs are one joined selector; the verdict names the
+			// need the A100 fails, not the whole expression.
+			name: "rewritten request with a compute-capability floor",
+			claim: func(t *testing.T) *resourceapi.ResourceClaim {
+				return memoryBoundClaim(t, "9.0")
+			},
+			classes: classes,
+			want: map[key]string{
+				{"node-a", "gpu-0"}: "matches gpu/ultra",
+				{"node-a", "gpu-1"}: `rejected: gpu/fits: "cudaComputeCapability" in device.attributes["gpu.prism.dev"]`,
+				// The L40S (8.9) fails it before the user's selector.
+				{"node-b", "gpu-0"}: `rejected: gpu/fits: "cudaComputeCapability" in device.attributes["gpu.prism.dev"]`,
+				{"node-b", "gpu-1"}: `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
+				{"node-b", "gpu-2"}: `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
+				{"node-b", "eth0"}:  `rejected: gpu/fits: "memory" in device.capacity["gpu.prism.dev"]`,
+			},
 		},
 		{
 			name: "devices held by other claims",

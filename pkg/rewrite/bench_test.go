@@ -182,6 +182,6 @@ func BenchmarkFitsGuard(b *testing.B) {
 		b.Fatalf("fits tier without hard needs: class %s, %d selectors", fits.DeviceClassName, len(fits.Selectors))
 	}
 	fits.DeviceClassName = TierDeviceClassName
-	fits.Selectors = selectors([]string{`device.driver == "` + DriverName + `"`})
+	fits.Selectors = []resourceapi.DeviceSelector{selector(`device.driver == "` + DriverName + `"`)}
 	benchmarkNodes(b, a, f, userClass, guarded)
 }

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -129,4 +130,71 @@ func checkExpression(r cel.CompilationResult) error {
 		return fmt.Errorf("catalogue selector %q: estimated cost %d exceeds %d", r.Expression, r.MaxCost, resourceapi.CELSelectorExpressionMaxCost)
 	}
 	return nil
+}
+
+// joinSeparator sits between the catalogue entries of a joined selector.
+// No entry holds it (TestCatalogueEntriesDoNotHoldTheSeparator), so a
+// joined selector splits back into its entries without ambiguity.
+const joinSeparator = ") && ("
+
+// joined is the one selector that carries a subrequest's generated tests.
+// The allocator builds a full CEL activation of the device for every
+// selector it evaluates, and that activation is most of what an evaluation
+// costs; the program itself adds little. So a tier test, a memory floor and
+// a compute-capability floor in one expression cost one activation on a
+// device, where three selectors cost up to three. A single entry stays as
+// it is. Every joined string is compiled and cost-checked once per process.
+func joined(exprs []string) (string, error) {
+	if len(exprs) == 1 {
+		return exprs[0], nil
+	}
+	expr := "(" + strings.Join(exprs, joinSeparator) + ")"
+	if err, ok := joinedChecked.Load(expr); ok {
+		return expr, asError(err)
+	}
+	err := checkExpression(cel.GetCompiler(cel.Features{}).CompileCELExpression(expr, cel.Options{}))
+	joinedChecked.Store(expr, err)
+	return expr, err
+}
+
+// joinedChecked caches checkExpression per joined string: a few strings
+// per profile and fleet, so it stays small.
+var joinedChecked sync.Map
+
+func asError(v any) error {
+	err, _ := v.(error)
+	return err
+}
+
+var catalogueSet = sync.OnceValue(func() map[string]bool {
+	set := make(map[string]bool, len(catalogue))
+	for _, e := range catalogue {
+		set[e] = true
+	}
+	return set
+})
+
+// Conjuncts returns the catalogue entries a selector that Rewrite generated
+// joins, in order, and false where expr is not such a selector. Callers use
+// it to check that a stored claim holds no CEL that neither Rewrite nor the
+// user wrote, and to say which of the joined tests a device fails.
+func Conjuncts(expr string) ([]string, bool) {
+	set := catalogueSet()
+	if set[expr] {
+		return []string{expr}, true
+	}
+	inner, ok := strings.CutPrefix(expr, "(")
+	if inner, ok = strings.CutSuffix(inner, ")"); !ok {
+		return nil, false
+	}
+	parts := strings.Split(inner, joinSeparator)
+	if len(parts) < 2 {
+		return nil, false
+	}
+	for _, p := range parts {
+		if !set[p] {
+			return nil, false
+		}
+	}
+	return parts, true
 }

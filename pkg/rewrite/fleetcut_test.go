@@ -125,19 +125,26 @@ func TestFleetCut(t *testing.T) {
 				}
 				return
 			}
-			var got []tierSpec
-			for _, sub := range out.Devices.Requests[0].FirstAvailable {
-				ts := tierSpec{name: sub.Name}
-				for _, s := range sub.Selectors {
-					ts.tests = append(ts.tests, readable(t, s.CEL.Expression))
-				}
-				got = append(got, ts)
-			}
+			got := readableLadder(t, out.Devices.Requests[0])
 			if !slices.EqualFunc(got, tc.want, func(a, b tierSpec) bool { return a.name == b.name && slices.Equal(a.tests, b.tests) }) {
 				t.Errorf("ladder\n got %v\nwant %v\nfleet %s", got, tc.want, plan.Fleet)
 			}
 		})
 	}
+}
+
+// readableLadder is req's tiers, each with its tests in readable form.
+func readableLadder(t *testing.T, req resourceapi.DeviceRequest) []tierSpec {
+	t.Helper()
+	var out []tierSpec
+	for _, sub := range req.FirstAvailable {
+		ts := tierSpec{name: sub.Name}
+		for _, e := range exprs(sub.Selectors) {
+			ts.tests = append(ts.tests, readable(t, e))
+		}
+		out = append(out, ts)
+	}
+	return out
 }
 
 func oneGPU() *resourceapi.ResourceClaimSpec {
@@ -327,14 +334,14 @@ func TestFleetCutHoldsTheWorkload(t *testing.T) {
 			var got []tierSpec
 			for _, sub := range out.Devices.Requests[0].FirstAvailable {
 				ts := tierSpec{name: sub.Name}
-				for _, s := range sub.Selectors {
-					if strings.Contains(s.CEL.Expression, `"memory" in`) {
-						continue
+				tests := exprs(sub.Selectors)
+				for _, e := range tests {
+					if !strings.Contains(e, `"memory" in`) {
+						ts.tests = append(ts.tests, readable(t, e))
 					}
-					ts.tests = append(ts.tests, readable(t, s.CEL.Expression))
 				}
 				got = append(got, ts)
-				if !slices.ContainsFunc(sub.Selectors, func(s resourceapi.DeviceSelector) bool { return strings.Contains(s.CEL.Expression, `"memory" in`) }) {
+				if !slices.ContainsFunc(tests, func(e string) bool { return strings.Contains(e, `"memory" in`) }) {
 					t.Errorf("tier %s lost the memory floor", sub.Name)
 				}
 			}

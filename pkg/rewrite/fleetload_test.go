@@ -51,14 +51,7 @@ func TestLoadAware(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []tierSpec
-			for _, sub := range out.Devices.Requests[0].FirstAvailable {
-				ts := tierSpec{name: sub.Name}
-				for _, s := range sub.Selectors {
-					ts.tests = append(ts.tests, readable(t, s.CEL.Expression))
-				}
-				got = append(got, ts)
-			}
+			got := readableLadder(t, out.Devices.Requests[0])
 			if !slices.EqualFunc(got, tc.want, func(a, b tierSpec) bool { return a.name == b.name && slices.Equal(a.tests, b.tests) }) {
 				t.Errorf("ladder\n got %v\nwant %v", got, tc.want)
 			}

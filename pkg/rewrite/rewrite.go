@@ -248,7 +248,11 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 				boundsForm = fmt.Sprintf("%s: request %s %s", FormCEL, req.Name, why)
 			}
 		}
-		req.FirstAvailable = subrequests(req.Exactly, ladder, generated, n, capacityFloor, requestBounds)
+		subs, err := subrequests(req.Exactly, ladder, generated, n, capacityFloor, requestBounds)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
+		}
+		req.FirstAvailable = subs
 		req.Exactly = nil
 		if requestBounds {
 			out.Devices.Constraints = append(out.Devices.Constraints, guard(req.Name))
@@ -305,10 +309,9 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 	case req.Exactly.AllocationMode == resourceapi.DeviceAllocationModeAll:
 		return "allocationMode All takes every matching device; tiers would change the set, not the choice"
 	}
-	for _, g := range generated {
-		if len(g)+len(req.Exactly.Selectors) > resourceapi.DeviceSelectorsMaxSize {
-			return fmt.Sprintf("user selectors plus generated ones exceed %d", resourceapi.DeviceSelectorsMaxSize)
-		}
+	joinsAny := slices.ContainsFunc(generated, func(g []string) bool { return len(g) > 0 })
+	if joinsAny && len(req.Exactly.Selectors) >= resourceapi.DeviceSelectorsMaxSize {
+		return fmt.Sprintf("the user's selectors take all %d places; the generated one needs one", resourceapi.DeviceSelectorsMaxSize)
 	}
 	return ""
 }
@@ -325,7 +328,10 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 // a capacity request on that figure instead (see TierBoundsAsCapacity), and
 // a subrequest left without any selector is guarded by the caller's uuid
 // constraint instead of a class selector.
-func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, n needs, capacityFloor, bounds bool) []resourceapi.DeviceSubRequest {
+//
+// What is left of the generated tests is one selector (see joined), ahead
+// of the user's.
+func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated [][]string, n needs, capacityFloor, bounds bool) ([]resourceapi.DeviceSubRequest, error) {
 	subs := make([]resourceapi.DeviceSubRequest, len(ladder))
 	for i, t := range ladder {
 		e := exact.DeepCopy()
@@ -341,7 +347,15 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 				exprs = without(exprs, catalogue[id])
 			}
 		}
-		sels := append(selectors(exprs), e.Selectors...)
+		var sels []resourceapi.DeviceSelector
+		if len(exprs) > 0 {
+			expr, err := joined(exprs)
+			if err != nil {
+				return nil, fmt.Errorf("tier %s: %w", t.name, err)
+			}
+			sels = append(sels, selector(expr))
+		}
+		sels = append(sels, e.Selectors...)
 		subs[i] = resourceapi.DeviceSubRequest{
 			Name:            t.name,
 			DeviceClassName: subrequestClass(e, len(exprs) > 0, bounds),
@@ -352,7 +366,7 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 			Capacity:        e.Capacity,
 		}
 	}
-	return subs
+	return subs, nil
 }
 
 // subrequestClass picks TierDeviceClassName only where a generated selector
@@ -415,12 +429,8 @@ func without(exprs []string, drop string) []string {
 	return out
 }
 
-// selectors gives each subrequest its own objects, so that a caller editing
+// selector gives each subrequest its own object, so that a caller editing
 // one selector of the result cannot change another.
-func selectors(exprs []string) []resourceapi.DeviceSelector {
-	out := make([]resourceapi.DeviceSelector, 0, len(exprs)+1)
-	for _, e := range exprs {
-		out = append(out, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}})
-	}
-	return out
+func selector(expr string) resourceapi.DeviceSelector {
+	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}
 }

@@ -101,6 +101,13 @@ func TestRewriteLadders(t *testing.T) {
 				if got := exprs(sub.Selectors); !equalStrings(got, want) {
 					t.Errorf("tier %s selectors\n got %q\nwant %q", sub.Name, got, want)
 				}
+				wantSelectors := 1 // the user's
+				if len(want) > 1 {
+					wantSelectors = 2 // the generated tests, joined in one, first
+				}
+				if len(sub.Selectors) != wantSelectors {
+					t.Errorf("tier %s: %d selectors, want %d", sub.Name, len(sub.Selectors), wantSelectors)
+				}
 				// A generated (guarded) selector first keeps foreign devices
 				// out, so the class needs no selector of its own.
 				wantClass := DeviceClassName
@@ -134,7 +141,7 @@ func TestRewriteLeavesAlone(t *testing.T) {
 	nic := exactGPU("nic", 1)
 	nic.Exactly.DeviceClassName = "nic.example.com"
 	crowded := exactGPU("crowded", 1)
-	for range resourceapi.DeviceSelectorsMaxSize - 1 {
+	for range resourceapi.DeviceSelectorsMaxSize {
 		crowded.Exactly.Selectors = append(crowded.Exactly.Selectors, sel(userSelector))
 	}
 	for name, tc := range map[string]struct {
@@ -149,7 +156,7 @@ func TestRewriteLeavesAlone(t *testing.T) {
 		"existing list of 8":   {profile, existing, "firstAvailable"},
 		"admin access":         {profile, admin, "adminAccess"},
 		"allocation mode all":  {profile, all, "All"},
-		"too many selectors":   {profile, crowded, "exceed 32"},
+		"too many selectors":   {profile, crowded, "take all 32 places"},
 		"no request type":      {profile, resourceapi.DeviceRequest{Name: "empty"}, "no exactly"},
 		"balanced ignores bad": {Profile{BoundType: Balanced, PeakMemory: qty("1Ei")}, exactGPU("gpu", 1), "Balanced"},
 	} {
@@ -339,9 +346,15 @@ func subNames(r resourceapi.DeviceRequest) []string {
 	return out
 }
 
+// exprs lists the tests of sels, a joined generated selector as the
+// catalogue entries it joins.
 func exprs(sels []resourceapi.DeviceSelector) []string {
 	var out []string
 	for _, s := range sels {
+		if parts, ok := Conjuncts(s.CEL.Expression); ok {
+			out = append(out, parts...)
+			continue
+		}
 		out = append(out, s.CEL.Expression)
 	}
 	return out

@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -374,17 +373,8 @@ func specOps(orig, out *resourceapi.ResourceClaimSpec) []patchOp {
 	return ops
 }
 
-// catalogue is the set of selectors pkg/rewrite may generate.
-var catalogue = sync.OnceValue(func() map[string]struct{} {
-	set := make(map[string]struct{})
-	for _, s := range rewrite.Catalogue() {
-		set[s] = struct{}{}
-	}
-	return set
-})
-
-// foreignSelector returns a CEL selector of out that is neither in the
-// catalogue nor one the user wrote in orig, or "".
+// foreignSelector returns a CEL selector of out that neither pkg/rewrite
+// generates (catalogue entries, joined) nor the user wrote in orig, or "".
 func foreignSelector(orig, out *resourceapi.ResourceClaimSpec) string {
 	own := make(map[string]struct{})
 	forEachSelector(orig, func(s resourceapi.DeviceSelector) string {
@@ -393,12 +383,11 @@ func foreignSelector(orig, out *resourceapi.ResourceClaimSpec) string {
 		}
 		return ""
 	})
-	cat := catalogue()
 	return forEachSelector(out, func(s resourceapi.DeviceSelector) string {
 		if s.CEL == nil {
 			return "<non-CEL selector>"
 		}
-		if _, ok := cat[s.CEL.Expression]; ok {
+		if _, ok := rewrite.Conjuncts(s.CEL.Expression); ok {
 			return ""
 		}
 		if _, ok := own[s.CEL.Expression]; ok {
