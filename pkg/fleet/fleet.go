@@ -283,11 +283,18 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 }
 
 // publishesFiguresAsCapacity says whether the device publishes every figure
-// it has as a capacity too, which a tier bound written as a capacity request
-// needs (rewrite.TierBoundsAsCapacity).
+// it has as a capacity too, which a bound written as a capacity request
+// needs (rewrite.TierBoundsAsCapacity). A compute capability the plugin
+// cannot write as an sm_XY number leaves smVersion out, and then the device
+// does not count.
 func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
-	for name, figure := range map[resourceapi.QualifiedName]int64{rewrite.BandwidthCapacity: m.BandwidthGBps, rewrite.FP32Capacity: m.FP32GFLOPS} {
-		if _, ok := d.Capacity[name]; figure > 0 && !ok {
+	_, hasCC := attribute(d, "cudaComputeCapability")
+	for name, has := range map[resourceapi.QualifiedName]bool{
+		rewrite.BandwidthCapacity: m.BandwidthGBps > 0,
+		rewrite.FP32Capacity:      m.FP32GFLOPS > 0,
+		rewrite.SMVersionCapacity: hasCC,
+	} {
+		if _, ok := d.Capacity[name]; has && !ok {
 			return false
 		}
 	}

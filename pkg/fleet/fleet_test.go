@@ -37,11 +37,12 @@ type gpu struct {
 	bandwidth int64
 	fp32      int64
 	memory    string
+	cc        string // "": not published
 }
 
 var (
-	h100 = gpu{"NVIDIA H100 80GB HBM3", 3350, 66900, "81559Mi"}
-	l4   = gpu{"NVIDIA L4", 300, 30300, "23034Mi"}
+	h100 = gpu{"NVIDIA H100 80GB HBM3", 3350, 66900, "81559Mi", "9.0.0"}
+	l4   = gpu{"NVIDIA L4", 300, 30300, "23034Mi", "8.9.0"}
 )
 
 // slice publishes GPUs the way the kubelet plugin does: qualified
@@ -61,6 +62,9 @@ func slice(uid, driver, pool string, generation int64, gpus ...gpu) *resourceapi
 			},
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {Value: resource.MustParse(g.memory)}},
 		})
+		if g.cc != "" {
+			s.Spec.Devices[i].Attributes["gpu.prism.dev/cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(g.cc)}
+		}
 	}
 	return s
 }
@@ -93,7 +97,19 @@ func figuresAsCapacity(s *resourceapi.ResourceSlice, first int) *resourceapi.Res
 		for _, name := range []resourceapi.QualifiedName{"gpu.prism.dev/memoryBandwidthGBps", "gpu.prism.dev/fp32GFLOPS"} {
 			d.Capacity[name] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(*d.Attributes[name].IntValue, resource.DecimalSI)}
 		}
+		if cc, ok := d.Attributes["gpu.prism.dev/cudaComputeCapability"]; ok {
+			var major, minor int64
+			fmt.Sscanf(*cc.VersionValue, "%d.%d", &major, &minor)
+			d.Capacity[rewrite.SMVersionCapacity] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(major*10+minor, resource.DecimalSI)}
+		}
 	}
+	return s
+}
+
+// withoutSMVersion drops smVersion from the slice's device i, as the plugin
+// does for a compute capability it cannot write as an sm_XY number.
+func withoutSMVersion(s *resourceapi.ResourceSlice, i int) *resourceapi.ResourceSlice {
+	delete(s.Spec.Devices[i].Capacity, rewrite.SMVersionCapacity)
 	return s
 }
 
@@ -142,6 +158,9 @@ func TestView(t *testing.T) {
 			v.OnAdd(figuresAsCapacity(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 1), true)
 			v.OnAdd(figuresAsCapacity(slice("b", "gpu.prism.dev", "node-b", 1, l4), 0), true)
 		}, []rewrite.Model{withFigureCapacity(model(h100, 2), 1), withFigureCapacity(model(l4, 1), 1)}, nil},
+		{"a GPU with a compute capability but no smVersion is not counted", func(v *View) {
+			v.OnAdd(withoutSMVersion(figuresAsCapacity(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 0), 1), true)
+		}, []rewrite.Model{withFigureCapacity(model(h100, 2), 1)}, nil},
 		{"a node leaves", func(v *View) {
 			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
 			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)

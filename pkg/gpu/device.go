@@ -69,6 +69,19 @@ func (c ComputeCapability) String() string {
 	return fmt.Sprintf("%d.%d", c.Major, c.Minor)
 }
 
+// smVersion is the compute capability as nvcc's sm_XY number (8.9 is 89,
+// 10.0 is 100), a number that orders as the versions do, so a capacity
+// request can be a floor on it. That holds only while the minor is one
+// digit, as it has been for every GPU so far; for any other it is not
+// published, and the controller then keeps the compute-capability floor in
+// CEL (the fleet view sees the capacity missing).
+func (c ComputeCapability) smVersion() (int64, bool) {
+	if c.Major <= 0 || c.Minor < 0 || c.Minor > 9 {
+		return 0, false
+	}
+	return int64(c.Major*10 + c.Minor), true
+}
+
 // fp32LanesPerSM is the number of FP32 results an SM retires per clock.
 // Ampere consumer parts and later doubled the FP32 datapath; GA100 and
 // Turing did not, so the compute capability, not the architecture name,

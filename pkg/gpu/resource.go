@@ -45,8 +45,9 @@ type PublishOptions struct {
 	// may each consume a slice of its memory capacity, and the scheduler
 	// never hands out more than the GPU has.
 	ShareMemory bool
-	// FiguresAsCapacity also publishes memoryBandwidthGBps and fp32GFLOPS
-	// as capacities of GPUs that are not shareable, so that a claim can ask
+	// FiguresAsCapacity also publishes memoryBandwidthGBps, fp32GFLOPS and
+	// smVersion (the compute capability as nvcc's sm_XY number) as
+	// capacities of GPUs that are not shareable, so that a claim can ask
 	// for "at least" a figure with a capacity request, which the allocator
 	// checks without a CEL evaluation (the controller's --tier-bounds). On a
 	// shareable GPU a capacity is consumed, not compared, so they are not
@@ -178,6 +179,9 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 		}
 		if f := d.FP32GFLOPS(); f > 0 {
 			capacity[qualified("fp32GFLOPS")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(f), resource.DecimalSI)}
+		}
+		if sm, ok := d.CUDAComputeCapability.smVersion(); ok {
+			capacity[qualified("smVersion")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(sm, resource.DecimalSI)}
 		}
 	}
 	return resourceapi.Device{

@@ -318,6 +318,34 @@ func TestResourceDeviceFiguresAsCapacity(t *testing.T) {
 			if _, ok := got.Capacity[qualified("memory")]; !ok {
 				t.Errorf("memory capacity missing")
 			}
+			sm, published := got.Capacity[qualified("smVersion")]
+			if published != tc.want || published && sm.Value.Value() != 90 {
+				t.Errorf("smVersion published = %v (%s), want %v and 90 for the H100's 9.0", published, sm.Value.String(), tc.want)
+			}
 		})
+	}
+}
+
+// TestSMVersionOrdersAsTheComputeCapability: a capacity floor on smVersion
+// admits exactly the GPUs a semver floor on the compute capability does,
+// and a capability whose number would not order that way is not published.
+func TestSMVersionOrdersAsTheComputeCapability(t *testing.T) {
+	for _, tc := range []struct {
+		cc   ComputeCapability
+		want int64 // 0: not published
+	}{
+		{ComputeCapability{7, 5}, 75},
+		{ComputeCapability{8, 0}, 80},
+		{ComputeCapability{8, 9}, 89},
+		{ComputeCapability{9, 0}, 90},
+		{ComputeCapability{10, 0}, 100},
+		{ComputeCapability{12, 1}, 121},
+		{ComputeCapability{8, 10}, 0}, // would read as 90, above 8.9 and equal to 9.0
+		{ComputeCapability{0, 0}, 0},  // unknown
+	} {
+		got, ok := tc.cc.smVersion()
+		if ok != (tc.want != 0) || got != tc.want {
+			t.Errorf("%s: smVersion %d, %v; want %d", tc.cc, got, ok, tc.want)
+		}
 	}
 }

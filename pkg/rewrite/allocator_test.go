@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/blang/semver/v4"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -487,6 +488,10 @@ func figureCapacities(f *fleet) *fleet {
 					d.Capacity[fig.capacity()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(*a.IntValue, resource.DecimalSI)}
 				}
 			}
+			if a, ok := d.Attributes["cudaComputeCapability"]; ok {
+				v := semver.MustParse(*a.VersionValue)
+				d.Capacity[SMVersionCapacity] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v.Major*10+v.Minor), resource.DecimalSI)}
+			}
 		}
 	}
 	return f
@@ -510,7 +515,9 @@ func published(f *fleet) *Fleet {
 			if c, ok := d.Capacity[MemoryCapacity]; ok {
 				m.MemoryBytes = max(m.MemoryBytes, c.Value.Value())
 			}
-			if _, ok := d.Capacity[figBandwidth.capacity()]; ok {
+			_, bw := d.Capacity[figBandwidth.capacity()]
+			_, sm := d.Capacity[SMVersionCapacity]
+			if bw && sm {
 				m.FigureCapacityDevices++
 			}
 		}
@@ -549,27 +556,29 @@ func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
 		for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
 			for _, policy := range []Policy{Performance, Economy} {
 				for _, peak := range []string{"6Gi", "14Gi", "20G", "40Gi", "70Gi"} {
-					for _, user := range users {
-						p := Profile{BoundType: bound, Policy: policy, PeakMemory: qty(peak)}
-						plain := gpuSpec(exactGPU("gpu", 1, user...))
-						cel, _, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity())
-						if err != nil {
-							t.Fatal(err)
-						}
-						capacity, plan, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity(), TierBoundsAsCapacity())
-						if err != nil {
-							t.Fatal(err)
-						}
-						what := fmt.Sprintf("%s/%s %s user %q", bound, policy, peak, user)
-						if plan.TierBounds == FormCapacity {
-							exercised++
-							checkBounds(t, what, capacity, len(user) == 0)
-						}
-						want := allocateOnEachNode(t, f, a, cel)
-						got := allocateOnEachNode(t, f, a, capacity)
-						for i := range f.nodes {
-							if got[i] != want[i] {
-								t.Errorf("%s on %s: capacity bounds allocated %q, CEL bounds %q", what, f.model[i], got[i], want[i])
+					for _, cc := range []string{"", "8.0", "8.9"} {
+						for _, user := range users {
+							p := Profile{BoundType: bound, Policy: policy, PeakMemory: qty(peak), MinComputeCapability: cc}
+							plain := gpuSpec(exactGPU("gpu", 1, user...))
+							cel, _, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity())
+							if err != nil {
+								t.Fatal(err)
+							}
+							capacity, plan, err := Rewrite(context.Background(), plain, p, fleetOpt, MemoryFloorAsCapacity(), TierBoundsAsCapacity())
+							if err != nil {
+								t.Fatal(err)
+							}
+							what := fmt.Sprintf("%s/%s %s cc %q user %q", bound, policy, peak, cc, user)
+							if plan.TierBounds == FormCapacity {
+								exercised++
+								checkBounds(t, what, capacity, len(user) == 0)
+							}
+							want := allocateOnEachNode(t, f, a, cel)
+							got := allocateOnEachNode(t, f, a, capacity)
+							for i := range f.nodes {
+								if got[i] != want[i] {
+									t.Errorf("%s on %s: capacity bounds allocated %q, CEL bounds %q", what, f.model[i], got[i], want[i])
+								}
 							}
 						}
 					}
@@ -592,17 +601,21 @@ func checkBounds(t *testing.T, what string, spec *resourceapi.ResourceClaimSpec,
 	}
 	bounded := 0
 	for _, sub := range spec.Devices.Requests[0].FirstAvailable {
-		for _, fig := range []figure{figBandwidth, figFP32} {
+		for capacity, test := range map[resourceapi.QualifiedName]string{
+			figBandwidth.capacity(): figBandwidth.attribute() + " >=",
+			figFP32.capacity():      figFP32.attribute() + " >=",
+			SMVersionCapacity:       "cudaComputeCapability",
+		} {
 			if sub.Capacity == nil {
 				continue
 			}
-			if _, ok := sub.Capacity.Requests[fig.capacity()]; !ok {
+			if _, ok := sub.Capacity.Requests[capacity]; !ok {
 				continue
 			}
 			bounded++
 			for _, s := range exprs(sub.Selectors) {
-				if strings.Contains(s, fig.attribute()+" >=") {
-					t.Errorf("%s: tier %s has a %s capacity request and keeps %q", what, sub.Name, fig.attribute(), s)
+				if strings.Contains(s, test) {
+					t.Errorf("%s: tier %s has a %s capacity request and keeps %q", what, sub.Name, capacity, s)
 				}
 			}
 		}

@@ -50,12 +50,13 @@ func (o *options) memoryFloorForm() (capacity bool, why string) {
 }
 
 // TierBoundsAsCapacity writes a fleet tier whose test is a lower bound on a
-// figure ("memoryBandwidthGBps >= 3150") as a capacity request on that
-// figure instead of a CEL selector. The allocator checks a capacity request
-// without building a CEL activation, so a tier that fails on a node costs a
-// comparison per device instead of an evaluation. It pays only where the
-// tier has no CEL left: with the memory floor as a capacity request
-// (MemoryFloorAsCapacity) and no compute capability floor.
+// figure ("memoryBandwidthGBps >= 3150"), and the compute capability floor,
+// as capacity requests on those figures instead of CEL selectors. The
+// allocator checks a capacity request without building a CEL activation,
+// so a tier that fails on a node costs a comparison per device instead of
+// an evaluation. It pays only where the tier has no CEL left: with the
+// memory floor as a capacity request (MemoryFloorAsCapacity), and a tier
+// test that is a lower bound.
 //
 // It needs what MemoryFloorAsCapacity needs, and three more things:
 //   - the devices publish their figures as capacities (the plugin's

@@ -339,18 +339,27 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 	if best.high*adequateShareDen < c.classes[0].high*adequateShareNum {
 		return tier{}, false
 	}
-	sels := []selectorID{bw.below(0)}
-	cond := fmt.Sprintf("%s < %d %s", figBandwidth.attribute(), bw.threshold(0), figBandwidth.unit())
-	if len(rc.classes) > 1 {
-		sels = append([]selectorID{rc.atLeast(0)}, sels...)
-		cond = fmt.Sprintf("%s >= %d %s and %s", c.fig.attribute(), rc.threshold(0), c.fig.unit(), cond)
+	t := tier{name: tierName(c.fig, "value"), models: rc.modelNames(0, 0)}
+	below := fmt.Sprintf("%s < %d %s", figBandwidth.attribute(), bw.threshold(0), figBandwidth.unit())
+	switch {
+	case len(rc.classes) == 1:
+		t.selectors = []selectorID{bw.below(0)}
+		t.reason = fmt.Sprintf("%s: %s; leaves the top bandwidth class free", below, rc.share(0, 0))
+	case slices.ContainsFunc(bw.classes[0].models, func(m Model) bool { return c.fig.of(m) >= rc.threshold(0) }):
+		t.selectors = []selectorID{rc.atLeast(0), bw.below(0)}
+		t.reason = fmt.Sprintf("%s >= %d %s and %s: %s; leaves the top bandwidth class free", c.fig.attribute(), rc.threshold(0), c.fig.unit(), below, rc.share(0, 0))
+	default:
+		// No model of the top bandwidth class reaches the lower bound, so
+		// the upper bound selects nothing less on this fleet. Without it the
+		// tier is a lower bound, which --tier-bounds=capacity writes without
+		// CEL. A model that has both and joins later is open to claims
+		// written before it, as every fleet change is seen by later claims
+		// only.
+		t.selectors = []selectorID{rc.atLeast(0)}
+		t.bound = &lowerBound{c.fig, rc.threshold(0)}
+		t.reason = fmt.Sprintf("%s >= %d %s: %s; leaves the top bandwidth class free (none of it reaches that)", c.fig.attribute(), rc.threshold(0), c.fig.unit(), rc.share(0, 0))
 	}
-	return tier{
-		name:      tierName(c.fig, "value"),
-		selectors: sels,
-		reason:    fmt.Sprintf("%s: %s; leaves the top bandwidth class free", cond, rc.share(0, 0)),
-		models:    rc.modelNames(0, 0),
-	}, true
+	return t, true
 }
 
 // latencyLadder serves workloads bound by launch latency and clocks, which

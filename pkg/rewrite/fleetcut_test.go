@@ -109,6 +109,10 @@ func TestFleetCut(t *testing.T) {
 		// The demo's fleet: 16 GB compute-bound economy must reach the L4.
 		{"demo-mixed", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
 		{"demo-mixed", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1600)}}, fits}},
+		// The bench's fleet: the L40S leads FP32 outside the H100s, and no
+		// H100 reaches its threshold, so the tier needs no upper bound on
+		// bandwidth (and is a lower bound --tier-bounds=capacity can write).
+		{"h100-a100-l40s-l4", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(80000)}}, fits}},
 	} {
 		t.Run(tc.fleet+"/"+string(tc.bound)+"/"+string(tc.policy), func(t *testing.T) {
 			in := oneGPU()

@@ -68,12 +68,14 @@ type Profile struct {
 // MemoryCapacity is the device capacity a memory share is requested from.
 const MemoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
 
-// BandwidthCapacity and FP32Capacity are the figures as the plugin publishes
-// them as capacities with --figures-as-capacity, for tier bounds written as
-// capacity requests (TierBoundsAsCapacity).
+// BandwidthCapacity, FP32Capacity and SMVersionCapacity are the figures as
+// the plugin publishes them as capacities with --figures-as-capacity, for
+// lower bounds written as capacity requests (TierBoundsAsCapacity).
+// SMVersionCapacity is the compute capability as nvcc's sm_XY number.
 const (
 	BandwidthCapacity = resourceapi.QualifiedName(DriverName + "/memoryBandwidthGBps")
 	FP32Capacity      = resourceapi.QualifiedName(DriverName + "/fp32GFLOPS")
+	SMVersionCapacity = resourceapi.QualifiedName(DriverName + "/smVersion")
 )
 
 // ErrInvalidProfile is wrapped by every error caused by profile contents.
@@ -98,7 +100,10 @@ var ccPattern = regexp.MustCompile(`^([0-9]{1,3})\.([0-9]{1,3})$`)
 type needs struct {
 	memory selectorID // -1: none
 	cc     selectorID // -1: none
-	text   string
+	// sm is the cc floor as an sm_XY number, for a capacity request on
+	// SMVersionCapacity in its place.
+	sm   int64
+	text string
 	// floor is the memory floor of the memory selector as a quantity, for
 	// a capacity request in its place; nil: no memory need.
 	floor *resource.Quantity
@@ -152,6 +157,7 @@ func (p Profile) needs() (needs, error) {
 		for i, f := range ccFloors {
 			if major < f.major || major == f.major && minor <= f.minor {
 				n.cc = selCCFirst + selectorID(i)
+				n.sm = int64(f.major*10 + f.minor)
 				if n.text != "" {
 					n.text += " "
 				}
@@ -226,8 +232,12 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		capacityFloor, floorForm = o.memoryFloorForm()
 	}
 	bounds, boundsForm := o.tierBoundsForm()
-	if bounds && !slices.ContainsFunc(ladder, func(t tier) bool { return t.bound != nil }) {
-		bounds, boundsForm = false, FormCEL+": no tier of this ladder is a lower bound on a figure"
+	// Only the fleet view says whether the GPUs publish smVersion, so the
+	// cc floor alone asks for the capacity form only where a fleet is known
+	// (a ladder with a bound tier is always cut from one).
+	ccBound := n.cc >= 0 && o.fleet != nil
+	if bounds && !ccBound && !slices.ContainsFunc(ladder, func(t tier) bool { return t.bound != nil }) {
+		bounds, boundsForm = false, FormCEL+": no tier of this ladder is a lower bound on a figure, and there is no compute-capability floor"
 	}
 	logger := klog.FromContext(ctx)
 	for i := range out.Devices.Requests {
@@ -325,9 +335,10 @@ func ineligible(req *resourceapi.DeviceRequest, generated [][]string) string {
 // never for a memory share (the share is the capacity request already).
 //
 // With bounds, a tier whose test is a lower bound on a figure carries it as
-// a capacity request on that figure instead (see TierBoundsAsCapacity), and
-// a subrequest left without any selector is guarded by the caller's uuid
-// constraint instead of a class selector.
+// a capacity request on that figure instead, and so does the compute
+// capability floor (see TierBoundsAsCapacity); a subrequest left without
+// any selector is guarded by the caller's uuid constraint instead of a
+// class selector.
 //
 // What is left of the generated tests is one selector (see joined), ahead
 // of the user's.
@@ -346,6 +357,9 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 			for _, id := range t.selectors {
 				exprs = without(exprs, catalogue[id])
 			}
+		}
+		if bounds && n.cc >= 0 && requestCapacity(e, SMVersionCapacity, *resource.NewQuantity(n.sm, resource.DecimalSI)) {
+			exprs = without(exprs, catalogue[n.cc])
 		}
 		var sels []resourceapi.DeviceSelector
 		if len(exprs) > 0 {
