@@ -101,8 +101,8 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	flags.BoolVar(&o.excludeUnfitNodes, "exclude-unfit-nodes", true, "with --preference=affinity, also give a pod a required node-affinity term that keeps it off single-model nodes whose GPU model is below its claim's memory floor, where the claim cannot allocate anyway; the scheduler then rejects those nodes without running the DRA allocator on them")
-	flags.StringVar(&o.tierBounds, "tier-bounds", "cel", "how a fleet tier's lower bound on a figure is written: cel (a selector) or capacity (a capacity request on the figure the allocator checks without CEL; needs --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
-	flags.StringVar(&o.memoryFloor, "memory-floor", "cel", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; only where DRAConsumableCapacity is on in kube-scheduler, which the controller cannot see; it checks the API server and keeps CEL on fleets with shareable GPUs)")
+	flags.StringVar(&o.tierBounds, "tier-bounds", "capacity", "how a fleet tier's lower bound on a figure, and a compute-capability floor, are written: cel (a selector) or capacity (a capacity request the allocator checks without CEL; only with --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and where the GPUs publish the figures as capacities, the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
+	flags.StringVar(&o.memoryFloor, "memory-floor", "capacity", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; assumes DRAConsumableCapacity in kube-scheduler wherever the API server has it on, its default since 1.36, which the controller cannot see; it probes the API server in --namespace and keeps CEL until that answers yes, and on fleets with shareable GPUs)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -159,12 +159,6 @@ func (o *options) validate() error {
 	}
 	if _, err := webhook.ParseForm(o.tierBounds); err != nil {
 		errs = append(errs, fmt.Errorf("--tier-bounds: %w", err))
-	}
-	if o.tierBounds == rewrite.FormCapacity && o.memoryFloor != rewrite.FormCapacity {
-		errs = append(errs, errors.New("--tier-bounds=capacity needs --memory-floor=capacity: a tier that keeps a CEL floor is evaluated on every device anyway, and both rest on the same probe"))
-	}
-	if o.memoryFloor == rewrite.FormCapacity && o.namespace == "" {
-		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --memory-floor=capacity: the API server is probed with a dry-run claim there"))
 	}
 	if o.selfSigned && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --self-signed"))
@@ -266,17 +260,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := webhook.ParsePolicy(o.policy)
-	var memoryFloorAsCapacity, tierBoundsAsCapacity func() bool
-	if o.memoryFloor == rewrite.FormCapacity {
-		// Probed once the webhooks are served: the dry-run claim passes
-		// through this controller's own admission webhooks.
-		probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
-		go probe.Run(ctx)
-		memoryFloorAsCapacity = probe.Capacity
-		if o.tierBounds == rewrite.FormCapacity {
-			tierBoundsAsCapacity = probe.Capacity
-		}
-	}
+	memoryFloorAsCapacity, tierBoundsAsCapacity := capacityForms(ctx, o, cs)
 	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
 		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity,
 		TierBoundsAsCapacity: tierBoundsAsCapacity})
@@ -421,4 +405,31 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Serving metrics and probes")
 	}
+}
+
+// capacityForms starts the probe the capacity forms rest on, and returns
+// what tells the rewriter whether to write the memory floor and the tier
+// bounds as capacity requests (nil: never). Where a form cannot pay or
+// cannot be checked it stays CEL, and the log says why once: a degraded
+// form costs the scheduler time, never a placement.
+func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (memoryFloor, tierBounds func() bool) {
+	logger := klog.FromContext(ctx)
+	switch {
+	case o.memoryFloor != rewrite.FormCapacity:
+		if o.tierBounds == rewrite.FormCapacity {
+			logger.Info("Tier bounds stay CEL: a tier that keeps a CEL memory floor is evaluated on every GPU anyway", "memoryFloor", o.memoryFloor)
+		}
+		return nil, nil
+	case o.namespace == "":
+		logger.Info("Memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
+		return nil, nil
+	}
+	// Probed once the webhooks are served: the dry-run claim passes through
+	// this controller's own admission webhooks.
+	probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
+	go probe.Run(ctx)
+	if o.tierBounds == rewrite.FormCapacity {
+		return probe.Capacity, probe.Capacity
+	}
+	return probe.Capacity, nil
 }

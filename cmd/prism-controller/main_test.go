@@ -17,8 +17,12 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/envflag"
 )
@@ -96,21 +100,26 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-// TestTierBoundsNeedTheCapacityFloor: capacity tier bounds pay only where
-// the floor is a capacity request too, and rest on its probe.
-func TestTierBoundsNeedTheCapacityFloor(t *testing.T) {
+// TestCapacityFormsFlags: the capacity forms are the default, a form is
+// cel or capacity, and tier bounds without the capacity floor are not an
+// error (capacityForms keeps them CEL and says so).
+func TestCapacityFormsFlags(t *testing.T) {
 	for _, tc := range []struct {
-		args    []string
-		wantErr string
+		args                    []string
+		memoryFloor, tierBounds string
+		wantErr                 string
 	}{
-		{nil, ""},
-		{[]string{"--memory-floor=capacity", "--tier-bounds=capacity"}, ""},
-		{[]string{"--tier-bounds=capacity"}, "--tier-bounds=capacity needs --memory-floor=capacity"},
-		{[]string{"--memory-floor=capacity", "--tier-bounds=fast"}, `unknown form "fast"`},
+		{nil, "capacity", "capacity", ""},
+		{[]string{"--memory-floor=cel"}, "cel", "capacity", ""},
+		{[]string{"--memory-floor=cel", "--tier-bounds=cel"}, "cel", "cel", ""},
+		{[]string{"--tier-bounds=fast"}, "capacity", "fast", `unknown form "fast"`},
 	} {
 		var o options
 		if err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false }); err != nil {
 			t.Fatal(err)
+		}
+		if o.memoryFloor != tc.memoryFloor || o.tierBounds != tc.tierBounds {
+			t.Errorf("%q: --memory-floor=%s --tier-bounds=%s, want %s and %s", tc.args, o.memoryFloor, o.tierBounds, tc.memoryFloor, tc.tierBounds)
 		}
 		err := o.validate()
 		switch {
@@ -119,5 +128,30 @@ func TestTierBoundsNeedTheCapacityFloor(t *testing.T) {
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%q: error %v, want one containing %s", tc.args, err, tc.wantErr)
 		}
+	}
+}
+
+// TestCapacityFormsStayCELWhereTheyCannotPay: bounds without the capacity
+// floor, and a floor with no namespace to probe in, stay CEL.
+func TestCapacityFormsStayCELWhereTheyCannotPay(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	for _, tc := range []struct {
+		name                        string
+		o                           options
+		wantMemoryFloor, wantBounds bool
+	}{
+		{"both capacity", options{memoryFloor: "capacity", tierBounds: "capacity", namespace: "prism"}, true, true},
+		{"floor only", options{memoryFloor: "capacity", tierBounds: "cel", namespace: "prism"}, true, false},
+		{"bounds without the floor", options{memoryFloor: "cel", tierBounds: "capacity", namespace: "prism"}, false, false},
+		{"no namespace to probe in", options{memoryFloor: "capacity", tierBounds: "capacity"}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			floor, bounds := capacityForms(ctx, tc.o, fake.NewClientset())
+			if (floor != nil) != tc.wantMemoryFloor || (bounds != nil) != tc.wantBounds {
+				t.Errorf("memory floor probed %v, tier bounds probed %v; want %v and %v", floor != nil, bounds != nil, tc.wantMemoryFloor, tc.wantBounds)
+			}
+		})
 	}
 }

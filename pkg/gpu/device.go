@@ -69,13 +69,13 @@ func (c ComputeCapability) String() string {
 	return fmt.Sprintf("%d.%d", c.Major, c.Minor)
 }
 
-// smVersion is the compute capability as nvcc's sm_XY number (8.9 is 89,
+// SMVersion is the compute capability as nvcc's sm_XY number (8.9 is 89,
 // 10.0 is 100), a number that orders as the versions do, so a capacity
 // request can be a floor on it. That holds only while the minor is one
 // digit, as it has been for every GPU so far; for any other it is not
 // published, and the controller then keeps the compute-capability floor in
 // CEL (the fleet view sees the capacity missing).
-func (c ComputeCapability) smVersion() (int64, bool) {
+func (c ComputeCapability) SMVersion() (int64, bool) {
 	if c.Major <= 0 || c.Minor < 0 || c.Minor > 9 {
 		return 0, false
 	}

@@ -180,7 +180,7 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 		if f := d.FP32GFLOPS(); f > 0 {
 			capacity[qualified("fp32GFLOPS")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(f), resource.DecimalSI)}
 		}
-		if sm, ok := d.CUDAComputeCapability.smVersion(); ok {
+		if sm, ok := d.CUDAComputeCapability.SMVersion(); ok {
 			capacity[qualified("smVersion")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(sm, resource.DecimalSI)}
 		}
 	}

@@ -343,7 +343,7 @@ func TestSMVersionOrdersAsTheComputeCapability(t *testing.T) {
 		{ComputeCapability{8, 10}, 0}, // would read as 90, above 8.9 and equal to 9.0
 		{ComputeCapability{0, 0}, 0},  // unknown
 	} {
-		got, ok := tc.cc.smVersion()
+		got, ok := tc.cc.SMVersion()
 		if ok != (tc.want != 0) || got != tc.want {
 			t.Errorf("%s: smVersion %d, %v; want %d", tc.cc, got, ok, tc.want)
 		}

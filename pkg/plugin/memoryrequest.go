@@ -6,28 +6,62 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/prismgpu/prism/pkg/gpu"
 )
 
-// checkMemoryRequest refuses a device with less memory than the claim's
-// request (or subrequest, "request/subrequest") asks for in
-// gpu.prism.dev/memory. The allocator checks that only where
-// DRAConsumableCapacity is on in kube-scheduler; a scheduler without the gate
-// ignores capacity requests, and the controller's --memory-floor=capacity
-// writes a profile's memory need as one. Failing here, with the reason, beats
-// a workload that runs out of memory later.
-func checkMemoryRequest(claim *resourceapi.ResourceClaim, request, device string, deviceMemory uint64) error {
-	want, ok := requestedMemory(claim, request)
-	have := resource.NewQuantity(int64(min(deviceMemory, 1<<62)), resource.BinarySI)
-	if !ok || deviceMemory == 0 || want.Cmp(*have) <= 0 {
-		return nil
+// smVersionCapacity is the compute capability as nvcc's sm_XY number, which
+// the controller's --tier-bounds=capacity writes a profile's
+// minComputeCapability as.
+const smVersionCapacity = resourceapi.QualifiedName(DriverName + "/smVersion")
+
+// unmetHardNeed refuses a device below what the claim's request (or
+// subrequest, "request/subrequest") asks for in gpu.prism.dev/memory or
+// gpu.prism.dev/smVersion, and names the Event reason. The allocator checks
+// those only where DRAConsumableCapacity is on in kube-scheduler; a scheduler
+// without the gate may ignore capacity requests, and the controller writes a
+// profile's memory and compute-capability floors as such by default. Failing
+// here, with the reason, beats a workload that runs out of memory or finds
+// no kernel image for the GPU later. The figures a tier prefers
+// (memoryBandwidthGBps, fp32GFLOPS) are not checked: missing a preference
+// costs speed, not correctness.
+func unmetHardNeed(claim *resourceapi.ResourceClaim, request, device string, d gpu.Device) (reason string, err error) {
+	for _, need := range []struct {
+		capacity resourceapi.QualifiedName
+		reason   string
+		have     *resource.Quantity // nil: unknown, not checked
+	}{
+		{memoryCapacity, "MemoryRequestNotMet", memoryOf(d)},
+		{smVersionCapacity, "ComputeCapabilityRequestNotMet", smVersionOf(d)},
+	} {
+		want, ok := requestedCapacity(claim, request, need.capacity)
+		if !ok || need.have == nil || want.Cmp(*need.have) <= 0 {
+			continue
+		}
+		return need.reason, fmt.Errorf("device %s has %s %s, but request %s asks for %s: the scheduler did not check the capacity request (is the DRAConsumableCapacity feature gate on in kube-scheduler?)",
+			device, need.capacity, need.have, request, want.String())
 	}
-	return fmt.Errorf("device %s has %s of memory, but request %s asks for %s of %s: the scheduler did not check the capacity request (is the DRAConsumableCapacity feature gate on in kube-scheduler?)",
-		device, have, request, want.String(), memoryCapacity)
+	return "", nil
 }
 
-// requestedMemory finds the memory capacity request of a claim's request or
+func memoryOf(d gpu.Device) *resource.Quantity {
+	if d.MemoryBytes == 0 {
+		return nil
+	}
+	return resource.NewQuantity(int64(min(d.MemoryBytes, 1<<62)), resource.BinarySI)
+}
+
+func smVersionOf(d gpu.Device) *resource.Quantity {
+	sm, ok := d.CUDAComputeCapability.SMVersion()
+	if !ok {
+		return nil
+	}
+	return resource.NewQuantity(sm, resource.DecimalSI)
+}
+
+// requestedCapacity finds a capacity request of a claim's request or
 // subrequest by its name in an allocation result.
-func requestedMemory(claim *resourceapi.ResourceClaim, name string) (resource.Quantity, bool) {
+func requestedCapacity(claim *resourceapi.ResourceClaim, name string, capacityName resourceapi.QualifiedName) (resource.Quantity, bool) {
 	main, sub, isSub := strings.Cut(name, "/")
 	for _, r := range claim.Spec.Devices.Requests {
 		if r.Name != main {
@@ -47,7 +81,7 @@ func requestedMemory(claim *resourceapi.ResourceClaim, name string) (resource.Qu
 		if capacity == nil {
 			return resource.Quantity{}, false
 		}
-		q, ok := capacity.Requests[memoryCapacity]
+		q, ok := capacity.Requests[capacityName]
 		return q, ok
 	}
 	return resource.Quantity{}, false

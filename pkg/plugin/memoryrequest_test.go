@@ -8,13 +8,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// TestPrepareRefusesAGPUBelowTheMemoryRequest: a scheduler without
-// DRAConsumableCapacity ignores capacity requests, so a claim whose memory
-// floor is one can land on a GPU that is too small. The plugin refuses it,
-// saying why, instead of starting a workload that will run out of memory.
-func TestPrepareRefusesAGPUBelowTheMemoryRequest(t *testing.T) {
-	memory := func(q string) *resourceapi.CapacityRequirements {
-		return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{memoryCapacity: resource.MustParse(q)}}
+// TestPrepareRefusesAGPUBelowAHardNeed: a scheduler without
+// DRAConsumableCapacity may ignore capacity requests, so a claim whose
+// memory or compute-capability floor is one can land on a GPU below it. The
+// plugin refuses it, saying why, instead of starting a workload that will
+// run out of memory or find no kernel image for the GPU.
+func TestPrepareRefusesAGPUBelowAHardNeed(t *testing.T) {
+	needs := func(capacity resourceapi.QualifiedName, q string) *resourceapi.CapacityRequirements {
+		return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{capacity: resource.MustParse(q)}}
 	}
 	exactly := func(c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: DriverName, Capacity: c}}
@@ -30,13 +31,18 @@ func TestPrepareRefusesAGPUBelowTheMemoryRequest(t *testing.T) {
 		request resourceapi.DeviceRequest
 		// allocated is the result's request name.
 		allocated string
-		wantErr   bool
+		// wantReason is the Event's reason, and wantText what the error
+		// names; "": prepare succeeds.
+		wantReason, wantText string
 	}{
-		{"no capacity request", exactly(nil), "gpu", false},
-		{"a request the T4 holds", exactly(memory("8Gi")), "gpu", false},
-		{"a request above the T4's memory", exactly(memory("39Gi")), "gpu", true},
-		{"a subrequest above the T4's memory", ladder(memory("39Gi")), "gpu/fits", true},
-		{"another subrequest was allocated", ladder(memory("39Gi")), "gpu/fast", false},
+		{"no capacity request", exactly(nil), "gpu", "", ""},
+		{"a memory request the T4 holds", exactly(needs(memoryCapacity, "8Gi")), "gpu", "", ""},
+		{"a memory request above the T4's", exactly(needs(memoryCapacity, "39Gi")), "gpu", "MemoryRequestNotMet", "39Gi"},
+		{"a subrequest above the T4's memory", ladder(needs(memoryCapacity, "39Gi")), "gpu/fits", "MemoryRequestNotMet", "39Gi"},
+		{"another subrequest was allocated", ladder(needs(memoryCapacity, "39Gi")), "gpu/fast", "", ""},
+		{"the T4's own compute capability (7.5)", exactly(needs(smVersionCapacity, "75")), "gpu", "", ""},
+		{"a compute capability above the T4's", ladder(needs(smVersionCapacity, "80")), "gpu/fits", "ComputeCapabilityRequestNotMet", "smVersion 75"},
+		{"a preference the T4 misses is not a need", exactly(needs(DriverName+"/memoryBandwidthGBps", "3150")), "gpu", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newTestDriver(t, "t4-2.yaml", t.TempDir())
@@ -44,16 +50,16 @@ func TestPrepareRefusesAGPUBelowTheMemoryRequest(t *testing.T) {
 			claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{tc.request}
 			claim.Status.Allocation.Devices.Results[0].Request = tc.allocated
 			err := prepare(t, d, claim)["uid-1"].Err
-			if tc.wantErr != (err != nil) {
-				t.Fatalf("prepare error %v, want one: %v", err, tc.wantErr)
+			if (tc.wantReason != "") != (err != nil) {
+				t.Fatalf("prepare error %v, want one: %v", err, tc.wantReason != "")
 			}
 			if err == nil {
 				return
 			}
-			if !strings.Contains(err.Error(), "DRAConsumableCapacity") || !strings.Contains(err.Error(), "39Gi") {
-				t.Errorf("error %q does not name the request and the feature gate", err)
+			if !strings.Contains(err.Error(), "DRAConsumableCapacity") || !strings.Contains(err.Error(), tc.wantText) {
+				t.Errorf("error %q does not name %q and the feature gate", err, tc.wantText)
 			}
-			waitForEvent(t, d.cfg.KubeClient, "MemoryRequestNotMet")
+			waitForEvent(t, d.cfg.KubeClient, tc.wantReason)
 		})
 	}
 }

@@ -346,8 +346,8 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		if !ok {
 			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, d.cfg.NodeName)
 		}
-		if err := checkMemoryRequest(claim, result.Request, result.Device, gpuDev.MemoryBytes); err != nil {
-			d.recorder.Eventf(claim, corev1.EventTypeWarning, "MemoryRequestNotMet", "%v", err)
+		if reason, err := unmetHardNeed(claim, result.Request, result.Device, gpuDev); err != nil {
+			d.recorder.Eventf(claim, corev1.EventTypeWarning, reason, "%v", err)
 			return rec, err
 		}
 		cfg := configs.forRequest(result.Request)
