@@ -15,6 +15,12 @@ import (
 // minComputeCapability as.
 const smVersionCapacity = resourceapi.QualifiedName(DriverName + "/smVersion")
 
+// The Event reasons of a GPU below a hard need of the claim.
+const (
+	EventReasonMemoryRequestNotMet            = "MemoryRequestNotMet"
+	EventReasonComputeCapabilityRequestNotMet = "ComputeCapabilityRequestNotMet"
+)
+
 // unmetHardNeed refuses a device below what the claim's request (or
 // subrequest, "request/subrequest") asks for in gpu.prism.dev/memory or
 // gpu.prism.dev/smVersion, and names the Event reason. The allocator checks
@@ -31,8 +37,8 @@ func unmetHardNeed(claim *resourceapi.ResourceClaim, request, device string, d g
 		reason   string
 		have     *resource.Quantity // nil: unknown, not checked
 	}{
-		{memoryCapacity, "MemoryRequestNotMet", memoryOf(d)},
-		{smVersionCapacity, "ComputeCapabilityRequestNotMet", smVersionOf(d)},
+		{memoryCapacity, EventReasonMemoryRequestNotMet, memoryOf(d)},
+		{smVersionCapacity, EventReasonComputeCapabilityRequestNotMet, smVersionOf(d)},
 	} {
 		want, ok := requestedCapacity(claim, request, need.capacity)
 		if !ok || need.have == nil || want.Cmp(*need.have) <= 0 {
