@@ -183,8 +183,9 @@ func Conjuncts(expr string) ([]string, bool) {
 	if set[expr] {
 		return []string{expr}, true
 	}
-	inner, ok := strings.CutPrefix(expr, "(")
-	if inner, ok = strings.CutSuffix(inner, ")"); !ok {
+	inner, opened := strings.CutPrefix(expr, "(")
+	inner, closed := strings.CutSuffix(inner, ")")
+	if !opened || !closed {
 		return nil, false
 	}
 	parts := strings.Split(inner, joinSeparator)

@@ -30,6 +30,7 @@ func TestConjuncts(t *testing.T) {
 		"a user's test":                 {user, nil},
 		"one entry in parentheses":      {"(" + ultra + ")", nil},
 		"an unclosed join":              {"(" + ultra + joinSeparator + floor, nil},
+		"an unopened join":              {ultra + joinSeparator + floor + ")", nil},
 		"an or spliced between entries": {"(" + ultra + ") || (" + floor + ")", nil},
 		"empty":                         {"", nil},
 	} {
