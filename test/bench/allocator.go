@@ -139,6 +139,11 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			if err != nil {
 				return nil, err
 			}
+			// What the controller writes in affinity mode by default.
+			affinityForms, err := RewrittenSpec(ctx, 1, p.Profile, publishedFigures, rewrite.WithPreference(rewrite.PreferAffinity), rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
+			if err != nil {
+				return nil, err
+			}
 			builtIn, err := RewrittenSpec(ctx, 1, p.Profile)
 			if err != nil {
 				return nil, err
@@ -175,7 +180,8 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				for _, m := range decision.Exclude {
 					skip[m] = true
 				}
-				claims = append(claims, allocatorClaim{name: "affinity, unfit nodes excluded", claim: claim(affinity), skip: skip})
+				claims = append(claims, allocatorClaim{name: "affinity, unfit nodes excluded", claim: claim(affinity), skip: skip},
+					allocatorClaim{name: "affinity, capacity forms, unfit nodes excluded", claim: claim(affinityForms), skip: skip, on: aFigures, fleet: figuresFleet})
 			}
 			r, err := allocatorCase(ctx, a, f, claims, o.Passes)
 			if err != nil {

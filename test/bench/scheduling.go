@@ -272,6 +272,15 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		excluding.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{*exclude}}}}
 		kinds = append(kinds, kind{"affinity-exclude", affinitySpec, excluding})
+		if o.FiguresAsCapacity {
+			// What the controller writes by default: the hard needs as
+			// capacity requests where they can be.
+			affinityForms, err := RewrittenSpec(ctx, 1, *profile, published, rewrite.WithPreference(rewrite.PreferAffinity), rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
+			if err != nil {
+				return nil, err
+			}
+			kinds = append(kinds, kind{"affinity-exclude-capacity", affinityForms, excluding})
+		}
 	}
 	// Where the pods land: on the models of the first preferred tier.
 	top := map[string]bool{}
