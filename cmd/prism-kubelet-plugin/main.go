@@ -97,7 +97,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed; a lost GPU stays tainted until NVML reads it again.")
 	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events.")
 	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
-	flags.BoolVar(&o.figuresAsCapacity, "figures-as-capacity", false, "Also publish memoryBandwidthGBps and fp32GFLOPS as capacities of GPUs that are not shareable, for the controller's --tier-bounds=capacity. Each capacity adds to what every CEL evaluation of the device builds, so leave it off otherwise.")
+	flags.BoolVar(&o.figuresAsCapacity, "figures-as-capacity", false, "Also publish memoryBandwidthGBps, fp32GFLOPS and smVersion (the compute capability as nvcc's sm_XY number) as capacities of GPUs that are not shareable, for the controller's --tier-bounds=capacity. Each capacity adds to what every CEL evaluation of the device builds, so leave it off otherwise.")
 	flags.BoolVar(&o.enableProfiling, "profiling", true, "Allow claims to ask for an Nsight Compute run.")
 	flags.StringVar(&o.ncuPath, "ncu-path", "", "Host directory of the Nsight Compute install holding the ncu launcher.")
 	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")

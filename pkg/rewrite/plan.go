@@ -34,9 +34,10 @@ type Plan struct {
 	// asked for a capacity request (MemoryFloorAsCapacity): "capacity", or
 	// "cel" and why the capacity request was declined.
 	MemoryFloor string `json:"memoryFloor,omitempty"`
-	// TierBounds is how the tiers' lower bounds were written, where the
-	// caller asked for capacity requests (TierBoundsAsCapacity):
-	// "capacity", or "cel" and why the capacity requests were declined.
+	// TierBounds is how the tiers' lower bounds and the compute-capability
+	// floor were written, where the caller asked for capacity requests
+	// (TierBoundsAsCapacity): "capacity", or "cel" and why the capacity
+	// requests were declined.
 	TierBounds   string        `json:"tierBounds,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`
 	// Rewritten names the requests that became firstAvailable lists.

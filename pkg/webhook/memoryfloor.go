@@ -35,8 +35,8 @@ import (
 // ParseForm checks a --memory-floor or --tier-bounds value: rewrite.FormCEL,
 // a selector that holds whatever the cluster's feature gates, or
 // rewrite.FormCapacity, a capacity request the allocator checks without
-// CEL, for which the operator vouches that DRAConsumableCapacity is on in
-// kube-scheduler (the controller checks the API server itself,
+// CEL, which assumes DRAConsumableCapacity on in kube-scheduler wherever the
+// API server has it (the controller checks the API server itself,
 // MemoryFloorProbe, and the fleet per claim).
 func ParseForm(s string) (string, error) {
 	switch s {

@@ -114,7 +114,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 			return nil, err
 		}
 		// The same nodes as published by a plugin with --figures-as-capacity,
-		// which capacity tier bounds need: each device has two capacities
+		// which capacity tier bounds need: each device has three capacities
 		// more, which every CEL evaluation on it builds.
 		withFigures, err := NewMixedFleetWithFigureCapacities(ctx, "", n, 8)
 		if err != nil {

@@ -34,15 +34,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 	}
 	e.placementProfiles(t)
 
-	// Claims get the capacity floor once the probe has answered: watch it
-	// through dry-run claims, which the rewrite webhook sees too.
-	waitFor(t, "rewrite writes the memory floor as a capacity request", func() bool {
-		c, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Annotations: map[string]string{"prism.dev/profile": "gemm"}},
-			Spec:       gpuClaimSpec(1),
-		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && strings.Contains(c.Annotations[rewrite.AnnotationKey], `"memoryFloor":"capacity"`)
-	})
+	e.waitForPlan(t, "gemm", `"memoryFloor":"capacity"`)
 
 	e.hog(t, h100)
 	got, claim := e.runPodUntilEnd(t, "gemm-1", "gemm")
@@ -91,13 +83,7 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
 	}
 	e.placementProfiles(t)
-	waitFor(t, "rewrite writes the tier bounds as capacity requests", func() bool {
-		c, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Annotations: map[string]string{"prism.dev/profile": "stream"}},
-			Spec:       gpuClaimSpec(1),
-		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && strings.Contains(c.Annotations[rewrite.AnnotationKey], `"tierBounds":"capacity"`)
-	})
+	e.waitForPlan(t, "stream", `"tierBounds":"capacity"`)
 
 	for _, tc := range []tierBoundsCase{
 		{"stream-1", "stream", "", "gpu/bandwidth-top", rewrite.BandwidthCapacity},
@@ -107,6 +93,21 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 		// case takes GPUs.
 		t.Run(tc.pod, func(t *testing.T) { e.checkTierBounds(t, tc) })
 	}
+}
+
+// waitForPlan waits until the rewrite plan of a claim for profile holds
+// fragment. The capacity forms start once the controller's probe has
+// answered: watch that through dry-run claims, which the rewrite webhook
+// sees too.
+func (e *controllerEnv) waitForPlan(t *testing.T, profile, fragment string) {
+	t.Helper()
+	waitFor(t, "rewrite plans "+fragment+" for profile "+profile, func() bool {
+		c, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Annotations: map[string]string{"prism.dev/profile": profile}},
+			Spec:       gpuClaimSpec(1),
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && strings.Contains(c.Annotations[rewrite.AnnotationKey], fragment)
+	})
 }
 
 type tierBoundsCase struct {
