@@ -40,24 +40,36 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`"ID","Metric Name","Metric Value"` + "\n" + `"0","Duration","1"`))
 	f.Add([]byte("\"\n\"\"\"\n,,,"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		rep, err := Parse(context.Background(), bytes.NewReader(in))
+		visited := 0
+		rep, err := Scan(context.Background(), bytes.NewReader(in), func(l *Launch) error {
+			visited++
+			// What Scan passes on must be usable without further checks.
+			for _, r := range required {
+				if _, ok := l.Metrics[r.name]; !ok {
+					t.Fatalf("launch %q lacks %s", l.ID, r.name)
+				}
+			}
+			for name, v := range l.Metrics {
+				if !known[name] {
+					t.Fatalf("launch %q keeps unknown metric %q", l.ID, name)
+				}
+				if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > maxValue {
+					t.Fatalf("launch %q: %s = %v", l.ID, name, v)
+				}
+			}
+			if d := l.Metrics[MetricDuration]; d > maxLaunchNanoseconds {
+				t.Fatalf("launch %q lasted %v ns", l.ID, d)
+			}
+			return nil
+		})
 		if err != nil {
 			if rep != nil {
-				t.Fatalf("Parse returned a report with error %v", err)
+				t.Fatalf("Scan returned a report with error %v", err)
 			}
 			return
 		}
-		// What does parse must be usable without further checks.
-		for _, l := range rep.Launches {
-			for _, r := range required {
-				v, ok := l.Metrics[r.name]
-				if !ok {
-					t.Fatalf("launch %q lacks %s", l.ID, r.name)
-				}
-				if math.IsNaN(v) || math.IsInf(v, 0) {
-					t.Fatalf("launch %q: %s = %v", l.ID, r.name, v)
-				}
-			}
+		if rep.Launches != visited {
+			t.Fatalf("report counts %d launches, %d were passed on", rep.Launches, visited)
 		}
 		if !bytes.Contains(in, []byte(`"`)) {
 			t.Fatalf("parsed input without a CSV line: %q", in)

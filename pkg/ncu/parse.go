@@ -25,9 +25,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"k8s.io/klog/v2"
 )
@@ -42,6 +44,28 @@ const (
 	colMetricName  = "Metric Name"
 	colMetricUnit  = "Metric Unit"
 	colMetricValue = "Metric Value"
+)
+
+// What one report may make Scan hold. A report is written by the profiled
+// workload, so these bound the memory a tenant can make the kubelet plugin
+// use, whatever the report's size: Scan keeps one record and one launch at
+// a time, never the report.
+const (
+	// MaxLine is the longest line Scan reads. ncu's longest lines are the
+	// raw page's header and demangled template kernel names, a few KiB.
+	// A CSV line longer than this fails the scan; other lines (the
+	// application's own output) are skipped, however long.
+	MaxLine = 256 << 10
+	// maxRecord bounds one CSV record, which spans lines where a quote is
+	// left open: encoding/csv would otherwise read to the end of the input
+	// looking for the closing quote.
+	maxRecord = MaxLine
+	// MaxColumns bounds the header. The raw page of every metric ncu
+	// collects has a few thousand.
+	MaxColumns = 16384
+	// maxLogged bounds the log lines one scan writes about launches it
+	// drops or values it ignores; the rest are counted.
+	maxLogged = 5
 )
 
 // labels maps the labels the details page prints by default
@@ -81,6 +105,9 @@ var version = sync.OnceValue(func() *regexp.Regexp {
 	return regexp.MustCompile(`(?i)(?:version|nsight compute)\D{0,20}?(20[0-9]{2}\.[0-9]+(?:\.[0-9]+){0,2})`)
 })
 
+// ErrNoTable is returned by Scan for input without a single CSV line.
+var ErrNoTable = errors.New("no CSV table found in ncu output")
+
 // MissingMetricsError reports required metrics that no launch in a report
 // carries, typically because ncu ran without the SpeedOfLight section.
 type MissingMetricsError struct {
@@ -100,40 +127,53 @@ func (e *MissingMetricsError) Error() string {
 	return "ncu report lacks required metrics: " + strings.Join(parts, ", ")
 }
 
-// Parse reads an ncu CSV report in either layout. Lines that are not CSV
-// (ncu's ==PROF== messages, the application's own output) are skipped.
-func Parse(ctx context.Context, r io.Reader) (*Report, error) {
-	logger := klog.FromContext(ctx)
-	in := &csvLines{r: bufio.NewReader(r)}
+// Scan reads an ncu CSV report in either layout and calls visit with each
+// launch that has every required metric, in the order ncu profiled them.
+// The launch passed to visit, its Metrics included, is only valid during
+// the call. Lines that are not CSV (ncu's ==PROF== messages, the
+// application's own output) are skipped. Scan stops with ctx's error once
+// ctx is done, and with visit's error if visit fails. On an error, visit
+// may already have been called for the launches before it.
+//
+// Scan holds one CSV record (at most MaxLine bytes and MaxColumns fields)
+// and one launch at a time, whatever the size of the input.
+func Scan(ctx context.Context, r io.Reader, visit func(*Launch) error) (*Report, error) {
+	in := &csvLines{ctx: ctx, r: bufio.NewReaderSize(r, MaxLine)}
 	cr := csv.NewReader(in)
 	// ncu's details page has a different number of fields in rule rows in
 	// some versions, and kernel names can contain stray quotes.
 	cr.FieldsPerRecord = -1
 	cr.LazyQuotes = true
+	cr.ReuseRecord = true
 
 	header, err := cr.Read()
 	if errors.Is(err, io.EOF) {
-		return nil, errors.New("no CSV table found in ncu output")
+		return nil, ErrNoTable
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading ncu CSV header: %w", err)
 	}
+	if len(header) > MaxColumns {
+		return nil, fmt.Errorf("ncu CSV header has %d columns, more than the %d this parser reads", len(header), MaxColumns)
+	}
+	header = slices.Clone(header)
 	for i := range header {
 		header[i] = strings.TrimSpace(header[i])
 	}
-	t := table{cr: cr, header: header, cols: map[string]int{}}
+	t := table{cr: cr, in: in, header: header, cols: map[string]int{}, log: newLogBudget(klog.FromContext(ctx))}
 	for i, h := range header {
 		if _, dup := t.cols[h]; !dup {
 			t.cols[h] = i
 		}
 	}
+	in.mark()
 
 	var rep *Report
 	switch {
 	case t.has(colMetricName) && t.has(colMetricValue):
-		rep, err = t.details(logger)
+		rep, err = t.details(visit)
 	case t.hasMetricColumns():
-		rep, err = t.raw(logger)
+		rep, err = t.raw(visit)
 	default:
 		return nil, fmt.Errorf("unrecognised ncu CSV header %q: want a raw page (metric columns) or a details page (%q, %q)",
 			truncate(strings.Join(header, ","), 200), colMetricName, colMetricValue)
@@ -141,33 +181,61 @@ func Parse(ctx context.Context, r io.Reader) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.log.summary(rep)
 	rep.Version = in.version
 	return rep, nil
 }
 
 // csvLines passes on the lines that start with a double quote, which is
 // how every line of ncu's CSV starts, and drops the rest after looking
-// for a version in them.
+// for a version in them. It refuses to pass on a CSV line longer than
+// MaxLine, or more than maxRecord bytes since the last complete record.
 type csvLines struct {
+	ctx     context.Context
 	r       *bufio.Reader
 	buf     []byte
+	newline bool // buf lacks its newline, which comes next
 	version string
+	fed     int64
+	marked  int64
 	err     error
 }
 
+// mark notes that the CSV reader has returned a record.
+func (c *csvLines) mark() { c.marked = c.fed }
+
 func (c *csvLines) Read(p []byte) (int, error) {
-	for len(c.buf) == 0 {
+	for len(c.buf) == 0 && !c.newline {
 		if c.err != nil {
 			return 0, c.err
 		}
-		line, err := c.r.ReadBytes('\n')
-		c.err = err
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			return 0, err
+		}
+		line, err := c.r.ReadSlice('\n')
 		trimmed := bytes.TrimLeft(line, " \t\ufeff")
-		if len(trimmed) > 0 && trimmed[0] == '"' {
-			c.buf = trimmed
-			if c.buf[len(c.buf)-1] != '\n' {
-				c.buf = append(c.buf, '\n')
+		isCSV := len(trimmed) > 0 && trimmed[0] == '"'
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if isCSV {
+				c.err = fmt.Errorf("a CSV line is longer than %d bytes", MaxLine)
+				return 0, c.err
 			}
+			// Not CSV: drop the rest of the line, whatever its length.
+			for errors.Is(err, bufio.ErrBufferFull) {
+				_, err = c.r.ReadSlice('\n')
+			}
+			c.err = err
+			continue
+		}
+		c.err = err
+		if isCSV {
+			if c.fed-c.marked+int64(len(trimmed)) > maxRecord {
+				c.err = fmt.Errorf("a CSV record is longer than %d bytes (a quote left open?)", maxRecord)
+				return 0, c.err
+			}
+			c.buf = trimmed
+			c.newline = trimmed[len(trimmed)-1] != '\n'
 			continue
 		}
 		if c.version == "" {
@@ -176,15 +244,24 @@ func (c *csvLines) Read(p []byte) (int, error) {
 			}
 		}
 	}
+	if len(c.buf) == 0 {
+		c.newline = false
+		p[0] = '\n'
+		c.fed++
+		return 1, nil
+	}
 	n := copy(p, c.buf)
 	c.buf = c.buf[n:]
+	c.fed += int64(n)
 	return n, nil
 }
 
 type table struct {
 	cr     *csv.Reader
+	in     *csvLines
 	header []string
 	cols   map[string]int
+	log    *logBudget
 }
 
 func (t *table) has(col string) bool {
@@ -212,7 +289,7 @@ func (t *table) cell(rec []string, col string) string {
 }
 
 // next returns the next record, skipping repeated headers (as in two
-// reports concatenated).
+// reports concatenated). The record is reused by the call after.
 func (t *table) next() ([]string, error) {
 	for {
 		rec, err := t.cr.Read()
@@ -221,6 +298,10 @@ func (t *table) next() ([]string, error) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("reading ncu CSV: %w", err)
+		}
+		t.in.mark()
+		if len(rec) > MaxColumns {
+			return nil, fmt.Errorf("ncu CSV row has %d fields, more than the %d this parser reads", len(rec), MaxColumns)
 		}
 		if !sameRow(rec, t.header) {
 			return rec, nil
@@ -242,25 +323,39 @@ func sameRow(a, b []string) bool {
 
 func isMetricName(s string) bool { return strings.Contains(s, "__") }
 
+// canonical returns the current name of a metric this package keeps, ""
+// for any other.
 func canonical(name string) string {
 	if n, ok := renamed[name]; ok {
 		return n
 	}
-	return name
+	if known[name] {
+		return name
+	}
+	return ""
+}
+
+// rawColumn is a metric column of the raw page that Scan keeps.
+type rawColumn struct {
+	index int
+	name  string // canonical; "" for the display name
 }
 
 // raw reads the wide layout: a units row, then one row per launch.
-func (t *table) raw(logger klog.Logger) (*Report, error) {
+func (t *table) raw(visit func(*Launch) error) (*Report, error) {
 	rep := &Report{Layout: LayoutRaw}
+	var columns []rawColumn
+	for i, h := range t.header {
+		switch {
+		case h == metricDisplayName:
+			columns = append(columns, rawColumn{index: i})
+		case isMetricName(h) && canonical(h) != "":
+			columns = append(columns, rawColumn{index: i, name: canonical(h)})
+		}
+	}
 	var missing []string
 	for _, r := range required {
-		found := false
-		for _, h := range t.header {
-			if isMetricName(h) && canonical(h) == r.name {
-				found = true
-			}
-		}
-		if !found {
+		if !slices.ContainsFunc(columns, func(c rawColumn) bool { return c.name == r.name }) {
 			missing = append(missing, r.name)
 		}
 	}
@@ -268,8 +363,8 @@ func (t *table) raw(logger klog.Logger) (*Report, error) {
 		return nil, &MissingMetricsError{Metrics: missing}
 	}
 
-	var units []string
-	var launches []*Launch
+	units := make([]string, len(columns))
+	l := newLaunch()
 	for row := 0; ; row++ {
 		rec, err := t.next()
 		if errors.Is(err, io.EOF) {
@@ -279,37 +374,33 @@ func (t *table) raw(logger klog.Logger) (*Report, error) {
 			return nil, err
 		}
 		if row == 0 && t.isUnitsRow(rec) {
-			units = rec
+			for j, c := range columns {
+				if c.index < len(rec) {
+					units[j] = rec[c.index]
+				}
+			}
 			continue
 		}
-		l := &Launch{
-			ID:                t.cell(rec, colID),
-			Kernel:            t.cell(rec, colKernel),
-			Device:            t.cell(rec, colDevice),
-			ComputeCapability: t.cell(rec, colCC),
-			Metrics:           map[string]float64{},
-		}
-		for i, h := range t.header {
-			if !isMetricName(h) || i >= len(rec) {
+		l.reset(t.cell(rec, colID), t.cell(rec, colKernel), t.cell(rec, colDevice), t.cell(rec, colCC))
+		for j, c := range columns {
+			if c.index >= len(rec) {
 				continue
 			}
-			if h == metricDisplayName {
-				if name := strings.TrimSpace(rec[i]); name != "" && name != "n/a" {
+			if c.name == "" {
+				if name := strings.TrimSpace(rec[c.index]); name != "" && name != "n/a" {
 					l.Device = name
 				}
 				continue
 			}
-			unit := ""
-			if i < len(units) {
-				unit = units[i]
-			}
-			if err := l.set(logger, canonical(h), unit, rec[i]); err != nil {
+			if err := l.set(t.log, c.name, units[j], rec[c.index]); err != nil {
 				return nil, err
 			}
 		}
-		launches = append(launches, l)
+		if err := rep.finish(t.log, l, visit); err != nil {
+			return nil, err
+		}
 	}
-	return rep, rep.finish(logger, launches)
+	return rep, rep.check()
 }
 
 // isUnitsRow tells the units row from a launch: it leaves the leading
@@ -330,13 +421,14 @@ func (t *table) isUnitsRow(rec []string) bool {
 	return true
 }
 
-// details reads the long layout: one row per metric, grouped into launches
-// by ID.
-func (t *table) details(logger klog.Logger) (*Report, error) {
+// details reads the long layout: one row per metric. A launch's rows are
+// consecutive, as ncu prints them: a launch ends where the ID changes, or,
+// without IDs, where the kernel changes or a metric comes round again.
+func (t *table) details(visit func(*Launch) error) (*Report, error) {
 	rep := &Report{Layout: LayoutDetails}
-	var launches []*Launch
-	byID := map[string]*Launch{}
-	var cur *Launch
+	l := newLaunch()
+	open := false
+	rows := 0
 	for {
 		rec, err := t.next()
 		if errors.Is(err, io.EOF) {
@@ -357,38 +449,37 @@ func (t *table) details(logger klog.Logger) (*Report, error) {
 		}
 
 		id, kernel := t.cell(rec, colID), t.cell(rec, colKernel)
-		var l *Launch
-		if t.has(colID) {
-			l = byID[id]
-		} else if cur != nil && cur.Kernel == kernel && !cur.has(name) {
-			// Without IDs a launch ends when its kernel changes or a
-			// metric comes round again.
-			l = cur
+		same := open && l.ID == id
+		if !t.has(colID) {
+			same = open && l.Kernel == kernel && !l.has(name)
 		}
-		if l == nil {
+		if !same {
+			if open {
+				if err := rep.finish(t.log, l, visit); err != nil {
+					return nil, err
+				}
+			}
 			if !t.has(colID) {
-				id = strconv.Itoa(len(launches))
+				id = strconv.Itoa(rows)
 			}
-			l = &Launch{
-				ID:                id,
-				Kernel:            kernel,
-				Device:            t.cell(rec, colDevice),
-				ComputeCapability: t.cell(rec, colCC),
-				Metrics:           map[string]float64{},
-			}
-			byID[id] = l
-			launches = append(launches, l)
+			rows++
+			l.reset(id, kernel, t.cell(rec, colDevice), t.cell(rec, colCC))
+			open = true
 		}
-		cur = l
-		if err := l.set(logger, name, unit, t.cell(rec, colMetricValue)); err != nil {
+		if err := l.set(t.log, name, unit, t.cell(rec, colMetricValue)); err != nil {
 			return nil, err
 		}
 	}
-	return rep, rep.finish(logger, launches)
+	if open {
+		if err := rep.finish(t.log, l, visit); err != nil {
+			return nil, err
+		}
+	}
+	return rep, rep.check()
 }
 
-// resolve turns a details-page metric label or name into a metric name,
-// "" for one this package does not use.
+// resolve turns a details-page metric label or name into the name of a
+// metric this package keeps, "" for any other.
 func resolve(label, unit string) string {
 	if isMetricName(label) {
 		return canonical(label)
@@ -410,6 +501,14 @@ func resolve(label, unit string) string {
 	return name
 }
 
+func newLaunch() *Launch { return &Launch{Metrics: make(map[string]float64, len(known))} }
+
+// reset makes l a new launch, keeping its map.
+func (l *Launch) reset(id, kernel, device, cc string) {
+	l.ID, l.Kernel, l.Device, l.ComputeCapability = id, kernel, device, cc
+	clear(l.Metrics)
+}
+
 func (l *Launch) has(name string) bool {
 	_, ok := l.Metrics[name]
 	return ok
@@ -418,7 +517,7 @@ func (l *Launch) has(name string) bool {
 // set stores a metric's value in base units. A value that is not a number
 // fails the parse only for a required metric: other metrics are
 // informational and a bad one is not worth losing the report over.
-func (l *Launch) set(logger klog.Logger, name, unit, value string) error {
+func (l *Launch) set(log *logBudget, name, unit, value string) error {
 	v, err := parseValue(value)
 	if errors.Is(err, errNotMeasured) {
 		return nil
@@ -427,58 +526,106 @@ func (l *Launch) set(logger klog.Logger, name, unit, value string) error {
 	for _, r := range required {
 		isRequired = isRequired || r.name == name
 	}
-	if err == nil && name == MetricDuration {
-		if _, ok := timeUnits[strings.TrimSpace(unit)]; !ok && strings.TrimSpace(unit) != "" {
-			err = fmt.Errorf("unit %q is not a time", unit)
-		}
+	if err == nil {
+		v, err = inBaseUnits(name, unit, v)
 	}
 	if err != nil {
 		if isRequired {
-			return fmt.Errorf("launch %q (%s): metric %s: %w", l.ID, truncate(l.Kernel, 80), name, err)
+			return fmt.Errorf("launch %q (%s): metric %s: %w", truncate(l.ID, 40), truncate(l.Kernel, 80), name, err)
 		}
-		logger.V(4).Info("Ignoring unreadable ncu metric", "launch", l.ID, "metric", name, "value", truncate(value, 80), "err", err)
+		log.ignored(l, name, value, err)
 		return nil
 	}
-	l.Metrics[name] = v * unitScale(unit)
+	l.Metrics[name] = v
 	return nil
 }
 
-// finish checks the required metrics and keeps the complete launches.
-func (rep *Report) finish(logger klog.Logger, launches []*Launch) error {
-	var missing []string
+// finish passes on a complete launch and counts an incomplete one.
+func (rep *Report) finish(log *logBudget, l *Launch, visit func(*Launch) error) error {
 	for _, r := range required {
-		found := len(launches) == 0
-		for _, l := range launches {
-			found = found || l.has(r.name)
+		if l.has(r.name) {
+			rep.measured |= 1 << requiredIndex(r.name)
 		}
-		if !found {
+	}
+	for _, r := range required {
+		if !l.has(r.name) {
+			rep.Dropped++
+			log.dropped(l)
+			return nil
+		}
+	}
+	rep.Launches++
+	return visit(l)
+}
+
+// check fails a report in which a required metric was measured for no
+// launch, or in which no launch was complete.
+func (rep *Report) check() error {
+	if rep.Launches == 0 && rep.Dropped == 0 {
+		return nil
+	}
+	var missing []string
+	for i, r := range required {
+		if rep.measured&(1<<i) == 0 {
 			missing = append(missing, r.name)
 		}
 	}
 	if len(missing) > 0 {
 		return &MissingMetricsError{Metrics: missing}
 	}
-	for _, l := range launches {
-		complete := true
-		for _, r := range required {
-			complete = complete && l.has(r.name)
-		}
-		if !complete {
-			rep.Dropped++
-			logger.V(2).Info("Dropping ncu launch with unmeasured required metrics", "launch", l.ID, "kernel", truncate(l.Kernel, 80))
-			continue
-		}
-		rep.Launches = append(rep.Launches, *l)
-	}
-	if len(rep.Launches) == 0 && rep.Dropped > 0 {
+	if rep.Launches == 0 {
 		return fmt.Errorf("none of the %d launches in the ncu report has every required metric measured", rep.Dropped)
 	}
 	return nil
 }
 
+func requiredIndex(name string) int {
+	for i, r := range required {
+		if r.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// logBudget keeps the log lines about one report's launches to a few: the
+// report is the tenant's, and the plugin's log is everyone's.
+type logBudget struct {
+	logger         klog.Logger
+	drops, ignores int
+}
+
+func newLogBudget(logger klog.Logger) *logBudget { return &logBudget{logger: logger} }
+
+func (b *logBudget) dropped(l *Launch) {
+	b.drops++
+	if b.drops <= maxLogged {
+		b.logger.V(4).Info("Dropping ncu launch with unmeasured required metrics", "launch", truncate(l.ID, 40), "kernel", truncate(l.Kernel, 80))
+	}
+}
+
+func (b *logBudget) ignored(l *Launch, name, value string, err error) {
+	b.ignores++
+	if b.ignores <= maxLogged {
+		b.logger.V(4).Info("Ignoring unreadable ncu metric", "launch", truncate(l.ID, 40), "metric", name, "value", truncate(value, 40), "err", truncate(err.Error(), 120))
+	}
+}
+
+// summary says in one line what the per-launch lines left out.
+func (b *logBudget) summary(rep *Report) {
+	if b.drops > 0 || b.ignores > 0 {
+		b.logger.V(2).Info("Parsed ncu report with gaps", "launches", rep.Launches, "droppedLaunches", b.drops, "ignoredValues", b.ignores)
+	}
+}
+
+// truncate shortens to at most n bytes, without splitting a UTF-8
+// sequence, and marks the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "..."
 }

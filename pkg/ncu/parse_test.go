@@ -19,6 +19,9 @@ package ncu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,16 +30,39 @@ import (
 	"testing"
 )
 
-func parseFile(t *testing.T, name string) *Report {
+// parsed is a report with copies of the launches Scan passed on.
+type parsed struct {
+	*Report
+	Launches []Launch
+}
+
+func parse(r io.Reader) (*parsed, error) {
+	var launches []Launch
+	rep, err := Scan(context.Background(), r, func(l *Launch) error {
+		c := *l
+		c.Metrics = maps.Clone(l.Metrics)
+		launches = append(launches, c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rep.Launches != len(launches) {
+		return nil, fmt.Errorf("report counts %d launches, %d were passed on", rep.Launches, len(launches))
+	}
+	return &parsed{Report: rep, Launches: launches}, nil
+}
+
+func parseFile(t *testing.T, name string) *parsed {
 	t.Helper()
 	f, err := os.Open(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rep, err := Parse(context.Background(), f)
+	rep, err := parse(f)
 	if err != nil {
-		t.Fatalf("Parse(%s): %v", name, err)
+		t.Fatalf("Scan(%s): %v", name, err)
 	}
 	return rep
 }
@@ -255,7 +281,7 @@ func TestParseErrors(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse(context.Background(), strings.NewReader(tc.input))
+			_, err := parse(strings.NewReader(tc.input))
 			if err == nil {
 				t.Fatalf("Parse succeeded, want an error")
 			}
@@ -281,7 +307,7 @@ func TestParseVariants(t *testing.T) {
 		input    string
 		launches int
 		version  string
-		check    func(t *testing.T, r *Report)
+		check    func(t *testing.T, r *parsed)
 	}{{
 		name: "details with metric names, no ID column, two launches of one kernel",
 		input: `"Kernel Name","Metric Name","Metric Unit","Metric Value"
@@ -293,7 +319,7 @@ func TestParseVariants(t *testing.T) {
 "k","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed","%","71"
 `,
 		launches: 2,
-		check: func(t *testing.T, r *Report) {
+		check: func(t *testing.T, r *parsed) {
 			if d := r.Launches[1].Duration(); d.Nanoseconds() != 3000 {
 				t.Errorf("second launch lasted %v, want 3us", d)
 			}
@@ -303,7 +329,7 @@ func TestParseVariants(t *testing.T) {
 		input: "\ufeff" + lead + `,"device__attribute_display_name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"` + "\r\n" +
 			`"0","k","0","8.6","NVIDIA A10","1,500","50","60"` + "\r\n",
 		launches: 1,
-		check: func(t *testing.T, r *Report) {
+		check: func(t *testing.T, r *parsed) {
 			l := r.Launches[0]
 			if l.Device != "NVIDIA A10" || l.ComputeCapability != "8.6" || l.Metrics[MetricDuration] != 1500 {
 				t.Errorf("got %+v", l)
@@ -318,7 +344,7 @@ func TestParseVariants(t *testing.T) {
 "2","k","0","9.0","1000","n/a","20"
 `,
 		launches: 1,
-		check: func(t *testing.T, r *Report) {
+		check: func(t *testing.T, r *parsed) {
 			if r.Dropped != 2 || r.Launches[0].ID != "1" {
 				t.Errorf("kept launch %q, dropped %d; want launch \"1\" and 2 dropped", r.Launches[0].ID, r.Dropped)
 			}
@@ -342,7 +368,7 @@ application says hello
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := Parse(context.Background(), strings.NewReader(tc.input))
+			rep, err := parse(strings.NewReader(tc.input))
 			if err != nil {
 				t.Fatal(err)
 			}

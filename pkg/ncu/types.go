@@ -60,6 +60,18 @@ var renamed = map[string]string{
 	"dram__throughput.avg.pct_of_peak_sustained_elapsed": MetricDRAMThroughput,
 }
 
+// known are the metrics Scan keeps: those the summary reads. Every other
+// metric of a report is skipped, so that a launch holds a bounded map
+// whatever the report names.
+var known = map[string]bool{
+	MetricSMThroughput: true, MetricMemoryThroughput: true, MetricDRAMThroughput: true,
+	MetricL2Throughput: true, MetricL1Throughput: true, MetricDuration: true,
+	MetricWavesPerSM: true, MetricAchievedOccupancy: true, MetricTheoreticalOccupancy: true,
+	MetricDRAMBytes: true, MetricDRAMBytesPerSecond: true, MetricSMCyclesPerSecond: true,
+	MetricFAdd: true, MetricFMul: true, MetricFFMA: true,
+	MetricFAddPerCycle: true, MetricFMulPerCycle: true, MetricFFMAPerCycle: true,
+}
+
 // required lists the metrics without which a launch cannot be classified
 // or weighted, with the label the details page prints for each, so that
 // an error can name both.
@@ -79,18 +91,21 @@ const (
 	LayoutDetails Layout = "details"
 )
 
-// Report is a parsed ncu CSV report.
+// Report is what Scan learnt of a report besides its launches.
 type Report struct {
 	// Version of ncu, when the input carried it (for example from
 	// `ncu --version` output captured along with the report).
 	Version string
 	// Layout the input was in.
 	Layout Layout
-	// Launches in the order ncu profiled them.
-	Launches []Launch
+	// Launches counts the launches passed on, those with every required
+	// metric measured.
+	Launches int
 	// Dropped counts launches left out because a required metric was
 	// "n/a" for them.
 	Dropped int
+	// measured has bit i set when required[i] was measured for some launch.
+	measured uint8
 }
 
 // Launch is one profiled kernel launch.
@@ -104,9 +119,10 @@ type Launch struct {
 	Device string
 	// ComputeCapability as "major.minor", when the report carries it.
 	ComputeCapability string
-	// Metrics holds every numeric metric measured for the launch, by
-	// metric name, in base units: percent, nanoseconds for times, bytes,
-	// and per second for rates. Metrics ncu printed as "n/a" are absent.
+	// Metrics holds the metrics this package knows (the Metric*
+	// constants) that were measured for the launch, in base units:
+	// percent, nanoseconds for times, bytes, and per second for rates.
+	// Metrics ncu printed as "n/a" are absent.
 	Metrics map[string]float64
 }
 

@@ -44,20 +44,60 @@ func parseValue(s string) (float64, error) {
 	}
 	if strings.Contains(s, ",") {
 		if !thousands().MatchString(s) {
-			return 0, fmt.Errorf("invalid number %q", s)
+			return 0, fmt.Errorf("invalid number %q", truncate(s, 40))
 		}
 		s = strings.ReplaceAll(s, ",", "")
 	}
 	v, err := strconv.ParseFloat(s, 64)
 	if err != nil {
-		return 0, fmt.Errorf("invalid number %q", s)
+		return 0, fmt.Errorf("invalid number %q", truncate(s, 40))
 	}
 	// ParseFloat accepts "NaN" and "Inf"; ncu never prints them, and they
 	// would poison every weighted sum downstream.
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("invalid number %q", s)
+		return 0, fmt.Errorf("invalid number %q", truncate(s, 40))
 	}
 	return v, nil
+}
+
+const (
+	// maxLaunchNanoseconds bounds one launch's duration. A day is far
+	// beyond any kernel ncu can replay, and a million such launches still
+	// sum to a finite weight.
+	maxLaunchNanoseconds = 24 * 3600 * 1e9
+	// maxValue bounds any other metric in base units. The largest real
+	// ones, a launch's DRAM bytes or FP32 instructions, stay below 1e18;
+	// with this bound every sum and product the summary makes of millions
+	// of launches stays finite.
+	maxValue = 1e24
+)
+
+// inBaseUnits scales a metric's value to base units and checks that it is
+// one a GPU could have measured: not negative, and bounded, so that no
+// sum over a report overflows into Inf or NaN.
+func inBaseUnits(name, unit string, v float64) (float64, error) {
+	unit = strings.TrimSpace(unit)
+	if name == MetricDuration {
+		if _, ok := timeUnits[unit]; !ok && unit != "" {
+			return 0, fmt.Errorf("unit %q is not a time", truncate(unit, 40))
+		}
+	}
+	v *= unitScale(unit)
+	limit := maxValue
+	if name == MetricDuration {
+		limit = maxLaunchNanoseconds
+	}
+	if v < 0 || v > limit || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("value %g %s out of range [0, %g]", v, baseUnit(name), limit)
+	}
+	return v, nil
+}
+
+func baseUnit(name string) string {
+	if name == MetricDuration {
+		return "ns"
+	}
+	return "(base units)"
 }
 
 // timeUnits gives nanoseconds per unit. ncu prints the long forms

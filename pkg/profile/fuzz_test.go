@@ -23,6 +23,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // FuzzFromReport feeds whatever the parser accepts through the summary, so
@@ -44,14 +46,33 @@ func FuzzFromReport(f *testing.F) {
 "0","a","0","150","-5"
 "1","b","10","50","50"
 `))
+	// Durations that overflowed the weights into Inf and NaN.
+	f.Add([]byte(`"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed","dram__bytes.sum","lts__throughput.avg.pct_of_peak_sustained_elapsed"
+"","","second","%","%","byte","%"
+"0","a","1e308","50","50","1e300","50"
+"1","b","86400","50","50","1e24","50"
+`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		st, err := FromReport(context.Background(), bytes.NewReader(in), Options{ObservedAt: time.Unix(0, 0)})
 		if err != nil {
 			return
 		}
-		for _, p := range []*int32{st.SMThroughputMilliPercent, st.MemoryThroughputMilliPercent, st.DRAMThroughputMilliPercent} {
+		percents := []*int32{st.SMThroughputMilliPercent, st.MemoryThroughputMilliPercent, st.DRAMThroughputMilliPercent,
+			st.L2ThroughputMilliPercent, st.AchievedOccupancyMilliPercent}
+		for _, k := range st.TopKernels {
+			percents = append(percents, &k.TimeShareMilliPercent, &k.SMThroughputMilliPercent, &k.MemoryThroughputMilliPercent)
+			if k.Launches < 1 || len(k.Name) > maxKernelName {
+				t.Fatalf("top kernel out of range: %+v", k)
+			}
+		}
+		for _, p := range percents {
 			if p != nil && (*p < 0 || *p > 100_000) {
 				t.Fatalf("milli-percent %d out of range", *p)
+			}
+		}
+		for _, q := range []*resource.Quantity{st.WavesPerSM, st.DRAMBytes, st.FLOPs, st.ArithmeticIntensity} {
+			if q != nil && q.Sign() < 0 {
+				t.Fatalf("negative quantity %s", q)
 			}
 		}
 		if len(st.TopKernels) > maxTopKernels || st.KernelLaunches < 0 || st.TotalGPUTimeNanoseconds < 0 {

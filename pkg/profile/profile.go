@@ -17,13 +17,13 @@ limitations under the License.
 package profile
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -67,22 +67,25 @@ type Options struct {
 	TopKernels int
 }
 
-// FromReport parses an ncu CSV report in either layout and summarises it.
+// FromReport reads an ncu CSV report in either layout and summarises it.
+// It reads the report once, as a stream, and holds a bounded summary of it
+// (at most maxKernels kernel names), whatever the report's size.
 func FromReport(ctx context.Context, r io.Reader, opts Options) (v1alpha1.WorkloadProfileStatus, error) {
-	rep, err := ncu.Parse(ctx, r)
+	sum := newSummary()
+	rep, err := ncu.Scan(ctx, r, sum.add)
 	if err != nil {
 		return v1alpha1.WorkloadProfileStatus{}, fmt.Errorf("parsing ncu report: %w", err)
 	}
-	return Summarize(ctx, rep, opts), nil
+	return sum.status(ctx, rep, opts), nil
 }
 
 // ForClaim builds the status for a report the kubelet plugin collected
 // from a container that ran with the given ResourceClaim. It talks to no
 // API server: the plugin writes the result with Apply and the status
 // subresource.
-func ForClaim(ctx context.Context, claim v1alpha1.ClaimReference, report []byte, opts Options) (v1alpha1.WorkloadProfileStatus, error) {
+func ForClaim(ctx context.Context, claim v1alpha1.ClaimReference, report io.Reader, opts Options) (v1alpha1.WorkloadProfileStatus, error) {
 	opts.Source = &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}
-	st, err := FromReport(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(claim.Namespace, claim.Name))), bytes.NewReader(report), opts)
+	st, err := FromReport(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(claim.Namespace, claim.Name))), report, opts)
 	if err != nil {
 		return st, fmt.Errorf("profile of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
@@ -106,19 +109,26 @@ func Apply(wp *v1alpha1.WorkloadProfile, st v1alpha1.WorkloadProfileStatus) {
 	}
 }
 
-// mean is a weighted mean that knows whether anything was added.
-type mean struct{ sum, weight float64 }
+// mean is a mean over launches, weighted by GPU time and, for reports
+// whose durations are all zero, by count: which of the two applies is
+// known only at the end of the stream.
+type mean struct{ timed, time, plain, count float64 }
 
-func (m *mean) add(v, w float64) {
-	m.sum += v * w
-	m.weight += w
+func (m *mean) add(v, ns float64) {
+	m.timed += v * ns
+	m.time += ns
+	m.plain += v
+	m.count++
 }
 
-func (m mean) value() (float64, bool) {
-	if m.weight == 0 {
+func (m mean) value(byTime bool) (float64, bool) {
+	switch {
+	case m.count == 0:
 		return 0, false
+	case byTime && m.time > 0:
+		return m.timed / m.time, true
 	}
-	return m.sum / m.weight, true
+	return m.plain / m.count, true
 }
 
 type kernel struct {
@@ -128,11 +138,89 @@ type kernel struct {
 	sm, memory mean
 }
 
-// Summarize aggregates a parsed report into a status. Launches are
-// weighted by GPU time, so that a kernel running most of the time dominates
-// the class; a metric measured on only some launches is averaged over
-// those.
-func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.WorkloadProfileStatus {
+// maxKernels bounds the kernel names a summary keeps: the names are the
+// tenant's, up to a CSV line each. Launches of kernels beyond it still
+// count in every figure; they are only left out of the top kernels, which
+// is said in the Profiled message.
+const maxKernels = 4096
+
+// summary accumulates the launches Scan passes on. Launches are weighted
+// by GPU time, so that a kernel running most of the time dominates the
+// class; a metric measured on only some launches is averaged over those.
+type summary struct {
+	launches                               int
+	total                                  float64
+	sm, memory, dram, l2, occupancy, waves mean
+	flops, dramBytes                       float64
+	rooflineFLOPs, rooflineBytes           float64
+	haveFLOPs, haveBytes                   bool
+	kernels                                map[string]*kernel
+	untracked                              int // launches of kernels beyond maxKernels
+	firstDevice, firstComputeCapability    string
+}
+
+func newSummary() *summary { return &summary{kernels: map[string]*kernel{}} }
+
+// add takes one launch; it keeps nothing of l but copies of what it needs.
+func (s *summary) add(l *ncu.Launch) error {
+	if s.launches == 0 {
+		s.firstDevice, s.firstComputeCapability = strings.Clone(truncate(l.Device, maxKernelName)), strings.Clone(truncate(l.ComputeCapability, 16))
+	}
+	s.launches++
+	ns := l.Metrics[ncu.MetricDuration]
+	s.total += ns
+	for _, m := range []struct {
+		acc    *mean
+		metric string
+	}{
+		{&s.sm, ncu.MetricSMThroughput},
+		{&s.memory, ncu.MetricMemoryThroughput},
+		{&s.dram, ncu.MetricDRAMThroughput},
+		{&s.l2, ncu.MetricL2Throughput},
+		{&s.occupancy, ncu.MetricAchievedOccupancy},
+		{&s.waves, ncu.MetricWavesPerSM},
+	} {
+		if v, ok := l.Metric(m.metric); ok {
+			m.acc.add(v, ns)
+		}
+	}
+	f, okF := l.FLOPs()
+	b, okB := l.DRAMBytes()
+	if okF {
+		s.flops, s.haveFLOPs = s.flops+f, true
+	}
+	if okB {
+		s.dramBytes, s.haveBytes = s.dramBytes+b, true
+	}
+	// The intensity only counts launches where both were measured, or a
+	// launch without FLOP counts would look memory-bound.
+	if okF && okB {
+		s.rooflineFLOPs += f
+		s.rooflineBytes += b
+	}
+
+	name := truncate(l.Kernel, maxKernelName)
+	k := s.kernels[name]
+	if k == nil {
+		if len(s.kernels) >= maxKernels {
+			s.untracked++
+			return nil
+		}
+		// A copy: the launch's strings share the parser's record.
+		k = &kernel{name: strings.Clone(name)}
+		s.kernels[k.name] = k
+	}
+	if k.launches < math.MaxInt32 {
+		k.launches++
+	}
+	k.gpuTime += ns
+	k.sm.add(l.Metrics[ncu.MetricSMThroughput], ns)
+	k.memory.add(l.Metrics[ncu.MetricMemoryThroughput], ns)
+	return nil
+}
+
+// status turns the summary into a WorkloadProfile status.
+func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.WorkloadProfileStatus {
 	logger := klog.FromContext(ctx)
 	observedAt := opts.ObservedAt
 	if observedAt.IsZero() {
@@ -149,10 +237,10 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 	if st.NCUVersion == "" {
 		st.NCUVersion = opts.NCUVersion
 	}
-	st.Device = device(rep, opts.Device)
+	st.Device = s.device(opts.Device)
 	now := metav1.NewTime(observedAt)
 
-	if len(rep.Launches) == 0 {
+	if s.launches == 0 {
 		st.Conditions = []metav1.Condition{{
 			Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonNoKernels,
 			Message: "the ncu report holds no kernel launches", LastTransitionTime: now,
@@ -160,104 +248,61 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 		return st
 	}
 
-	var total float64
-	for _, l := range rep.Launches {
-		total += l.Metrics[ncu.MetricDuration]
-	}
 	// All-zero durations would weigh nothing; count launches equally then.
-	weight := func(l *ncu.Launch) float64 {
-		if total == 0 {
-			return 1
+	byTime := s.total > 0
+	milli := func(m mean) *int32 {
+		v, ok := m.value(byTime)
+		if !ok {
+			return nil
 		}
-		return l.Metrics[ncu.MetricDuration]
+		p := toMilliPercent(v)
+		return &p
 	}
-
-	var sm, memory, dram, l2, occupancy, waves mean
-	var flops, dramBytes, rooflineFLOPs, rooflineBytes float64
-	var haveFLOPs, haveBytes bool
-	kernels := map[string]*kernel{}
-	for i := range rep.Launches {
-		l := &rep.Launches[i]
-		w := weight(l)
-		for _, m := range []struct {
-			acc    *mean
-			metric string
-		}{
-			{&sm, ncu.MetricSMThroughput},
-			{&memory, ncu.MetricMemoryThroughput},
-			{&dram, ncu.MetricDRAMThroughput},
-			{&l2, ncu.MetricL2Throughput},
-			{&occupancy, ncu.MetricAchievedOccupancy},
-			{&waves, ncu.MetricWavesPerSM},
-		} {
-			if v, ok := l.Metric(m.metric); ok {
-				m.acc.add(v, w)
-			}
-		}
-		f, okF := l.FLOPs()
-		b, okB := l.DRAMBytes()
-		if okF {
-			flops, haveFLOPs = flops+f, true
-		}
-		if okB {
-			dramBytes, haveBytes = dramBytes+b, true
-		}
-		// The intensity only counts launches where both were measured,
-		// or a launch without FLOP counts would look memory-bound.
-		if okF && okB {
-			rooflineFLOPs += f
-			rooflineBytes += b
-		}
-
-		k := kernels[l.Kernel]
-		if k == nil {
-			k = &kernel{name: l.Kernel}
-			kernels[l.Kernel] = k
-		}
-		k.launches++
-		k.gpuTime += l.Metrics[ncu.MetricDuration]
-		k.sm.add(l.Metrics[ncu.MetricSMThroughput], w)
-		k.memory.add(l.Metrics[ncu.MetricMemoryThroughput], w)
-	}
-
-	st.SMThroughputMilliPercent = milliPercent(sm)
-	st.MemoryThroughputMilliPercent = milliPercent(memory)
-	st.DRAMThroughputMilliPercent = milliPercent(dram)
-	st.L2ThroughputMilliPercent = milliPercent(l2)
-	st.AchievedOccupancyMilliPercent = milliPercent(occupancy)
+	st.SMThroughputMilliPercent = milli(s.sm)
+	st.MemoryThroughputMilliPercent = milli(s.memory)
+	st.DRAMThroughputMilliPercent = milli(s.dram)
+	st.L2ThroughputMilliPercent = milli(s.l2)
+	st.AchievedOccupancyMilliPercent = milli(s.occupancy)
 	st.SMThroughput = formatPercent(st.SMThroughputMilliPercent)
 	st.MemoryThroughput = formatPercent(st.MemoryThroughputMilliPercent)
 	st.AchievedOccupancy = formatPercent(st.AchievedOccupancyMilliPercent)
-	if v, ok := waves.value(); ok {
-		st.WavesPerSM = resource.NewMilliQuantity(clampInt64(v*1000), resource.DecimalSI)
+	waves, haveWaves := s.waves.value(byTime)
+	if haveWaves {
+		st.WavesPerSM = resource.NewMilliQuantity(clampInt64(waves*1000), resource.DecimalSI)
 	}
-	if haveBytes {
-		st.DRAMBytes = resource.NewQuantity(clampInt64(dramBytes), resource.DecimalSI)
+	if s.haveBytes {
+		st.DRAMBytes = resource.NewQuantity(clampInt64(s.dramBytes), resource.DecimalSI)
 	}
-	if haveFLOPs {
-		st.FLOPs = resource.NewQuantity(clampInt64(flops), resource.DecimalSI)
+	if s.haveFLOPs {
+		st.FLOPs = resource.NewQuantity(clampInt64(s.flops), resource.DecimalSI)
 	}
-	if rooflineFLOPs > 0 && rooflineBytes > 0 {
-		st.ArithmeticIntensity = resource.NewMilliQuantity(clampInt64(rooflineFLOPs/rooflineBytes*1000), resource.DecimalSI)
+	if s.rooflineFLOPs > 0 && s.rooflineBytes > 0 {
+		st.ArithmeticIntensity = resource.NewMilliQuantity(clampInt64(s.rooflineFLOPs/s.rooflineBytes*1000), resource.DecimalSI)
 	}
-	st.KernelLaunches = int32(min(len(rep.Launches), math.MaxInt32))
-	st.TotalGPUTimeNanoseconds = clampInt64(total)
-	st.TopKernels = topKernels(kernels, total, opts.TopKernels)
-	// ncu.Parse guarantees both throughputs on every launch; a Report
-	// built by hand might not have them.
+	st.KernelLaunches = int32(min(s.launches, math.MaxInt32))
+	st.TotalGPUTimeNanoseconds = clampInt64(s.total)
+	st.TopKernels = topKernels(s.kernels, s.total, s.launches, opts.TopKernels)
+	// Scan passes on only launches with both throughputs.
 	smMilli, memMilli := ptrOrZero(st.SMThroughputMilliPercent), ptrOrZero(st.MemoryThroughputMilliPercent)
 	if st.SMThroughputMilliPercent != nil && st.MemoryThroughputMilliPercent != nil {
 		st.BoundType = Classify(smMilli, memMilli)
 	}
 
+	kernels := count(len(s.kernels), "kernel", "kernels")
+	if s.untracked > 0 {
+		kernels = fmt.Sprintf("more than %d kernels", maxKernels)
+	}
 	msg := fmt.Sprintf("%s of %s, %s of GPU time: SM %s, memory %s",
-		count(int(st.KernelLaunches), "launch", "launches"), count(len(kernels), "kernel", "kernels"),
+		count(int(st.KernelLaunches), "launch", "launches"), kernels,
 		time.Duration(st.TotalGPUTimeNanoseconds), FormatMilliPercent(smMilli), FormatMilliPercent(memMilli))
-	if v, ok := waves.value(); ok && v < 1 {
-		msg += fmt.Sprintf("; %.2f waves per SM, so the grids do not fill the GPU", v)
+	if haveWaves && waves < 1 {
+		msg += fmt.Sprintf("; %.2f waves per SM, so the grids do not fill the GPU", waves)
 	}
 	if rep.Dropped > 0 {
 		msg += fmt.Sprintf("; %s without a duration or throughput left out", count(rep.Dropped, "launch", "launches"))
+	}
+	if s.untracked > 0 {
+		msg += fmt.Sprintf("; %s of kernels beyond the first %d are counted but not ranked", count(s.untracked, "launch", "launches"), maxKernels)
 	}
 	peakFLOPS, peakBandwidth := opts.PeakFLOPS, opts.PeakDRAMBytesPerSecond
 	product := ""
@@ -271,28 +316,27 @@ func Summarize(ctx context.Context, rep *ncu.Report, opts Options) v1alpha1.Work
 		Type: v1alpha1.ConditionProfiled, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReportParsed,
 		Message: msg, LastTransitionTime: now,
 	}}
-	rc, judged := roofline(st.BoundType, rooflineFLOPs, rooflineBytes, peakFLOPS, peakBandwidth)
+	rc, judged := roofline(st.BoundType, s.rooflineFLOPs, s.rooflineBytes, peakFLOPS, peakBandwidth)
 	if judged {
 		rc.LastTransitionTime = now
 		st.Conditions = append(st.Conditions, rc)
 	}
 	logger.V(2).Info("Summarised ncu report", "boundType", st.BoundType, "launches", st.KernelLaunches,
-		"kernels", len(kernels), "roofline", rc.Reason, "rooflineMessage", rc.Message)
+		"kernels", len(s.kernels), "roofline", rc.Reason, "rooflineMessage", rc.Message)
 	return st
 }
 
 // device merges what the report says about the device with what the caller
 // knows better.
-func device(rep *ncu.Report, override v1alpha1.ProfiledDevice) *v1alpha1.ProfiledDevice {
+func (s *summary) device(override v1alpha1.ProfiledDevice) *v1alpha1.ProfiledDevice {
 	d := override
-	if len(rep.Launches) > 0 {
-		l := rep.Launches[0]
+	if s.launches > 0 {
 		if d.ComputeCapability == "" {
-			d.ComputeCapability = l.ComputeCapability
+			d.ComputeCapability = s.firstComputeCapability
 		}
 		// ncu's Device column is an index; only a name is worth keeping.
-		if _, err := strconv.Atoi(l.Device); d.ProductName == "" && err != nil {
-			d.ProductName = l.Device
+		if _, err := strconv.Atoi(s.firstDevice); d.ProductName == "" && err != nil {
+			d.ProductName = s.firstDevice
 		}
 	}
 	if d == (v1alpha1.ProfiledDevice{}) {
@@ -301,7 +345,7 @@ func device(rep *ncu.Report, override v1alpha1.ProfiledDevice) *v1alpha1.Profile
 	return &d
 }
 
-func topKernels(kernels map[string]*kernel, total float64, n int) []v1alpha1.KernelSummary {
+func topKernels(kernels map[string]*kernel, total float64, launches, n int) []v1alpha1.KernelSummary {
 	if n <= 0 {
 		n = defaultTopKernels
 	}
@@ -316,22 +360,21 @@ func topKernels(kernels map[string]*kernel, total float64, n int) []v1alpha1.Ker
 		}
 		return sorted[i].name < sorted[j].name
 	})
-	var launches int32
-	for _, k := range kernels {
-		launches += k.launches
-	}
+	byTime := total > 0
 	out := make([]v1alpha1.KernelSummary, 0, n)
 	for _, k := range sorted[:n] {
 		share := float64(k.launches) / float64(launches)
-		if total > 0 {
+		if byTime {
 			share = k.gpuTime / total
 		}
+		sm, _ := k.sm.value(byTime)
+		memory, _ := k.memory.value(byTime)
 		out = append(out, v1alpha1.KernelSummary{
-			Name:                         truncate(k.name, maxKernelName),
+			Name:                         k.name,
 			Launches:                     k.launches,
 			TimeShareMilliPercent:        toMilliPercent(share * 100),
-			SMThroughputMilliPercent:     ptrOrZero(milliPercent(k.sm)),
-			MemoryThroughputMilliPercent: ptrOrZero(milliPercent(k.memory)),
+			SMThroughputMilliPercent:     toMilliPercent(sm),
+			MemoryThroughputMilliPercent: toMilliPercent(memory),
 		})
 	}
 	return out
@@ -344,27 +387,23 @@ func ptrOrZero(p *int32) int32 {
 	return *p
 }
 
-func milliPercent(m mean) *int32 {
-	v, ok := m.value()
-	if !ok {
-		return nil
-	}
-	p := toMilliPercent(v)
-	return &p
-}
-
 // toMilliPercent rounds a percentage to milli-percent, clamped to the API's
-// range: ncu can print a hair over 100 % for a saturated unit.
+// range: ncu can print a hair over 100 % for a saturated unit. NaN, which
+// no figure Scan passes on can produce, is 0 rather than MinInt32.
 func toMilliPercent(p float64) int32 {
+	if math.IsNaN(p) {
+		return 0
+	}
 	return int32(math.Round(math.Max(0, math.Min(100, p)) * 1000))
 }
 
+// clampInt64 rounds to the API's int64 range, from 0; NaN is 0.
 func clampInt64(v float64) int64 {
 	switch {
+	case math.IsNaN(v) || v <= 0:
+		return 0
 	case v >= math.MaxInt64:
 		return math.MaxInt64
-	case v <= 0:
-		return 0
 	}
 	return int64(math.Round(v))
 }

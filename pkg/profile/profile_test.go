@@ -278,7 +278,7 @@ func TestForClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := v1alpha1.ClaimReference{Namespace: "ml", Name: "train-gpu", UID: "1234"}
-	st, err := ForClaim(context.Background(), claim, report, Options{ObservedAt: observedAt})
+	st, err := ForClaim(context.Background(), claim, bytes.NewReader(report), Options{ObservedAt: observedAt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestForClaim(t *testing.T) {
 		t.Errorf("bound %s, want MemoryBound", st.BoundType)
 	}
 
-	_, err = ForClaim(context.Background(), claim, bytes.Repeat([]byte("x"), 10), Options{})
+	_, err = ForClaim(context.Background(), claim, bytes.NewReader(bytes.Repeat([]byte("x"), 10)), Options{})
 	if err == nil || !strings.Contains(err.Error(), "ml/train-gpu") {
 		t.Errorf("err = %v, want it to name the claim", err)
 	}
