@@ -37,9 +37,10 @@ var archivedFiles = []string{ArgsFile, VersionFile, ReportFile, LogFile, ErrorFi
 // it, to <stateDir>/profiles/archive and removes all but the newest keep
 // archived directories, so that reports survive for inspection but not
 // forever. Only the report's files are kept, within the budget Collect
-// reads with, and the claim's tmpfs is unmounted, whatever else fails. The
-// caller logs the error and goes on: unprepare must never fail because of
-// retention.
+// reads with, with the job that names the claim and profile they were
+// for, and the claim's tmpfs is unmounted, whatever else fails. The caller
+// logs the error and goes on: a report that cannot be archived must not
+// keep its directory pending.
 func Archive(ctx context.Context, stateDir, dir string, keep int) error {
 	name := filepath.Base(dir)
 	if filepath.Dir(dir) != filepath.Join(stateDir, profilesDir, collectDir) || !archiveNameRE().MatchString(name) {
@@ -66,7 +67,7 @@ func Archive(ctx context.Context, stateDir, dir string, keep int) error {
 }
 
 // keepReport copies the archived files from the tenant's src, read as
-// Collect reads them, to dst on disk.
+// Collect reads them and streamed, to dst on disk.
 func keepReport(ctx context.Context, src, dst string) error {
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
@@ -81,15 +82,17 @@ func keepReport(ctx context.Context, src, dst string) error {
 	defer files.close()
 	var errs []error
 	for _, name := range archivedFiles {
-		data, err := files.read(ctx, name)
+		r, err := files.reader(ctx, name)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("not archiving %s: %w", name, err))
 			continue
 		}
-		if data == nil {
+		if r == nil {
 			continue
 		}
-		if err := writeFileAtomic(filepath.Join(dst, name), data); err != nil {
+		err = copyFileAtomic(filepath.Join(dst, name), r)
+		r.close()
+		if err != nil {
 			errs = append(errs, fmt.Errorf("archiving %s: %w", name, err))
 		}
 	}

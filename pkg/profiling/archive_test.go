@@ -49,7 +49,7 @@ func TestDetachAndArchive(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, ReportFile), []byte(uid), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		detached, err := Detach(state, uid)
+		detached, err := Detach(state, jobFor(uid))
 		if err != nil {
 			t.Fatalf("Detach(%s): %v", uid, err)
 		}
@@ -64,10 +64,10 @@ func TestDetachAndArchive(t *testing.T) {
 			t.Fatalf("Archive(%s): %v", detached, err)
 		}
 	}
-	if detached, err := Detach(state, "never-prepared"); err != nil || detached != "" {
+	if detached, err := Detach(state, jobFor("never-prepared")); err != nil || detached != "" {
 		t.Errorf("Detach of a claim without a directory: %q, %v", detached, err)
 	}
-	if _, err := Detach(state, "../escape"); err == nil {
+	if _, err := Detach(state, jobFor("../escape")); err == nil {
 		t.Errorf("Detach accepted a claim UID with a path")
 	}
 	if err := Archive(ctx, state, filepath.Join(state, "profiles", "uid-x"), 2); err == nil {

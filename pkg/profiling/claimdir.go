@@ -33,6 +33,7 @@ import (
 //
 //	<claimUID>/out/                  mounted into the claim's containers
 //	collect/<timestamp>-<uid>/out/   set aside at unprepare, read by Collect
+//	collect/<timestamp>-<uid>/job.json  what to publish it as (Job)
 //	archive/<timestamp>-<uid>/       its files, kept for people, pruned to a count
 //
 // out is a tmpfs while the claim's containers may write to it (see
@@ -64,19 +65,26 @@ func ensureProfilesRoot(stateDir string) (string, error) {
 	return root, nil
 }
 
-// Detach moves a claim's report directory aside, with the tmpfs mounted in
-// it, to <stateDir>/profiles/collect/<timestamp>-<claimUID>, and returns the
-// new path, or "" when the claim has none. It is one rename, cheap enough to
+// Detach moves the report directory of job's claim aside, with the tmpfs
+// mounted in it, to <stateDir>/profiles/collect/<timestamp>-<claimUID>,
+// with job written beside the report, and returns the new path, or "" when
+// the claim has none. It is a small write and one rename, cheap enough to
 // do under the plugin's lock; the moved directory can then be read by
 // Collect without the lock, while a new preparation of the same claim
 // starts from an empty directory.
-func Detach(stateDir, claimUID string) (string, error) {
+func Detach(stateDir string, job Job) (string, error) {
+	claimUID := string(job.Claim.UID)
 	if err := validateClaimUID(claimUID); err != nil {
 		return "", err
 	}
 	src := claimRoot(stateDir, claimUID)
 	if _, err := os.Lstat(src); errors.Is(err, fs.ErrNotExist) {
 		return "", nil
+	}
+	// Before the rename, so that every directory in collect/ that has
+	// its report has its job too.
+	if err := writeJob(src, job); err != nil {
+		return "", fmt.Errorf("recording the report job of claim %s: %w", claimUID, err)
 	}
 	root := filepath.Join(stateDir, profilesDir, collectDir)
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -104,9 +112,10 @@ func DiscardClaimDir(stateDir, claimUID string) error {
 }
 
 // SweepClaimDirs removes, at start-up, the report directories of claims
-// for which prepared is false, and the directories a plugin stopped while
-// collecting left in collect/: neither will ever be collected. The archive
-// is left alone.
+// for which prepared is false, and the directories in collect/ without a
+// job (set aside by an older plugin): neither will ever be collected.
+// Directories in collect/ with a job are PendingJobs. The archive is left
+// alone.
 func SweepClaimDirs(ctx context.Context, stateDir string, prepared func(claimUID string) bool) error {
 	logger := klog.FromContext(ctx)
 	root := filepath.Join(stateDir, profilesDir)
@@ -128,8 +137,12 @@ func SweepClaimDirs(ctx context.Context, stateDir string, prepared func(claimUID
 		return fmt.Errorf("listing %s: %w", filepath.Join(root, collectDir), err)
 	}
 	for _, e := range interrupted {
-		if archiveNameRE().MatchString(e.Name()) {
-			stale = append(stale, filepath.Join(root, collectDir, e.Name()))
+		dir := filepath.Join(root, collectDir, e.Name())
+		if !archiveNameRE().MatchString(e.Name()) {
+			continue
+		}
+		if _, err := readJob(dir); err != nil {
+			stale = append(stale, dir)
 		}
 	}
 	var errs []error

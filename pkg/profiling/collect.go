@@ -31,7 +31,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/ncu"
+	"github.com/prismgpu/prism/pkg/profile"
 )
 
 // Reason says why no usable report was collected. The values are valid
@@ -60,22 +62,29 @@ const (
 
 const (
 	// collectBudget bounds what Collect reads from one claim directory, all
-	// files together: the tenant can write there, and the plugin's memory
-	// limit is shared by every claim on the node. A thousand launches of
-	// the full set stay far below it.
+	// files together. Collect streams what it reads, so the budget bounds
+	// time, not memory. A thousand launches of the full set stay far
+	// below it.
 	collectBudget = 64 << 20
-	// collectTimeout bounds Collect, so that a slow disk cannot hold the
-	// claim's unprepare for long.
+	// collectTimeout bounds Collect, so that a slow disk or a report
+	// built to be slow to parse cannot keep a collection worker for long.
 	collectTimeout = 30 * time.Second
+	// maxVersionBytes and maxErrorBytes are how much of the version and
+	// shim error files is read: both are a few lines the plugin's own
+	// binaries write, which the tenant can overwrite.
+	maxVersionBytes = 4 << 10
+	maxErrorBytes   = 64 << 10
 )
 
-// openFlags open a file of the tenant-writable directory. O_NOFOLLOW
-// refuses a symbolic link, which could name a host file the plugin can
-// read; O_NONBLOCK keeps the open of a FIFO from waiting for a writer. The
-// names opened are fixed single path components, so the final component is
-// the only one resolved and openat with O_NOFOLLOW is as strict as openat2
-// with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, and works on kernels before 5.6.
-const openFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+// openFlags open a file of the tenant-writable directory without opening
+// what it names: O_PATH runs no driver's open (a device node the tenant
+// made, say /dev/watchdog's, is not armed) and does not wait for a FIFO's
+// writer; O_NOFOLLOW opens a symbolic link itself, which fstat then
+// rejects. The names opened are fixed single path components, so the
+// final component is the only one resolved and openat with O_NOFOLLOW is
+// as strict as openat2 with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, and works
+// on kernels before 5.6. Only a regular file is then opened for reading.
+const openFlags = unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
 
 // CollectError is returned by Collect when there is no usable report. Its
 // message is written by the plugin alone: the files are the tenant's, and
@@ -91,11 +100,8 @@ func (e *CollectError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Reason, e.Detail)
 }
 
-// Report is a collected ncu report.
+// Report is a collected ncu report, summarised.
 type Report struct {
-	// CSV is the report with the recorded "ncu --version" output above
-	// it, which is where pkg/ncu looks for the version.
-	CSV []byte
 	// File is the file the CSV was read from: report.csv, or ncu.log when
 	// ncu printed its results there. The archive keeps it.
 	File string
@@ -103,14 +109,19 @@ type Report struct {
 	// profile can be matched with the raw report in the archive.
 	SHA256 string
 	Size   int64
+	// Status is the report's summary, ready for the WorkloadProfile.
+	Status prismv1alpha1.WorkloadProfileStatus
 }
 
 // Collect reads the report a profiled claim left in dir, a directory that
-// Detach set aside, whose out directory its containers could write to. Only regular files are read,
-// never through a symbolic link, all of them together within a fixed
-// budget and time. The error is a *CollectError when the report is missing
-// or unusable.
-func Collect(ctx context.Context, dir string) (*Report, error) {
+// Detach set aside, whose out directory its containers could write to, and
+// summarises it into a WorkloadProfile status with opts. Only regular
+// files are read, never through a symbolic link, all of them together
+// within a fixed budget and time. Each is read once, as a stream: the
+// hash, the size and the summary come from the same pass, and nothing
+// holds the report. The error is a *CollectError when the report is
+// missing or unusable.
+func Collect(ctx context.Context, dir string, opts profile.Options) (*Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx).WithValues("dir", dir)
@@ -120,52 +131,80 @@ func Collect(ctx context.Context, dir string) (*Report, error) {
 	}
 	defer files.close()
 
-	rep, err := files.read(ctx, ReportFile)
+	version, err := files.readHead(ctx, VersionFile, maxVersionBytes)
 	if err != nil {
 		return nil, err
-	}
-	source := ReportFile
-	if !hasCSV(rep) {
-		// No CSV: ncu.log either holds it (some ncu versions print results
-		// into --log-file) or says why not, and profile-error.txt says
-		// why the shim gave up.
-		ncuLog, err := files.read(ctx, LogFile)
-		if err != nil {
-			return nil, err
-		}
-		if !hasCSV(ncuLog) {
-			shimErr, err := files.read(ctx, ErrorFile)
-			if err != nil {
-				return nil, err
-			}
-			return nil, noReport(rep, ncuLog, shimErr)
-		}
-		logger.V(4).Info("Taking the report from the ncu log")
-		rep, source = ncuLog, LogFile
-	}
-	sum := sha256.Sum256(rep)
-	out := &Report{File: source, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(rep))}
-
-	version, err := files.read(ctx, VersionFile)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("collecting report in %s: %w", dir, err)
-	}
-	// Parsing here, not only later in profile.ForClaim, so that a bad
-	// report carries its reason to the caller.
-	if _, err := ncu.Parse(ctx, bytes.NewReader(rep)); err != nil {
-		logger.V(2).Info("Report does not parse", "file", source, "bytes", len(rep))
-		return nil, &CollectError{Reason: ReasonReportUnparseable,
-			Detail: fmt.Sprintf("%s (%d bytes) is not an ncu CSV report with the required metrics", source, len(rep))}
 	}
 	if len(version) > 0 {
-		rep = append(append(bytes.TrimRight(version, "\n"), '\n'), rep...)
+		// Scan looks for the version in lines above the CSV.
+		version = append(bytes.TrimRight(version, "\n"), '\n')
 	}
-	out.CSV = rep
-	logger.V(2).Info("Collected profile", "file", source, "bytes", out.Size, "sha256", out.SHA256)
-	return out, nil
+	// No CSV in report.csv: ncu.log either holds it (some ncu versions
+	// print results into --log-file) or says why not.
+	var seen [2]seenFile
+	for i, name := range []string{ReportFile, LogFile} {
+		rep, err := files.summarize(ctx, name, version, opts, &seen[i])
+		switch {
+		case err == nil:
+			logger.V(2).Info("Collected profile", "file", name, "bytes", rep.Size, "sha256", rep.SHA256)
+			return rep, nil
+		case errors.Is(err, ncu.ErrNoTable):
+			continue
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("collecting report in %s: %w", dir, ctx.Err())
+		}
+		if _, ok := errors.AsType[*CollectError](err); ok {
+			return nil, err
+		}
+		// Not err: the parser may quote what it could not read.
+		logger.V(2).Info("Report does not parse", "file", name, "bytes", seen[i].size)
+		return nil, &CollectError{Reason: ReasonReportUnparseable,
+			Detail: fmt.Sprintf("%s (%d bytes) is not an ncu CSV report with the required metrics", name, seen[i].size)}
+	}
+	// profile-error.txt says why the shim gave up.
+	shimErr, err := files.readHead(ctx, ErrorFile, maxErrorBytes)
+	if err != nil {
+		return nil, err
+	}
+	return nil, noReport(seen[0], seen[1], shimErr)
+}
+
+// seenFile is what Collect learnt of a file without a CSV table.
+type seenFile struct {
+	exists bool
+	size   int64
+	// markers found in it, from ncuMarkers.
+	marks markerScan
+}
+
+// ncuMarkers are the words in ncu's log that explain a missing report.
+var ncuMarkers = [...]string{"ERR_NVGPUCTRPERM", "==ERROR=="}
+
+// summarize reads one file as an ncu report, in one pass that also hashes
+// it and looks for ncuMarkers. It returns ncu.ErrNoTable when the file is
+// missing or holds no CSV line.
+func (c *claimFiles) summarize(ctx context.Context, name string, version []byte, opts profile.Options, seen *seenFile) (*Report, error) {
+	r, err := c.reader(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, ncu.ErrNoTable
+	}
+	defer r.close()
+	seen.exists, seen.size = true, r.size
+	h := sha256.New()
+	in := io.TeeReader(r, io.MultiWriter(h, &seen.marks))
+	st, err := profile.FromReport(ctx, io.MultiReader(bytes.NewReader(version), in), opts)
+	if err != nil {
+		if tooLarge, ok := errors.AsType[*CollectError](r.err); ok {
+			return nil, tooLarge
+		}
+		return nil, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	st.Report = &prismv1alpha1.ReportDigest{File: name, SHA256: sum, SizeBytes: r.n}
+	return &Report{File: name, SHA256: sum, Size: r.n, Status: st}, nil
 }
 
 // shimFailures are the reasons the shim writes to profile-error.txt. A
@@ -184,7 +223,7 @@ var shimFailures = []string{
 
 // noReport explains why there is no CSV, from markers in the files and
 // their sizes.
-func noReport(rep, ncuLog, shimErr []byte) *CollectError {
+func noReport(rep, ncuLog seenFile, shimErr []byte) *CollectError {
 	switch {
 	case len(shimErr) > 0:
 		why := "for a reason it did not name"
@@ -196,18 +235,42 @@ func noReport(rep, ncuLog, shimErr []byte) *CollectError {
 		}
 		return &CollectError{Reason: ReasonProfilerFailed, Detail: fmt.Sprintf(
 			"the profiler shim ran the workload without ncu: %s (%s, %d bytes, is kept in the node's profile archive)", why, ErrorFile, len(shimErr))}
-	case bytes.Contains(ncuLog, []byte("ERR_NVGPUCTRPERM")):
+	case ncuLog.marks.found(0):
 		return &CollectError{Reason: ReasonProfilerFailed,
 			Detail: "ncu could not read the GPU performance counters, which the NVIDIA driver restricts to administrators: " + permissionAdvice}
-	case bytes.Contains(ncuLog, []byte("==ERROR==")):
+	case ncuLog.marks.found(1):
 		return &CollectError{Reason: ReasonProfilerFailed, Detail: fmt.Sprintf(
-			"ncu reported an error (%s, %d bytes, is kept in the node's profile archive)", LogFile, len(ncuLog))}
-	case rep == nil && ncuLog == nil:
+			"ncu reported an error (%s, %d bytes, is kept in the node's profile archive)", LogFile, ncuLog.size)}
+	case !rep.exists && !ncuLog.exists:
 		return &CollectError{Reason: ReasonReportMissing,
 			Detail: "no report: the container did not run under the profiler (not started yet, or a statically linked entrypoint that ignores the preload library)"}
 	}
 	return &CollectError{Reason: ReasonReportMissing, Detail: fmt.Sprintf(
-		"neither %s (%d bytes) nor %s (%d bytes) holds an ncu CSV table", ReportFile, len(rep), LogFile, len(ncuLog))}
+		"neither %s (%d bytes) nor %s (%d bytes) holds an ncu CSV table", ReportFile, rep.size, LogFile, ncuLog.size)}
+}
+
+// markerScan records which of ncuMarkers occur in what is written to it,
+// keeping only the bytes a marker could straddle between two writes.
+type markerScan struct {
+	seen [len(ncuMarkers)]bool
+	tail []byte
+}
+
+func (m *markerScan) found(i int) bool { return m.seen[i] }
+
+func (m *markerScan) Write(p []byte) (int, error) {
+	const keep = 16 // longer than every marker
+	edge := append(m.tail, p[:min(len(p), keep)]...)
+	for i, mk := range ncuMarkers {
+		m.seen[i] = m.seen[i] || bytes.Contains(edge, []byte(mk)) || bytes.Contains(p, []byte(mk))
+	}
+	if len(p) >= keep {
+		m.tail = append(m.tail[:0], p[len(p)-keep:]...)
+	} else {
+		m.tail = append(m.tail, p...)
+		m.tail = m.tail[max(0, len(m.tail)-keep):]
+	}
+	return len(p), nil
 }
 
 // claimFiles reads the fixed files of one claim directory beneath a handle
@@ -232,39 +295,95 @@ func (c *claimFiles) close() {
 	c.dir.Close() //nolint:errcheck // read-only
 }
 
-// read returns the content of a regular file, nil when it does not exist.
-func (c *claimFiles) read(ctx context.Context, name string) ([]byte, error) {
+// fileReader reads one file of the claim directory within what is left of
+// the budget, and stops between chunks once ctx is done.
+type fileReader struct {
+	ctx  context.Context
+	c    *claimFiles
+	f    *os.File
+	name string
+	// size is the file's size when it was opened; n counts what was read.
+	size, n int64
+	// err is the error that stopped the reading, if any.
+	err error
+}
+
+// reader opens a regular file of the directory for reading, or returns nil
+// when it does not exist. The file is opened by O_PATH first, so that only
+// a regular file is ever opened for reading.
+func (c *claimFiles) reader(ctx context.Context, name string) (*fileReader, error) {
 	path := filepath.Join(c.dir.Name(), name)
 	fd, err := unix.Openat(int(c.dir.Fd()), name, openFlags, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
+	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
-	case errors.Is(err, unix.ELOOP):
-		return nil, &CollectError{Reason: ReasonReportRejected, Detail: name + " is a symbolic link; only regular files are read"}
-	case err != nil:
+	}
+	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close() //nolint:errcheck // read-only
-	fi, err := f.Stat()
-	if err != nil {
+	defer unix.Close(fd) //nolint:errcheck // an O_PATH handle
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("inspecting %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, &CollectError{Reason: ReasonReportRejected, Detail: fmt.Sprintf("%s is not a regular file (%s); only regular files are read", name, fileType(fi.Mode()))}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, rejected(name, st.Mode)
 	}
-	if fi.Size() > c.left {
-		return nil, c.tooLarge(name, fi.Size())
+	if st.Size > c.left {
+		return nil, c.tooLarge(name, st.Size)
 	}
-	// The size may grow while reading; the limit holds regardless.
-	data, err := io.ReadAll(io.LimitReader(ctxReader{ctx, f}, c.left+1))
+	// The handle's own file, whatever the name points to by now; O_NONBLOCK
+	// and O_NOCTTY in case a kernel ever lets the type change under a handle.
+	rd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, fmt.Errorf("opening %s for reading: %w", path, err)
 	}
-	if int64(len(data)) > c.left {
-		return nil, c.tooLarge(name, int64(len(data)))
+	return &fileReader{ctx: ctx, c: c, f: os.NewFile(uintptr(rd), path), name: name, size: st.Size}, nil
+}
+
+// Read passes on what the budget allows, and fails with ReportTooLarge
+// once the file holds more: the size may grow while reading.
+func (r *fileReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
 	}
-	c.left -= int64(len(data))
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return 0, err
+	}
+	if room := r.c.left - r.n + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := r.f.Read(p)
+	if r.n+int64(n) > r.c.left {
+		r.err = r.c.tooLarge(r.name, r.n+int64(n))
+		return 0, r.err
+	}
+	r.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("reading %s: %w", r.f.Name(), err)
+	}
+	r.err = err
+	return n, err
+}
+
+// close charges what was read to the budget.
+func (r *fileReader) close() {
+	r.c.left -= r.n
+	r.f.Close() //nolint:errcheck // read-only
+}
+
+// readHead returns up to n bytes from the start of a file, nil when it does
+// not exist.
+func (c *claimFiles) readHead(ctx context.Context, name string, n int64) ([]byte, error) {
+	r, err := c.reader(ctx, name)
+	if err != nil || r == nil {
+		return nil, err
+	}
+	defer r.close()
+	data, err := io.ReadAll(io.LimitReader(r, n))
+	if err != nil {
+		return nil, err
+	}
 	if data == nil {
 		data = []byte{}
 	}
@@ -276,43 +395,23 @@ func (c *claimFiles) tooLarge(name string, size int64) *CollectError {
 		"%s has at least %d bytes, more than the %d bytes left of the %d-byte budget for one claim's report", name, size, c.left, collectBudget)}
 }
 
-func fileType(m os.FileMode) string {
-	switch {
-	case m&os.ModeDir != 0:
+func rejected(name string, mode uint32) *CollectError {
+	if mode&unix.S_IFMT == unix.S_IFLNK {
+		return &CollectError{Reason: ReasonReportRejected, Detail: name + " is a symbolic link; only regular files are read"}
+	}
+	return &CollectError{Reason: ReasonReportRejected, Detail: fmt.Sprintf("%s is not a regular file (%s); only regular files are read", name, fileType(mode))}
+}
+
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
 		return "a directory"
-	case m&os.ModeNamedPipe != 0:
+	case unix.S_IFIFO:
 		return "a FIFO"
-	case m&os.ModeSocket != 0:
+	case unix.S_IFSOCK:
 		return "a socket"
-	case m&os.ModeDevice != 0:
+	case unix.S_IFCHR, unix.S_IFBLK:
 		return "a device"
 	}
-	return "type " + m.Type().String()
-}
-
-// ctxReader stops a read between chunks once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
-}
-
-// hasCSV tells whether ncu printed any CSV line; its CSV lines are quoted,
-// its own messages and the application's output are not. It scans in
-// place: the input may be most of the budget.
-func hasCSV(b []byte) bool {
-	for len(b) > 0 {
-		line, rest, _ := bytes.Cut(b, []byte("\n"))
-		if bytes.HasPrefix(bytes.TrimSpace(line), []byte(`"`)) {
-			return true
-		}
-		b = rest
-	}
-	return false
+	return fmt.Sprintf("type %#o", mode&unix.S_IFMT)
 }

@@ -17,19 +17,58 @@ limitations under the License.
 package profiling
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profile"
 )
+
+// watchOpens watches the files of dir for opens, and returns a function
+// that names those opened since. Opening by O_PATH is not an open for
+// inotify, and runs no driver code; opening to read is, and does.
+func watchOpens(t *testing.T, dir string) func() map[string]bool {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	return func() map[string]bool {
+		opened := map[string]bool{}
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(fd, buf)
+			if n <= 0 || err != nil {
+				return opened
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				name := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+				opened[string(bytes.TrimRight(name, "\x00"))] = true
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
+}
 
 // fixture reads a recorded report from pkg/ncu's test data or this
 // package's.
@@ -58,6 +97,10 @@ type entry struct {
 	symlink bool   // a symbolic link to a secret outside the directory
 	fifo    bool
 	dir     bool
+	// device is a character device node, the kernel's null device: a
+	// tenant with CAP_MKNOD could make one of /dev/watchdog, which arms a
+	// reboot when opened.
+	device bool
 }
 
 func (e entry) create(t *testing.T, path string) {
@@ -80,6 +123,11 @@ func (e entry) create(t *testing.T, path string) {
 		err = syscall.Mkfifo(path, 0o644)
 	case e.dir:
 		err = os.Mkdir(path, 0o755)
+	case e.device:
+		if os.Geteuid() != 0 {
+			t.Skip("making a device node needs root")
+		}
+		err = unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
 	default:
 		err = os.WriteFile(path, []byte(e.content), 0o644)
 	}
@@ -94,10 +142,12 @@ func TestCollect(t *testing.T) {
 		files      map[string]entry
 		wantReason Reason
 		wantDetail string
-		// wantReport is a substring of the returned report, and wantFile
-		// the file it came from.
-		wantReport []string
-		wantFile   string
+		// wantKernel begins the name of the report's top kernel,
+		// wantVersion is the ncu version it records, and wantFile is the
+		// file it came from.
+		wantKernel  string
+		wantVersion string
+		wantFile    string
 	}{
 		"nothing collected": {
 			wantReason: ReasonReportMissing,
@@ -124,18 +174,19 @@ func TestCollect(t *testing.T) {
 			wantDetail: "CAP_SYS_ADMIN",
 		},
 		"raw report with version": {
-			files:      map[string]entry{ReportFile: {fixture: "vectoradd_raw.csv"}, VersionFile: {content: version}, LogFile: {content: "==PROF== Disconnected\n"}},
-			wantReport: []string{"Version 2025.2.1.0", `"vectorAdd(const float *`},
-			wantFile:   ReportFile,
+			files:       map[string]entry{ReportFile: {fixture: "vectoradd_raw.csv"}, VersionFile: {content: version}, LogFile: {content: "==PROF== Disconnected\n"}},
+			wantKernel:  "vectorAdd(const float *",
+			wantVersion: "2025.2.1.0",
+			wantFile:    ReportFile,
 		},
 		"details report": {
 			files:      map[string]entry{ReportFile: {fixture: "fmaloop_details.csv"}},
-			wantReport: []string{`"fmaLoop`},
+			wantKernel: "fmaLoop",
 			wantFile:   ReportFile,
 		},
 		"report printed into the log": {
 			files:      map[string]entry{ReportFile: {}, LogFile: {fixture: "tinygrid_raw.csv"}},
-			wantReport: []string{`"tinyKernel`},
+			wantKernel: "tinyKernel",
 			wantFile:   LogFile,
 		},
 
@@ -160,6 +211,11 @@ func TestCollect(t *testing.T) {
 			files:      map[string]entry{ReportFile: {dir: true}},
 			wantReason: ReasonReportRejected,
 			wantDetail: "report.csv is not a regular file (a directory)",
+		},
+		"report is a device node": {
+			files:      map[string]entry{ReportFile: {device: true}},
+			wantReason: ReasonReportRejected,
+			wantDetail: "report.csv is not a regular file (a device)",
 		},
 		"report is a FIFO": {
 			files:      map[string]entry{ReportFile: {fifo: true}},
@@ -192,6 +248,7 @@ func TestCollect(t *testing.T) {
 			for file, e := range tc.files {
 				e.create(t, filepath.Join(dir, outDir, file))
 			}
+			opened := watchOpens(t, filepath.Join(dir, outDir))
 
 			// A FIFO used to block Collect for good. The deadline only
 			// keeps a regression from hanging the test run; Collect is
@@ -204,7 +261,7 @@ func TestCollect(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				report, err := Collect(ctx, dir)
+				report, err := Collect(ctx, dir, profile.Options{})
 				done <- result{report, err}
 			}()
 			var got result
@@ -219,7 +276,12 @@ func TestCollect(t *testing.T) {
 				text = got.err.Error()
 			}
 			if got.report != nil {
-				text += string(got.report.CSV)
+				text += fmt.Sprintf("%+v", got.report.Status)
+			}
+			for file, e := range tc.files {
+				if (e.device || e.fifo) && opened()[file] {
+					t.Errorf("Collect opened %s, which is not a regular file, for reading", file)
+				}
 			}
 			if strings.Contains(text, "PRIVATE KEY") || strings.Contains(text, "MHcCAQEE") {
 				t.Fatalf("the secret behind a symbolic link reached the result: %q", text)
@@ -240,15 +302,18 @@ func TestCollect(t *testing.T) {
 			if got.err != nil {
 				t.Fatalf("Collect: %v", got.err)
 			}
-			for _, s := range tc.wantReport {
-				if !strings.Contains(string(got.report.CSV), s) {
-					t.Errorf("report lacks %q:\n%s", s, got.report.CSV)
-				}
+			st := got.report.Status
+			if len(st.TopKernels) == 0 || !strings.HasPrefix(st.TopKernels[0].Name, tc.wantKernel) || st.NCUVersion != tc.wantVersion {
+				t.Errorf("summary: top kernels %+v, ncu version %q; want %q first, version %q", st.TopKernels, st.NCUVersion, tc.wantKernel, tc.wantVersion)
 			}
 			source := fixture(t, tc.files[tc.wantFile].fixture)
 			sum := sha256.Sum256(source)
-			if got.report.File != tc.wantFile || got.report.SHA256 != hex.EncodeToString(sum[:]) || got.report.Size != int64(len(source)) {
-				t.Errorf("report identified as %s, %s, %d bytes; want %s, %x, %d bytes", got.report.File, got.report.SHA256, got.report.Size, tc.wantFile, sum, len(source))
+			want := prismv1alpha1.ReportDigest{File: tc.wantFile, SHA256: hex.EncodeToString(sum[:]), SizeBytes: int64(len(source))}
+			if diff := cmp.Diff(want, prismv1alpha1.ReportDigest{File: got.report.File, SHA256: got.report.SHA256, SizeBytes: got.report.Size}); diff != "" {
+				t.Errorf("report identified as (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(&want, st.Report); diff != "" {
+				t.Errorf("status.report (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -17,9 +17,11 @@ limitations under the License.
 package profiling
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -312,13 +314,20 @@ func recordVersion(ctx context.Context, ncuPath, dir string) {
 }
 
 func writeFileAtomic(path string, data []byte) error {
+	return copyFileAtomic(path, bytes.NewReader(data))
+}
+
+// copyFileAtomic writes what r holds to path through a temporary file and
+// a rename, so that path never holds part of it; on a read error nothing
+// is written.
+func copyFileAtomic(path string, r io.Reader) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after a successful rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close() //nolint:errcheck // the write error is the one to report
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close() //nolint:errcheck // the copy error is the one to report
 		return err
 	}
 	if err := tmp.Chmod(0o644); err != nil {

@@ -25,11 +25,13 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 const testClaimUID = "0b6c9f1e-7a53-4c55-9d1e-2f4a8c3b1d20"
@@ -263,4 +265,9 @@ func toJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// jobFor is a report job for a claim of the given UID.
+func jobFor(claimUID string) Job {
+	return Job{Claim: prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train", UID: types.UID(claimUID)}, Profile: "train"}
 }

@@ -107,11 +107,12 @@ func TestGPUVectorAdd(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("vectoradd under the shim: %v\n%s", err, out)
 	}
-	dir, err := Detach(opts.StateDir, testClaimUID)
+	dir, err := Detach(opts.StateDir, jobFor(testClaimUID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	report, err := Collect(ctx, dir)
+	raw, _ := os.ReadFile(filepath.Join(dir, outDir, ReportFile))
+	report, err := Collect(ctx, dir, profile.Options{})
 	if err != nil {
 		ncuLog, _ := os.ReadFile(filepath.Join(dir, outDir, LogFile))
 		t.Fatalf("Collect: %v\nncu.log:\n%s", err, ncuLog)
@@ -119,12 +120,8 @@ func TestGPUVectorAdd(t *testing.T) {
 	if err := Archive(ctx, opts.StateDir, dir, 1); err != nil {
 		t.Errorf("Archive: %v", err)
 	}
-	st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "gpu", Name: "test"}, report.CSV, profile.Options{})
-	if err != nil {
-		t.Fatalf("ForClaim: %v\n%s", err, report.CSV)
-	}
-	if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion == "" || st.KernelLaunches != 1 {
+	if st := report.Status; st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion == "" || st.KernelLaunches != 1 {
 		t.Errorf("boundType %s, ncuVersion %q, launches %d; want MemoryBound, a version, 1 launch\n%s",
-			st.BoundType, st.NCUVersion, st.KernelLaunches, report.CSV)
+			st.BoundType, st.NCUVersion, st.KernelLaunches, raw)
 	}
 }

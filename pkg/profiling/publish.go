@@ -56,9 +56,6 @@ type Result struct {
 	// Report and Err are what Collect returned.
 	Report *Report
 	Err    error
-	// Options are passed to profile.ForClaim (device name, peaks, NVML's
-	// peak memory).
-	Options profile.Options
 }
 
 // Publisher writes collected profiles to WorkloadProfiles.
@@ -86,7 +83,7 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 	logger := klog.FromContext(ctx).WithValues("workloadProfile", klog.KRef(key.Namespace, key.Name), "claim", klog.KRef(r.Claim.Namespace, r.Claim.Name))
 	ctx = klog.NewContext(ctx, logger)
 
-	st, failed := p.status(ctx, r)
+	st, failed := p.status(r)
 	if err := p.ensureExists(ctx, key); err != nil {
 		return err
 	}
@@ -124,7 +121,7 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 
 // status turns a result into either a full status or, when there is no
 // usable report, the Profiled=False condition alone.
-func (p *Publisher) status(ctx context.Context, r Result) (prismv1alpha1.WorkloadProfileStatus, *metav1.Condition) {
+func (p *Publisher) status(r Result) (prismv1alpha1.WorkloadProfileStatus, *metav1.Condition) {
 	fail := func(reason Reason, msg string) (prismv1alpha1.WorkloadProfileStatus, *metav1.Condition) {
 		return prismv1alpha1.WorkloadProfileStatus{}, &metav1.Condition{
 			Type:               prismv1alpha1.ConditionProfiled,
@@ -144,18 +141,7 @@ func (p *Publisher) status(ctx context.Context, r Result) (prismv1alpha1.Workloa
 	if r.Report == nil {
 		return fail(ReasonReportMissing, "no report was collected")
 	}
-	opts := r.Options
-	if opts.ObservedAt.IsZero() {
-		opts.ObservedAt = p.now()
-	}
-	opts.Report = &prismv1alpha1.ReportDigest{File: r.Report.File, SHA256: r.Report.SHA256, SizeBytes: r.Report.Size}
-	st, err := profile.ForClaim(ctx, r.Claim, r.Report.CSV, opts)
-	if err != nil {
-		// Not err: the parser quotes what it could not read, and the
-		// report is the tenant's.
-		return fail(ReasonReportUnparseable, fmt.Sprintf("%s (%d bytes) is not an ncu CSV report with the required metrics", r.Report.File, r.Report.Size))
-	}
-	return st, nil
+	return r.Report.Status, nil
 }
 
 func (p *Publisher) ensureExists(ctx context.Context, key types.NamespacedName) error {

@@ -18,9 +18,9 @@ package profiling
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -147,11 +147,11 @@ func TestPublish(t *testing.T) {
 				}).Build()
 
 			var report *Report
+			collectErr := tc.err
 			if tc.report != "" {
-				data := fixture(t, tc.report)
-				report = &Report{CSV: data, File: ReportFile, SHA256: fmt.Sprintf("%x", sha256.Sum256(data)), Size: int64(len(data))}
+				report, collectErr = collectFixture(ctx, t, tc.report, claim)
 			}
-			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: tc.err, Options: profile.Options{}})
+			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: collectErr})
 			if tc.wantErr {
 				if err == nil || !apierrors.IsConflict(errors.Unwrap(err)) {
 					t.Fatalf("Publish: got %v, want a conflict error", err)
@@ -178,9 +178,9 @@ func TestPublish(t *testing.T) {
 			if cond.Status == metav1.ConditionFalse && cond.ObservedGeneration != wp.Generation {
 				t.Errorf("observedGeneration %d, want %d", cond.ObservedGeneration, wp.Generation)
 			}
-			if report != nil {
+			if tc.report != "" {
 				// The report is the tenant's: none of it goes into a message.
-				for _, field := range strings.FieldsFunc(string(report.CSV), func(r rune) bool { return r == '\n' || r == ',' }) {
+				for _, field := range strings.FieldsFunc(string(fixture(t, tc.report)), func(r rune) bool { return r == '\n' || r == ',' }) {
 					if len(field) > 8 && strings.Contains(cond.Message, field) {
 						t.Errorf("condition message %q quotes the report: %q", cond.Message, field)
 					}
@@ -199,6 +199,20 @@ func TestPublish(t *testing.T) {
 			}
 		})
 	}
+}
+
+// collectFixture collects a recorded report as the plugin does, from a
+// claim directory that holds it as report.csv.
+func collectFixture(ctx context.Context, t *testing.T, name string, claim prismv1alpha1.ClaimReference) (*Report, error) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "claim")
+	if err := os.MkdirAll(filepath.Join(dir, outDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, outDir, ReportFile), fixture(t, name), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Collect(ctx, dir, profile.Options{Source: &prismv1alpha1.ProfileSource{Type: prismv1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}})
 }
 
 func TestProfileName(t *testing.T) {

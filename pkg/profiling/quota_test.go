@@ -29,7 +29,11 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profile"
 )
 
 const testDirSize = 1 << 20
@@ -151,14 +155,14 @@ func TestQuotaMovesWithTheClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dir, err := Detach(opts.StateDir, testClaimUID)
+	dir, err := Detach(opts.StateDir, jobFor(testClaimUID))
 	if err != nil {
 		t.Fatalf("Detach of a claim directory holding a mount point: %v", err)
 	}
 	if got, want := mountsUnder(t, opts.StateDir), []string{filepath.Join(dir, outDir)}; !reflect.DeepEqual(got, want) {
 		t.Errorf("mounts after Detach: %q, want %q", got, want)
 	}
-	got, err := Collect(ctx, dir)
+	got, err := Collect(ctx, dir, profile.Options{})
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
@@ -181,7 +185,7 @@ func TestQuotaMovesWithTheClaim(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if want := []string{ArgsFile, VersionFile, ReportFile}; !reflect.DeepEqual(names, slices.Sorted(slices.Values(want))) {
+	if want := []string{ArgsFile, VersionFile, ReportFile, jobFile}; !reflect.DeepEqual(names, slices.Sorted(slices.Values(want))) {
 		t.Errorf("archive holds %q, want %q", names, want)
 	}
 	if data, err := os.ReadFile(filepath.Join(archived, ReportFile)); err != nil || len(data) != len(report) {
@@ -190,15 +194,24 @@ func TestQuotaMovesWithTheClaim(t *testing.T) {
 }
 
 // TestQuotaUnmountedWithoutCollecting: the tmpfs of a claim released as
-// stale, of one the checkpoint lost, and of one a plugin stopped while
-// collecting are unmounted, not left holding memory on the node.
+// stale, of one the checkpoint lost, and of one an older plugin (which
+// wrote no job) stopped while collecting are unmounted, not left holding
+// memory on the node. One set aside with its job stays for PendingJobs.
 func TestQuotaUnmountedWithoutCollecting(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	opts := quotaHost(t)
-	for _, uid := range []string{"stale-uid", "lost-uid", "interrupted-uid", "prepared-uid"} {
+	for _, uid := range []string{"stale-uid", "lost-uid", "interrupted-uid", "old-plugin-uid", "prepared-uid"} {
 		prepareProfiled(t, opts, uid)
 	}
-	if _, err := Detach(opts.StateDir, "interrupted-uid"); err != nil {
+	interrupted, err := Detach(opts.StateDir, jobFor("interrupted-uid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPlugin, err := Detach(opts.StateDir, jobFor("old-plugin-uid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(oldPlugin, jobFile)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -208,8 +221,20 @@ func TestQuotaUnmountedWithoutCollecting(t *testing.T) {
 	if err := SweepClaimDirs(ctx, opts.StateDir, func(uid string) bool { return uid == "prepared-uid" }); err != nil {
 		t.Fatalf("SweepClaimDirs: %v", err)
 	}
-	if got, want := mountsUnder(t, opts.StateDir), []string{ClaimDir(opts.StateDir, "prepared-uid")}; !reflect.DeepEqual(got, want) {
-		t.Errorf("mounts left: %q, want %q", got, want)
+	if diff := cmp.Diff([]string{ClaimDir(opts.StateDir, "prepared-uid"), filepath.Join(interrupted, outDir)}, mountsUnder(t, opts.StateDir), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("mounts left (-want +got):\n%s", diff)
+	}
+	jobs, err := PendingJobs(opts.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := jobFor("interrupted-uid")
+	want.Dir = interrupted
+	if diff := cmp.Diff([]Job{want}, jobs); diff != "" {
+		t.Errorf("pending jobs (-want +got):\n%s", diff)
+	}
+	if _, err := os.Lstat(oldPlugin); !os.IsNotExist(err) {
+		t.Errorf("directory an older plugin set aside still there: %v", err)
 	}
 	for _, uid := range []string{"stale-uid", "lost-uid"} {
 		if _, err := os.Lstat(claimRoot(opts.StateDir, uid)); !os.IsNotExist(err) {
@@ -246,11 +271,11 @@ func TestQuotaNotPermitted(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ClaimDir(opts.StateDir, "collected-uid"), ReportFile), fixture(t, "vectoradd_raw.csv"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := Detach(opts.StateDir, "collected-uid")
+	dir, err := Detach(opts.StateDir, jobFor("collected-uid"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Collect(ctx, dir); err != nil {
+	if _, err := Collect(ctx, dir, profile.Options{}); err != nil {
 		t.Errorf("Collect: %v", err)
 	}
 	if err := Archive(ctx, opts.StateDir, dir, 5); err != nil {

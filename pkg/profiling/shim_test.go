@@ -347,11 +347,12 @@ func TestShimEndToEnd(t *testing.T) {
 				t.Errorf("%s has %d lines, want %d:\n%s", ErrorFile, got, tc.wantShimErrors, shimErrors)
 			}
 
-			detached, err := Detach(opts.StateDir, testClaimUID)
+			detached, err := Detach(opts.StateDir, jobFor(testClaimUID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			report, err := Collect(ctx, detached)
+			raw, _ := os.ReadFile(filepath.Join(detached, outDir, ReportFile))
+			report, err := Collect(ctx, detached, profile.Options{})
 			if tc.wantReason != "" {
 				var ce *CollectError
 				if !errors.As(err, &ce) || ce.Reason != tc.wantReason || !strings.Contains(ce.Detail, tc.wantDetail) {
@@ -364,14 +365,10 @@ func TestShimEndToEnd(t *testing.T) {
 			}
 			// The workload's stdout shares the report file with ncu's CSV;
 			// the parser skips it.
-			if !strings.Contains(string(report.CSV), "workload-stdout") && tc.wantTarget[0] != "env" {
-				t.Errorf("report lacks the workload's stdout: %q", report.CSV)
+			if !strings.Contains(string(raw), "workload-stdout") && tc.wantTarget[0] != "env" {
+				t.Errorf("report lacks the workload's stdout: %q", raw)
 			}
-			st, err := profile.ForClaim(ctx, prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train"}, report.CSV, profile.Options{})
-			if err != nil {
-				t.Fatalf("ForClaim: %v", err)
-			}
-			if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.2.1.0" {
+			if st := report.Status; st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.2.1.0" {
 				t.Errorf("status: boundType %s, ncuVersion %q; want MemoryBound from fake-ncu's vector-add report, 2025.2.1.0", st.BoundType, st.NCUVersion)
 			}
 		})
