@@ -127,6 +127,8 @@ type Driver struct {
 	// staleSince records when each prepared claim was first seen missing
 	// from the API.
 	staleSince sync.Map
+	// collections are the report jobs of unprepared profiled claims.
+	collections *collections
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -184,6 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Health != nil {
 		go d.watchHealth(ctx)
 	}
+	d.startCollections(ctx)
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
@@ -201,7 +204,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.SweepClient = cfg.KubeClient
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff}
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, collections: newCollections()}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)

@@ -19,6 +19,9 @@ type Metrics struct {
 	healthEvents      *prometheus.CounterVec
 	profilingRuns     *prometheus.CounterVec
 	apiFeatureDropped *prometheus.GaugeVec
+	// profileCollectionsPending counts the reports of unprepared profiled
+	// claims not yet collected, published and archived.
+	profileCollectionsPending prometheus.Gauge
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -60,14 +63,18 @@ func NewMetrics() *Metrics {
 		}, []string{"kind"}),
 		profilingRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "profiling_runs_total",
-			Help: "Profiled claims collected at unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).",
+			Help: "Profiled claims' reports collected after unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).",
 		}, []string{"outcome"}),
+		profileCollectionsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "profile_collections_pending",
+			Help: "Reports of unprepared profiled claims waiting to be collected, published to their WorkloadProfile and archived.",
+		}),
 		apiFeatureDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "api_feature_dropped",
 			Help: "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.",
 		}, []string{"gate"}),
 	}
-	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.profileCollectionsPending, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

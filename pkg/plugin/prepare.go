@@ -197,14 +197,6 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 // that the kubelet's retry finds it.
 func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	results := make(map[types.UID]error, len(claims))
-	// Profiled claims' reports are collected after the lock is released
-	// (deferred calls run last in, first out): see releaseProfile.
-	var collect []func()
-	defer func() {
-		for _, c := range collect {
-			c()
-		}
-	}()
 	d.lock(ctx)
 	defer d.mu.Unlock()
 	if err := d.syncWithOtherInstance(ctx); err != nil {
@@ -241,9 +233,7 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 			klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
 		}
 		if rec.Profiling != nil {
-			if c := d.releaseProfile(ctx, rec); c != nil {
-				collect = append(collect, c)
-			}
+			d.releaseProfile(ctx, rec)
 		}
 		forget = append(forget, uid)
 	}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -62,65 +63,60 @@ func (d *Driver) profilingEdits(ctx context.Context, rec checkpoint.Claim) (*cdi
 }
 
 // releaseProfile sets a profiled claim's report directory aside, under the
-// driver lock, and returns what is left to do once the lock is released:
-// collecting, publishing and archiving the report. The directory is the
-// tenant's and publishing waits for the API server, so neither may hold up
-// the other claims on the node. It returns nil when there is nothing to
-// collect, for example when an earlier unprepare of the claim got that far.
-func (d *Driver) releaseProfile(ctx context.Context, rec checkpoint.Claim) func() {
+// driver lock, and queues the job of collecting, publishing and archiving
+// it, which runs after the unprepare has returned (see collections). It
+// does nothing when there is nothing to collect, for example when an
+// earlier unprepare of the claim got that far.
+func (d *Driver) releaseProfile(ctx context.Context, rec checkpoint.Claim) {
 	if d.cfg.Profiling == nil {
-		return nil
+		return
 	}
-	dir, err := profiling.Detach(d.cfg.Profiling.Options.StateDir, rec.UID)
+	job := profiling.Job{
+		Claim:   prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name, UID: types.UID(rec.UID)},
+		Profile: rec.Profiling.Profile,
+	}
+	if len(rec.Devices) > 0 {
+		if dev, ok := d.device(rec.Devices[0].Name); ok {
+			job.Device = prismv1alpha1.ProfiledDevice{ProductName: dev.ProductName, ComputeCapability: dev.CUDAComputeCapability.String()}
+		}
+	}
+	dir, err := profiling.Detach(d.cfg.Profiling.Options.StateDir, job)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Setting the report of a profiled claim aside; it is not collected", "claim", rec.Namespace+"/"+rec.Name)
-		return nil
+		return
 	}
 	if dir == "" {
-		return nil
+		return
 	}
-	return func() { d.collectProfile(ctx, rec, dir) }
+	job.Dir = dir
+	d.queueCollection(ctx, job)
 }
 
-// collectProfile turns the report a profiled claim left in dir into its
-// WorkloadProfile. Nothing here fails the unprepare: a lost report must not
-// keep a GPU blocked, so problems end up in the profile's conditions and logs.
-func (d *Driver) collectProfile(ctx context.Context, rec checkpoint.Claim, dir string) {
-	logger := klog.FromContext(ctx).WithValues("claim", rec.Namespace+"/"+rec.Name, "profile", rec.Profiling.Profile)
-	report, collectErr := profiling.Collect(ctx, dir)
-	d.metrics.profilingRuns.WithLabelValues(profilingOutcome(collectErr)).Inc()
+// collectProfile turns the report a job names into its WorkloadProfile.
+// Nothing here fails the claim, which is gone: problems end up in the
+// profile's conditions and the logs. It returns what Collect said of the
+// report, and the error of a publish worth trying again.
+func (d *Driver) collectProfile(ctx context.Context, job profiling.Job) (collectErr, publishErr error) {
+	logger := klog.FromContext(ctx)
+	claim := prismv1alpha1.ClaimReference{Namespace: job.Claim.Namespace, Name: job.Claim.Name}
+	opts := profile.Options{
+		Source: &prismv1alpha1.ProfileSource{Type: prismv1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim},
+		Device: job.Device,
+	}
+	report, collectErr := profiling.Collect(ctx, job.Dir, opts)
 	if collectErr != nil {
 		logger.Info("Profiled claim left no usable report", "reason", collectErr.Error())
 	}
-	if rec.Profiling.Profile == "" {
+	switch {
+	case job.Profile == "":
 		logger.Info("Profiled claim names no WorkloadProfile (annotation prism.dev/profile); keeping only the raw report")
-	} else if d.cfg.Profiling.Publisher != nil {
-		opts := profile.Options{Source: &prismv1alpha1.ProfileSource{
-			Type:          prismv1alpha1.ProfileSourceResourceClaim,
-			ResourceClaim: &prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name},
-		}}
-		if len(rec.Devices) > 0 {
-			if dev, ok := d.device(rec.Devices[0].Name); ok {
-				opts.Device = prismv1alpha1.ProfiledDevice{ProductName: dev.ProductName, ComputeCapability: dev.CUDAComputeCapability.String()}
-			}
-		}
-		err := d.cfg.Profiling.Publisher.Publish(ctx, profiling.Result{
-			Claim:   prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name},
-			Profile: rec.Profiling.Profile,
-			Report:  report,
-			Err:     collectErr,
-			Options: opts,
-		})
-		if err != nil {
-			d.metrics.claimErrors.WithLabelValues("unprepare", "profile-publish").Inc()
-			logger.Error(err, "Publishing the WorkloadProfile")
-		} else {
+	case d.cfg.Profiling.Publisher != nil:
+		publishErr = d.cfg.Profiling.Publisher.Publish(ctx, profiling.Result{Claim: claim, Profile: job.Profile, Report: report, Err: collectErr})
+		if publishErr == nil {
 			logger.Info("Published WorkloadProfile from the claim's ncu report")
 		}
 	}
-	if err := profiling.Archive(ctx, d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
-		logger.Error(err, "Archiving the raw report")
-	}
+	return collectErr, publishErr
 }
 
 // profilingOutcome is the metric label for what collecting a report gave.
