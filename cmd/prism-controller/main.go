@@ -193,7 +193,8 @@ func run(ctx context.Context, o options) error {
 	// WorkloadProfiles are read from an informer: a webhook that called
 	// the API server for every claim would add a round trip to each.
 	// ResourceClaims, trimmed to their profile and allocation, tell which
-	// node may write which profile.
+	// node may write which profile; while they wait, also to their GPU
+	// requests and the pod whose template made them, the fleet's load.
 	// ResourceSlices of Prism's driver are the fleet the ladders are cut
 	// from.
 	preference, _ := rewrite.ParsePreference(o.preference)
@@ -212,7 +213,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
 	}
-	if _, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{}); err != nil {
+	profileInformer, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{})
+	if err != nil {
 		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
 	}
 	profileClaims := webhook.NewProfileClaims()
@@ -226,6 +228,11 @@ func run(ctx context.Context, o options) error {
 	fleetView := fleet.NewView()
 	if _, err := claimInformer.AddEventHandler(fleetView); err != nil {
 		return fmt.Errorf("watching ResourceClaims for the fleet's load: %w", err)
+	}
+	// A waiting claim counts with its profile's bound type, not the one its
+	// annotation states.
+	if _, err := profileInformer.AddEventHandler(fleetView); err != nil {
+		return fmt.Errorf("watching WorkloadProfiles for the fleet's load: %w", err)
 	}
 	sliceInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceSlice{})
 	if err != nil {

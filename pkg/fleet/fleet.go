@@ -17,12 +17,21 @@ limitations under the License.
 // Package fleet keeps prism-controller's live view of the GPUs Prism
 // publishes: which models, how many devices of each, and the figures the
 // rewrite ranks them by; and of their load: which devices claims hold, and
-// which claims still wait. It is fed by a ResourceSlice and a ResourceClaim
-// informer, so a claim is cut for the fleet and the load at its admission.
+// which claims still wait. It is fed by a ResourceSlice, a ResourceClaim
+// and a WorkloadProfile informer, so a claim is cut for the fleet and the
+// load at its admission.
+//
+// The load is read from what tenants write, so it trusts little of it. A
+// claim without an allocation counts as waiting only when a pod's claim
+// template made it (the pod is its controlling owner, which
+// webhook.TrimClaim keeps): a
+// claim made by hand counts only once it is allocated, when it holds
+// devices. A waiting claim counts with the bound type of the
+// WorkloadProfile its prism.dev/profile annotation names in its namespace,
+// never with the one its prism.dev/rewrite annotation states.
 package fleet
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -30,21 +39,30 @@ import (
 	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// View is a cache.ResourceEventHandler for a ResourceSlice and a
-// ResourceClaim informer (claims as webhook.TrimClaim keeps them). Fleet and
-// Load are safe to call from any goroutine; they are on the path of every
-// admitted claim, so Fleet is one atomic load and Load is rebuilt only
-// after a change.
+// profileAnnotation names a claim's WorkloadProfile in the claim's
+// namespace (webhook.ProfileAnnotation).
+const profileAnnotation = "prism.dev/profile"
+
+// View is a cache.ResourceEventHandler for a ResourceSlice, a ResourceClaim
+// (claims as webhook.TrimClaim keeps them) and a
+// WorkloadProfile informer. Fleet and Load are safe to call from any
+// goroutine; they are on the path of every admitted claim, so Fleet is one
+// atomic load and Load is rebuilt only after a change.
 type View struct {
 	mu     sync.Mutex
 	slices map[types.UID]sliceSummary
 	claims map[types.UID]claimSummary
+	// boundTypes are the profiles' measured bound types; a profile without
+	// one is not kept.
+	boundTypes map[types.NamespacedName]rewrite.BoundType
 	// deviceModel maps the devices of current pool generations to their
 	// model.
 	deviceModel map[deviceKey]string
@@ -70,15 +88,23 @@ type sliceSummary struct {
 }
 
 // claimSummary is what one claim contributes: the Prism devices it holds,
-// or, while it has none, what it waits for.
+// or, while it has none and a pod's template made it, what it waits for.
 type claimSummary struct {
 	held    []deviceKey
-	pending *rewrite.Pending
+	pending *pendingClaim
+}
+
+// pendingClaim is a waiting claim; its bound type is looked up when the
+// load is built, so that a profile measured later counts.
+type pendingClaim struct {
+	devices int
+	profile types.NamespacedName // Name "": the claim names no profile
 }
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
-	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, changed: make(chan struct{}, 1)}
+	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, boundTypes: map[types.NamespacedName]rewrite.BoundType{},
+		changed: make(chan struct{}, 1)}
 	v.publish()
 	return v
 }
@@ -124,15 +150,15 @@ func (v *View) Load() *rewrite.Load {
 				l.Free[model]--
 			}
 		}
-		if c.pending != nil {
-			l.Pending = append(l.Pending, *c.pending)
+		if p := c.pending; p != nil {
+			l.Pending = append(l.Pending, rewrite.Pending{Devices: p.devices, BoundType: v.boundTypes[p.profile]})
 		}
 	}
 	v.load = l
 	return l
 }
 
-// OnAdd records a slice or a claim.
+// OnAdd records a slice, a claim or a profile's bound type.
 func (v *View) OnAdd(obj any, _ bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -146,13 +172,16 @@ func (v *View) OnAdd(obj any, _ bool) {
 	case *resourceapi.ResourceClaim:
 		v.claims[o.UID] = summariseClaim(o)
 		v.load = nil
+	case *prismv1alpha1.WorkloadProfile:
+		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, rewrite.BoundType(o.Status.BoundType))
 	}
 }
 
-// OnUpdate records a slice's new devices or a claim's new allocation.
+// OnUpdate records a slice's new devices, a claim's new allocation or a
+// profile's new measurement.
 func (v *View) OnUpdate(_, obj any) { v.OnAdd(obj, false) }
 
-// OnDelete forgets a slice or a claim.
+// OnDelete forgets a slice, a claim or a profile.
 func (v *View) OnDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -168,7 +197,23 @@ func (v *View) OnDelete(obj any) {
 	case *resourceapi.ResourceClaim:
 		delete(v.claims, o.UID)
 		v.load = nil
+	case *prismv1alpha1.WorkloadProfile:
+		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, "")
 	}
+}
+
+// setBoundType records a profile's bound type; the load is rebuilt only
+// when it changed, not on every status update of a profile.
+func (v *View) setBoundType(profile types.NamespacedName, b rewrite.BoundType) {
+	if v.boundTypes[profile] == b {
+		return
+	}
+	if b == "" {
+		delete(v.boundTypes, profile)
+	} else {
+		v.boundTypes[profile] = b
+	}
+	v.load = nil
 }
 
 // publish merges the slices into a new Fleet. Only the newest generation of
@@ -301,9 +346,11 @@ func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
 	return true
 }
 
-// summariseClaim reads the devices a claim holds, or what it waits for: the
-// GPUs its Prism requests ask for (a firstAvailable request by its first
-// alternative) and the bound type its rewrite plan names.
+// summariseClaim reads the devices a claim holds, or what a claim that a
+// pod's template made waits for: the GPUs its Prism requests ask for (a
+// firstAvailable request by its first alternative) and the profile it
+// names. Its prism.dev/rewrite annotation is its owner's to write, so the
+// bound type is taken from the profile instead.
 func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 	if a := c.Status.Allocation; a != nil {
 		var held []deviceKey
@@ -313,6 +360,9 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 			}
 		}
 		return claimSummary{held: held}
+	}
+	if podOwner(c) == nil {
+		return claimSummary{}
 	}
 	devices := 0
 	for _, r := range c.Spec.Devices.Requests {
@@ -330,13 +380,26 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 	if devices == 0 {
 		return claimSummary{}
 	}
-	var plan struct {
-		BoundType rewrite.BoundType `json:"boundType"`
+	p := &pendingClaim{devices: devices}
+	if name := c.Annotations[profileAnnotation]; name != "" {
+		p.profile = types.NamespacedName{Namespace: c.Namespace, Name: name}
 	}
-	// A plan that does not parse leaves the claim unprofiled, which is
-	// what it is to the policy.
-	_ = json.Unmarshal([]byte(c.Annotations[rewrite.AnnotationKey]), &plan)
-	return claimSummary{pending: &rewrite.Pending{Devices: devices, BoundType: plan.BoundType}}
+	return claimSummary{pending: p}
+}
+
+// podOwner returns the claim's controlling owner where that is a pod. The
+// resourceclaim controller of kube-controller-manager makes a pod the
+// controlling owner of each claim it makes from the pod's claim templates;
+// reservedFor, the other tie to a pod, is only ever set with an
+// allocation. A claim made by hand and named by a pod's resourceClaimName
+// has neither while it waits: telling it from a claim no pod uses would
+// take a Pod informer.
+func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
+	ref := metav1.GetControllerOfNoCopy(c)
+	if ref == nil || ref.APIVersion != "v1" || ref.Kind != "Pod" {
+		return nil
+	}
+	return ref
 }
 
 // attribute looks a Prism attribute up by its qualified name, and by its

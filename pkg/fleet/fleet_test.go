@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -244,15 +245,18 @@ func TestViewLoad(t *testing.T) {
 			c.Status.Allocation.Devices.Results[0].Driver = "gpu.example.com"
 			v.OnAdd(c, true)
 		},
-		func() { v.OnAdd(waiting("plain-4", "", exactly("gpu.prism.dev", 4)), true) },
+		func() { v.OnAdd(ofPod(waiting("plain-4", "", exactly("gpu.prism.dev", 4)), "job-0"), true) },
 		func() {
 			rewritten := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 				{Name: "bandwidth-top", DeviceClassName: rewrite.TierDeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 				{Name: "fits", DeviceClassName: "gpu.prism.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 			}}
-			v.OnAdd(waiting("profiled-1", `{"boundType":"ComputeBound"}`, rewritten, exactly("nic.example.com", 1)), true)
+			c := ofPod(waiting("profiled-1", `{"boundType":"ComputeBound"}`, rewritten, exactly("nic.example.com", 1)), "job-1")
+			c.Namespace, c.Annotations["prism.dev/profile"] = "team-a", "sgemm"
+			v.OnAdd(c, true)
+			v.OnAdd(profile("team-a", "sgemm", prismv1alpha1.BoundTypeComputeBound), true)
 		},
-		func() { v.OnAdd(waiting("nic-only", "", exactly("nic.example.com", 2)), true) },
+		func() { v.OnAdd(ofPod(waiting("nic-only", "", exactly("nic.example.com", 2)), "job-2"), true) },
 	}
 	for _, e := range events {
 		e()

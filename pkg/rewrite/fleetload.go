@@ -25,8 +25,8 @@ type Load struct {
 type Pending struct {
 	// Devices is how many GPUs it asks for in all.
 	Devices int `json:"devices"`
-	// BoundType is its profile's, from its prism.dev/rewrite annotation;
-	// empty for a claim nobody profiled.
+	// BoundType is that of the profile its prism.dev/profile annotation
+	// names; empty for a claim nobody profiled.
 	BoundType BoundType `json:"boundType,omitempty"`
 }
 

@@ -155,15 +155,21 @@ func TrimClaim(obj any) (any, error) {
 	return out, nil
 }
 
-// keepPending keeps what the fleet view needs of a claim that waits for
-// devices (see fleet.View): its rewrite plan and how many devices of which
-// class it asks for. Once allocated, a claim drops them again.
+// keepPending keeps what is read of a claim that waits for devices: its
+// rewrite plan (for the pods that name it, see PodPreference), and for the
+// fleet view's load how many devices of which class it asks for and the
+// pod whose template made it (its controlling owner), since a claim no pod
+// uses does not count (see fleet.View). Once allocated, a claim drops them
+// again.
 func keepPending(c, out *resourceapi.ResourceClaim) {
 	if plan, ok := c.Annotations[RewriteAnnotation]; ok {
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}
 		out.Annotations[RewriteAnnotation] = plan
+	}
+	if owner := metav1.GetControllerOfNoCopy(c); owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" {
+		out.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
 	for _, r := range c.Spec.Devices.Requests {
 		kept := resourceapi.DeviceRequest{Name: r.Name}

@@ -1,0 +1,66 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestTrimClaimKeepsThePodOwner: the fleet view counts a waiting claim
+// only when a pod's template made it, so the informer keeps, of a waiting
+// claim's owners, the pod that controls it, and nothing else.
+func TestTrimClaimKeepsThePodOwner(t *testing.T) {
+	pod := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "job-0", UID: "job-0-uid", Controller: ptr.To(true)}
+	notController := pod
+	notController.Controller = nil
+	replicaSet := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs-uid", Controller: ptr.To(true)}
+	owner := metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Job", Name: "j", UID: "j-uid"}
+	claim := func(owners []metav1.OwnerReference, allocated bool) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "alice", UID: "c-uid", OwnerReferences: owners}}
+		if allocated {
+			c.Status.Allocation = &resourceapi.AllocationResult{}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		want  []metav1.OwnerReference
+	}{
+		{"a waiting claim of a pod keeps the pod", claim([]metav1.OwnerReference{owner, pod}, false), []metav1.OwnerReference{pod}},
+		{"a waiting claim made by hand has none", claim(nil, false), nil},
+		{"a pod that does not control the claim is dropped", claim([]metav1.OwnerReference{notController}, false), nil},
+		{"a controller other than a pod is dropped", claim([]metav1.OwnerReference{replicaSet}, false), nil},
+		{"an allocated claim counts by its allocation, not its owner", claim([]metav1.OwnerReference{pod}, true), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := TrimClaim(tc.claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, out.(*resourceapi.ResourceClaim).OwnerReferences, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("owner references (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
