@@ -66,6 +66,7 @@ import (
 type options struct {
 	webhookPort                    int
 	webhookHost, certDir           string
+	clientCAFile                   string
 	selfSigned, autoProfile        bool
 	excludeUnfitNodes              bool
 	serviceName, namespace, policy string
@@ -93,6 +94,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the webhook HTTPS server")
 	flags.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook server binds to (empty: all)")
 	flags.StringVar(&o.certDir, "cert-dir", filepath.Join(os.TempDir(), "prism-webhook-certs"), "directory of tls.crt and tls.key; written when --self-signed, watched otherwise")
+	flags.StringVar(&o.clientCAFile, "client-ca-file", "", "PEM bundle of the CAs that a webhook client's certificate must chain to, such as the one the API server presents through its admission configuration; read again when it changes (empty: no client certificate is asked for and any client is served)")
 	flags.BoolVar(&o.selfSigned, "self-signed", true, "generate and rotate a private CA and serving certificate and inject the CA into the webhook configurations; false: use certificates (from cert-manager) in --cert-dir")
 	flags.StringVar(&o.serviceName, "service-name", "prism-controller", "Service in front of the webhook, for the certificate's DNS names")
 	flags.StringVar(&o.namespace, "namespace", "", "namespace of the Service")
@@ -330,11 +332,17 @@ func run(ctx context.Context, o options) error {
 	}()
 	go serveHTTP(ctx, o.httpAddress, reg, &ready)
 
+	var clientCAs *webhook.ClientCAs
+	if o.clientCAFile != "" {
+		if clientCAs, err = webhook.LoadClientCAs(ctx, o.clientCAFile); err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(o.webhookHost, strconv.Itoa(o.webhookPort)))
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}
-	return webhook.Serve(ctx, l, getCertificate, webhook.NewMux(rewriter, validator, profileWrites, podPreference))
+	return webhook.Serve(ctx, l, webhook.ServerTLS(getCertificate, clientCAs), webhook.NewMux(rewriter, validator, profileWrites, podPreference))
 }
 
 // startLabeller labels single-model GPU nodes from the fleet view, on

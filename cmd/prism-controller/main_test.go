@@ -33,6 +33,7 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 	want := map[string]string{
 		"webhook-port":   "PRISM_WEBHOOK_PORT",
 		"cert-dir":       "PRISM_CERT_DIR",
+		"client-ca-file": "PRISM_CLIENT_CA_FILE",
 		"self-signed":    "PRISM_SELF_SIGNED",
 		"namespace":      "POD_NAMESPACE",
 		"replica-name":   "POD_NAME",

@@ -132,7 +132,9 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 		b.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, l, certs.GetCertificate, NewMux(rw, val, writes, http.NotFoundHandler())) }()
+	go func() {
+		served <- Serve(ctx, l, ServerTLS(certs.GetCertificate, nil), NewMux(rw, val, writes, http.NotFoundHandler()))
+	}()
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(certs.CABundle())

@@ -50,26 +50,49 @@ func NewMux(rewriter, validator, profileWrites, podPreference http.Handler) *htt
 // stalled client. It stays below the pod's default 30s termination grace.
 const shutdownGrace = 10 * time.Second
 
-// Serve serves handler over TLS on l until ctx is done, then stops
-// accepting connections and lets in-flight reviews finish for up to
-// shutdownGrace.
+// Timeouts of the webhook server. The API server sends a review in one
+// write and waits at most its webhook timeout (timeoutSeconds, 1 to 30 s;
+// the chart's default is 5 s) for the answer, so a client slower than
+// these is not the API server.
+type timeouts struct {
+	// readHeader bounds the TLS handshake and the request's headers, read
+	// the headers and the body together: a client that trickles a body
+	// holds a connection and a goroutine for read at most. They are
+	// equal because the API server writes headers and body at once, and
+	// a review of the largest object it stores (3 MiB) crosses a cluster
+	// network in milliseconds: the body needs no time of its own.
+	readHeader, read time.Duration
+	// write runs from the end of the headers to the end of the answer:
+	// past 30 s no API server is still waiting for it.
+	write time.Duration
+	// idle: the API server keeps connections open; an idle limit above
+	// its own (90s) would make it reuse a connection we are closing.
+	idle time.Duration
+}
+
+var serverTimeouts = timeouts{readHeader: 10 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 60 * time.Second}
+
+// Serve serves handler over TLS on l, with tlsConfig from ServerTLS, until
+// ctx is done, then stops accepting connections and lets in-flight reviews
+// finish for up to shutdownGrace.
 // Request contexts do not inherit ctx's cancellation: a review cut off at
 // SIGTERM fails the API server's request, or with failurePolicy Ignore
-// admits a claim unrewritten. getCertificate is asked on every handshake,
-// so rotated certificates are picked up without a restart.
-func Serve(ctx context.Context, l net.Listener, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), handler http.Handler) error {
+// admits a claim unrewritten. The request body is capped where reviews
+// are decoded (maxReviewSize).
+func Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config, handler http.Handler) error {
+	return serve(ctx, l, tlsConfig, handler, serverTimeouts)
+}
+
+func serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config, handler http.Handler, t timeouts) error {
 	requestCtx := context.WithoutCancel(ctx)
 	srv := &http.Server{
-		Handler: handler,
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: getCertificate,
-		},
-		ReadHeaderTimeout: 10 * time.Second,
-		// The API server keeps connections open; an idle limit above its
-		// own (90s) would make it reuse a connection we are closing.
-		IdleTimeout: 60 * time.Second,
-		BaseContext: func(net.Listener) context.Context { return requestCtx },
+		Handler:           handler,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: t.readHeader,
+		ReadTimeout:       t.read,
+		WriteTimeout:      t.write,
+		IdleTimeout:       t.idle,
+		BaseContext:       func(net.Listener) context.Context { return requestCtx },
 	}
 	done := make(chan struct{})
 	go func() {
