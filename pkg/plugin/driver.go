@@ -114,6 +114,10 @@ type Driver struct {
 	devices   map[string]gpu.Device
 	sysfs     fs.ReadLinkFS
 	unhealthy map[string]unhealthy
+	// unpublished are the indexes of GPUs that NVML cannot read and that
+	// nothing is known of, so they are not published (see unreadable.go);
+	// each is reported once while it stays so.
+	unpublished map[int]bool
 	// publishMu makes building the slice's devices and publishing them one
 	// step, so that a rediscovery cannot publish taints older than those a
 	// health event published in between. It guards published.
@@ -271,11 +275,11 @@ func (d *Driver) Stop() {
 	d.checkpoint.Close()
 }
 
-// rediscover reads the node's GPUs. A known GPU that cannot be read now is
-// kept as last seen and tainted lost; a lost GPU that reads again has
-// proved it is back and loses its taint.
+// rediscover reads the node's GPUs. A GPU that cannot be read now is
+// tainted lost and kept published as last seen, or, after a restart, from
+// what the checkpoint remembers of it (unreadable.go); a lost GPU that reads
+// again has proved it is back and loses its taint.
 func (d *Driver) rediscover(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
 	devices, sysfs, err := d.cfg.Inventory.Read(ctx)
 	var unreadable *nvml.UnreadableError
 	if err != nil && !errors.As(err, &unreadable) {
@@ -286,23 +290,20 @@ func (d *Driver) rediscover(ctx context.Context) error {
 		byName[dev.Name()] = dev
 	}
 	var changes []healthChange
+	claimed := d.claimedDevices()
 	now := d.clock.Now()
-	d.devicesMu.Lock()
+	var unreadableGPUs map[int]error
 	if unreadable != nil {
-		for index, readErr := range unreadable.GPUs {
-			name := gpu.Device{Index: index}.Name()
-			known, ok := d.devices[name]
-			if !ok {
-				// Never read since start-up: without its UUID it can be
-				// neither published nor allocated.
-				logger.Error(readErr, "GPU cannot be read and was not seen before; not publishing it", "device", name)
-				continue
-			}
-			byName[name] = known
-			if u, had := d.unhealthy[name]; !had || u.taint.Value != lostValue {
-				d.unhealthy[name] = unhealthy{uuid: known.UUID, taint: newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), lastEvent: now}
-				changes = append(changes, healthChange{device: name, uuid: known.UUID, tainted: true, reason: readErr.Error()})
-			}
+		unreadableGPUs = unreadable.GPUs
+	}
+	d.devicesMu.Lock()
+	d.sweepUnreadableLocked(unreadableGPUs)
+	for index, readErr := range unreadableGPUs {
+		if known, ok := d.devices[gpu.Device{Index: index}.Name()]; ok {
+			byName[known.Name()] = known
+		}
+		if c, report := d.taintUnreadableLocked(index, readErr, claimed, now); report {
+			changes = append(changes, c)
 		}
 	}
 	for name, u := range d.unhealthy {
@@ -390,6 +391,7 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 	for name, u := range d.unhealthy {
 		taints[name] = u.taint
 	}
+	remembered := d.rememberedDevicesLocked()
 	d.devicesMu.RUnlock()
 	gpu.SortByIndex(devices)
 	out, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory, FiguresAsCapacity: d.cfg.FiguresAsCapacity})
@@ -404,7 +406,7 @@ func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, err
 			out[i].Taints = []resourceapi.DeviceTaint{t}
 		}
 	}
-	return out, nil
+	return withRemembered(out, remembered), nil
 }
 
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell

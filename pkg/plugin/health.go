@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
@@ -35,6 +37,9 @@ type HealthConfig struct {
 	// before its taint is removed. A lost GPU's taint is not: it is lifted
 	// only when NVML reads the GPU again.
 	RecoverAfter time.Duration
+	// Retry paces the attempts to read a GPU that NVML cannot read when
+	// the watch starts; zero means nvml.DefaultHealthRetry.
+	Retry wait.Backoff
 }
 
 // DefaultIgnoredXIDs are Xids caused by applications rather than the GPU:
@@ -52,10 +57,17 @@ const lostValue = "gpu-lost"
 // unhealthy is a GPU's current taint.
 type unhealthy struct {
 	// uuid is the GPU the taint is about, so that it is not carried over to
-	// another GPU that later gets the same device name.
+	// another GPU that later gets the same device name. Empty for a GPU
+	// known only from the claims prepared on it.
 	uuid      string
 	taint     resourceapi.DeviceTaint
 	lastEvent time.Time
+	// remembered is set while NVML cannot read the GPU and has not read it
+	// since the plugin started: it is published from this record (see
+	// rememberedDevice) rather than from a reading. index is its NVML
+	// index.
+	remembered bool
+	index      int
 }
 
 func newTaint(value string, effect resourceapi.DeviceTaintEffect, now time.Time) resourceapi.DeviceTaint {
@@ -63,10 +75,12 @@ func newTaint(value string, effect resourceapi.DeviceTaintEffect, now time.Time)
 }
 
 // healthChange is a taint added or removed, to be logged, announced and
-// persisted.
+// persisted, or an unreadable GPU left unpublished, to be logged and
+// announced.
 type healthChange struct {
 	device, uuid string
 	tainted      bool
+	unpublished  bool
 	reason       string
 }
 
@@ -74,7 +88,7 @@ func (d *Driver) watchHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	events := make(chan nvml.HealthEvent, 16)
 	go func() {
-		if err := nvml.WatchHealth(ctx, d.cfg.Health.NVML, events); err != nil {
+		if err := nvml.WatchHealth(ctx, d.cfg.Health.NVML, events, d.cfg.Health.Retry); err != nil {
 			logger.Error(err, "GPU health is not watched")
 		}
 	}()
@@ -94,6 +108,10 @@ func (d *Driver) watchHealth(ctx context.Context) {
 
 func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	logger := klog.FromContext(ctx)
+	if ev.Unreadable != nil {
+		d.handleUnreadable(ctx, ev.Index, ev.Unreadable)
+		return
+	}
 	name, ok := d.deviceByUUID(ev.UUID)
 	if !ok {
 		return
@@ -152,18 +170,34 @@ func (d *Driver) reportHealthChanges(ctx context.Context, changes []healthChange
 		return
 	}
 	logger := klog.FromContext(ctx)
+	save := false
 	for _, c := range changes {
-		if c.tainted {
+		switch {
+		case c.unpublished:
+			logger.Error(errors.New(c.reason), "GPU cannot be read and was not read since the plugin started; not publishing it until NVML reads it", "device", c.device)
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s cannot be read through NVML (%s) and was not read since the plugin started, so it is not published until NVML reads it", c.device, c.reason)
+		case c.tainted:
+			save = true
 			logger.Info("GPU cannot be read, tainting it lost", "device", c.device, "uuid", c.uuid, "reason", c.reason)
 			d.metrics.healthEvents.WithLabelValues("unreadable").Inc()
-			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, c.uuid, c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
-			continue
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, uuidOrUnknown(c.uuid), c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
+		default:
+			save = true
+			logger.Info("GPU healthy again, removing its taint", "device", c.device, "uuid", c.uuid, "reason", c.reason)
+			d.metrics.healthEvents.WithLabelValues("recovered").Inc()
+			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, uuidOrUnknown(c.uuid), c.reason)
 		}
-		logger.Info("GPU healthy again, removing its taint", "device", c.device, "uuid", c.uuid, "reason", c.reason)
-		d.metrics.healthEvents.WithLabelValues("recovered").Inc()
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, c.uuid, c.reason)
 	}
-	d.saveTaints(ctx)
+	if save {
+		d.saveTaints(ctx)
+	}
+}
+
+func uuidOrUnknown(uuid string) string {
+	if uuid == "" {
+		return "UUID unknown"
+	}
+	return uuid
 }
 
 func (d *Driver) republish(ctx context.Context) {

@@ -9,10 +9,17 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
@@ -175,6 +182,266 @@ func TestTaintsSurviveARestart(t *testing.T) {
 	taint := taintOf(restarted.slices.(*recordingPublisher).devices(), "gpu-1")
 	if taint == nil || taint.Value != "xid-48" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("after a restart gpu-1 is published with taint %+v, want xid-48 NoSchedule", taint)
+	}
+}
+
+// signallingPublisher is a recordingPublisher that says when it published,
+// for tests that wait on the health watcher.
+type signallingPublisher struct {
+	recordingPublisher
+	published chan struct{}
+}
+
+func newSignallingPublisher() *signallingPublisher {
+	return &signallingPublisher{published: make(chan struct{}, 1)}
+}
+
+func (p *signallingPublisher) PublishResources(ctx context.Context, r resourceslice.DriverResources) error {
+	err := p.recordingPublisher.PublishResources(ctx, r)
+	select {
+	case p.published <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// publishedTaints are the published devices' taints as "value:effect", by
+// device name; an untainted device is "".
+func publishedTaints(devices []resourceapi.Device) map[string]string {
+	out := map[string]string{}
+	for _, d := range devices {
+		out[d.Name] = ""
+		for _, t := range d.Taints {
+			out[d.Name] = t.Value + ":" + string(t.Effect)
+		}
+	}
+	return out
+}
+
+// waitForTaints waits until the published taints are want.
+func (p *signallingPublisher) waitForTaints(t *testing.T, step string, want map[string]string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		diff := cmp.Diff(want, publishedTaints(p.devices()))
+		if diff == "" {
+			return
+		}
+		select {
+		case <-p.published:
+		case <-timeout:
+			t.Fatalf("%s: published taints (-want +got):\n%s", step, diff)
+		}
+	}
+}
+
+// TestHealthWatchOutlivesAnUnreadableGPU: a GPU whose handle or UUID the
+// health watcher cannot read at start is tainted lost, the other GPUs'
+// Xids still taint them, and the GPU is watched once it reads.
+func TestHealthWatchOutlivesAnUnreadableGPU(t *testing.T) {
+	for name, break_ := range map[string]func(sim *nvml.Simulated, broken *atomic.Bool){
+		"handle": func(sim *nvml.Simulated, broken *atomic.Bool) {
+			handle := sim.DeviceGetHandleByIndexFunc
+			sim.DeviceGetHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
+				if i == 1 && broken.Load() {
+					return nil, gonvml.ERROR_GPU_IS_LOST
+				}
+				return handle(i)
+			}
+		},
+		"UUID": func(sim *nvml.Simulated, broken *atomic.Bool) {
+			uuid := sim.Devices()[1].GetUUIDFunc
+			sim.Devices()[1].GetUUIDFunc = func() (string, gonvml.Return) {
+				if broken.Load() {
+					return "", gonvml.ERROR_UNKNOWN
+				}
+				return uuid()
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			d, _ := healthDriver(t, t.TempDir(), nil)
+			published := newSignallingPublisher()
+			d.slices = published
+			fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "t4-2.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sim, err := nvml.NewSimulated(fleet, testNode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, faults := nvml.SimulateFaults(sim)
+			var broken atomic.Bool
+			broken.Store(true)
+			break_(sim, &broken)
+			d.cfg.Health.NVML = lib
+			d.cfg.Health.Retry = wait.Backoff{Duration: time.Millisecond}
+			uuid0, uuid1 := uuidOf(t, d, "gpu-0"), uuidOf(t, d, "gpu-1")
+			go d.watchHealth(ctx)
+
+			published.waitForTaints(t, "gpu-1 unreadable", map[string]string{"gpu-0": "", "gpu-1": "gpu-lost:NoExecute"})
+			injectWhenWatched(t, faults, uuid0, 48)
+			published.waitForTaints(t, "Xid on gpu-0", map[string]string{"gpu-0": "xid-48:NoSchedule", "gpu-1": "gpu-lost:NoExecute"})
+
+			broken.Store(false)
+			// Rediscovery reads gpu-1 again and lifts gpu-lost; the watcher
+			// has retried it meanwhile and reports its Xids.
+			if err := d.rediscover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			d.republish(ctx)
+			published.waitForTaints(t, "gpu-1 read again", map[string]string{"gpu-0": "xid-48:NoSchedule", "gpu-1": ""})
+			injectWhenWatched(t, faults, uuid1, 48)
+			published.waitForTaints(t, "Xid on gpu-1", map[string]string{"gpu-0": "xid-48:NoSchedule", "gpu-1": "xid-48:NoSchedule"})
+		})
+	}
+}
+
+// waitForGPUEvent waits for a GPUUnhealthy event about the device.
+func waitForGPUEvent(t *testing.T, client kubernetes.Interface, device string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var seen []string
+	err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		evs, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, e := range evs.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == "GPUUnhealthy" && strings.HasPrefix(e.Message, "GPU "+device+" ") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no GPUUnhealthy event for %s (%v); events: %q", device, err, seen)
+	}
+}
+
+// injectWhenWatched raises an Xid once the GPU is registered for events.
+func injectWhenWatched(t *testing.T, faults *nvml.Faults, uuid string, xid uint64) {
+	t.Helper()
+	select {
+	case <-faults.Registered(uuid):
+	case <-time.After(10 * time.Second):
+		t.Fatalf("GPU %s was never registered for Xid events", uuid)
+	}
+	if err := faults.InjectXID(uuid, xid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnreadableGPUStaysPublishedAfterARestart: a GPU that NVML cannot read
+// after a restart stays published, tainted lost, if the checkpoint knows
+// it, so that pods on it are still evicted; once NVML reads it, it is
+// published in full and untainted again.
+func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
+	ignoreTime := cmpopts.IgnoreFields(resourceapi.DeviceTaint{}, "TimeAdded")
+	lost := []resourceapi.DeviceTaint{{Key: TaintKey, Value: lostValue, Effect: resourceapi.DeviceTaintEffectNoExecute}}
+	for _, tc := range []struct {
+		name string
+		// before is what the plugin saw before the restart.
+		before func(t *testing.T, d *Driver, inventory *flakyInventory)
+		// want is gpu-1 as published after the restart; nil for none.
+		want func(uuid string) *resourceapi.Device
+		// wantEvent is whether the restart announces gpu-1; a gpu-lost
+		// taint from before the restart was announced then.
+		wantEvent bool
+	}{{
+		name: "lost before the restart",
+		before: func(t *testing.T, d *Driver, inventory *flakyInventory) {
+			inventory.setLost(1, true)
+			if err := d.rediscover(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: func(uuid string) *resourceapi.Device {
+			return &resourceapi.Device{Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu.prism.dev/index": {IntValue: ptr.To[int64](1)},
+				"gpu.prism.dev/uuid":  {StringValue: ptr.To(uuid)},
+			}, Taints: lost}
+		},
+	}, {
+		name: "Xid before the restart",
+		before: func(t *testing.T, d *Driver, _ *flakyInventory) {
+			d.handleHealthEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+		},
+		want: func(uuid string) *resourceapi.Device {
+			return &resourceapi.Device{Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu.prism.dev/index": {IntValue: ptr.To[int64](1)},
+				"gpu.prism.dev/uuid":  {StringValue: ptr.To(uuid)},
+			}, Taints: lost}
+		},
+		wantEvent: true,
+	}, {
+		name: "healthy with a prepared claim before the restart",
+		before: func(t *testing.T, d *Driver, _ *flakyInventory) {
+			prepare(t, d, allocatedClaim("uid-1", []string{"gpu-1"}))
+		},
+		want: func(string) *resourceapi.Device {
+			return &resourceapi.Device{Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu.prism.dev/index": {IntValue: ptr.To[int64](1)},
+			}, Taints: lost}
+		},
+		wantEvent: true,
+	}, {
+		// Nothing to evict, and nothing to publish it by: it is announced,
+		// and published once it reads.
+		name:      "healthy and unused before the restart",
+		before:    func(*testing.T, *Driver, *flakyInventory) {},
+		want:      func(string) *resourceapi.Device { return nil },
+		wantEvent: true,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			dir := t.TempDir()
+			inventory := newFlakyInventory("t4-2.yaml")
+			d, _ := healthDriver(t, dir, inventory)
+			uuid := uuidOf(t, d, "gpu-1")
+			tc.before(t, d, inventory)
+
+			inventory.setLost(1, true)
+			restarted, _ := healthDriver(t, dir, inventory)
+			restarted.republish(ctx)
+			devices := restarted.slices.(*recordingPublisher).devices()
+			var got *resourceapi.Device
+			for i := range devices {
+				if devices[i].Name == "gpu-1" {
+					got = &devices[i]
+				}
+			}
+			if diff := cmp.Diff(tc.want(uuid), got, ignoreTime); diff != "" {
+				t.Errorf("gpu-1 published after a restart (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(map[string]string{"gpu-0": ""}, publishedTaints(slices.DeleteFunc(slices.Clone(devices), func(d resourceapi.Device) bool { return d.Name == "gpu-1" }))); diff != "" {
+				t.Errorf("the readable GPU after a restart (-want +got):\n%s", diff)
+			}
+			if tc.wantEvent {
+				waitForGPUEvent(t, restarted.cfg.KubeClient, "gpu-1")
+			}
+
+			inventory.setLost(1, false)
+			if err := restarted.rediscover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			restarted.republish(ctx)
+			devices = restarted.slices.(*recordingPublisher).devices()
+			if diff := cmp.Diff(map[string]string{"gpu-0": "", "gpu-1": ""}, publishedTaints(devices)); diff != "" {
+				t.Errorf("once NVML reads gpu-1 again (-want +got):\n%s", diff)
+			}
+			if _, read := devices[len(devices)-1].Attributes["gpu.prism.dev/productName"]; !read {
+				t.Errorf("once NVML reads gpu-1 again it is published as %+v, want all it read", devices[len(devices)-1])
+			}
+		})
 	}
 }
 

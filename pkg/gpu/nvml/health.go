@@ -4,30 +4,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
 // XIDGPULost is the Xid NVML reports when a GPU has fallen off the bus.
 const XIDGPULost = 79
 
-// HealthEvent is what NVML said about one GPU.
+// HealthEvent is what NVML said about one GPU: an Xid error, or that it
+// cannot be read at all.
 type HealthEvent struct {
+	// UUID is the GPU's; empty when Unreadable says its UUID cannot be read.
 	UUID string
 	// XID is the Xid error code, XIDGPULost for a GPU that is gone.
 	XID uint64
+	// Unreadable says why NVML cannot read the GPU at Index (its handle or
+	// its UUID), so that its health cannot be watched; nil for an Xid.
+	Unreadable error
+	// Index is the GPU's NVML index. It is set with Unreadable, the only
+	// way to name a GPU whose UUID is unknown.
+	Index int
 }
 
 // waitTimeoutMs bounds each wait so that the watcher notices ctx ending.
 const waitTimeoutMs = 1000
 
+// DefaultHealthRetry paces the attempts to read a GPU that NVML could not
+// read when the watch started: after a second, then twice as long each
+// time up to five minutes, until it reads or the watch ends.
+var DefaultHealthRetry = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 5 * time.Minute}
+
 // WatchHealth registers for critical Xid events on every GPU and sends them
 // until ctx ends. A GPU that NVML reports as lost is sent as XIDGPULost.
-func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEvent) error {
+//
+// Each GPU is watched on its own. One whose handle or UUID NVML cannot read
+// is sent once as Unreadable and read again with the retry backoff
+// (DefaultHealthRetry when zero) until it reads, and from then on watched
+// like the others, which are watched meanwhile. Only NVML itself failing
+// (initialising, creating the event set, counting the GPUs) ends the watch
+// with an error.
+func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEvent, retry wait.Backoff) error {
 	logger := klog.FromContext(ctx)
+	if retry == (wait.Backoff{}) {
+		retry = DefaultHealthRetry
+	}
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return fmt.Errorf("initialize NVML for health events: %v", ret)
 	}
@@ -41,22 +67,20 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("count GPUs: %v", ret)
 	}
-	uuids := map[string]bool{}
+	// The retries register with the set, so it is freed only after they
+	// have returned.
+	var retries sync.WaitGroup
+	defer retries.Wait()
 	for i := range count {
-		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("GPU %d: %v", i, ret)
-		}
-		uuid, ret := dev.GetUUID()
-		if ret != nvml.SUCCESS {
-			return fmt.Errorf("GPU %d UUID: %v", i, ret)
-		}
-		if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
-			// Some boards (and MIG-enabled ones) refuse; the rest are still watched.
-			logger.Info("GPU does not report Xid events; its health is not watched", "uuid", uuid, "reason", ret.Error())
+		w := &gpuWatch{lib: lib, set: set, events: events, index: i, logger: klog.LoggerWithValues(logger, "index", i)}
+		if w.try(ctx) {
 			continue
 		}
-		uuids[uuid] = true
+		retries.Go(func() {
+			_ = retry.DelayFunc().Until(ctx, false, true, func(ctx context.Context) (bool, error) {
+				return w.try(ctx), nil
+			})
+		})
 	}
 	for ctx.Err() == nil {
 		data, ret := set.Wait(waitTimeoutMs)
@@ -76,29 +100,107 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		select {
-		case events <- HealthEvent{UUID: uuid, XID: data.EventData}:
-		case <-ctx.Done():
-		}
+		send(ctx, events, HealthEvent{UUID: uuid, XID: data.EventData})
 	}
 	return nil
 }
 
+// gpuWatch registers one GPU for Xid events, as often as it takes.
+type gpuWatch struct {
+	lib    nvml.Interface
+	set    nvml.EventSet
+	events chan<- HealthEvent
+	index  int
+	logger klog.Logger
+	// failures counts the attempts that failed; reported is whether the
+	// GPU was sent as Unreadable.
+	failures int
+	reported bool
+}
+
+// try registers the GPU and says whether it is done with it: registered,
+// or not able to report Xids at all.
+func (w *gpuWatch) try(ctx context.Context) bool {
+	dev, ret := w.lib.DeviceGetHandleByIndex(w.index)
+	if ret != nvml.SUCCESS {
+		return w.failed(ctx, fmt.Errorf("getting handle: %w", ret), true)
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return w.failed(ctx, fmt.Errorf("getting UUID: %w", ret), true)
+	}
+	switch ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, w.set); ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		// Some boards (and MIG-enabled ones) refuse for good; the rest are
+		// still watched.
+		w.logger.Info("GPU does not report Xid events; its health is not watched", "uuid", uuid, "reason", ret.Error())
+		return true
+	default:
+		return w.failed(ctx, fmt.Errorf("registering %s for Xid events: %w", uuid, ret), ret == nvml.ERROR_GPU_IS_LOST)
+	}
+	if w.failures > 0 {
+		w.logger.Info("GPU reads again; watching its health", "uuid", uuid, "failedAttempts", w.failures)
+	}
+	return true
+}
+
+// failed reports a failed attempt. A GPU that NVML cannot read is sent as
+// Unreadable, once: it is unhealthy as far as anyone can tell. The log says
+// so at the 1st, 2nd, 4th, 8th, ... failure, so that a GPU that stays
+// unreadable does not fill the log; every attempt is logged at verbosity 4.
+func (w *gpuWatch) failed(ctx context.Context, err error, unreadable bool) bool {
+	w.failures++
+	if unreadable && !w.reported {
+		w.reported = true
+		send(ctx, w.events, HealthEvent{Index: w.index, Unreadable: err})
+	}
+	logger := w.logger
+	if w.failures&(w.failures-1) != 0 {
+		logger = logger.V(4)
+	}
+	msg := "Cannot register the GPU for Xid events; retrying"
+	if unreadable {
+		msg = "GPU cannot be read; its health is not watched until it reads, retrying"
+	}
+	logger.Info(msg, "err", err.Error(), "failedAttempts", w.failures)
+	return false
+}
+
+func send(ctx context.Context, events chan<- HealthEvent, ev HealthEvent) {
+	select {
+	case events <- ev:
+	case <-ctx.Done():
+	}
+}
+
 // Faults injects NVML events into a simulated node, as a failing GPU would
-// raise them; tests and the demo use it to exercise health handling.
+// raise them; tests and the demo use it to exercise health handling. As
+// from NVML, a GPU's events are delivered only once it is registered for
+// them.
 type Faults struct {
 	queue  chan nvml.EventData
-	byUUID map[string]*mock.Device
+	byUUID map[string]*simulatedWatch
+}
+
+type simulatedWatch struct {
+	device     *mock.Device
+	register   sync.Once
+	registered chan struct{}
 }
 
 // SimulateFaults returns a copy of sim whose event set delivers what Inject
 // queues.
 func SimulateFaults(sim *Simulated) (nvml.Interface, *Faults) {
-	f := &Faults{queue: make(chan nvml.EventData, 64), byUUID: map[string]*mock.Device{}}
+	f := &Faults{queue: make(chan nvml.EventData, 64), byUUID: map[string]*simulatedWatch{}}
 	for _, d := range sim.Devices() {
 		uuid, _ := d.GetUUID()
-		f.byUUID[uuid] = d
-		d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+		w := &simulatedWatch{device: d, registered: make(chan struct{})}
+		f.byUUID[uuid] = w
+		d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
+			w.register.Do(func() { close(w.registered) })
+			return nvml.SUCCESS
+		}
 	}
 	sim.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
@@ -116,12 +218,28 @@ func SimulateFaults(sim *Simulated) (nvml.Interface, *Faults) {
 	return sim, f
 }
 
-// InjectXID raises an Xid error on the GPU with this UUID.
+// Registered is closed once the GPU with this UUID is registered for
+// events; nil for a GPU that the node does not have.
+func (f *Faults) Registered(uuid string) <-chan struct{} {
+	if w, ok := f.byUUID[uuid]; ok {
+		return w.registered
+	}
+	return nil
+}
+
+// InjectXID raises an Xid error on the GPU with this UUID. It is an error
+// to raise one on a GPU not registered for events, which NVML would not
+// deliver.
 func (f *Faults) InjectXID(uuid string, xid uint64) error {
-	d, ok := f.byUUID[uuid]
+	w, ok := f.byUUID[uuid]
 	if !ok {
 		return fmt.Errorf("no simulated GPU %s", uuid)
 	}
-	f.queue <- nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: xid}
+	select {
+	case <-w.registered:
+	default:
+		return fmt.Errorf("simulated GPU %s is not registered for events; NVML would not report its Xid", uuid)
+	}
+	f.queue <- nvml.EventData{Device: w.device, EventType: nvml.EventTypeXidCriticalError, EventData: xid}
 	return nil
 }

@@ -1,0 +1,208 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package nvml
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+)
+
+// hangTimeout turns a watcher that never delivers into a failure.
+const hangTimeout = 10 * time.Second
+
+// TestWatchHealthOutlivesAnUnreadableGPU: a GPU whose handle or UUID NVML
+// cannot read when the watch starts is reported unreadable, does not stop
+// the watch of the others, and is watched once it reads.
+func TestWatchHealthOutlivesAnUnreadableGPU(t *testing.T) {
+	for name, tc := range map[string]struct {
+		// break_ makes GPU 1 unreadable while broken is set.
+		break_  func(sim *Simulated, broken *atomic.Bool)
+		wantErr error
+	}{
+		"handle": {
+			break_: func(sim *Simulated, broken *atomic.Bool) {
+				handle := sim.DeviceGetHandleByIndexFunc
+				sim.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 1 && broken.Load() {
+						return nil, nvml.ERROR_GPU_IS_LOST
+					}
+					return handle(i)
+				}
+			},
+			wantErr: nvml.ERROR_GPU_IS_LOST,
+		},
+		"UUID": {
+			break_: func(sim *Simulated, broken *atomic.Bool) {
+				uuid := sim.Devices()[1].GetUUIDFunc
+				sim.Devices()[1].GetUUIDFunc = func() (string, nvml.Return) {
+					if broken.Load() {
+						return "", nvml.ERROR_UNKNOWN
+					}
+					return uuid()
+				}
+			},
+			wantErr: nvml.ERROR_UNKNOWN,
+		},
+		"registration, GPU lost": {
+			break_: func(sim *Simulated, broken *atomic.Bool) {
+				register := sim.Devices()[1].RegisterEventsFunc
+				sim.Devices()[1].RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
+					if broken.Load() {
+						return nvml.ERROR_GPU_IS_LOST
+					}
+					return register(types, set)
+				}
+			},
+			wantErr: nvml.ERROR_GPU_IS_LOST,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 2}}}, "node-a")
+			uuid0, _ := sim.Devices()[0].GetUUID()
+			uuid1, _ := sim.Devices()[1].GetUUID()
+			lib, faults := SimulateFaults(sim)
+			var broken atomic.Bool
+			broken.Store(true)
+			tc.break_(sim, &broken)
+
+			events := make(chan HealthEvent)
+			done := make(chan error)
+			go func() { done <- WatchHealth(ctx, lib, events, wait.Backoff{Duration: time.Millisecond}) }()
+			next := func() HealthEvent {
+				t.Helper()
+				select {
+				case ev := <-events:
+					return ev
+				case err := <-done:
+					t.Fatalf("WatchHealth returned %v while a GPU was unreadable", err)
+				case <-time.After(hangTimeout):
+					t.Fatal("no health event")
+				}
+				return HealthEvent{}
+			}
+			registered := func(uuid string) {
+				t.Helper()
+				select {
+				case <-faults.Registered(uuid):
+				case <-time.After(hangTimeout):
+					t.Fatalf("GPU %s never registered for events", uuid)
+				}
+			}
+			diffEvent := func(want, got HealthEvent) {
+				t.Helper()
+				if diff := cmp.Diff(want, got, cmpopts.EquateErrors()); diff != "" {
+					t.Errorf("health event (-want +got):\n%s", diff)
+				}
+			}
+
+			ev := next()
+			if !errors.Is(ev.Unreadable, tc.wantErr) {
+				t.Errorf("GPU 1 unreadable because %v, want %v", ev.Unreadable, tc.wantErr)
+			}
+			diffEvent(HealthEvent{Index: 1, Unreadable: ev.Unreadable}, ev)
+
+			registered(uuid0)
+			if err := faults.InjectXID(uuid0, 48); err != nil {
+				t.Fatal(err)
+			}
+			diffEvent(HealthEvent{UUID: uuid0, XID: 48}, next())
+
+			// NVML would not deliver an Xid of a GPU not registered.
+			if err := faults.InjectXID(uuid1, 48); err == nil {
+				t.Fatal("an Xid was raised on a GPU not registered for events")
+			}
+			broken.Store(false)
+			registered(uuid1)
+			if err := faults.InjectXID(uuid1, 48); err != nil {
+				t.Fatal(err)
+			}
+			diffEvent(HealthEvent{UUID: uuid1, XID: 48}, next())
+
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("WatchHealth: %v", err)
+				}
+			case <-time.After(hangTimeout):
+				t.Fatal("WatchHealth did not return once its context ended")
+			}
+		})
+	}
+}
+
+// TestWatchHealthFailsWithoutNVML: only NVML itself failing ends the watch.
+func TestWatchHealthFailsWithoutNVML(t *testing.T) {
+	for name, break_ := range map[string]func(sim *Simulated){
+		"init": func(sim *Simulated) { sim.InitFunc = func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED } },
+		"count": func(sim *Simulated) {
+			sim.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			sim := simulate(t, oneOf("Tesla T4"), "node-a")
+			lib, _ := SimulateFaults(sim)
+			break_(sim)
+			if err := WatchHealth(ctx, lib, make(chan HealthEvent), wait.Backoff{}); err == nil {
+				t.Error("WatchHealth without NVML returned no error")
+			}
+		})
+	}
+}
+
+// TestUnreadableGPUIsLoggedWithBackoff: a GPU that stays unreadable is sent
+// once, and logged at default verbosity after 1, 2, 4, 8, ... failed
+// attempts only.
+func TestUnreadableGPUIsLoggedWithBackoff(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := klog.NewContext(context.Background(), logger)
+	sim := simulate(t, oneOf("Tesla T4"), "node-a")
+	sim.DeviceGetHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_GPU_IS_LOST }
+	events := make(chan HealthEvent, 2)
+	w := &gpuWatch{lib: sim, events: events, index: 0, logger: logger}
+	for range 9 {
+		if w.try(ctx) {
+			t.Fatal("an unreadable GPU counted as watched")
+		}
+	}
+	if got := len(events); got != 1 {
+		t.Errorf("sent %d Unreadable events for one GPU, want 1", got)
+	}
+	var logged []any
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		if e.Verbosity == 0 {
+			logged = append(logged, e.ParameterKVList[len(e.ParameterKVList)-1])
+		}
+	}
+	if diff := cmp.Diff([]any{1, 2, 4, 8}, logged); diff != "" {
+		t.Errorf("failed attempts logged at verbosity 0 (-want +got):\n%s", diff)
+	}
+}
