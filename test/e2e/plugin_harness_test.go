@@ -54,6 +54,15 @@ func startPlugin(ctx context.Context, t *testing.T, c *testbed.Cluster, node *te
 // startPluginWithFlags is startPlugin with extra command-line flags.
 func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster, node *testbed.Node, fleet string, flags []string, extraEnv ...string) *pluginProc {
 	t.Helper()
+	p := newPluginProc(ctx, t, c, node, fleet, flags, extraEnv...)
+	p.restart(ctx, t)
+	return p
+}
+
+// newPluginProc prepares a plugin process for node; restart starts it.
+// Flags after the defaults win over them (--kubeconfig, say).
+func newPluginProc(ctx context.Context, t *testing.T, c *testbed.Cluster, node *testbed.Node, fleet string, flags []string, extraEnv ...string) *pluginProc {
+	t.Helper()
 	port, err := testbed.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +100,28 @@ func startPluginWithFlags(ctx context.Context, t *testing.T, c *testbed.Cluster,
 		"-v=4",
 	}
 	p.args = append(p.args, flags...)
-	p.restart(ctx, t)
-	t.Cleanup(func() { _ = p.Stop(5 * time.Second) })
+	t.Cleanup(func() {
+		if p.Process != nil {
+			_ = p.Stop(5 * time.Second)
+		}
+	})
 	return p
 }
 
-// restart starts the process again with the same flags; the previous one
-// must have ended.
+// restart starts the process again with the same flags, and waits until it
+// is ready; the previous one must have ended.
 func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...string) {
+	t.Helper()
+	p.start(ctx, t, extraEnv...)
+	// A process set to crash may die before it is ready; the caller waits
+	// for that instead.
+	if !slices.ContainsFunc(append(slices.Clone(p.env), extraEnv...), func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
+		p.waitReady(t)
+	}
+}
+
+// start starts the process with the same flags, without waiting for it.
+func (p *pluginProc) start(ctx context.Context, t *testing.T, extraEnv ...string) {
 	t.Helper()
 	env := append(slices.Clone(p.env), extraEnv...)
 	name, args := p.node.AgentCommand(pluginBinary, p.args...)
@@ -108,11 +131,6 @@ func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...stri
 		t.Fatal(err)
 	}
 	p.Process = proc
-	// A process set to crash may die before it is ready; the caller waits
-	// for that instead.
-	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
-		p.waitReady(t)
-	}
 }
 
 // waitReady waits for /readyz of the current process: registered with the
