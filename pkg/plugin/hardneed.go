@@ -2,11 +2,13 @@ package plugin
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
@@ -41,11 +43,24 @@ func unmetHardNeed(claim *resourceapi.ResourceClaim, request, device string, d g
 		{smVersionCapacity, EventReasonComputeCapabilityRequestNotMet, smVersionOf(d)},
 	} {
 		want, ok := requestedCapacity(claim, request, need.capacity)
-		if !ok || need.have == nil || want.Cmp(*need.have) <= 0 {
+		if !ok || need.have == nil {
 			continue
 		}
+		// Not want.Cmp: the request is the claim author's, and comparing or
+		// printing a quantity with a huge exponent ("1E1111011110") computes
+		// that power of ten, for minutes.
+		asked, ferr := prismv1alpha1.BoundedValue(nil, want, math.MaxInt64)
+		if ferr == nil && asked <= need.have.Value() {
+			continue
+		}
+		var shown string
+		if ferr != nil {
+			shown = fmt.Sprint(ferr.BadValue)
+		} else {
+			shown = want.String()
+		}
 		return need.reason, fmt.Errorf("device %s has %s %s, but request %s asks for %s: the scheduler did not check the capacity request (is the DRAConsumableCapacity feature gate on in kube-scheduler?)",
-			device, need.capacity, need.have, request, want.String())
+			device, need.capacity, need.have, request, shown)
 	}
 	return "", nil
 }

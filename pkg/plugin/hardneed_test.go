@@ -43,6 +43,9 @@ func TestPrepareRefusesAGPUBelowAHardNeed(t *testing.T) {
 		{"the T4's own compute capability (7.5)", exactly(needs(smVersionCapacity, "75")), "gpu", "", ""},
 		{"a compute capability above the T4's", ladder(needs(smVersionCapacity, "80")), "gpu/fits", "ComputeCapabilityRequestNotMet", "smVersion 75"},
 		{"a preference the T4 misses is not a need", exactly(needs(DriverName+"/memoryBandwidthGBps", "3150")), "gpu", "", ""},
+		// The claim's author writes the request: a huge exponent used to
+		// make the comparison run for minutes, per prepare.
+		{"a memory request with a huge exponent", exactly(needs(memoryCapacity, "1E1111011110")), "gpu", "MemoryRequestNotMet", "100e1111011108"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newTestDriver(t, "t4-2.yaml", t.TempDir())

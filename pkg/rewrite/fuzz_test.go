@@ -3,11 +3,15 @@ package rewrite
 import (
 	"context"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // hostile are strings a profile or a user might carry that would change the
@@ -21,7 +25,28 @@ var hostile = []string{
 var boundTypes = []BoundType{MemoryBound, ComputeBound, LatencyBound, Balanced, Unknown, "", "memory||bound"}
 var policies = []Policy{Performance, Economy, "", "econ\"omy"}
 
+var (
+	quantityPattern = regexp.MustCompile(prismv1alpha1.QuantityPattern)
+	// fewDigitsExponent are strings that ParseQuantity reads as an int64
+	// times a power of ten at once, however large the exponent: at most
+	// 18 digits and no fraction.
+	fewDigitsExponent = regexp.MustCompile(`^[+-]?[0-9]{0,18}[eE]\+?([0-9]+)$`)
+)
+
+// parseQuantity parses s the way a decoder would, except where
+// ParseQuantity itself does unbounded work (a large negative exponent, or
+// more digits and a large exponent; kubernetes/kubernetes#141306): no
+// profile carries those, because the CRD's QuantityPattern keeps them out
+// of the API. A large positive exponent on few digits parses at once, and
+// stays in: comparing what it parses to is issue 31's hang.
 func parseQuantity(s string) *resource.Quantity {
+	if m := fewDigitsExponent.FindStringSubmatch(s); m != nil {
+		if _, err := strconv.ParseInt(m[1], 10, 32); err != nil {
+			return nil // older ParseQuantity wraps such exponents around
+		}
+	} else if !quantityPattern.MatchString(s) {
+		return nil
+	}
 	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return nil
@@ -132,6 +157,9 @@ func FuzzRewrite(f *testing.F) {
 	f.Add(uint64(1), "20Gi", "8.0", "llm", device(`.driver == "x"`))
 	f.Add(uint64(2), "1Ei", "8.0\") || true", "ü\n)", "||")
 	f.Add(uint64(3), "-1", "10.0", "", ")")
+	// Issue 31: CmpInt64 on zero times 10^1111011110 ran for minutes.
+	f.Add(uint64(97), "E1111011110", "0", "0", "0")
+	f.Add(uint64(97), "1E1111011110", "0", "0", "0")
 	f.Fuzz(func(t *testing.T, seed uint64, memory, cc, name, user string) {
 		rnd := rand.New(rand.NewPCG(seed, seed>>7))
 		pick := func() string {
@@ -147,7 +175,9 @@ func FuzzRewrite(f *testing.F) {
 		}
 		in := randomSpec(rnd, user)
 		before := in.DeepCopy()
-		out, plan, err := Rewrite(context.Background(), in, randomProfile(rnd, pick))
+		profile := randomProfile(rnd, pick)
+		profile.ShareMemory = rnd.IntN(2) == 0
+		out, plan, err := Rewrite(context.Background(), in, profile)
 		if err != nil {
 			return
 		}
@@ -155,7 +185,38 @@ func FuzzRewrite(f *testing.F) {
 		if !equalSpecs(in, before) {
 			t.Fatal("input modified")
 		}
+		checkMemoryBounds(t, profile, plan, out)
 	})
+}
+
+// checkMemoryBounds fails unless a rewrite that weighed the profile's
+// memory figures had figures within [0, MaxDeviceMemory], and asks for no
+// more memory than the largest bucket. The figures are judged by floating
+// point, not by BoundedValue, so that the two check each other.
+func checkMemoryBounds(t *testing.T, p Profile, plan *Plan, out *resourceapi.ResourceClaimSpec) {
+	t.Helper()
+	if plan.BoundType == Balanced || plan.BoundType == Unknown {
+		return // no hard needs computed
+	}
+	for _, q := range []*resource.Quantity{p.MinMemory, p.PeakMemory} {
+		if q == nil || q.Sign() == 0 {
+			continue
+		}
+		if f := q.AsApproximateFloat64(); !(f > 0 && f <= float64(prismv1alpha1.MaxDeviceMemory)*(1+1e-9)) {
+			t.Fatalf("profile memory %s (about %g) is outside [0, %d], yet Rewrite succeeded", q.String(), f, prismv1alpha1.MaxDeviceMemory)
+		}
+	}
+	largest := memoryFloorsGi[len(memoryFloorsGi)-1] << 30
+	for _, r := range out.Devices.Requests {
+		for _, sub := range r.FirstAvailable {
+			if sub.Capacity == nil {
+				continue
+			}
+			if amount, ok := sub.Capacity.Requests[MemoryCapacity]; ok && amount.Value() > largest {
+				t.Fatalf("subrequest %s/%s asks for %s of memory, more than the largest bucket", r.Name, sub.Name, amount.String())
+			}
+		}
+	}
 }
 
 func device(s string) string { return "device" + s }

@@ -17,7 +17,10 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 const (
@@ -48,7 +51,7 @@ const (
 )
 
 // Profile is what Rewrite needs to know about a workload. Memory figures are
-// per device.
+// per device, and out of range beyond prismv1alpha1.MaxDeviceMemory.
 type Profile struct {
 	Name      string
 	BoundType BoundType
@@ -88,10 +91,7 @@ const (
 	// alone a 20 GB footprint would land on an L4, which reports 22.5 GiB.
 	headroomFixed   = 2 << 30
 	headroomPercent = 10
-	// maxMemoryInput bounds profile quantities so the int64 arithmetic
-	// below cannot overflow; anything that large has no bucket anyway.
-	maxMemoryInput = 1 << 50
-	maxNameInPlan  = 253
+	maxNameInPlan   = 253
 )
 
 var ccPattern = regexp.MustCompile(`^([0-9]{1,3})\.([0-9]{1,3})$`)
@@ -114,15 +114,20 @@ type needs struct {
 func (p Profile) needs() (needs, error) {
 	n := needs{memory: -1, cc: -1}
 	var bytes int64
-	for what, q := range map[string]*resource.Quantity{"minMemory": p.MinMemory, "peakMemory": p.PeakMemory} {
-		if q == nil {
+	for _, f := range []struct {
+		name string
+		q    *resource.Quantity
+	}{{"minMemory", p.MinMemory}, {"peakMemory", p.PeakMemory}} {
+		if f.q == nil {
 			continue
 		}
-		if q.Sign() < 0 || q.CmpInt64(maxMemoryInput) > 0 {
-			return n, fmt.Errorf("%w: %s %s out of range", ErrInvalidProfile, what, q.String())
+		// Never Cmp or Value on a tenant's quantity: see BoundedValue. The
+		// bound also keeps the headroom arithmetic below inside int64.
+		v, err := prismv1alpha1.BoundedValue(field.NewPath(f.name), *f.q, prismv1alpha1.MaxDeviceMemory)
+		if err != nil {
+			return n, fmt.Errorf("%w: %v", ErrInvalidProfile, err)
 		}
-		v := q.Value()
-		if what == "peakMemory" && v > 0 {
+		if f.name == "peakMemory" && v > 0 {
 			v += (v*headroomPercent+99)/100 + headroomFixed
 		}
 		bytes = max(bytes, v)

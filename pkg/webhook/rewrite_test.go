@@ -356,6 +356,7 @@ func TestRewriter(t *testing.T) {
 func TestRewriterHostileProfile(t *testing.T) {
 	huge := resource.MustParse("9223372036854775807")
 	negative := resource.MustParse("-1")
+	hugeExponent := resource.MustParse("1E1111011110") // issue 31
 	tests := map[string]func(*prismv1alpha1.WorkloadProfile){
 		"bound type with CEL": func(wp *prismv1alpha1.WorkloadProfile) {
 			wp.Status.BoundType = `MemoryBound" || device.driver == "x`
@@ -374,6 +375,10 @@ func TestRewriterHostileProfile(t *testing.T) {
 		"huge memory": func(wp *prismv1alpha1.WorkloadProfile) {
 			wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 			wp.Status.PeakMemory = &huge
+		},
+		"memory with a huge exponent": func(wp *prismv1alpha1.WorkloadProfile) {
+			wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+			wp.Status.PeakMemory = &hugeExponent
 		},
 		"negative memory": func(wp *prismv1alpha1.WorkloadProfile) {
 			wp.Status.BoundType = prismv1alpha1.BoundTypeLatencyBound

@@ -156,12 +156,13 @@ func validateDeviceConfigs(configs []resourceapi.DeviceClaimConfiguration, path 
 func validateProfileSpec(ctx context.Context, spec *prismv1alpha1.WorkloadProfileSpec, path *field.Path) (field.ErrorList, []string) {
 	var errs field.ErrorList
 	if q := spec.MinMemory; q != nil {
+		// Not q.Cmp: on "1E1111011110" it runs for minutes (see
+		// BoundedValue).
 		p := path.Child("minMemory")
-		switch {
-		case q.Sign() <= 0:
+		if q.Sign() <= 0 {
 			errs = append(errs, field.Invalid(p, q.String(), "must be greater than zero"))
-		case q.Cmp(MaxProfileMinMemory) > 0:
-			errs = append(errs, field.Invalid(p, q.String(), "must be at most "+MaxProfileMinMemory.String()))
+		} else if _, err := prismv1alpha1.BoundedValue(p, *q, MaxProfileMinMemory.Value()); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if cc := spec.MinComputeCapability; cc != "" && !computeCapabilityRE.MatchString(cc) {

@@ -76,6 +76,11 @@ func TestValidator(t *testing.T) {
 			wantDenied: []string{`spec.minMemory: Invalid value: "0": must be greater than zero`},
 		},
 		{
+			// Issue 31: Cmp on this ran for more than ten minutes.
+			name: "memory with a huge exponent", fixture: "profile-huge-exponent.json", kind: profileGVK,
+			wantDenied: []string{`spec.minMemory: Invalid value: "100e1111011108": must be at most 1Ti`},
+		},
+		{
 			name: "memory above the largest GPU is a warning", fixture: "profile-too-big.json", kind: profileGVK,
 			wantWarning: "claims that use this profile will not be rewritten",
 		},

@@ -127,6 +127,9 @@ func TestDecodeInvalid(t *testing.T) {
 		{"duplicate-metric.json", []string{"profiling.metrics[1]", "Duplicate value"}},
 		{"launchcount-zero.json", []string{"profiling.launchCount", "between 1 and 1000"}},
 		{"launchcount-huge.json", []string{"launchCount"}},
+		// GpuConfig holds no resource.Quantity; a number with a huge
+		// exponent (issue 31) is only a number that fits no int32.
+		{"launchcount-exponent.json", []string{"launchCount"}},
 		{"launchcount-string.json", []string{"launchCount"}},
 		{"kernelfilter-shell.json", []string{"profiling.kernelFilter", "not starting with '-'"}},
 		{"kernelfilter-option.json", []string{"profiling.kernelFilter"}},

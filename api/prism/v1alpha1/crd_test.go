@@ -20,11 +20,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -158,5 +161,85 @@ func TestCRDValidation(t *testing.T) {
 				t.Errorf("errors %q do not name %s", got, tc.field)
 			}
 		})
+	}
+}
+
+// TestCRDStructural checks the manifest's schema the way the API server
+// does before it accepts a CRD: it must be structural, allOf patterns
+// beside the int-or-string of every quantity included.
+func TestCRDStructural(t *testing.T) {
+	crd := loadCRD(t)
+	internal := &apiextensions.JSONSchemaProps{}
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, err := structuralschema.NewStructural(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := structuralschema.ValidateStructural(nil, s); len(errs) > 0 {
+		t.Errorf("schema is not structural: %v", errs.ToAggregate())
+	}
+}
+
+// TestCRDQuantityPattern checks that every quantity field carries
+// QuantityPattern beside resource.Quantity's own, and that the API server
+// turns away, in each of them, the strings that make ParseQuantity or Cmp
+// run for minutes, before anything decodes them (issue 31).
+func TestCRDQuantityPattern(t *testing.T) {
+	crd := loadCRD(t)
+	var quantities []string
+	var walk func(path string, p apiextensionsv1.JSONSchemaProps)
+	walk = func(path string, p apiextensionsv1.JSONSchemaProps) {
+		if p.XIntOrString {
+			quantities = append(quantities, path)
+			if !slices.ContainsFunc(p.AllOf, func(a apiextensionsv1.JSONSchemaProps) bool { return a.Pattern == v1alpha1.QuantityPattern }) {
+				t.Errorf("%s lacks QuantityPattern: pattern %q, allOf %+v", path, p.Pattern, p.AllOf)
+			}
+		}
+		for name, c := range p.Properties {
+			walk(path+"."+name, c)
+		}
+		if p.Items != nil && p.Items.Schema != nil {
+			walk(path+"[]", *p.Items.Schema)
+		}
+	}
+	walk("", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema)
+	slices.Sort(quantities)
+	want := []string{".spec.minMemory", ".status.arithmeticIntensity", ".status.dramBytes", ".status.flops", ".status.peakMemory", ".status.wavesPerSM"}
+	if diff := cmp.Diff(want, quantities); diff != "" {
+		t.Errorf("quantity fields (-want +got):\n%s", diff)
+	}
+
+	internal := &apiextensions.JSONSchemaProps{}
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
+		t.Fatal(err)
+	}
+	validator, _, err := validation.NewSchemaValidator(internal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range want {
+		for value, ok := range map[string]bool{
+			"40Gi": true, "1500m": true, "0.5": true, "1e18": true, "9223372036854775807": true, "-1": true,
+			"1E1111011110": false, "E1111011110": false, "9e999999999": false, "1e-999999999": false,
+			"1234567890123456789e999999999": false, strings.Repeat("9", 33): false,
+		} {
+			// The strings are set in the decoded object: resource.MustParse
+			// would itself hang on some of them.
+			obj := map[string]any{"apiVersion": "prism.dev/v1alpha1", "kind": "WorkloadProfile", "metadata": map[string]any{"name": "w"}}
+			parts := strings.Split(strings.TrimPrefix(path, "."), ".")
+			obj[parts[0]] = map[string]any{parts[1]: value}
+			var got []string
+			for _, e := range validator.Validate(obj).Errors {
+				got = append(got, e.Error())
+			}
+			switch {
+			case ok && len(got) > 0:
+				t.Errorf("%s: %q rejected: %s", path, value, strings.Join(got, "; "))
+			case !ok && !strings.Contains(strings.Join(got, "; "), parts[0]+"."+parts[1]):
+				t.Errorf("%s: %q not rejected there: %q", path, value, got)
+			}
+		}
 	}
 }

@@ -27,7 +27,7 @@ import (
 // them. Percentages are integers in milli-percent (87.5 % is 87500), for
 // programs, each with a string beside it for people ("87.5%"), which is
 // what kubectl's columns show; magnitudes without a natural bound are
-// resource.Quantity.
+// resource.Quantity, each held to QuantityPattern (see quantity.go).
 
 // BoundType names the hardware unit that limits a workload, following the
 // bottleneck rule of the Nsight Compute Speed Of Light section.
@@ -118,6 +118,8 @@ type WorkloadProfileSpec struct {
 	// minMemory is the least GPU memory a device must have, whatever the
 	// profile says.
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	MinMemory *resource.Quantity `json:"minMemory,omitempty"`
 
 	// minComputeCapability is the lowest CUDA compute capability the
@@ -282,21 +284,31 @@ type WorkloadProfileStatus struct {
 	// wavesPerSM is the number of waves of thread blocks per SM. Below 1
 	// the grid does not fill the device.
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	WavesPerSM *resource.Quantity `json:"wavesPerSM,omitempty"`
 	// dramBytes is the total DRAM traffic, summed over all launches.
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	DRAMBytes *resource.Quantity `json:"dramBytes,omitempty"`
 	// flops is the total single-precision floating point operations
 	// (an FMA counts two), summed over all launches.
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	FLOPs *resource.Quantity `json:"flops,omitempty"`
 	// arithmeticIntensity is flops divided by dramBytes, in FLOP per
 	// byte; it places the workload on the roofline.
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	ArithmeticIntensity *resource.Quantity `json:"arithmeticIntensity,omitempty"`
 	// peakMemory is the most device memory the workload held, when known
 	// (from NVML; ncu does not measure it).
 	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
 	PeakMemory *resource.Quantity `json:"peakMemory,omitempty"`
 
 	// kernelLaunches is the number of kernel launches profiled.
