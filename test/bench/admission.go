@@ -17,6 +17,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +26,7 @@ import (
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -47,30 +50,111 @@ type AdmissionResult struct {
 // profile has measurements (rewritten) and one without annotation
 // (passed through), interleaved so that noise hits both.
 func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o AdmissionOptions) (*AdmissionResult, error) {
-	// The profile the fixture claim names: MemoryBound with a 30Gi peak,
-	// as in pkg/webhook's BenchmarkAdmission.
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{}); err != nil {
+	if err := createTrainProfile(ctx, c, client); err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+	if err := ensureFleet(ctx, client); err != nil {
 		return nil, err
 	}
-	cr, err := crclient.New(c.Config, crclient.Options{Scheme: scheme})
+	w, err := startWebhook(ctx, c, o)
 	if err != nil {
 		return nil, err
 	}
+	defer w.stop()
+	res := &AdmissionResult{}
+	time.Sleep(2 * time.Second)
+	if res.IdleRSS, err = RSSMiB(w.proc.Pid()); err != nil {
+		return nil, err
+	}
+	samples, err := w.load(o.Rate, o.Duration)
+	if err != nil {
+		return nil, err
+	}
+	if res.LoadedRSS, err = RSSMiB(w.proc.Pid()); err != nil {
+		return nil, err
+	}
+	cse := fmt.Sprintf("prism-controller over loopback TLS, %d req/s each for %s", o.Rate, o.Duration)
+	note := fmt.Sprintf("%d + %d requests, interleaved", len(samples[0]), len(samples[1]))
+	res.Rows = []Row{
+		NewRow("admission", cse, "mutating webhook p50", "ms", "no-annotation", ms(Percentile(samples[0], 0.5)), "rewrite", ms(Percentile(samples[1], 0.5)), note),
+		NewRow("admission", cse, "mutating webhook p99", "ms", "no-annotation", ms(Percentile(samples[0], 0.99)), "rewrite", ms(Percentile(samples[1], 0.99)), ""),
+	}
+	return res, nil
+}
+
+// createTrainProfile creates the profile the fixture claim names:
+// MemoryBound with a 30Gi peak, as in pkg/webhook's BenchmarkAdmission. A
+// profile made by an earlier phase is kept.
+func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cr, err := crclient.New(c.Config, crclient.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
 	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}}
 	if err := cr.Create(ctx, wp); err != nil {
-		return nil, fmt.Errorf("create WorkloadProfile: %w", err)
+		return fmt.Errorf("create WorkloadProfile: %w", err)
 	}
 	peak := resource.MustParse("30Gi")
 	wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 	wp.Status.PeakMemory = &peak
 	if err := cr.Status().Update(ctx, wp); err != nil {
-		return nil, fmt.Errorf("set WorkloadProfile status: %w", err)
+		return fmt.Errorf("set WorkloadProfile status: %w", err)
 	}
+	return nil
+}
 
+// ensureFleet publishes a small mixed fleet where no phase before this one
+// did: without GPUs the rewrite has no ladder to cut, and the profiled
+// claim would pass through unchanged.
+func ensureFleet(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + rewrite.DriverName, Limit: 1,
+	})
+	if err != nil || len(list.Items) > 0 {
+		return err
+	}
+	fleet, err := NewMixedFleet(ctx, "admission-", 8, 8)
+	if err != nil {
+		return err
+	}
+	for _, s := range fleet.Slices {
+		if _, err := client.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// webhookUnderLoad is a prism-controller run on loopback TLS, with a client
+// that posts AdmissionReviews straight to its mutating webhook: a claim
+// without annotation (bodies[0], passed through) and one whose profile has
+// measurements (bodies[1], rewritten).
+type webhookUnderLoad struct {
+	proc *testbed.Process
+	// httpAddr serves the controller's metrics.
+	httpAddr string
+	hc       *http.Client
+	url      string
+	bodies   [2][]byte
+	// ready is how long the controller took from its start to rewriting
+	// the profiled claim: its informers had synced by then.
+	ready time.Duration
+}
+
+// startWebhook starts prism-controller and returns once it rewrites the
+// profiled claim.
+func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions) (*webhookUnderLoad, error) {
 	port, err := testbed.FreePort()
 	if err != nil {
 		return nil, err
@@ -80,6 +164,7 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 		return nil, err
 	}
 	certDir := filepath.Join(c.WorkDir(), "webhook-certs")
+	started := time.Now()
 	// No webhook configuration is registered: the API server's own claims
 	// (scheduling, prepare) must not pass through it. The controller's
 	// caBundle injector retries in the background.
@@ -90,24 +175,33 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = proc.Stop(5 * time.Second) }()
-	if err := waitHTTP(ctx, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/readyz", proc); err != nil {
+	w := &webhookUnderLoad{proc: proc, httpAddr: "127.0.0.1:" + strconv.Itoa(httpPort), url: "https://127.0.0.1:" + strconv.Itoa(port) + webhook.RewritePath}
+	if err := w.connect(ctx, o.RepoRoot, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/readyz", certDir); err != nil {
+		w.stop()
 		return nil, err
+	}
+	w.ready = time.Since(started)
+	return w, nil
+}
+
+func (w *webhookUnderLoad) stop() { _ = w.proc.Stop(5 * time.Second) }
+
+func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDir string) error {
+	if err := waitHTTP(ctx, readyz, w.proc); err != nil {
+		return err
 	}
 	caPEM, err := os.ReadFile(filepath.Join(certDir, webhook.CAFile))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	hc := &http.Client{
+	w.hc = &http.Client{
 		Timeout:   10 * time.Second, // the API server's webhook timeout
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64},
 	}
-	url := "https://127.0.0.1:" + strconv.Itoa(port) + webhook.RewritePath
-
 	fixture := func(name string) ([]byte, error) {
-		obj, err := os.ReadFile(filepath.Join(o.RepoRoot, "pkg", "webhook", "testdata", name))
+		obj, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "webhook", "testdata", name))
 		if err != nil {
 			return nil, err
 		}
@@ -121,29 +215,61 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 			},
 		})
 	}
-	bodies := [2][]byte{}
-	if bodies[0], err = fixture("claim-plain.json"); err != nil {
-		return nil, err
+	if w.bodies[0], err = fixture("claim-plain.json"); err != nil {
+		return err
 	}
-	if bodies[1], err = fixture("claim-profiled.json"); err != nil {
-		return nil, err
+	if w.bodies[1], err = fixture("claim-profiled.json"); err != nil {
+		return err
 	}
-	post := func(body []byte) (time.Duration, []byte, error) {
-		start := time.Now()
-		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	// Until the controller's informer has the profile, the claim would be
+	// auto-profiled instead of rewritten.
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		_, data, err := w.post(w.bodies[1])
 		if err != nil {
-			return 0, nil, err
+			return err
 		}
-		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		d := time.Since(start)
-		if err != nil {
-			return 0, nil, err
+		var review admissionv1.AdmissionReview
+		_ = json.Unmarshal(data, &review)
+		if review.Response != nil && bytes.Contains(review.Response.Patch, []byte("firstAvailable")) {
+			return nil
 		}
-		if resp.StatusCode != http.StatusOK {
-			return 0, nil, fmt.Errorf("status %d: %s", resp.StatusCode, data)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("controller never rewrote the profiled claim: %s", data)
 		}
-		return d, data, nil
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *webhookUnderLoad) post(body []byte) (time.Duration, []byte, error) {
+	start := time.Now()
+	resp, err := w.hc.Post(w.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if err != nil {
+		return 0, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, nil, fmt.Errorf("status %d: %s", resp.StatusCode, data)
+	}
+	return d, data, nil
+}
+
+// load warms both paths, then posts both kinds, interleaved, at rate each
+// for d, and returns their latencies. A response that patches the plain
+// claim, or leaves the profiled one alone, is an error.
+func (w *webhookUnderLoad) load(rate int, d time.Duration) ([2][]time.Duration, error) {
+	samples := [2][]time.Duration{}
+	for range 20 {
+		for _, b := range w.bodies {
+			if _, _, err := w.post(b); err != nil {
+				return samples, err
+			}
+		}
 	}
 	patched := func(data []byte) (bool, error) {
 		var review admissionv1.AdmissionReview
@@ -152,50 +278,18 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 		}
 		return len(review.Response.Patch) > 0, nil
 	}
-	// Until the controller's informer has the profile, the claim would be
-	// auto-profiled instead of rewritten.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, data, err := post(bodies[1])
-		if err != nil {
-			return nil, err
-		}
-		var review admissionv1.AdmissionReview
-		_ = json.Unmarshal(data, &review)
-		if review.Response != nil && bytes.Contains(review.Response.Patch, []byte("firstAvailable")) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("controller never rewrote the profiled claim: %s", data)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	res := &AdmissionResult{}
-	time.Sleep(2 * time.Second)
-	if res.IdleRSS, err = RSSMiB(proc.Pid()); err != nil {
-		return nil, err
-	}
-	for range 20 { // warm both paths
-		for _, b := range bodies {
-			if _, _, err := post(b); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	n := o.Rate * int(o.Duration/time.Second)
+	n := rate * int(d/time.Second)
 	var mu sync.Mutex
-	samples := [2][]time.Duration{}
 	var errs []error
 	var wg sync.WaitGroup
-	ticker := time.NewTicker(time.Second / time.Duration(2*o.Rate))
+	ticker := time.NewTicker(time.Second / time.Duration(2*rate))
 	for i := range 2 * n {
 		<-ticker.C
 		kind := i % 2
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d, data, err := post(bodies[kind])
+			d, data, err := w.post(w.bodies[kind])
 			if err == nil {
 				var p bool
 				if p, err = patched(data); err == nil && p != (kind == 1) {
@@ -214,18 +308,9 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 	ticker.Stop()
 	wg.Wait()
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d of %d admission requests failed, first: %w", len(errs), 2*n, errs[0])
+		return samples, fmt.Errorf("%d of %d admission requests failed, first: %w", len(errs), 2*n, errs[0])
 	}
-	if res.LoadedRSS, err = RSSMiB(proc.Pid()); err != nil {
-		return nil, err
-	}
-	cse := fmt.Sprintf("prism-controller over loopback TLS, %d req/s each for %s", o.Rate, o.Duration)
-	note := fmt.Sprintf("%d + %d requests, interleaved", len(samples[0]), len(samples[1]))
-	res.Rows = []Row{
-		NewRow("admission", cse, "mutating webhook p50", "ms", "no-annotation", ms(Percentile(samples[0], 0.5)), "rewrite", ms(Percentile(samples[1], 0.5)), note),
-		NewRow("admission", cse, "mutating webhook p99", "ms", "no-annotation", ms(Percentile(samples[0], 0.99)), "rewrite", ms(Percentile(samples[1], 0.99)), ""),
-	}
-	return res, nil
+	return samples, nil
 }
 
 func waitHTTP(ctx context.Context, url string, proc *testbed.Process) error {

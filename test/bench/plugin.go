@@ -727,8 +727,12 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 }
 
 // heapInUseMiB reads the Go heap in use from the plugin's metrics.
-func (p *PluginProc) heapInUseMiB() (float64, error) {
-	resp, err := http.Get("http://" + p.HTTPAddr + "/metrics")
+func (p *PluginProc) heapInUseMiB() (float64, error) { return heapInUseMiB(p.HTTPAddr) }
+
+// heapInUseMiB reads the Go heap in use from the metrics that a Prism
+// binary serves at addr (host:port).
+func heapInUseMiB(addr string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -740,7 +744,7 @@ func (p *PluginProc) heapInUseMiB() (float64, error) {
 			return b / (1 << 20), err
 		}
 	}
-	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes at %s", p.HTTPAddr)
+	return 0, fmt.Errorf("no go_memstats_heap_inuse_bytes at %s", addr)
 }
 
 // createShareClaim makes a claim allocated a 1Gi memory share of device

@@ -51,8 +51,10 @@ func main() {
 		prepScale   = flag.String("prepare-scale", "8:500,16:1000", "GPUS:CLAIMS cases of the prepare phase that fill a node with memory-share claims; empty skips them")
 		admRate     = flag.Int("admission-rate", 100, "admission requests per second per kind")
 		admDuration = flag.Duration("admission-duration", 5*time.Second, "how long the admission rate is held")
+		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
+		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,scheduling,prepare,admission,startup); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,scheduling,prepare,admission,startup,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	flag.Set("v", "0")
@@ -66,7 +68,7 @@ func main() {
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
 	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
-	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *scaleNodes, *scalePer, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -107,7 +109,7 @@ type allocatorFlags struct {
 }
 
 func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions,
-	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, starts int, only string, keep bool) (retErr error) {
+	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, scaleNodes string, scalePer, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
 		return only == "" || strings.Contains(","+only+",", ","+phase+",")
@@ -162,7 +164,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return err
 		}
 	}
-	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") {
+	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") && !want("controller-scale") {
 		return nil
 	}
 
@@ -274,6 +276,25 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 				"/readyz", float64(bench.Median(res.Ready))/1e6, "slice visible", float64(bench.Median(res.Slice))/1e6,
 				"slice: "+joinDurations(res.Slice)))
 			return nil
+		}))
+	}
+	// Last: it leaves tens of thousands of claims in the API server.
+	if want("controller-scale") {
+		errs = append(errs, phase("controller-scale", func() error {
+			var sizes []int
+			for _, f := range strings.Split(scaleNodes, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || n <= 0 {
+					return fmt.Errorf("--scale-nodes %q: want positive node counts", scaleNodes)
+				}
+				sizes = append(sizes, n)
+			}
+			rows, err := bench.ControllerScale(ctx, c, client, bench.ControllerScaleOptions{
+				AdmissionOptions: bench.AdmissionOptions{ControllerBin: filepath.Join(binDir, "prism-controller"), RepoRoot: repo, Rate: admRate, Duration: admDuration},
+				Nodes:            sizes, ClaimsPerNode: scalePer,
+			})
+			rep.Rows = append(rep.Rows, rows...)
+			return err
 		}))
 	}
 	rep.Rows = append(rep.Rows, footprint...)
