@@ -203,7 +203,7 @@ func run(ctx context.Context, o options) error {
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
-		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName)},
+		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName), Transform: fleet.TrimSlice},
 	}
 	if preference == rewrite.PreferAffinity {
 		// The pod webhook finds a pod's profile through its claim

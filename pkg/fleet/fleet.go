@@ -402,6 +402,41 @@ func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
 	return ref
 }
 
+// summarisedAttributes are the device attributes summarise reads.
+var summarisedAttributes = []string{"productName", "memoryBandwidthGBps", "fp32GFLOPS", "cudaComputeCapability"}
+
+// TrimSlice is the transform for the ResourceSlice informer that feeds the
+// View: it keeps what summarise reads (the pool, the node, and of each
+// device its name, the attributes summarisedAttributes names, its
+// capacities and whether it may be shared). A device publishes 20
+// attributes and the view reads 4: at 5,000 nodes of 8 GPUs the whole
+// slices held about 266 MiB in the informer's store.
+func TrimSlice(obj any) (any, error) {
+	s, ok := obj.(*resourceapi.ResourceSlice)
+	if !ok {
+		return obj, nil
+	}
+	out := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: s.Spec.Driver, Pool: s.Spec.Pool, NodeName: s.Spec.NodeName},
+	}
+	out.Spec.Devices = make([]resourceapi.Device, len(s.Spec.Devices))
+	for i, d := range s.Spec.Devices {
+		t := resourceapi.Device{Name: d.Name, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
+			Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(summarisedAttributes))}
+		for _, id := range summarisedAttributes {
+			for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(rewrite.DriverName + "/" + id), resourceapi.QualifiedName(id)} {
+				if a, ok := d.Attributes[key]; ok {
+					t.Attributes[key] = a
+					break
+				}
+			}
+		}
+		out.Spec.Devices[i] = t
+	}
+	return out, nil
+}
+
 // attribute looks a Prism attribute up by its qualified name, and by its
 // short name, which the API treats as being in the driver's domain.
 func attribute(d resourceapi.Device, id string) (resourceapi.DeviceAttribute, bool) {
