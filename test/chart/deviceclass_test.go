@@ -1,0 +1,64 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chart
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestExtendedResourceDeviceClass: with deviceClasses.extendedResourceName
+// a DeviceClass maps that resource to every Prism GPU; without, there is
+// none, and a name that is not domain/name is refused.
+func TestExtendedResourceDeviceClass(t *testing.T) {
+	classes := func(args ...string) map[string]*resourceapi.DeviceClass {
+		out, stderr, err := helmTemplate(t, args...)
+		if err != nil {
+			t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
+		}
+		got := map[string]*resourceapi.DeviceClass{}
+		eachObject(t, out, func(kind string, doc []byte) {
+			if kind == "DeviceClass" {
+				decodeInto(t, doc, got)
+			}
+		})
+		return got
+	}
+	if c, ok := classes()["extended-resource.gpu.prism.dev"]; ok {
+		t.Errorf("DeviceClass %s rendered by default", c.Name)
+	}
+	c, ok := classes("--set", "deviceClasses.extendedResourceName=nvidia.com/gpu")["extended-resource.gpu.prism.dev"]
+	if !ok {
+		t.Fatal("no DeviceClass extended-resource.gpu.prism.dev with deviceClasses.extendedResourceName set")
+	}
+	want := resourceapi.DeviceClassSpec{
+		ExtendedResourceName: ptr.To("nvidia.com/gpu"),
+		Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.prism.dev"`}}},
+	}
+	if diff := cmp.Diff(want, c.Spec); diff != "" {
+		t.Errorf("DeviceClass spec (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"gpu", "nvidia.com/", "Nvidia.com/gpu"} {
+		if _, stderr, err := helmTemplate(t, "--set", "deviceClasses.extendedResourceName="+bad); err == nil || !strings.Contains(stderr, "extendedResourceName") {
+			t.Errorf("extendedResourceName %q: err %v, stderr %q; want the schema to refuse it", bad, err, stderr)
+		}
+	}
+}
