@@ -25,6 +25,8 @@ import (
 	"strings"
 	"testing"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -262,7 +264,7 @@ func TestHolders(t *testing.T) {
 }
 
 func TestMisplacedProfileAnnotation(t *testing.T) {
-	profiled := map[string]string{ProfileAnnotation: "train"}
+	profiled := map[string]string{prismv1alpha1.ProfileAnnotation: "train"}
 	tests := []struct {
 		name string
 		tmpl resourceapi.ResourceClaimTemplate

@@ -19,37 +19,38 @@ package explain
 import (
 	"fmt"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ProfileAnnotation names the WorkloadProfile a claim is rewritten for.
-// Prism reads it on the ResourceClaim only; the checks below catch the
-// places people put it that nothing reads.
-const ProfileAnnotation = "prism.dev/profile"
+// Prism reads prism.dev/profile (v1alpha1.ProfileAnnotation) on the
+// ResourceClaim only; the checks below catch the places people put it that
+// nothing reads.
 
 // MisplacedOnTemplate warns about a ResourceClaimTemplate that carries the
 // profile annotation on its own metadata but not under spec.metadata, the
 // part its claims are made from. "" when there is nothing to say.
 func MisplacedOnTemplate(tmpl *resourceapi.ResourceClaimTemplate) string {
-	name, ok := tmpl.Annotations[ProfileAnnotation]
+	name, ok := tmpl.Annotations[prismv1alpha1.ProfileAnnotation]
 	if !ok {
 		return ""
 	}
-	if _, inSpec := tmpl.Spec.ObjectMeta.Annotations[ProfileAnnotation]; inSpec {
+	if _, inSpec := tmpl.Spec.ObjectMeta.Annotations[prismv1alpha1.ProfileAnnotation]; inSpec {
 		return ""
 	}
 	return fmt.Sprintf("%s=%s on ResourceClaimTemplate %s's own metadata is ignored: claims are made from spec.metadata, so put it under spec.metadata.annotations",
-		ProfileAnnotation, name, tmpl.Name)
+		prismv1alpha1.ProfileAnnotation, name, tmpl.Name)
 }
 
 // MisplacedOnPod warns about a pod that carries the profile annotation:
 // Prism reads it from the pod's ResourceClaims, not from the pod.
 func MisplacedOnPod(pod metav1.Object) string {
-	name, ok := pod.GetAnnotations()[ProfileAnnotation]
+	name, ok := pod.GetAnnotations()[prismv1alpha1.ProfileAnnotation]
 	if !ok {
 		return ""
 	}
 	return fmt.Sprintf("%s=%s on Pod %s is ignored: put it on the ResourceClaim, or under spec.metadata.annotations of its ResourceClaimTemplate",
-		ProfileAnnotation, name, pod.GetName())
+		prismv1alpha1.ProfileAnnotation, name, pod.GetName())
 }

@@ -47,10 +47,6 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// profileAnnotation names a claim's WorkloadProfile in the claim's
-// namespace (webhook.ProfileAnnotation).
-const profileAnnotation = "prism.dev/profile"
-
 // View is a cache.ResourceEventHandler for a ResourceSlice, a ResourceClaim
 // (claims as webhook.TrimClaim keeps them) and a
 // WorkloadProfile informer. Fleet and Load are safe to call from any
@@ -381,7 +377,7 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 		return claimSummary{}
 	}
 	p := &pendingClaim{devices: devices}
-	if name := c.Annotations[profileAnnotation]; name != "" {
+	if name := c.Annotations[prismv1alpha1.ProfileAnnotation]; name != "" {
 		p.profile = types.NamespacedName{Namespace: c.Namespace, Name: name}
 	}
 	return claimSummary{pending: p}

@@ -108,7 +108,7 @@ func TestCollectingAProfileDoesNotBlockOtherClaims(t *testing.T) {
 	d.startCollections(ctx)
 
 	profiled := allocatedClaim("p1", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
-	profiled.Annotations = map[string]string{profiling.ProfileAnnotation: "train"}
+	profiled.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: "train"}
 	if r := prepare(t, d, profiled)["p1"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -185,7 +185,7 @@ func TestReportJobsOutliveThePlugin(t *testing.T) {
 	// The first plugin prepares and unprepares, and stops before any job runs.
 	first := newTestDriverWith(t, "t4-2.yaml", dir, configure)
 	profiled := allocatedClaim("p1", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
-	profiled.Annotations = map[string]string{profiling.ProfileAnnotation: "train"}
+	profiled.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: "train"}
 	if r := prepare(t, first, profiled)["p1"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}

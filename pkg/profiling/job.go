@@ -43,7 +43,7 @@ type Job struct {
 	// Claim is the claim the report was written under.
 	Claim prismv1alpha1.ClaimReference `json:"claim"`
 	// Profile is the WorkloadProfile the report goes to, from
-	// ProfileAnnotation; "" keeps only the raw report.
+	// prismv1alpha1.ProfileAnnotation; "" keeps only the raw report.
 	Profile string `json:"profile,omitempty"`
 	// Device is the GPU the claim's workload ran on, as NVML named it.
 	Device prismv1alpha1.ProfiledDevice `json:"device,omitzero"`

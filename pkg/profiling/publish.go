@@ -34,15 +34,11 @@ import (
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
-// ProfileAnnotation on a ResourceClaim names the WorkloadProfile, in the
-// claim's namespace, that its profile is written to.
-const ProfileAnnotation = "prism.dev/profile"
-
 // ProfileName returns the WorkloadProfile a claim's profile goes to. The
 // plugin reads it at prepare, while the claim certainly exists, and keeps
 // it for unprepare.
 func ProfileName(claim metav1.Object) (string, bool) {
-	name, ok := claim.GetAnnotations()[ProfileAnnotation]
+	name, ok := claim.GetAnnotations()[prismv1alpha1.ProfileAnnotation]
 	return name, ok && name != ""
 }
 
@@ -51,7 +47,7 @@ func ProfileName(claim metav1.Object) (string, bool) {
 type Result struct {
 	// Claim is the claim the report was collected under.
 	Claim prismv1alpha1.ClaimReference
-	// Profile is the WorkloadProfile's name, from ProfileAnnotation.
+	// Profile is the WorkloadProfile's name, from prismv1alpha1.ProfileAnnotation.
 	Profile string
 	// Report and Err are what Collect returned.
 	Report *Report

@@ -221,8 +221,8 @@ func TestProfileName(t *testing.T) {
 		want        string
 		ok          bool
 	}{
-		"annotated":  {annotations: map[string]string{ProfileAnnotation: "train"}, want: "train", ok: true},
-		"empty":      {annotations: map[string]string{ProfileAnnotation: ""}},
+		"annotated":  {annotations: map[string]string{prismv1alpha1.ProfileAnnotation: "train"}, want: "train", ok: true},
+		"empty":      {annotations: map[string]string{prismv1alpha1.ProfileAnnotation: ""}},
 		"not at all": {},
 	} {
 		t.Run(name, func(t *testing.T) {

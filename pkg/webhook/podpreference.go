@@ -179,7 +179,7 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 			klog.FromContext(ctx).Error(err, "Reading ResourceClaimTemplate from the cache", "template", klog.KRef(ns, *c.ResourceClaimTemplateName))
 			return nil, podLookupError
 		}
-		name := tmpl.Spec.ObjectMeta.Annotations[ProfileAnnotation]
+		name := tmpl.Spec.ObjectMeta.Annotations[prismv1alpha1.ProfileAnnotation]
 		if name == "" || !hasGPURequest(&tmpl.Spec.Spec) {
 			return nil, ""
 		}

@@ -86,7 +86,7 @@ func TestPodPreference(t *testing.T) {
 	})
 	template := func(name, prof string) *resourceapi.ResourceClaimTemplate {
 		return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: resourceapi.ResourceClaimTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{ProfileAnnotation: prof}}, Spec: gpuRequestSpec()}}
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: prof}}, Spec: gpuRequestSpec()}}
 	}
 	// A claim the claim webhook rewrote in affinity mode before the pod came.
 	plan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{

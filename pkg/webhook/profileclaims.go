@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,8 +141,8 @@ func TrimClaim(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	if p, ok := c.Annotations[ProfileAnnotation]; ok {
-		out.Annotations = map[string]string{ProfileAnnotation: p}
+	if p, ok := c.Annotations[prismv1alpha1.ProfileAnnotation]; ok {
+		out.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: p}
 	}
 	if c.Status.Allocation == nil {
 		keepPending(c, out)
@@ -187,7 +189,7 @@ func keepPending(c, out *resourceapi.ResourceClaim) {
 // plugin names its pool after its node, and prepares only results of that
 // pool.
 func profileClaimKeys(c *resourceapi.ResourceClaim) []profileClaimKey {
-	profile := c.Annotations[ProfileAnnotation]
+	profile := c.Annotations[prismv1alpha1.ProfileAnnotation]
 	if profile == "" || c.Status.Allocation == nil {
 		return nil
 	}

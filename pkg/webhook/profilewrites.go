@@ -90,7 +90,7 @@ func (c *profileWriteCheck) deny(req *admissionv1.AdmissionRequest) string {
 		return fmt.Sprintf("the kubelet plugin may only create WorkloadProfiles and update their status, not %s %s", req.Operation, subresourceOrObject(req.SubResource))
 	}
 	if !c.claims.Writable(req.Namespace, req.Name, node) {
-		return fmt.Sprintf("node %s runs no ResourceClaim in namespace %s annotated %s=%s", node, req.Namespace, ProfileAnnotation, req.Name)
+		return fmt.Sprintf("node %s runs no ResourceClaim in namespace %s annotated %s=%s", node, req.Namespace, prismv1alpha1.ProfileAnnotation, req.Name)
 	}
 	return ""
 }

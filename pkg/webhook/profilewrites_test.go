@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -34,7 +36,7 @@ import (
 func profiledClaim(uid types.UID, namespace, profile string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: namespace, UID: uid}}
 	if profile != "" {
-		c.Annotations = map[string]string{ProfileAnnotation: profile}
+		c.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: profile}
 	}
 	if len(results) > 0 {
 		c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}

@@ -41,9 +41,6 @@ import (
 )
 
 const (
-	// ProfileAnnotation names the WorkloadProfile, in the claim's namespace,
-	// that a claim is rewritten for.
-	ProfileAnnotation = "prism.dev/profile"
 	// AutoProfileAnnotation set to "false" on a claim keeps the webhook
 	// from turning profiling on when the profile has no measurements.
 	AutoProfileAnnotation = "prism.dev/auto-profile"
@@ -191,12 +188,12 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 // decide works out the patch for an annotated claim, or why there is none.
 // It counts rewrites; skips are counted by the caller.
 func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim) outcome {
-	name := claim.Annotations[ProfileAnnotation]
+	name := claim.Annotations[prismv1alpha1.ProfileAnnotation]
 	if name == "" {
 		return outcome{skip: skipNoAnnotation}
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", ProfileAnnotation, name, strings.Join(errs, "; "))}
+		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", prismv1alpha1.ProfileAnnotation, name, strings.Join(errs, "; "))}
 	}
 	if !hasGPURequest(&claim.Spec) {
 		return outcome{skip: skipNotGPU, message: "no request for device class " + rewrite.DeviceClassName}

@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -159,7 +160,7 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 func createScaleClaim(ctx context.Context, client kubernetes.Interface, first, i int, slices []*resourceapi.ResourceSlice) error {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%d", first+i), Namespace: scaleNamespace,
-			Annotations: map[string]string{"prism.dev/profile": "train"}},
+			Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: "train"}},
 		Spec: *GPUSpec(1),
 	}
 	created, err := client.ResourceV1().ResourceClaims(scaleNamespace).Create(ctx, claim, metav1.CreateOptions{})

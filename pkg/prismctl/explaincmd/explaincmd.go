@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+
 	"github.com/spf13/cobra"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -121,7 +123,7 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	}
 
 	fmt.Fprintf(out, "Claim:    %s/%s\n", claim.Namespace, claim.Name)
-	if p := claim.Annotations[explain.ProfileAnnotation]; p != "" {
+	if p := claim.Annotations[prismv1alpha1.ProfileAnnotation]; p != "" {
 		fmt.Fprintf(out, "Profile:  %s\n", p)
 	} else {
 		for _, note := range misplacedProfile(ctx, cs, claim) {
