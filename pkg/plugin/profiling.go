@@ -103,7 +103,7 @@ func (d *Driver) collectProfile(ctx context.Context, job profiling.Job) (collect
 		Source: &prismv1alpha1.ProfileSource{Type: prismv1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim},
 		Device: job.Device,
 	}
-	report, collectErr := profiling.Collect(ctx, job.Dir, opts)
+	st, collectErr := profiling.Collect(ctx, job.Dir, opts)
 	if collectErr != nil {
 		logger.Info("Profiled claim left no usable report", "reason", collectErr.Error())
 	}
@@ -111,7 +111,7 @@ func (d *Driver) collectProfile(ctx context.Context, job profiling.Job) (collect
 	case job.Profile == "":
 		logger.Info("Profiled claim names no WorkloadProfile (annotation prism.dev/profile); keeping only the raw report")
 	case d.cfg.Profiling.Publisher != nil:
-		publishErr = d.cfg.Profiling.Publisher.Publish(ctx, profiling.Result{Claim: claim, Profile: job.Profile, Report: report, Err: collectErr})
+		publishErr = d.cfg.Profiling.Publisher.Publish(ctx, profiling.Result{Claim: claim, Profile: job.Profile, Status: st, Err: collectErr})
 		if publishErr == nil {
 			logger.Info("Published WorkloadProfile from the claim's ncu report")
 		}

@@ -79,19 +79,6 @@ func FromReport(ctx context.Context, r io.Reader, opts Options) (v1alpha1.Worklo
 	return sum.status(ctx, rep, opts), nil
 }
 
-// ForClaim builds the status for a report the kubelet plugin collected
-// from a container that ran with the given ResourceClaim. It talks to no
-// API server: the plugin writes the result with Apply and the status
-// subresource.
-func ForClaim(ctx context.Context, claim v1alpha1.ClaimReference, report io.Reader, opts Options) (v1alpha1.WorkloadProfileStatus, error) {
-	opts.Source = &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}
-	st, err := FromReport(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("claim", klog.KRef(claim.Namespace, claim.Name))), report, opts)
-	if err != nil {
-		return st, fmt.Errorf("profile of claim %s/%s: %w", claim.Namespace, claim.Name, err)
-	}
-	return st, nil
-}
-
 // Apply writes a fresh status into a WorkloadProfile. It replaces every
 // measured field and merges the conditions, so that a condition whose
 // status did not change keeps its transition time. The roofline verdict is

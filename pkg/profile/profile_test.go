@@ -272,30 +272,6 @@ func TestFromReportEmptyAndBroken(t *testing.T) {
 	}
 }
 
-func TestForClaim(t *testing.T) {
-	report, err := os.ReadFile(filepath.Join("..", "ncu", "testdata", "vectoradd_details.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim := v1alpha1.ClaimReference{Namespace: "ml", Name: "train-gpu", UID: "1234"}
-	st, err := ForClaim(context.Background(), claim, bytes.NewReader(report), Options{ObservedAt: observedAt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}
-	if !reflect.DeepEqual(want, st.Source) {
-		t.Errorf("source %s, want %s", asJSON(st.Source), asJSON(want))
-	}
-	if st.BoundType != v1alpha1.BoundTypeMemoryBound {
-		t.Errorf("bound %s, want MemoryBound", st.BoundType)
-	}
-
-	_, err = ForClaim(context.Background(), claim, bytes.NewReader(bytes.Repeat([]byte("x"), 10)), Options{})
-	if err == nil || !strings.Contains(err.Error(), "ml/train-gpu") {
-		t.Errorf("err = %v, want it to name the claim", err)
-	}
-}
-
 func TestApply(t *testing.T) {
 	before := metav1.NewTime(observedAt.Add(-time.Hour))
 	wp := &v1alpha1.WorkloadProfile{

@@ -100,28 +100,17 @@ func (e *CollectError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Reason, e.Detail)
 }
 
-// Report is a collected ncu report, summarised.
-type Report struct {
-	// File is the file the CSV was read from: report.csv, or ncu.log when
-	// ncu printed its results there. The archive keeps it.
-	File string
-	// SHA256 (hex) and Size are those of File as collected, so that a
-	// profile can be matched with the raw report in the archive.
-	SHA256 string
-	Size   int64
-	// Status is the report's summary, ready for the WorkloadProfile.
-	Status prismv1alpha1.WorkloadProfileStatus
-}
-
 // Collect reads the report a profiled claim left in dir, a directory that
 // Detach set aside, whose out directory its containers could write to, and
-// summarises it into a WorkloadProfile status with opts. Only regular
+// summarises it into a WorkloadProfile status with opts, whose report
+// field names the file read, its SHA-256 and size, so that the profile can
+// be matched with the raw report in the archive. Only regular
 // files are read, never through a symbolic link, all of them together
 // within a fixed budget and time. Each is read once, as a stream: the
 // hash, the size and the summary come from the same pass, and nothing
 // holds the report. The error is a *CollectError when the report is
 // missing or unusable.
-func Collect(ctx context.Context, dir string, opts profile.Options) (*Report, error) {
+func Collect(ctx context.Context, dir string, opts profile.Options) (*prismv1alpha1.WorkloadProfileStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
 	defer cancel()
 	logger := klog.FromContext(ctx).WithValues("dir", dir)
@@ -143,11 +132,11 @@ func Collect(ctx context.Context, dir string, opts profile.Options) (*Report, er
 	// print results into --log-file) or says why not.
 	var seen [2]seenFile
 	for i, name := range []string{ReportFile, LogFile} {
-		rep, err := files.summarize(ctx, name, version, opts, &seen[i])
+		st, err := files.summarize(ctx, name, version, opts, &seen[i])
 		switch {
 		case err == nil:
-			logger.V(2).Info("Collected profile", "file", name, "bytes", rep.Size, "sha256", rep.SHA256)
-			return rep, nil
+			logger.V(2).Info("Collected profile", "file", name, "bytes", st.Report.SizeBytes, "sha256", st.Report.SHA256)
+			return st, nil
 		case errors.Is(err, ncu.ErrNoTable):
 			continue
 		case ctx.Err() != nil:
@@ -183,7 +172,7 @@ var ncuMarkers = [...]string{"ERR_NVGPUCTRPERM", "==ERROR=="}
 // summarize reads one file as an ncu report, in one pass that also hashes
 // it and looks for ncuMarkers. It returns ncu.ErrNoTable when the file is
 // missing or holds no CSV line.
-func (c *claimFiles) summarize(ctx context.Context, name string, version []byte, opts profile.Options, seen *seenFile) (*Report, error) {
+func (c *claimFiles) summarize(ctx context.Context, name string, version []byte, opts profile.Options, seen *seenFile) (*prismv1alpha1.WorkloadProfileStatus, error) {
 	r, err := c.reader(ctx, name)
 	if err != nil {
 		return nil, err
@@ -202,9 +191,8 @@ func (c *claimFiles) summarize(ctx context.Context, name string, version []byte,
 		}
 		return nil, err
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	st.Report = &prismv1alpha1.ReportDigest{File: name, SHA256: sum, SizeBytes: r.n}
-	return &Report{File: name, SHA256: sum, Size: r.n, Status: st}, nil
+	st.Report = &prismv1alpha1.ReportDigest{File: name, SHA256: hex.EncodeToString(h.Sum(nil)), SizeBytes: r.n}
+	return &st, nil
 }
 
 // shimFailures are the reasons the shim writes to profile-error.txt. A

@@ -112,7 +112,7 @@ func TestGPUVectorAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(filepath.Join(dir, outDir, ReportFile))
-	report, err := Collect(ctx, dir, profile.Options{})
+	st, err := Collect(ctx, dir, profile.Options{})
 	if err != nil {
 		ncuLog, _ := os.ReadFile(filepath.Join(dir, outDir, LogFile))
 		t.Fatalf("Collect: %v\nncu.log:\n%s", err, ncuLog)
@@ -120,7 +120,7 @@ func TestGPUVectorAdd(t *testing.T) {
 	if err := Archive(ctx, opts.StateDir, dir, 1); err != nil {
 		t.Errorf("Archive: %v", err)
 	}
-	if st := report.Status; st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion == "" || st.KernelLaunches != 1 {
+	if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion == "" || st.KernelLaunches != 1 {
 		t.Errorf("boundType %s, ncuVersion %q, launches %d; want MemoryBound, a version, 1 launch\n%s",
 			st.BoundType, st.NCUVersion, st.KernelLaunches, raw)
 	}

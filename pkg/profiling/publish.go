@@ -42,15 +42,15 @@ func ProfileName(claim metav1.Object) (string, bool) {
 	return name, ok && name != ""
 }
 
-// Result is what a Publisher writes: a collected report, or the reason
-// there is none.
+// Result is what a Publisher writes: a collected report's status, or the
+// reason there is none.
 type Result struct {
 	// Claim is the claim the report was collected under.
 	Claim prismv1alpha1.ClaimReference
 	// Profile is the WorkloadProfile's name, from prismv1alpha1.ProfileAnnotation.
 	Profile string
-	// Report and Err are what Collect returned.
-	Report *Report
+	// Status and Err are what Collect returned.
+	Status *prismv1alpha1.WorkloadProfileStatus
 	Err    error
 }
 
@@ -134,10 +134,10 @@ func (p *Publisher) status(r Result) (prismv1alpha1.WorkloadProfileStatus, *meta
 		}
 		return fail(ReasonReportMissing, r.Err.Error())
 	}
-	if r.Report == nil {
+	if r.Status == nil {
 		return fail(ReasonReportMissing, "no report was collected")
 	}
-	return r.Report.Status, nil
+	return *r.Status, nil
 }
 
 func (p *Publisher) ensureExists(ctx context.Context, key types.NamespacedName) error {

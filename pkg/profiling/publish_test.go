@@ -18,7 +18,9 @@ package profiling
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,12 +148,12 @@ func TestPublish(t *testing.T) {
 					},
 				}).Build()
 
-			var report *Report
+			var collected *prismv1alpha1.WorkloadProfileStatus
 			collectErr := tc.err
 			if tc.report != "" {
-				report, collectErr = collectFixture(ctx, t, tc.report, claim)
+				collected, collectErr = collectFixture(ctx, t, tc.report, claim)
 			}
-			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: "train", Report: report, Err: collectErr})
+			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: "train", Status: collected, Err: collectErr})
 			if tc.wantErr {
 				if err == nil || !apierrors.IsConflict(errors.Unwrap(err)) {
 					t.Fatalf("Publish: got %v, want a conflict error", err)
@@ -187,7 +189,8 @@ func TestPublish(t *testing.T) {
 				}
 			}
 			if tc.wantStatus == metav1.ConditionTrue && tc.wantPolicy == "" {
-				want := prismv1alpha1.ReportDigest{File: ReportFile, SHA256: report.SHA256, SizeBytes: report.Size}
+				data := fixture(t, tc.report)
+				want := prismv1alpha1.ReportDigest{File: ReportFile, SHA256: fmt.Sprintf("%x", sha256.Sum256(data)), SizeBytes: int64(len(data))}
 				if wp.Status.Report == nil || *wp.Status.Report != want {
 					t.Errorf("status.report %+v, want %+v", wp.Status.Report, want)
 				}
@@ -203,7 +206,7 @@ func TestPublish(t *testing.T) {
 
 // collectFixture collects a recorded report as the plugin does, from a
 // claim directory that holds it as report.csv.
-func collectFixture(ctx context.Context, t *testing.T, name string, claim prismv1alpha1.ClaimReference) (*Report, error) {
+func collectFixture(ctx context.Context, t *testing.T, name string, claim prismv1alpha1.ClaimReference) (*prismv1alpha1.WorkloadProfileStatus, error) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "claim")
 	if err := os.MkdirAll(filepath.Join(dir, outDir), 0o755); err != nil {

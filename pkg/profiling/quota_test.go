@@ -166,8 +166,8 @@ func TestQuotaMovesWithTheClaim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
-	if got.File != ReportFile || got.Size != int64(len(report)) {
-		t.Errorf("collected %s of %d bytes, want %s of %d", got.File, got.Size, ReportFile, len(report))
+	if d := got.Report; d == nil || d.File != ReportFile || d.SizeBytes != int64(len(report)) {
+		t.Errorf("collected %+v, want %s of %d bytes", d, ReportFile, len(report))
 	}
 
 	if err := Archive(ctx, opts.StateDir, dir, 5); err != nil {

@@ -352,7 +352,7 @@ func TestShimEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			raw, _ := os.ReadFile(filepath.Join(detached, outDir, ReportFile))
-			report, err := Collect(ctx, detached, profile.Options{})
+			st, err := Collect(ctx, detached, profile.Options{})
 			if tc.wantReason != "" {
 				var ce *CollectError
 				if !errors.As(err, &ce) || ce.Reason != tc.wantReason || !strings.Contains(ce.Detail, tc.wantDetail) {
@@ -368,7 +368,7 @@ func TestShimEndToEnd(t *testing.T) {
 			if !strings.Contains(string(raw), "workload-stdout") && tc.wantTarget[0] != "env" {
 				t.Errorf("report lacks the workload's stdout: %q", raw)
 			}
-			if st := report.Status; st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.2.1.0" {
+			if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.2.1.0" {
 				t.Errorf("status: boundType %s, ncuVersion %q; want MemoryBound from fake-ncu's vector-add report, 2025.2.1.0", st.BoundType, st.NCUVersion)
 			}
 		})
