@@ -52,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/fleet"
@@ -150,7 +151,7 @@ func (o *options) validate() error {
 	if o.webhookPort < 1 || o.webhookPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-port %d: must be between 1 and 65535", o.webhookPort))
 	}
-	if _, err := webhook.ParsePolicy(o.policy); err != nil {
+	if _, err := prismv1alpha1.ParsePolicy(o.policy); err != nil {
 		errs = append(errs, fmt.Errorf("--policy: %w", err))
 	}
 	if _, err := rewrite.ParsePreference(o.preference); err != nil {
@@ -203,7 +204,7 @@ func run(ctx context.Context, o options) error {
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
-		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName), Transform: fleet.TrimSlice},
+		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
 	}
 	if preference == rewrite.PreferAffinity {
 		// The pod webhook finds a pod's profile through its claim
@@ -268,7 +269,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	policy, _ := webhook.ParsePolicy(o.policy)
+	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
 	memoryFloorAsCapacity, tierBoundsAsCapacity := capacityForms(ctx, o, cs)
 	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
 		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity,

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/envflag"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
@@ -79,7 +80,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags := pflag.NewFlagSet("prism-kubelet-plugin", pflag.ContinueOnError)
 	flags.StringVar(&o.nodeName, "node-name", "", "Name of this node. Required.")
 	flags.StringVar(&o.registrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
-	flags.StringVar(&o.pluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+plugin.DriverName, "This driver's kubelet plugin directory, for its gRPC socket.")
+	flags.StringVar(&o.pluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+gpuv1alpha1.DriverName, "This driver's kubelet plugin directory, for its gRPC socket.")
 	flags.StringVar(&o.cdiRoot, "cdi-root", cdi.DefaultRoot, "Directory for the per-claim CDI specs.")
 	flags.StringVar(&o.driverRoot, "driver-root", "/", "Where the NVIDIA driver is installed. With --fleet, a fake driver root is made under --state-dir unless this is set.")
 	flags.StringVar(&o.hostDriverRoot, "host-driver-root", "", "Where --driver-root is on the host, which CDI specs must name; the chart mounts host / at /driver-root. Defaults to --driver-root, as when the plugin runs in the host's mount namespace.")

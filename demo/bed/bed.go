@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/plugin"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -353,7 +353,7 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 		"--node-name=" + node.Name,
 		"--kubeconfig=" + kubeconfig,
 		"--kubelet-registrar-dir=" + node.RegistrarDir(),
-		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
+		"--kubelet-plugin-dir=" + node.PluginDir(gpuv1alpha1.DriverName),
 		"--cdi-root=" + filepath.Join(node.Dir, "cdi"),
 		"--state-dir=" + stateDir,
 		"--fleet=" + fleet,
@@ -392,7 +392,7 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 			return false, nil
 		}
 		list, err := b.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
+			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
 		})
 		return err == nil && len(list.Items) > 0 && len(list.Items[0].Spec.Devices) > 0, nil
 	})
@@ -443,7 +443,7 @@ func (b *Bed) startController(ctx context.Context, opts Options, docs []staticDo
 		_, err = c.Client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: "prism-demo-probe", Annotations: map[string]string{"prism.dev/profile": "prism-demo-probe"}},
 			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName},
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuv1alpha1.DriverName},
 			}}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil, nil

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/pkg/plugin"
 )
@@ -32,13 +33,13 @@ func (f *fault) id() string { return f.pool + "/" + f.device }
 // nodeSlice is the Prism ResourceSlice of a node.
 func (r *runner) nodeSlice(ctx context.Context, node string) (*resourceapi.ResourceSlice, error) {
 	list, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if len(list.Items) == 0 {
-		return nil, fmt.Errorf("no %s ResourceSlice for node %s", plugin.DriverName, node)
+		return nil, fmt.Errorf("no %s ResourceSlice for node %s", gpuv1alpha1.DriverName, node)
 	}
 	return &list.Items[0], nil
 }
@@ -195,7 +196,7 @@ func (r *runner) freeGPUs(ctx context.Context, node string) (free, total int, er
 			continue
 		}
 		for _, res := range c.Status.Allocation.Devices.Results {
-			if res.Driver == plugin.DriverName && res.Pool == s.Spec.Pool.Name {
+			if res.Driver == gpuv1alpha1.DriverName && res.Pool == s.Spec.Pool.Name {
 				busy[res.Device] = true
 			}
 		}

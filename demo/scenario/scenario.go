@@ -66,7 +66,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/plugin"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -80,12 +80,10 @@ const (
 	standInReport   = prefix + "stand-in-report"
 	makeRoomAnnot   = prefix + "make-room"
 	raiseXIDAnnot   = prefix + "raise-xid"
-	memoryCapacity  = resourceapi.QualifiedName(attrDomain + "memory")
 	taintTimeout    = 30 * time.Second
 	recoverTimeout  = 2 * time.Minute
 	roomTimeout     = time.Minute
 	profileAnnot    = "prism.dev/profile"
-	attrDomain      = "gpu.prism.dev/"
 	podTimeout      = 2 * time.Minute
 	profileTimeout  = 2 * time.Minute
 	fieldManager    = "prism-demo"
@@ -377,7 +375,7 @@ func (r *runner) waitControllerSees(ctx context.Context, profile string) error {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + profile, Namespace: Namespace, Annotations: map[string]string{profileAnnot: profile}},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 		}}}},
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -566,7 +564,7 @@ func (r *runner) observe(ctx context.Context, name string) (Row, []string, *core
 			continue
 		}
 		for _, res := range c.Status.Allocation.Devices.Results {
-			if res.Driver != plugin.DriverName {
+			if res.Driver != gpuv1alpha1.DriverName {
 				continue
 			}
 			id := res.Pool + "/" + res.Device
@@ -575,8 +573,8 @@ func (r *runner) observe(ctx context.Context, name string) (Row, []string, *core
 			}
 			ids = append(ids, id)
 			d := r.slices[id]
-			products = append(products, attr(d, "productName"))
-			classes = append(classes, attr(d, "bandwidthClass"))
+			products = append(products, attr(d, gpuv1alpha1.ProductNameAttribute))
+			classes = append(classes, attr(d, gpuv1alpha1.BandwidthClassAttribute))
 		}
 		whys = append(whys, why(pod, c))
 	}
@@ -630,7 +628,7 @@ func (r *runner) podClaims(ctx context.Context, pod *corev1.Pod) ([]*resourceapi
 
 func (r *runner) loadSlices(ctx context.Context) error {
 	list, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName,
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName,
 	})
 	if err != nil {
 		return err
@@ -644,8 +642,8 @@ func (r *runner) loadSlices(ctx context.Context) error {
 	return nil
 }
 
-func attr(d resourceapi.Device, name string) string {
-	a, ok := d.Attributes[resourceapi.QualifiedName(attrDomain+name)]
+func attr(d resourceapi.Device, name gpuv1alpha1.AttributeName) string {
+	a, ok := d.Attributes[name.Qualified()]
 	switch {
 	case !ok:
 		return ""
@@ -722,7 +720,7 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 		}
 		if req.Exactly != nil && req.Exactly.Capacity != nil && c.Status.Allocation != nil {
 			for _, res := range c.Status.Allocation.Devices.Results {
-				if q, ok := res.ConsumedCapacity[memoryCapacity]; ok && res.Request == req.Name && res.ShareID != nil {
+				if q, ok := res.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok && res.Request == req.Name && res.ShareID != nil {
 					parts = append(parts, "memory share "+q.String())
 				}
 			}
@@ -730,11 +728,11 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 	}
 	for _, con := range spec.Constraints {
 		if con.MatchAttribute != nil {
-			parts = append(parts, "matchAttribute "+strings.TrimPrefix(string(*con.MatchAttribute), attrDomain))
+			parts = append(parts, "matchAttribute "+strings.TrimPrefix(string(*con.MatchAttribute), gpuv1alpha1.DriverName+"/"))
 		}
 	}
 	for _, cfg := range spec.Config {
-		if cfg.Opaque == nil || cfg.Opaque.Driver != plugin.DriverName {
+		if cfg.Opaque == nil || cfg.Opaque.Driver != gpuv1alpha1.DriverName {
 			continue
 		}
 		var gc struct {
@@ -816,7 +814,7 @@ func (r *runner) check(pod *corev1.Pod, ids []string) []string {
 	for _, id := range ids {
 		devs = append(devs, r.slices[id])
 	}
-	each := func(key, attrName string) {
+	each := func(key string, attrName gpuv1alpha1.AttributeName) {
 		want, ok := ann[prefix+key]
 		if !ok {
 			return
@@ -830,8 +828,8 @@ func (r *runner) check(pod *corev1.Pod, ids []string) []string {
 			problems = append(problems, fmt.Sprintf("no GPU, want %s %q", attrName, want))
 		}
 	}
-	each("expect-product", "productName")
-	each("expect-class", "bandwidthClass")
+	each("expect-product", gpuv1alpha1.ProductNameAttribute)
+	each("expect-class", gpuv1alpha1.BandwidthClassAttribute)
 	if want, ok := ann[prefix+"expect-gpus"]; ok && want != strconv.Itoa(len(ids)) {
 		problems = append(problems, fmt.Sprintf("got %d GPUs, want %s", len(ids), want))
 	}
@@ -842,7 +840,7 @@ func (r *runner) check(pod *corev1.Pod, ids []string) []string {
 		var domains []string
 		nodes := map[string]bool{}
 		for i, d := range devs {
-			domains = append(domains, attr(d, "nvlinkDomain"))
+			domains = append(domains, attr(d, gpuv1alpha1.NVLinkDomainAttribute))
 			nodes[strings.Split(ids[i], "/")[0]] = true
 		}
 		if len(devs) < 2 || len(uniq(domains)) != 1 || slices.Contains(domains, "") || len(nodes) != 1 {
@@ -917,18 +915,18 @@ func (r *runner) checkMemoryShare(pod *corev1.Pod, want string) []string {
 			continue
 		}
 		for _, res := range c.Status.Allocation.Devices.Results {
-			if res.Driver != plugin.DriverName {
+			if res.Driver != gpuv1alpha1.DriverName {
 				continue
 			}
 			n++
-			got, ok := res.ConsumedCapacity[memoryCapacity]
+			got, ok := res.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]
 			switch {
 			case res.ShareID == nil:
 				problems = append(problems, fmt.Sprintf("%s/%s: allocation has no shareID, want a %s share", res.Pool, res.Device, want))
 			case !ok:
-				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes no %s, want %s", res.Pool, res.Device, memoryCapacity, want))
+				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes no %s, want %s", res.Pool, res.Device, gpuv1alpha1.MemoryCapacity.Qualified(), want))
 			case got.Cmp(q) != 0:
-				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes %s of %s, want %s", res.Pool, res.Device, got.String(), memoryCapacity, want))
+				problems = append(problems, fmt.Sprintf("%s/%s: allocation consumes %s of %s, want %s", res.Pool, res.Device, got.String(), gpuv1alpha1.MemoryCapacity.Qualified(), want))
 			}
 		}
 	}

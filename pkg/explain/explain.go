@@ -30,17 +30,13 @@ import (
 	"slices"
 	"strings"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
-)
-
-// Attribute names shown in the table.
-const (
-	productAttribute   = "productName"
-	bandwidthAttribute = "bandwidthClass"
 )
 
 // Row is the verdict for one device and one request of the claim.
@@ -96,8 +92,8 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 			for _, req := range claim.Spec.Devices.Requests {
 				row := Row{
 					Node: node, Pool: s.Spec.Pool.Name, Device: d.Name, Request: req.Name,
-					Product: stringAttribute(d, s.Spec.Driver, productAttribute),
-					Class:   stringAttribute(d, s.Spec.Driver, bandwidthAttribute),
+					Product: stringAttribute(d, s.Spec.Driver, gpuv1alpha1.ProductNameAttribute),
+					Class:   stringAttribute(d, s.Spec.Driver, gpuv1alpha1.BandwidthClassAttribute),
 				}
 				if d.NodeName != nil {
 					row.Node = *d.NodeName
@@ -134,7 +130,7 @@ func availability(heldBy []Holder, d resourceapi.Device, driver string) string {
 		}
 		claims[i] = h.Claim()
 	}
-	memory, ok := deviceCapacityOf(d, driver, memoryCapacity)
+	memory, ok := deviceCapacityOf(d, driver, gpuv1alpha1.MemoryCapacity)
 	if !ok {
 		return fmt.Sprintf(", shared with %s", strings.Join(claims, ", "))
 	}
@@ -243,8 +239,8 @@ func rejection(ctx context.Context, compiler *cel.Cache, classes map[string]*res
 	return check(alt.selectors, "")
 }
 
-func stringAttribute(d resourceapi.Device, driver, name string) string {
-	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+func stringAttribute(d resourceapi.Device, driver string, name gpuv1alpha1.AttributeName) string {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + string(name))} {
 		if a, ok := d.Attributes[key]; ok && a.StringValue != nil {
 			return *a.StringValue
 		}

@@ -56,7 +56,7 @@ func memoryBoundClaim(t *testing.T, minCC string) *resourceapi.ResourceClaim {
 	_, ctx := ktesting.NewTestContext(t)
 	claim := load[*resourceapi.ResourceClaim](t, "claim.json")
 	peak := resource.MustParse("30Gi")
-	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: rewrite.MemoryBound, PeakMemory: &peak, MinComputeCapability: minCC})
+	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: &peak, MinComputeCapability: minCC})
 	if err != nil {
 		t.Fatal(err)
 	}

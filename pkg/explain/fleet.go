@@ -26,12 +26,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-// Attribute names the fleet view shows besides product and class.
-const (
-	memoryBandwidthAttribute = "memoryBandwidthGBps"
-	fp32Attribute            = "fp32GFLOPS"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // GPU is one published device with the claims that hold it.
@@ -54,17 +50,17 @@ func Fleet(resourceSlices []resourceapi.ResourceSlice, holders map[DeviceID][]Ho
 		for _, d := range s.Spec.Devices {
 			g := GPU{
 				Node: sliceNode(s), Pool: s.Spec.Pool.Name, Device: d.Name,
-				Product:       stringAttribute(d, s.Spec.Driver, productAttribute),
-				Class:         stringAttribute(d, s.Spec.Driver, bandwidthAttribute),
-				BandwidthGBps: intAttribute(d, s.Spec.Driver, memoryBandwidthAttribute),
-				FP32GFLOPS:    intAttribute(d, s.Spec.Driver, fp32Attribute),
+				Product:       stringAttribute(d, s.Spec.Driver, gpuv1alpha1.ProductNameAttribute),
+				Class:         stringAttribute(d, s.Spec.Driver, gpuv1alpha1.BandwidthClassAttribute),
+				BandwidthGBps: intAttribute(d, s.Spec.Driver, gpuv1alpha1.MemoryBandwidthGBpsAttribute),
+				FP32GFLOPS:    intAttribute(d, s.Spec.Driver, gpuv1alpha1.FP32GFLOPSAttribute),
 				Taints:        d.Taints,
-				HeldBy:        holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}],
+				HeldBy:        onDevice(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], d, s.Spec.Driver),
 			}
 			if d.NodeName != nil {
 				g.Node = *d.NodeName
 			}
-			if c, ok := deviceCapacity(d, s.Spec.Driver, memoryCapacity); ok {
+			if c, ok := deviceCapacity(d, s.Spec.Driver, gpuv1alpha1.MemoryCapacity); ok {
 				g.Memory = &c
 			}
 			out = append(out, g)
@@ -105,8 +101,8 @@ func sliceNode(s resourceapi.ResourceSlice) string {
 	return "<node selector>"
 }
 
-func intAttribute(d resourceapi.Device, driver, name string) int64 {
-	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+func intAttribute(d resourceapi.Device, driver string, name gpuv1alpha1.AttributeName) int64 {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + string(name))} {
 		if a, ok := d.Attributes[key]; ok && a.IntValue != nil {
 			return *a.IntValue
 		}
@@ -114,15 +110,15 @@ func intAttribute(d resourceapi.Device, driver, name string) int64 {
 	return 0
 }
 
-func deviceCapacity(d resourceapi.Device, driver, name string) (resource.Quantity, bool) {
+func deviceCapacity(d resourceapi.Device, driver string, name gpuv1alpha1.CapacityName) (resource.Quantity, bool) {
 	c, ok := deviceCapacityOf(d, driver, name)
 	return c.Value, ok
 }
 
 // deviceCapacityOf looks a device capacity up under its short and its
 // driver-qualified name.
-func deviceCapacityOf(d resourceapi.Device, driver, name string) (resourceapi.DeviceCapacity, bool) {
-	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+func deviceCapacityOf(d resourceapi.Device, driver string, name gpuv1alpha1.CapacityName) (resourceapi.DeviceCapacity, bool) {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + string(name))} {
 		if c, ok := d.Capacity[key]; ok {
 			return c, true
 		}

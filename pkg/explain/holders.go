@@ -24,10 +24,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-)
 
-// memoryCapacity is the capacity a memory share is counted in.
-const memoryCapacity = "memory"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+)
 
 // DeviceID names a published device.
 type DeviceID struct {
@@ -90,7 +89,7 @@ func Holders(claims []resourceapi.ResourceClaim) map[DeviceID][]Holder {
 			id := DeviceID{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
 			h := Holder{Namespace: c.Namespace, Name: c.Name, Request: r.Request, Pods: pods,
 				Shared: r.ShareID != nil || len(r.ConsumedCapacity) > 0}
-			if q, ok := capacity(r.ConsumedCapacity, r.Driver, memoryCapacity); ok {
+			if q, ok := capacity(r.ConsumedCapacity, r.Driver, gpuv1alpha1.MemoryCapacity); ok {
 				h.Memory = &q
 			}
 			out[id] = append(out[id], h)
@@ -102,6 +101,39 @@ func Holders(claims []resourceapi.ResourceClaim) map[DeviceID][]Holder {
 		})
 	}
 	return out
+}
+
+// onDevice returns holders as device d sees them: a share that leaves less
+// memory beside it than the smallest share d grants holds d whole. That is
+// what a claim that names no amount gets on a GPU published shareable: the
+// default share, all of its memory rounded down to the step. holders is
+// not modified.
+func onDevice(holders []Holder, d resourceapi.Device, driver string) []Holder {
+	memory, ok := deviceCapacityOf(d, driver, gpuv1alpha1.MemoryCapacity)
+	if !ok || len(holders) == 0 {
+		return holders
+	}
+	out := slices.Clone(holders)
+	for i, h := range out {
+		if !h.Shared || h.Memory == nil {
+			continue
+		}
+		left := memory.Value.DeepCopy()
+		left.Sub(*h.Memory)
+		if left.Cmp(smallestShare(memory)) < 0 {
+			out[i].Shared = false
+		}
+	}
+	return out
+}
+
+// smallestShare is the least memory a claim can be granted on a device
+// with this memory capacity.
+func smallestShare(memory resourceapi.DeviceCapacity) resource.Quantity {
+	if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Min != nil {
+		return *p.ValidRange.Min
+	}
+	return resource.MustParse("1")
 }
 
 // others returns the holders that are not the claim ns/name.
@@ -129,8 +161,8 @@ func joinHolders(holders []Holder) string {
 
 // capacity looks a capacity up under its short and its driver-qualified
 // name; the plugin publishes the qualified one.
-func capacity(m map[resourceapi.QualifiedName]resource.Quantity, driver, name string) (resource.Quantity, bool) {
-	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+func capacity(m map[resourceapi.QualifiedName]resource.Quantity, driver string, name gpuv1alpha1.CapacityName) (resource.Quantity, bool) {
+	for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + string(name))} {
 		if q, ok := m[key]; ok {
 			return q, true
 		}

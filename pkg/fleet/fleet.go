@@ -43,6 +43,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -58,7 +59,7 @@ type View struct {
 	claims map[types.UID]claimSummary
 	// boundTypes are the profiles' measured bound types; a profile without
 	// one is not kept.
-	boundTypes map[types.NamespacedName]rewrite.BoundType
+	boundTypes map[types.NamespacedName]prismv1alpha1.BoundType
 	// deviceModel maps the devices of current pool generations to their
 	// model.
 	deviceModel map[deviceKey]string
@@ -99,7 +100,7 @@ type pendingClaim struct {
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
-	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, boundTypes: map[types.NamespacedName]rewrite.BoundType{},
+	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, boundTypes: map[types.NamespacedName]prismv1alpha1.BoundType{},
 		changed: make(chan struct{}, 1)}
 	v.publish()
 	return v
@@ -160,7 +161,7 @@ func (v *View) OnAdd(obj any, _ bool) {
 	defer v.mu.Unlock()
 	switch o := obj.(type) {
 	case *resourceapi.ResourceSlice:
-		if o.Spec.Driver != rewrite.DriverName {
+		if o.Spec.Driver != gpuv1alpha1.DriverName {
 			return
 		}
 		v.slices[o.UID] = summarise(o)
@@ -169,7 +170,7 @@ func (v *View) OnAdd(obj any, _ bool) {
 		v.claims[o.UID] = summariseClaim(o)
 		v.load = nil
 	case *prismv1alpha1.WorkloadProfile:
-		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, rewrite.BoundType(o.Status.BoundType))
+		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, o.Status.BoundType)
 	}
 }
 
@@ -200,7 +201,7 @@ func (v *View) OnDelete(obj any) {
 
 // setBoundType records a profile's bound type; the load is rebuilt only
 // when it changed, not on every status update of a profile.
-func (v *View) setBoundType(profile types.NamespacedName, b rewrite.BoundType) {
+func (v *View) setBoundType(profile types.NamespacedName, b prismv1alpha1.BoundType) {
 	if v.boundTypes[profile] == b {
 		return
 	}
@@ -303,12 +304,12 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 	}
 	sum := sliceSummary{pool: s.Spec.Pool.Name, node: node, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{}}
 	for _, d := range s.Spec.Devices {
-		name := stringAttr(d, "productName")
+		name := stringAttr(d, gpuv1alpha1.ProductNameAttribute)
 		if name == "" {
 			continue
 		}
-		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, "memoryBandwidthGBps"), FP32GFLOPS: intAttr(d, "fp32GFLOPS")}
-		if q, ok := d.Capacity[rewrite.MemoryCapacity]; ok {
+		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, gpuv1alpha1.MemoryBandwidthGBpsAttribute), FP32GFLOPS: intAttr(d, gpuv1alpha1.FP32GFLOPSAttribute)}
+		if q, ok := d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 			m.MemoryBytes = q.Value.Value()
 		}
 		if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
@@ -329,11 +330,11 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 // cannot write as an sm_XY number leaves smVersion out, and then the device
 // does not count.
 func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
-	_, hasCC := attribute(d, "cudaComputeCapability")
+	_, hasCC := attribute(d, gpuv1alpha1.CUDAComputeCapabilityAttribute)
 	for name, has := range map[resourceapi.QualifiedName]bool{
-		rewrite.BandwidthCapacity: m.BandwidthGBps > 0,
-		rewrite.FP32Capacity:      m.FP32GFLOPS > 0,
-		rewrite.SMVersionCapacity: hasCC,
+		gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified(): m.BandwidthGBps > 0,
+		gpuv1alpha1.FP32GFLOPSCapacity.Qualified():          m.FP32GFLOPS > 0,
+		gpuv1alpha1.SMVersionCapacity.Qualified():           hasCC,
 	} {
 		if _, ok := d.Capacity[name]; has && !ok {
 			return false
@@ -351,7 +352,7 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 	if a := c.Status.Allocation; a != nil {
 		var held []deviceKey
 		for _, r := range a.Devices.Results {
-			if r.Driver == rewrite.DriverName {
+			if r.Driver == gpuv1alpha1.DriverName {
 				held = append(held, deviceKey{r.Pool, r.Device})
 			}
 		}
@@ -399,7 +400,9 @@ func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
 }
 
 // summarisedAttributes are the device attributes summarise reads.
-var summarisedAttributes = []string{"productName", "memoryBandwidthGBps", "fp32GFLOPS", "cudaComputeCapability"}
+var summarisedAttributes = []gpuv1alpha1.AttributeName{
+	gpuv1alpha1.ProductNameAttribute, gpuv1alpha1.MemoryBandwidthGBpsAttribute, gpuv1alpha1.FP32GFLOPSAttribute, gpuv1alpha1.CUDAComputeCapabilityAttribute,
+}
 
 // TrimSlice is the transform for the ResourceSlice informer that feeds the
 // View: it keeps what summarise reads (the pool, the node, and of each
@@ -421,7 +424,7 @@ func TrimSlice(obj any) (any, error) {
 		t := resourceapi.Device{Name: d.Name, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations,
 			Attributes: make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(summarisedAttributes))}
 		for _, id := range summarisedAttributes {
-			for _, key := range []resourceapi.QualifiedName{resourceapi.QualifiedName(rewrite.DriverName + "/" + id), resourceapi.QualifiedName(id)} {
+			for _, key := range []resourceapi.QualifiedName{id.Qualified(), resourceapi.QualifiedName(id)} {
 				if a, ok := d.Attributes[key]; ok {
 					t.Attributes[key] = a
 					break
@@ -435,22 +438,22 @@ func TrimSlice(obj any) (any, error) {
 
 // attribute looks a Prism attribute up by its qualified name, and by its
 // short name, which the API treats as being in the driver's domain.
-func attribute(d resourceapi.Device, id string) (resourceapi.DeviceAttribute, bool) {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/"+id)]; ok {
+func attribute(d resourceapi.Device, id gpuv1alpha1.AttributeName) (resourceapi.DeviceAttribute, bool) {
+	if a, ok := d.Attributes[id.Qualified()]; ok {
 		return a, true
 	}
 	a, ok := d.Attributes[resourceapi.QualifiedName(id)]
 	return a, ok
 }
 
-func stringAttr(d resourceapi.Device, id string) string {
+func stringAttr(d resourceapi.Device, id gpuv1alpha1.AttributeName) string {
 	if a, ok := attribute(d, id); ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	return ""
 }
 
-func intAttr(d resourceapi.Device, id string) int64 {
+func intAttr(d resourceapi.Device, id gpuv1alpha1.AttributeName) int64 {
 	if a, ok := attribute(d, id); ok && a.IntValue != nil {
 		return *a.IntValue
 	}

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -101,7 +102,7 @@ func figuresAsCapacity(s *resourceapi.ResourceSlice, first int) *resourceapi.Res
 		if cc, ok := d.Attributes["gpu.prism.dev/cudaComputeCapability"]; ok {
 			var major, minor int64
 			fmt.Sscanf(*cc.VersionValue, "%d.%d", &major, &minor)
-			d.Capacity[rewrite.SMVersionCapacity] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(major*10+minor, resource.DecimalSI)}
+			d.Capacity[gpuv1alpha1.SMVersionCapacity.Qualified()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(major*10+minor, resource.DecimalSI)}
 		}
 	}
 	return s
@@ -110,7 +111,7 @@ func figuresAsCapacity(s *resourceapi.ResourceSlice, first int) *resourceapi.Res
 // withoutSMVersion drops smVersion from the slice's device i, as the plugin
 // does for a compute capability it cannot write as an sm_XY number.
 func withoutSMVersion(s *resourceapi.ResourceSlice, i int) *resourceapi.ResourceSlice {
-	delete(s.Spec.Devices[i].Capacity, rewrite.SMVersionCapacity)
+	delete(s.Spec.Devices[i].Capacity, gpuv1alpha1.SMVersionCapacity.Qualified())
 	return s
 }
 
@@ -200,7 +201,7 @@ func TestViewFeedsRewrite(t *testing.T) {
 	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}}
-	p := rewrite.Profile{Name: "stream", BoundType: rewrite.MemoryBound}
+	p := rewrite.Profile{Name: "stream", BoundType: prismv1alpha1.BoundTypeMemoryBound}
 	_, plan, err := rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()))
 	if err != nil || len(plan.Rewritten) != 0 {
 		t.Fatalf("an L4-only fleet: want the claim unchanged, got %v, %+v", err, plan)
@@ -263,7 +264,7 @@ func TestViewLoad(t *testing.T) {
 	}
 	want := &rewrite.Load{
 		Free:    map[string]int{h100.product: 2, l4.product: 2},
-		Pending: []rewrite.Pending{{Devices: 4}, {Devices: 1, BoundType: rewrite.ComputeBound}},
+		Pending: []rewrite.Pending{{Devices: 4}, {Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}},
 	}
 	got := v.Load()
 	slices.SortFunc(got.Pending, func(a, b rewrite.Pending) int { return b.Devices - a.Devices })
@@ -275,7 +276,7 @@ func TestViewLoad(t *testing.T) {
 	v.OnUpdate(nil, allocated("plain-4", "node-a", "gpu-2", "gpu-3"))
 	v.OnDelete(allocated("held", "node-a", "gpu-0", "gpu-1"))
 	v.OnDelete(cache.DeletedFinalStateUnknown{Obj: allocated("shares", "node-a", "gpu-1")})
-	want = &rewrite.Load{Free: map[string]int{h100.product: 2, l4.product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: rewrite.ComputeBound}}}
+	want = &rewrite.Load{Free: map[string]int{h100.product: 2, l4.product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}
 	if got := v.Load(); !reflect.DeepEqual(got, want) {
 		t.Errorf("after the allocation\n got %+v\nwant %+v", got, want)
 	}

@@ -95,7 +95,7 @@ func TestLoadPending(t *testing.T) {
 		{"the bound type is the profile's, not the annotation's", func(v *View) {
 			v.OnAdd(profile("mallory", "idle", prismv1alpha1.BoundTypeLatencyBound), true)
 			v.OnAdd(claiming(ofPod(unused("mallory", "c1", "idle", 1), "job-0"), `{"boundType":"ComputeBound"}`), true)
-		}, []rewrite.Pending{{Devices: 1, BoundType: rewrite.LatencyBound}}},
+		}, []rewrite.Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeLatencyBound}}},
 		{"an annotation without a profile is unprofiled", func(v *View) {
 			v.OnAdd(claiming(ofPod(unused("mallory", "c1", "", 1), "job-0"), `{"boundType":"ComputeBound"}`), true)
 		}, []rewrite.Pending{{Devices: 1}}},
@@ -108,7 +108,7 @@ func TestLoadPending(t *testing.T) {
 			v.OnAdd(ofPod(unused("alice", "c1", "sgemm", 2), "job-0"), true)
 			_ = v.Load()
 			v.OnUpdate(nil, profile("alice", "sgemm", prismv1alpha1.BoundTypeComputeBound))
-		}, []rewrite.Pending{{Devices: 2, BoundType: rewrite.ComputeBound}}},
+		}, []rewrite.Pending{{Devices: 2, BoundType: prismv1alpha1.BoundTypeComputeBound}}},
 		{"a deleted profile leaves its claims unprofiled", func(v *View) {
 			v.OnAdd(profile("alice", "sgemm", prismv1alpha1.BoundTypeComputeBound), true)
 			v.OnAdd(ofPod(unused("alice", "c1", "sgemm", 2), "job-0"), true)
@@ -166,7 +166,7 @@ func TestLoadAwareLadderFromView(t *testing.T) {
 			v.OnAdd(slice("c", "gpu.prism.dev", "node-c", 1, l4, l4, l4, l4), true)
 			tc.events(v)
 			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{exactly(rewrite.DeviceClassName, tc.devices)}}}
-			p := rewrite.Profile{Name: "stream", BoundType: rewrite.MemoryBound, Policy: rewrite.LoadAware}
+			p := rewrite.Profile{Name: "stream", BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyLoadAware}
 			_, plan, err := rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()), rewrite.WithLoad(v.Load()))
 			if err != nil {
 				t.Fatal(err)

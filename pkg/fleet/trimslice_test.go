@@ -28,9 +28,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	gpudevice "github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // TestTrimSliceKeepsTheFleet: a view fed trimmed slices sees the same fleet
@@ -57,7 +57,7 @@ func TestTrimSliceKeepsTheFleet(t *testing.T) {
 			}
 			s := &resourceapi.ResourceSlice{
 				ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu.prism.dev", UID: types.UID(node), ResourceVersion: "7"},
-				Spec: resourceapi.ResourceSliceSpec{Driver: rewrite.DriverName, NodeName: ptr.To(node),
+				Spec: resourceapi.ResourceSliceSpec{Driver: gpuv1alpha1.DriverName, NodeName: ptr.To(node),
 					Pool: resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}, Devices: published},
 			}
 			whole.OnAdd(s, false)

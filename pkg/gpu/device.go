@@ -24,6 +24,8 @@ package gpu
 import (
 	"fmt"
 	"slices"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // Device describes one physical GPU.
@@ -111,27 +113,18 @@ func (d Device) MemoryBandwidthGBps() int {
 	return int(2 * int64(d.MaxMemoryClockMHz) * int64(d.MemoryBusWidthBits) / 8 / 1000)
 }
 
-// Bandwidth classes. They exist so that a claim can ask for "fast memory"
-// without hard-coding one product's figure.
-const (
-	BandwidthClassLow   = "low"
-	BandwidthClassMid   = "mid"
-	BandwidthClassHigh  = "high"
-	BandwidthClassUltra = "ultra"
-)
-
 // BandwidthClass buckets MemoryBandwidthGBps: low below 500 GB/s, mid below
 // 1200, high up to and including 2500, ultra above.
 func (d Device) BandwidthClass() string {
 	switch bw := d.MemoryBandwidthGBps(); {
 	case bw < 500:
-		return BandwidthClassLow
+		return gpuv1alpha1.BandwidthClassLow
 	case bw < 1200:
-		return BandwidthClassMid
+		return gpuv1alpha1.BandwidthClassMid
 	case bw <= 2500:
-		return BandwidthClassHigh
+		return gpuv1alpha1.BandwidthClassHigh
 	default:
-		return BandwidthClassUltra
+		return gpuv1alpha1.BandwidthClassUltra
 	}
 }
 

@@ -29,10 +29,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-)
 
-// Domain qualifies every attribute and capacity Prism publishes.
-const Domain = "gpu.prism.dev"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+)
 
 // PublishOptions says where host facts that NVML does not know come from.
 type PublishOptions struct {
@@ -65,10 +64,6 @@ type namedAttribute struct {
 	value resourceapi.DeviceAttribute
 }
 
-func qualified(id string) resourceapi.QualifiedName {
-	return resourceapi.QualifiedName(Domain + "/" + id)
-}
-
 // ResourceDevice builds the device as it is published in a ResourceSlice.
 // Values that would break API validation are truncated or dropped and the
 // reason is logged, because one odd GPU must not stop the whole node from
@@ -80,15 +75,15 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 	}
 
 	var attrs []namedAttribute
-	str := func(id, v string) {
+	str := func(id gpuv1alpha1.AttributeName, v string) {
 		if v != "" {
-			attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{StringValue: ptr.To(v)}})
+			attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{StringValue: ptr.To(v)}})
 		}
 	}
-	integer := func(id string, v int) {
-		attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}})
+	integer := func(id gpuv1alpha1.AttributeName, v int) {
+		attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}})
 	}
-	version := func(id, v string) {
+	version := func(id gpuv1alpha1.AttributeName, v string) {
 		if v == "" {
 			return
 		}
@@ -97,45 +92,45 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 			logger.Info("Dropping device attribute", "attribute", id, "value", v, "reason", err.Error())
 			return
 		}
-		attrs = append(attrs, namedAttribute{qualified(id), resourceapi.DeviceAttribute{VersionValue: ptr.To(sv)}})
+		attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{VersionValue: ptr.To(sv)}})
 	}
 
 	// Order is priority: if the API limit on attributes is ever reached,
 	// the ones at the end are dropped first.
-	str("uuid", d.UUID)
-	str("productName", d.ProductName)
-	integer("index", d.Index)
-	integer("minor", d.Minor)
-	str("architecture", d.Architecture)
-	version("cudaComputeCapability", d.CUDAComputeCapability.String())
-	version("driverVersion", d.DriverVersion)
-	version("cudaDriverVersion", d.CUDADriverVersion)
+	str(gpuv1alpha1.UUIDAttribute, d.UUID)
+	str(gpuv1alpha1.ProductNameAttribute, d.ProductName)
+	integer(gpuv1alpha1.IndexAttribute, d.Index)
+	integer(gpuv1alpha1.MinorAttribute, d.Minor)
+	str(gpuv1alpha1.ArchitectureAttribute, d.Architecture)
+	version(gpuv1alpha1.CUDAComputeCapabilityAttribute, d.CUDAComputeCapability.String())
+	version(gpuv1alpha1.DriverVersionAttribute, d.DriverVersion)
+	version(gpuv1alpha1.CUDADriverVersionAttribute, d.CUDADriverVersion)
 	if bw := d.MemoryBandwidthGBps(); bw > 0 {
-		integer("memoryBandwidthGBps", bw)
-		str("bandwidthClass", d.BandwidthClass())
+		integer(gpuv1alpha1.MemoryBandwidthGBpsAttribute, bw)
+		str(gpuv1alpha1.BandwidthClassAttribute, d.BandwidthClass())
 	}
 	if d.MultiprocessorCount > 0 {
-		integer("multiprocessorCount", d.MultiprocessorCount)
+		integer(gpuv1alpha1.MultiprocessorCountAttribute, d.MultiprocessorCount)
 	}
 	if f := d.FP32GFLOPS(); f > 0 {
-		integer("fp32GFLOPS", f)
+		integer(gpuv1alpha1.FP32GFLOPSAttribute, f)
 	}
 	if f, ok := d.FP16TensorTFLOPS(); ok {
-		integer("fp16TensorTFLOPS", f)
+		integer(gpuv1alpha1.FP16TensorTFLOPSAttribute, f)
 	}
 	if d.NUMANode != nil {
-		integer("numaNode", *d.NUMANode)
+		integer(gpuv1alpha1.NUMANodeAttribute, *d.NUMANode)
 	}
 	if d.NVLinkDomain != nil {
-		integer("nvlinkDomain", *d.NVLinkDomain)
+		integer(gpuv1alpha1.NVLinkDomainAttribute, *d.NVLinkDomain)
 	}
-	attrs = append(attrs, namedAttribute{qualified("migCapable"), resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIGCapable)}})
-	str("brand", d.Brand)
+	attrs = append(attrs, namedAttribute{gpuv1alpha1.MIGCapableAttribute.Qualified(), resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIGCapable)}})
+	str(gpuv1alpha1.BrandAttribute, d.Brand)
 	if d.PCIeGeneration > 0 {
-		integer("pcieGeneration", d.PCIeGeneration)
+		integer(gpuv1alpha1.PCIeGenerationAttribute, d.PCIeGeneration)
 	}
 	if d.PCIeLinkWidth > 0 {
-		integer("pcieLinkWidth", d.PCIeLinkWidth)
+		integer(gpuv1alpha1.PCIeLinkWidthAttribute, d.PCIeLinkWidth)
 	}
 	if d.PCIBusID != "" {
 		a, err := deviceattribute.GetPCIBusIDAttribute(d.PCIBusID)
@@ -171,17 +166,17 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 			}
 			shareable = ptr.To(true)
 		}
-		capacity[qualified("memory")] = memory
+		capacity[gpuv1alpha1.MemoryCapacity.Qualified()] = memory
 	}
 	if opts.FiguresAsCapacity && shareable == nil {
 		if bw := d.MemoryBandwidthGBps(); bw > 0 {
-			capacity[qualified("memoryBandwidthGBps")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(bw), resource.DecimalSI)}
+			capacity[gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(bw), resource.DecimalSI)}
 		}
 		if f := d.FP32GFLOPS(); f > 0 {
-			capacity[qualified("fp32GFLOPS")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(f), resource.DecimalSI)}
+			capacity[gpuv1alpha1.FP32GFLOPSCapacity.Qualified()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(f), resource.DecimalSI)}
 		}
 		if sm, ok := d.CUDAComputeCapability.SMVersion(); ok {
-			capacity[qualified("smVersion")] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(sm, resource.DecimalSI)}
+			capacity[gpuv1alpha1.SMVersionCapacity.Qualified()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(sm, resource.DecimalSI)}
 		}
 	}
 	return resourceapi.Device{

@@ -33,6 +33,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -348,4 +350,10 @@ func TestSMVersionOrdersAsTheComputeCapability(t *testing.T) {
 			t.Errorf("%s: smVersion %d, %v; want %d", tc.cc, got, ok, tc.want)
 		}
 	}
+}
+
+// qualified is a name in the driver's domain, spelled out as a test reads
+// it.
+func qualified(id string) resourceapi.QualifiedName {
+	return resourceapi.QualifiedName(gpuv1alpha1.DriverName + "/" + id)
 }

@@ -26,15 +26,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
-
-// DriverName is the DRA driver name, also the attribute domain.
-const DriverName = gpu.Domain
 
 // Config wires a Driver. Everything but the kubelet directories is required.
 type Config struct {
@@ -148,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(DriverName),
+		kubeletplugin.DriverName(gpuv1alpha1.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
 		// Alone on the node the driver's own lock (d.mu) is enough. During a

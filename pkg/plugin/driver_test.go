@@ -23,6 +23,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
@@ -113,7 +114,7 @@ func allocatedClaim(uid string, devices []string, configs ...resourceapi.DeviceA
 	c.Status.Allocation = &resourceapi.AllocationResult{}
 	for _, d := range devices {
 		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-			Request: "gpu", Driver: DriverName, Pool: testNode, Device: d,
+			Request: "gpu", Driver: gpuv1alpha1.DriverName, Pool: testNode, Device: d,
 		})
 	}
 	c.Status.Allocation.Devices.Config = configs
@@ -124,7 +125,7 @@ func opaque(json string) resourceapi.DeviceAllocationConfiguration {
 	return resourceapi.DeviceAllocationConfiguration{
 		Source: resourceapi.AllocationConfigSourceClaim,
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: DriverName, Parameters: runtime.RawExtension{Raw: []byte(json)},
+			Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(json)},
 		}},
 	}
 }
@@ -310,7 +311,7 @@ func sharedClaim(uid, memory string) *resourceapi.ResourceClaim {
 	c := allocatedClaim(uid, []string{"gpu-0"})
 	share := types.UID("share-" + uid)
 	c.Status.Allocation.Devices.Results[0].ShareID = &share
-	c.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{memoryCapacity: resource.MustParse(memory)}
+	c.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): resource.MustParse(memory)}
 	return c
 }
 

@@ -8,14 +8,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
-
-// smVersionCapacity is the compute capability as nvcc's sm_XY number, which
-// the controller's --tier-bounds=capacity writes a profile's
-// minComputeCapability as.
-const smVersionCapacity = resourceapi.QualifiedName(DriverName + "/smVersion")
 
 // The Event reasons of a GPU below a hard need of the claim.
 const (
@@ -39,8 +35,8 @@ func unmetHardNeed(claim *resourceapi.ResourceClaim, request, device string, d g
 		reason   string
 		have     *resource.Quantity // nil: unknown, not checked
 	}{
-		{memoryCapacity, EventReasonMemoryRequestNotMet, memoryOf(d)},
-		{smVersionCapacity, EventReasonComputeCapabilityRequestNotMet, smVersionOf(d)},
+		{gpuv1alpha1.MemoryCapacity.Qualified(), EventReasonMemoryRequestNotMet, memoryOf(d)},
+		{gpuv1alpha1.SMVersionCapacity.Qualified(), EventReasonComputeCapabilityRequestNotMet, smVersionOf(d)},
 	} {
 		want, ok := requestedCapacity(claim, request, need.capacity)
 		if !ok || need.have == nil {

@@ -6,6 +6,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // TestPrepareRefusesAGPUBelowAHardNeed: a scheduler without
@@ -18,12 +20,12 @@ func TestPrepareRefusesAGPUBelowAHardNeed(t *testing.T) {
 		return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{capacity: resource.MustParse(q)}}
 	}
 	exactly := func(c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
-		return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: DriverName, Capacity: c}}
+		return resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuv1alpha1.DriverName, Capacity: c}}
 	}
 	ladder := func(c *resourceapi.CapacityRequirements) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "fast", DeviceClassName: DriverName},
-			{Name: "fits", DeviceClassName: DriverName, Capacity: c},
+			{Name: "fast", DeviceClassName: gpuv1alpha1.DriverName},
+			{Name: "fits", DeviceClassName: gpuv1alpha1.DriverName, Capacity: c},
 		}}
 	}
 	for _, tc := range []struct {
@@ -36,16 +38,16 @@ func TestPrepareRefusesAGPUBelowAHardNeed(t *testing.T) {
 		wantReason, wantText string
 	}{
 		{"no capacity request", exactly(nil), "gpu", "", ""},
-		{"a memory request the T4 holds", exactly(needs(memoryCapacity, "8Gi")), "gpu", "", ""},
-		{"a memory request above the T4's", exactly(needs(memoryCapacity, "39Gi")), "gpu", "MemoryRequestNotMet", "39Gi"},
-		{"a subrequest above the T4's memory", ladder(needs(memoryCapacity, "39Gi")), "gpu/fits", "MemoryRequestNotMet", "39Gi"},
-		{"another subrequest was allocated", ladder(needs(memoryCapacity, "39Gi")), "gpu/fast", "", ""},
-		{"the T4's own compute capability (7.5)", exactly(needs(smVersionCapacity, "75")), "gpu", "", ""},
-		{"a compute capability above the T4's", ladder(needs(smVersionCapacity, "80")), "gpu/fits", "ComputeCapabilityRequestNotMet", "smVersion 75"},
-		{"a preference the T4 misses is not a need", exactly(needs(DriverName+"/memoryBandwidthGBps", "3150")), "gpu", "", ""},
+		{"a memory request the T4 holds", exactly(needs(gpuv1alpha1.MemoryCapacity.Qualified(), "8Gi")), "gpu", "", ""},
+		{"a memory request above the T4's", exactly(needs(gpuv1alpha1.MemoryCapacity.Qualified(), "39Gi")), "gpu", "MemoryRequestNotMet", "39Gi"},
+		{"a subrequest above the T4's memory", ladder(needs(gpuv1alpha1.MemoryCapacity.Qualified(), "39Gi")), "gpu/fits", "MemoryRequestNotMet", "39Gi"},
+		{"another subrequest was allocated", ladder(needs(gpuv1alpha1.MemoryCapacity.Qualified(), "39Gi")), "gpu/fast", "", ""},
+		{"the T4's own compute capability (7.5)", exactly(needs(gpuv1alpha1.SMVersionCapacity.Qualified(), "75")), "gpu", "", ""},
+		{"a compute capability above the T4's", ladder(needs(gpuv1alpha1.SMVersionCapacity.Qualified(), "80")), "gpu/fits", "ComputeCapabilityRequestNotMet", "smVersion 75"},
+		{"a preference the T4 misses is not a need", exactly(needs(gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified(), "3150")), "gpu", "", ""},
 		// The claim's author writes the request: a huge exponent used to
 		// make the comparison run for minutes, per prepare.
-		{"a memory request with a huge exponent", exactly(needs(memoryCapacity, "1E1111011110")), "gpu", "MemoryRequestNotMet", "100e1111011108"},
+		{"a memory request with a huge exponent", exactly(needs(gpuv1alpha1.MemoryCapacity.Qualified(), "1E1111011110")), "gpu", "MemoryRequestNotMet", "100e1111011108"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newTestDriver(t, "t4-2.yaml", t.TempDir())

@@ -18,12 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 )
 
 // TaintKey marks a GPU that NVML reported unhealthy.
-const TaintKey = DriverName + "/unhealthy"
+const TaintKey = gpuv1alpha1.DriverName + "/unhealthy"
 
 // HealthConfig turns on health watching.
 type HealthConfig struct {

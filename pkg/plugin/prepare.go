@@ -329,7 +329,7 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		return rec, err
 	}
 	for _, result := range claim.Status.Allocation.Devices.Results {
-		if result.Driver != DriverName || result.Pool != d.cfg.NodeName {
+		if result.Driver != gpuv1alpha1.DriverName || result.Pool != d.cfg.NodeName {
 			continue
 		}
 		gpuDev, ok := d.device(result.Device)
@@ -361,14 +361,14 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 			if dev.Sharing == nil {
 				dev.Sharing = &checkpoint.Sharing{}
 			}
-			if q, ok := result.ConsumedCapacity[memoryCapacity]; ok {
+			if q, ok := result.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 				dev.Sharing.MemoryShareBytes = q.Value()
 			}
 		}
 		rec.Devices = append(rec.Devices, dev)
 	}
 	if len(rec.Devices) == 0 {
-		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", DriverName, d.cfg.NodeName)
+		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, d.cfg.NodeName)
 	}
 	// Profiling wraps the claim's containers, so it is a claim-wide choice:
 	// any request asking for it profiles the claim.
@@ -527,9 +527,6 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	return nil
 }
 
-// memoryCapacity is the capacity a memory share is counted in.
-const memoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
-
 // Environment variables that tell a workload how it may use a shared GPU.
 const (
 	// EnvMemoryLimit is the bytes of GPU memory the claim's share holds. It
@@ -607,7 +604,7 @@ type requestConfig struct {
 func decodeConfigs(configs []resourceapi.DeviceAllocationConfiguration) (requestConfigs, error) {
 	var out requestConfigs
 	for i, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != DriverName {
+		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.DriverName {
 			continue
 		}
 		cfg, err := gpuv1alpha1.Decode(c.Opaque.Parameters.Raw)

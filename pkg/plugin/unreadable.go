@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
@@ -145,10 +146,10 @@ func (d *Driver) rememberedDevicesLocked() []resourceapi.Device {
 // claim that selects on them matches it.
 func rememberedDevice(name string, u unhealthy) resourceapi.Device {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		gpu.Domain + "/index": {IntValue: ptr.To(int64(u.index))},
+		gpuv1alpha1.IndexAttribute.Qualified(): {IntValue: ptr.To(int64(u.index))},
 	}
 	if u.uuid != "" {
-		attrs[gpu.Domain+"/uuid"] = resourceapi.DeviceAttribute{StringValue: ptr.To(u.uuid)}
+		attrs[gpuv1alpha1.UUIDAttribute.Qualified()] = resourceapi.DeviceAttribute{StringValue: ptr.To(u.uuid)}
 	}
 	return resourceapi.Device{Name: name, Attributes: attrs, Taints: []resourceapi.DeviceTaint{u.taint}}
 }

@@ -13,6 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // allocateOnEachNode runs the allocator once per node, as the scheduler's
@@ -38,7 +41,7 @@ func TestAllocatorPicksTier(t *testing.T) {
 	allH100AndA100 := sets.New[structured.DeviceID]()
 	for _, s := range f.slices[:2] {
 		for _, d := range s.Spec.Devices {
-			allH100AndA100.Insert(structured.MakeDeviceID(DriverName, s.Spec.Pool.Name, d.Name))
+			allH100AndA100.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, s.Spec.Pool.Name, d.Name))
 		}
 	}
 	for name, tc := range map[string]struct {
@@ -48,23 +51,23 @@ func TestAllocatorPicksTier(t *testing.T) {
 		want []string
 	}{
 		"memory-bound prefers ultra": {
-			profile: Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")},
 			want:    []string{"gpu/ultra", "gpu/high", "gpu/fits"},
 		},
 		"fp32 compute-bound, 20 GB footprint never on L4": {
-			profile: Profile{BoundType: ComputeBound, Policy: Performance, PeakMemory: qty("20G")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("20G")},
 			want:    []string{"gpu/fp32-fast", "gpu/fits", ""},
 		},
 		"fp32 compute-bound economy, 20 GB footprint never on L4": {
-			profile: Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: qty("20G")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("20G")},
 			want:    []string{"gpu/fits", "gpu/fits", ""},
 		},
 		"latency-bound economy prefers L4": {
-			profile: Profile{BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("8Gi")},
 			want:    []string{"gpu/fits", "gpu/fits", "gpu/low"},
 		},
 		"preferred devices taken, last tier still allocates": {
-			profile:   Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi")},
+			profile:   Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")},
 			allocated: allH100AndA100,
 			want:      []string{"", "", "gpu/fits"},
 		},
@@ -107,8 +110,8 @@ func TestNeverLessSchedulable(t *testing.T) {
 	f := newFleet(t, layout...)
 	a, _ := f.allocator(t, incubatingFeatures, nil)
 	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}, {`device.attributes["gpu.prism.dev"].architecture != "Hopper"`}}
-	for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
-		for _, policy := range []Policy{Performance, Economy} {
+	for _, bound := range []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound} {
+		for _, policy := range []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy} {
 			for _, peak := range []string{"", "6Gi", "14Gi", "20G", "40Gi", "70Gi", "120Gi"} {
 				for _, cc := range []string{"", "8.0", "9.0"} {
 					for _, user := range users {
@@ -197,13 +200,13 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 	f.slices = append(f.slices, foreignSlice(f.nodes[0].Name, 4))
 	gpus := sets.New[structured.DeviceID]()
 	for _, d := range f.slices[0].Spec.Devices {
-		gpus.Insert(structured.MakeDeviceID(DriverName, f.slices[0].Spec.Pool.Name, d.Name))
+		gpus.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, f.slices[0].Spec.Pool.Name, d.Name))
 	}
 	profiles := map[string]Profile{
-		"tier and memory floor": {BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi")},
-		"tier and cc floor":     {BoundType: ComputeBound, Policy: Performance, MinComputeCapability: "8.0"},
-		"no hard needs":         {BoundType: LatencyBound, Policy: Economy},
-		"memory share":          {BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi"), ShareMemory: true},
+		"tier and memory floor": {BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")},
+		"tier and cc floor":     {BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyPerformance, MinComputeCapability: "8.0"},
+		"no hard needs":         {BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy},
+		"memory share":          {BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("8Gi"), ShareMemory: true},
 	}
 	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
 	// Bounds need a fleet with a choice: the H100 node and L4s elsewhere.
@@ -250,8 +253,8 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 					switch {
 					case taken && len(res) != 0:
 						t.Errorf("%s, %s, user %q: allocated %+v with every GPU taken", name, v.name, user, res[0].Devices.Results)
-					case !taken && (len(res) != 1 || res[0].Devices.Results[0].Driver != DriverName):
-						t.Errorf("%s, %s, user %q: allocated %+v, want one %s device", name, v.name, user, res, DriverName)
+					case !taken && (len(res) != 1 || res[0].Devices.Results[0].Driver != gpuv1alpha1.DriverName):
+						t.Errorf("%s, %s, user %q: allocated %+v, want one %s device", name, v.name, user, res, gpuv1alpha1.DriverName)
 					}
 				}
 			}
@@ -271,7 +274,7 @@ func qualifiedCapacity(f *fleet) *fleet {
 			d := &s.Spec.Devices[i]
 			if c, ok := d.Capacity["memory"]; ok {
 				delete(d.Capacity, "memory")
-				d.Capacity[MemoryCapacity] = c
+				d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()] = c
 			}
 		}
 	}
@@ -284,7 +287,7 @@ func memoryRequest(sub resourceapi.DeviceSubRequest) string {
 	if sub.Capacity == nil {
 		return ""
 	}
-	q, ok := sub.Capacity.Requests[MemoryCapacity]
+	q, ok := sub.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]
 	if !ok {
 		return ""
 	}
@@ -303,8 +306,8 @@ func TestCapacityFloorAllocatesWhereTheCELFloorDoes(t *testing.T) {
 	f := qualifiedCapacity(newFleet(t, layout...))
 	a, _ := f.allocator(t, incubatingFeatures, nil)
 	users := [][]string{nil, {`device.attributes["gpu.prism.dev"].numaNode == 0`}}
-	for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
-		for _, policy := range []Policy{Performance, Economy} {
+	for _, bound := range []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound} {
+		for _, policy := range []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy} {
 			for _, peak := range []string{"6Gi", "14Gi", "20G", "40Gi", "70Gi", "120Gi"} {
 				for _, user := range users {
 					p := Profile{BoundType: bound, Policy: policy, PeakMemory: qty(peak)}
@@ -359,10 +362,10 @@ func shareable(f *fleet) *fleet {
 	for _, s := range f.slices {
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			c := d.Capacity[MemoryCapacity]
+			c := d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()]
 			whole := resource.NewQuantity(c.Value.Value()/step.Value()*step.Value(), resource.BinarySI)
 			c.RequestPolicy = &resourceapi.CapacityRequestPolicy{Default: whole, ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &step, Step: &step}}
-			d.Capacity[MemoryCapacity] = c
+			d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()] = c
 			d.AllowMultipleAllocations = ptr.To(true)
 		}
 	}
@@ -375,7 +378,7 @@ func shareable(f *fleet) *fleet {
 func TestCapacityFloorIsAShareOnShareableGPUs(t *testing.T) {
 	f := shareable(qualifiedCapacity(newFleet(t, "H100", 1, 1)))
 	a, _ := f.allocator(t, incubatingFeatures, nil)
-	p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("14Gi")}
+	p := Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("14Gi")}
 	for _, tc := range []struct {
 		name     string
 		opts     []Option
@@ -392,7 +395,7 @@ func TestCapacityFloorIsAShareOnShareableGPUs(t *testing.T) {
 		if err != nil || len(res) != 1 {
 			t.Fatalf("%s: %v, %d results", tc.name, err, len(res))
 		}
-		got := res[0].Devices.Results[0].ConsumedCapacity[MemoryCapacity]
+		got := res[0].Devices.Results[0].ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]
 		if got.String() != tc.consumed {
 			t.Errorf("%s: consumed %s, want %s", tc.name, got.String(), tc.consumed)
 		}
@@ -406,7 +409,7 @@ func TestCapacityFloorIsAShareOnShareableGPUs(t *testing.T) {
 // with the gate on.
 func TestCapacityFloorNeedsConsumableCapacity(t *testing.T) {
 	f := qualifiedCapacity(newFleet(t, "L4", 1, 1))
-	p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("20Gi")}
+	p := Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("20Gi")}
 	for _, tc := range []struct {
 		allocator string
 		features  structured.Features
@@ -448,9 +451,9 @@ func TestCapacityFloorKeepsCELWhereTheRequestIsNotTheFloor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := exactGPU("gpu", 1)
 			if tc.userAsks != nil {
-				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: *tc.userAsks}}
+				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): *tc.userAsks}}
 			}
-			p := Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("20Gi"), ShareMemory: tc.share}
+			p := Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("20Gi"), ShareMemory: tc.share}
 			out, _, err := Rewrite(context.Background(), gpuSpec(req), p, MemoryFloorAsCapacity())
 			if err != nil {
 				t.Fatal(err)
@@ -490,7 +493,7 @@ func figureCapacities(f *fleet) *fleet {
 			}
 			if a, ok := d.Attributes["cudaComputeCapability"]; ok {
 				v := semver.MustParse(*a.VersionValue)
-				d.Capacity[SMVersionCapacity] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v.Major*10+v.Minor), resource.DecimalSI)}
+				d.Capacity[gpuv1alpha1.SMVersionCapacity.Qualified()] = resourceapi.DeviceCapacity{Value: *resource.NewQuantity(int64(v.Major*10+v.Minor), resource.DecimalSI)}
 			}
 		}
 	}
@@ -512,11 +515,11 @@ func published(f *fleet) *Fleet {
 				order = append(order, name)
 			}
 			m.Devices++
-			if c, ok := d.Capacity[MemoryCapacity]; ok {
+			if c, ok := d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 				m.MemoryBytes = max(m.MemoryBytes, c.Value.Value())
 			}
 			_, bw := d.Capacity[figBandwidth.capacity()]
-			_, sm := d.Capacity[SMVersionCapacity]
+			_, sm := d.Capacity[gpuv1alpha1.SMVersionCapacity.Qualified()]
 			if bw && sm {
 				m.FigureCapacityDevices++
 			}
@@ -545,7 +548,7 @@ func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
 	for i, s := range f.slices {
 		if f.model[i] == "H100" || f.model[i] == "H200" {
 			for _, d := range s.Spec.Devices {
-				taken.Insert(structured.MakeDeviceID(DriverName, s.Spec.Pool.Name, d.Name))
+				taken.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, s.Spec.Pool.Name, d.Name))
 			}
 		}
 	}
@@ -553,8 +556,8 @@ func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
 	exercised := 0
 	for _, allocated := range []sets.Set[structured.DeviceID]{nil, taken} {
 		a, _ := f.allocator(t, incubatingFeatures, allocated)
-		for _, bound := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
-			for _, policy := range []Policy{Performance, Economy} {
+		for _, bound := range []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound} {
+			for _, policy := range []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy} {
 				for _, peak := range []string{"6Gi", "14Gi", "20G", "40Gi", "70Gi"} {
 					for _, cc := range []string{"", "8.0", "8.9"} {
 						for _, user := range users {
@@ -602,9 +605,9 @@ func checkBounds(t *testing.T, what string, spec *resourceapi.ResourceClaimSpec,
 	bounded := 0
 	for _, sub := range spec.Devices.Requests[0].FirstAvailable {
 		for capacity, test := range map[resourceapi.QualifiedName]string{
-			figBandwidth.capacity(): figBandwidth.attribute() + " >=",
-			figFP32.capacity():      figFP32.attribute() + " >=",
-			SMVersionCapacity:       "cudaComputeCapability",
+			figBandwidth.capacity():                   string(figBandwidth.attribute()) + " >=",
+			figFP32.capacity():                        string(figFP32.attribute()) + " >=",
+			gpuv1alpha1.SMVersionCapacity.Qualified(): "cudaComputeCapability",
 		} {
 			if sub.Capacity == nil {
 				continue

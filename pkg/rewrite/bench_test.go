@@ -10,6 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 func qty(s string) *resource.Quantity {
@@ -23,13 +26,13 @@ var benchProfiles = []struct {
 	name    string
 	profile Profile
 }{
-	{"MemoryBound-performance", Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi")}},
-	{"MemoryBound-performance-20Gi", Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("20Gi")}},
-	{"MemoryBound-economy", Profile{BoundType: MemoryBound, Policy: Economy, PeakMemory: qty("16Gi")}},
-	{"ComputeBound-performance", Profile{BoundType: ComputeBound, Policy: Performance, PeakMemory: qty("16Gi")}},
-	{"ComputeBound-economy-20Gi-cc8.0", Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: qty("20Gi"), MinComputeCapability: "8.0"}},
-	{"LatencyBound-performance", Profile{BoundType: LatencyBound, Policy: Performance, PeakMemory: qty("8Gi")}},
-	{"LatencyBound-economy", Profile{BoundType: LatencyBound, Policy: Economy, PeakMemory: qty("8Gi")}},
+	{"MemoryBound-performance", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")}},
+	{"MemoryBound-performance-20Gi", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("20Gi")}},
+	{"MemoryBound-economy", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("16Gi")}},
+	{"ComputeBound-performance", Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")}},
+	{"ComputeBound-economy-20Gi-cc8.0", Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("20Gi"), MinComputeCapability: "8.0"}},
+	{"LatencyBound-performance", Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("8Gi")}},
+	{"LatencyBound-economy", Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("8Gi")}},
 }
 
 // BenchmarkAllocator measures what kube-scheduler's Filter pays per node:
@@ -152,7 +155,7 @@ func BenchmarkSelectorEval(b *testing.B) {
 			if prog.Error != nil {
 				b.Fatal(prog.Error)
 			}
-			d := cel.Device{Driver: DriverName, Attributes: tc.device.Attributes, Capacity: tc.device.Capacity}
+			d := cel.Device{Driver: gpuv1alpha1.DriverName, Attributes: tc.device.Attributes, Capacity: tc.device.Capacity}
 			for b.Loop() {
 				if _, _, err := prog.DeviceMatches(context.Background(), d); err != nil {
 					b.Fatal(err)
@@ -171,7 +174,7 @@ func BenchmarkSelectorEval(b *testing.B) {
 func BenchmarkFitsGuard(b *testing.B) {
 	f := newFleet(b, "H100", 125, 8, "A100-80", 125, 8, "L40S", 125, 8, "L4", 125, 8)
 	a, _ := f.allocator(b, incubatingFeatures, nil)
-	spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{BoundType: LatencyBound, Policy: Economy})
+	spec, _, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -182,6 +185,6 @@ func BenchmarkFitsGuard(b *testing.B) {
 		b.Fatalf("fits tier without hard needs: class %s, %d selectors", fits.DeviceClassName, len(fits.Selectors))
 	}
 	fits.DeviceClassName = TierDeviceClassName
-	fits.Selectors = []resourceapi.DeviceSelector{selector(`device.driver == "` + DriverName + `"`)}
+	fits.Selectors = []resourceapi.DeviceSelector{selector(`device.driver == "` + gpuv1alpha1.DriverName + `"`)}
 	benchmarkNodes(b, a, f, userClass, guarded)
 }

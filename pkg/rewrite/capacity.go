@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // MemoryFloorAsCapacity writes the memory floor as a capacity request on
@@ -75,7 +77,7 @@ func TierBoundsAsCapacity() Option {
 
 // GuardAttribute is what the constraint that keeps other drivers' devices
 // out of a request without selectors matches on (see TierBoundsAsCapacity).
-const GuardAttribute = resourceapi.FullyQualifiedName(DriverName + "/uuid")
+const GuardAttribute = resourceapi.FullyQualifiedName(gpuv1alpha1.DriverName + "/" + gpuv1alpha1.UUIDAttribute)
 
 // tierBoundsForm decides, for the whole claim, between capacity requests and
 // CEL for the tier bounds where the caller asked for capacity requests, and

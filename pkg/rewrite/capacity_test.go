@@ -7,6 +7,9 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // TestMemoryFloorForm: the capacity request replaces the CEL floor only
@@ -26,18 +29,18 @@ func TestMemoryFloorForm(t *testing.T) {
 		wantRequest string
 		wantCEL     bool
 	}{
-		{"not asked: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
-		{"no fleet known: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"fleet with shareable GPUs: CEL", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, FormCEL + ": 4 GPUs are published shareable", "", true},
-		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"the claim's own amount stays the request", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCEL + ": every rewritten request names its own", "30Gi", true},
-		{"a memory share is a share, not a floor", Profile{BoundType: MemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
+		{"not asked: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
+		{"no fleet known: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, FormCEL + ": 4 GPUs are published shareable", "", true},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
+		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCEL + ": every rewritten request names its own", "30Gi", true},
+		{"a memory share is a share, not a floor", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := exactGPU("gpu", 1)
 			if tc.userAmount != "" {
-				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: resource.MustParse(tc.userAmount)}}
+				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): resource.MustParse(tc.userAmount)}}
 			}
 			out, plan, err := Rewrite(context.Background(), gpuSpec(req), tc.profile, tc.opts...)
 			if err != nil {

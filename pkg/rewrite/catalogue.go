@@ -8,6 +8,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // selectorID names one entry of the fixed selector catalogue. Generated
@@ -47,37 +49,46 @@ var ccFloors = [...]struct{ major, minor int }{{7, 5}, {8, 0}, {8, 6}, {8, 9}, {
 // An unguarded lookup would be a CEL runtime error, which aborts scheduling
 // of the pod on every node, not just this one.
 const (
-	attrs = `device.attributes["` + DriverName + `"]`
-	caps  = `device.capacity["` + DriverName + `"]`
+	attrs = `device.attributes["` + gpuv1alpha1.DriverName + `"]`
+	caps  = `device.capacity["` + gpuv1alpha1.DriverName + `"]`
+)
+
+// The attributes and the capacity the catalogue reads, as CEL names them.
+const (
+	bandwidthClass = gpuv1alpha1.BandwidthClassAttribute
+	fp32           = gpuv1alpha1.FP32GFLOPSAttribute
+	memory         = gpuv1alpha1.MemoryCapacity
+	cc             = gpuv1alpha1.CUDAComputeCapabilityAttribute
 )
 
 func bandwidthIs(class string) string {
-	return fmt.Sprintf(`"bandwidthClass" in %[1]s && %[1]s.bandwidthClass == %[2]q`, attrs, class)
+	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s == %[3]q`, bandwidthClass, attrs, class)
 }
 
 func fp32AtLeast(gflops int64) string {
-	return fmt.Sprintf(`"fp32GFLOPS" in %[1]s && %[1]s.fp32GFLOPS >= %[2]d`, attrs, gflops)
+	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s >= %[3]d`, fp32, attrs, gflops)
 }
 
 func memoryAtLeast(gi int64) string {
 	q := resource.NewQuantity(gi<<30, resource.BinarySI)
-	return fmt.Sprintf(`"memory" in %[1]s && %[1]s.memory.compareTo(quantity(%[2]q)) >= 0`, caps, q.String())
+	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s.compareTo(quantity(%[3]q)) >= 0`, memory, caps, q.String())
 }
 
 func ccAtLeast(major, minor int) string {
-	return fmt.Sprintf(`"cudaComputeCapability" in %[1]s && %[1]s.cudaComputeCapability.compareTo(semver("%[2]d.%[3]d.0")) >= 0`, attrs, major, minor)
+	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s.compareTo(semver("%[3]d.%[4]d.0")) >= 0`, cc, attrs, major, minor)
 }
 
 var catalogue = func() []string {
 	c := []string{
-		selBandwidthUltra: bandwidthIs("ultra"),
-		selBandwidthHigh:  bandwidthIs("high"),
-		selBandwidthMid:   bandwidthIs("mid"),
-		selBandwidthLow:   bandwidthIs("low"),
+		selBandwidthUltra: bandwidthIs(gpuv1alpha1.BandwidthClassUltra),
+		selBandwidthHigh:  bandwidthIs(gpuv1alpha1.BandwidthClassHigh),
+		selBandwidthMid:   bandwidthIs(gpuv1alpha1.BandwidthClassMid),
+		selBandwidthLow:   bandwidthIs(gpuv1alpha1.BandwidthClassLow),
 		selFP32Fast:       fp32AtLeast(60000),
 		// Cheap cards with real FP32 (L4, A10, L40S, RTX 4090): the class test
 		// comes first because it rejects the HBM parts without arithmetic.
-		selFP32Value: fmt.Sprintf(`"bandwidthClass" in %[1]s && %[1]s.bandwidthClass in ["low", "mid"] && "fp32GFLOPS" in %[1]s && %[1]s.fp32GFLOPS >= 25000`, attrs),
+		selFP32Value: fmt.Sprintf(`%[1]q in %[3]s && %[3]s.%[1]s in [%[4]q, %[5]q] && %[2]q in %[3]s && %[3]s.%[2]s >= 25000`,
+			bandwidthClass, fp32, attrs, gpuv1alpha1.BandwidthClassLow, gpuv1alpha1.BandwidthClassMid),
 	}
 	for _, gi := range memoryFloorsGi {
 		c = append(c, memoryAtLeast(gi))

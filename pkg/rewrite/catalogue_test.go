@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"k8s.io/dynamic-resource-allocation/cel"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 func TestCatalogueEntriesDoNotHoldTheSeparator(t *testing.T) {
@@ -62,7 +64,7 @@ func TestJoinedSelectsWhatItsEntriesDo(t *testing.T) {
 	tiers := []selectorID{selBandwidthUltra, selBandwidthHigh, selBandwidthLow, selFP32Fast, selFP32Value}
 	for name, s := range loadSKUs(t) {
 		dev := nodeSlice("n", s, 1).Spec.Devices[0]
-		d := cel.Device{Driver: DriverName, Attributes: dev.Attributes, Capacity: dev.Capacity}
+		d := cel.Device{Driver: gpuv1alpha1.DriverName, Attributes: dev.Attributes, Capacity: dev.Capacity}
 		for _, tierID := range tiers {
 			for floor := range len(memoryFloorsGi) {
 				for cc := range len(ccFloors) {

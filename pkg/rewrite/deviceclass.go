@@ -1,5 +1,7 @@
 package rewrite
 
+import gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+
 // TierDeviceClassName is the DeviceClass of the subrequests Rewrite writes.
 // It has no selectors, so the allocator pays no class evaluation per device
 // and subrequest: on a node where a tier fails, that halves the evaluations
@@ -15,7 +17,7 @@ package rewrite
 // says who writes it: it appears only in claims the webhook rewrote, next to
 // the prism.dev/rewrite annotation. Rewrite never rewrites a request of this
 // class again.
-const TierDeviceClassName = "rewrite." + DriverName
+const TierDeviceClassName = "rewrite." + gpuv1alpha1.DriverName
 
 // IsGPUClass reports whether a request of this class asks for Prism GPUs:
 // the class users write, or the one of subrequests Rewrite wrote.

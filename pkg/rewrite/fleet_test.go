@@ -16,6 +16,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // sku is one GPU model as testdata/gpus.json describes it.
@@ -85,9 +87,9 @@ func nodeSlice(node string, s sku, n int) *resourceapi.ResourceSlice {
 		}
 	}
 	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + DriverName},
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + gpuv1alpha1.DriverName},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   DriverName,
+			Driver:   gpuv1alpha1.DriverName,
 			NodeName: ptr.To(node),
 			Pool:     resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
 			Devices:  devices,

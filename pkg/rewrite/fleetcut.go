@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // figure is a number the plugin publishes per device that a ladder ranks
@@ -19,14 +22,14 @@ const (
 	numFigures
 )
 
-func (f figure) attribute() string {
-	return [...]string{"memoryBandwidthGBps", "fp32GFLOPS"}[f]
+func (f figure) attribute() gpuv1alpha1.AttributeName {
+	return [...]gpuv1alpha1.AttributeName{gpuv1alpha1.MemoryBandwidthGBpsAttribute, gpuv1alpha1.FP32GFLOPSAttribute}[f]
 }
 
 // capacity is the device capacity the plugin publishes the figure as, where
 // asked (see TierBoundsAsCapacity).
 func (f figure) capacity() resourceapi.QualifiedName {
-	return [...]resourceapi.QualifiedName{BandwidthCapacity, FP32Capacity}[f]
+	return [...]gpuv1alpha1.CapacityName{gpuv1alpha1.MemoryBandwidthGBpsCapacity, gpuv1alpha1.FP32GFLOPSCapacity}[f].Qualified()
 }
 
 func (f figure) unit() string { return [...]string{"GB/s", "GFLOPS"}[f] }
@@ -238,7 +241,7 @@ func (c fleetCut) summary() string {
 		}
 		parts = append(parts, strings.Join(models, ", "))
 	}
-	return c.fig.attribute() + ": " + strings.Join(parts, " | ")
+	return string(c.fig.attribute()) + ": " + strings.Join(parts, " | ")
 }
 
 // fitting is the fleet without the models too small for the memory floor:
@@ -264,17 +267,17 @@ func fitting(fleet *Fleet, n needs) *Fleet {
 // fleetLadder is the ladder for bound and policy on fleet, and the cut it
 // came from; a nil ladder means the fleet offers no choice that matters to
 // the workload, so the claim stays as written. See docs/rewrite.md.
-func fleetLadder(fleet *Fleet, bound BoundType, policy Policy) ([]tier, string) {
+func fleetLadder(fleet *Fleet, bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy) ([]tier, string) {
 	if len(fleet.Models) == 0 {
 		return nil, "no GPU model published that holds the workload"
 	}
 	bw := cutFleet(fleet.Models, figBandwidth)
 	switch bound {
-	case MemoryBound:
+	case prismv1alpha1.BoundTypeMemoryBound:
 		return rankedLadder(fleet, bw, bw, policy)
-	case ComputeBound:
+	case prismv1alpha1.BoundTypeComputeBound:
 		return rankedLadder(fleet, cutFleet(fleet.Models, figFP32), bw, policy)
-	case LatencyBound:
+	case prismv1alpha1.BoundTypeLatencyBound:
 		return latencyLadder(bw, policy)
 	}
 	return nil, ""
@@ -286,7 +289,7 @@ func fleetLadder(fleet *Fleet, bound BoundType, policy Policy) ([]tier, string) 
 // outside the top bandwidth class, bandwidth standing in for price (HBM
 // parts cost several times GDDR ones), if that class is adequate; else it
 // has no cheaper choice and prefers what performance does.
-func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) {
+func rankedLadder(fleet *Fleet, c, bw fleetCut, policy prismv1alpha1.Policy) ([]tier, string) {
 	if len(c.classes) < 2 {
 		return nil, "one class: " + c.summaryOrNone()
 	}
@@ -297,7 +300,7 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy Policy) ([]tier, string) 
 		models:    c.modelNames(0, 0),
 		bound:     &lowerBound{c.fig, c.threshold(0)},
 	}
-	if policy == Economy {
+	if policy == prismv1alpha1.PolicyEconomy {
 		if t, ok := economyTier(fleet, c, bw); ok {
 			return []tier{t, fits}, c.summary()
 		}
@@ -367,16 +370,16 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 // tiers keep them off the scarce big cards. Bandwidth ranks card size (and
 // price) better than FP32 does: it separates HBM parts from GDDR ones.
 // Performance avoids the top bandwidth class, economy takes the bottom one.
-func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
+func latencyLadder(bw fleetCut, policy prismv1alpha1.Policy) ([]tier, string) {
 	if len(bw.classes) < 2 {
 		return nil, "one class: " + bw.summaryOrNone()
 	}
 	i := 0
-	if policy == Economy {
+	if policy == prismv1alpha1.PolicyEconomy {
 		i = len(bw.cuts) - 1
 	}
 	return []tier{{
-		name:      tierName(figBandwidth, map[bool]string{true: "bottom", false: "not-top"}[policy == Economy]),
+		name:      tierName(figBandwidth, map[bool]string{true: "bottom", false: "not-top"}[policy == prismv1alpha1.PolicyEconomy]),
 		selectors: []selectorID{bw.below(i)},
 		reason:    fmt.Sprintf("%s < %d %s: %s; keeps bigger cards free", bw.fig.attribute(), bw.threshold(i), bw.fig.unit(), bw.share(i+1, len(bw.classes)-1)),
 		models:    bw.modelNames(i+1, len(bw.classes)-1),
@@ -385,7 +388,7 @@ func latencyLadder(bw fleetCut, policy Policy) ([]tier, string) {
 
 func (c fleetCut) summaryOrNone() string {
 	if len(c.classes) == 0 {
-		return c.fig.attribute() + ": no model publishes it"
+		return string(c.fig.attribute()) + ": no model publishes it"
 	}
 	return c.summary()
 }

@@ -12,6 +12,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 func loadFleet(t testing.TB, name string) *Fleet {
@@ -56,7 +58,7 @@ func readable(t *testing.T, expr string) string {
 					if below {
 						op = " < "
 					}
-					return f.attribute() + op + itoa(g)
+					return string(f.attribute()) + op + itoa(g)
 				}
 			}
 		}
@@ -73,46 +75,46 @@ func TestFleetCut(t *testing.T) {
 	fits := tierSpec{name: "fits"}
 	for _, tc := range []struct {
 		fleet  string
-		bound  BoundType
-		policy Policy
+		bound  prismv1alpha1.BoundType
+		policy prismv1alpha1.Policy
 		want   []tierSpec // nil: claim unchanged
 	}{
 		// H100 3350 | A100 1555 | L4 300 GB/s: two gaps, both cut; the
 		// A100s are 5x the L4s, so performance keeps a middle tier.
-		{"h100-a100-l4", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1250)}}, fits}},
-		{"h100-a100-l4", MemoryBound, Economy, []tierSpec{{"bandwidth-value", []string{bwAtLeast(1250), bwBelow(3150)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1250)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-value", []string{bwAtLeast(1250), bwBelow(3150)}}, fits}},
 		// H100 67 | L4 30.3 | A100 19.5 TFLOPS: L4 is not 2x the A100, so
 		// no middle tier; economy takes the L4 (45 % of the best, no HBM).
-		{"h100-a100-l4", ComputeBound, Performance, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, fits}},
-		{"h100-a100-l4", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
-		{"h100-a100-l4", LatencyBound, Performance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(3150)}}, fits}},
-		{"h100-a100-l4", LatencyBound, Economy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(1250)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(3150)}}, fits}},
+		{"h100-a100-l4", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(1250)}}, fits}},
 
 		// V100 900, P100 732, A10 600 GB/s are within 30 % of each other;
 		// T4 (320) is 1.9x below A10: one cut, at 500.
-		{"t4-p100-v100-a10", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
 		// T4 is at 36 % of a V100: not adequate, so economy has no cheaper
 		// choice than performance.
-		{"t4-p100-v100-a10", MemoryBound, Economy, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-top", []string{bwAtLeast(500)}}, fits}},
 		// A10 31.2 | V100 15.7 | P100 9.3, T4 8.1 TFLOPS: the absolute
 		// fp32-fast tier matched nothing here; the A10s lead now.
-		{"t4-p100-v100-a10", ComputeBound, Performance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
-		{"t4-p100-v100-a10", ComputeBound, Economy, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
 		// Latency-bound goes to the T4s, not to the big HBM cards.
-		{"t4-p100-v100-a10", LatencyBound, Performance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(500)}}, fits}},
-		{"t4-p100-v100-a10", LatencyBound, Economy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(500)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(500)}}, fits}},
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(500)}}, fits}},
 
-		{"l4-only", MemoryBound, Performance, nil},
-		{"l4-only", ComputeBound, Economy, nil},
-		{"l4-only", LatencyBound, Performance, nil},
+		{"l4-only", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, nil},
+		{"l4-only", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, nil},
+		{"l4-only", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, nil},
 
 		// The demo's fleet: 16 GB compute-bound economy must reach the L4.
-		{"demo-mixed", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
-		{"demo-mixed", MemoryBound, Performance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1600)}}, fits}},
+		{"demo-mixed", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
+		{"demo-mixed", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1600)}}, fits}},
 		// The bench's fleet: the L40S leads FP32 outside the H100s, and no
 		// H100 reaches its threshold, so the tier needs no upper bound on
 		// bandwidth (and is a lower bound --tier-bounds=capacity can write).
-		{"h100-a100-l40s-l4", ComputeBound, Economy, []tierSpec{{"fp32-value", []string{fpAtLeast(80000)}}, fits}},
+		{"h100-a100-l40s-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-value", []string{fpAtLeast(80000)}}, fits}},
 	} {
 		t.Run(tc.fleet+"/"+string(tc.bound)+"/"+string(tc.policy), func(t *testing.T) {
 			in := oneGPU()
@@ -161,7 +163,7 @@ func oneGPU() *resourceapi.ResourceClaimSpec {
 // TestFleetPlanExplainsCut: the annotation names the figures that chose
 // each tier, with the share of the fleet it takes.
 func TestFleetPlanExplainsCut(t *testing.T) {
-	_, plan, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: MemoryBound}, WithFleet(loadFleet(t, "h100-a100-l4")))
+	_, plan, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeMemoryBound}, WithFleet(loadFleet(t, "h100-a100-l4")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +186,7 @@ func TestFleetPlanExplainsCut(t *testing.T) {
 // faster model is cut anew.
 func TestFleetFollowsChanges(t *testing.T) {
 	f := loadFleet(t, "t4-p100-v100-a10")
-	p := Profile{Name: "p", BoundType: MemoryBound}
+	p := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeMemoryBound}
 	before, _, err := Rewrite(context.Background(), oneGPU(), p, WithFleet(f))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +216,7 @@ func TestFleetEdgeCases(t *testing.T) {
 			{Name: "A100-SXM4-80GB", Devices: 4, BandwidthGBps: 2039, FP32GFLOPS: 19500},
 		}},
 	} {
-		for _, b := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
+		for _, b := range []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound} {
 			in := oneGPU()
 			out, plan, err := Rewrite(context.Background(), in, Profile{Name: "p", BoundType: b}, WithFleet(f))
 			if err != nil || !equalSpecs(in, out) || len(plan.Rewritten) != 0 {
@@ -244,8 +246,8 @@ func TestFleetSelectorsBounded(t *testing.T) {
 			}
 		}
 		used := map[string]bool{}
-		for _, b := range []BoundType{MemoryBound, ComputeBound, LatencyBound} {
-			for _, p := range []Policy{Performance, Economy} {
+		for _, b := range []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound} {
+			for _, p := range []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy} {
 				out, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: b, Policy: p}, WithFleet(f))
 				if err != nil {
 					t.Fatal(err)
@@ -277,7 +279,7 @@ func BenchmarkRewriteFleet(b *testing.B) {
 		f.Models = append(f.Models, Model{Name: s.ProductName, Devices: 8, BandwidthGBps: s.MemoryBandwidthGBps, FP32GFLOPS: s.FP32GFLOPS})
 	}
 	load := &Load{Free: map[string]int{}, Pending: make([]Pending, 100)}
-	p := Profile{Name: "p", BoundType: ComputeBound, Policy: Economy}
+	p := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy}
 	// The catalogue compiles once per process; keep that out of the first
 	// case.
 	if _, err := verifiedSelector(0); err != nil {
@@ -290,7 +292,7 @@ func BenchmarkRewriteFleet(b *testing.B) {
 	}{
 		{"built-in", nil, p},
 		{"fleet", []Option{WithFleet(f)}, p},
-		{"load-aware, 100 pending", []Option{WithFleet(f), WithLoad(load)}, Profile{Name: "p", BoundType: ComputeBound, Policy: LoadAware}},
+		{"load-aware, 100 pending", []Option{WithFleet(f), WithLoad(load)}, Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyLoadAware}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
@@ -316,15 +318,15 @@ func TestFleetCutHoldsTheWorkload(t *testing.T) {
 		// 20 GiB measured needs the 39 GiB floor: the L4s (24 GB) cannot
 		// be economy's choice; the A100 is at 29 % of the H100's FP32.
 		{"compute-bound economy skips the L4s it does not fit", "h100-a100-l4",
-			Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: gi(20)}, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, {name: "fits"}}},
+			Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: gi(20)}, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, {name: "fits"}}},
 		// 60 GiB needs the 79 GiB floor: only the H100s hold it, so there is
 		// no choice left, but the floor stays.
 		{"only one model holds it: hard needs only", "h100-a100-l4",
-			Profile{BoundType: MemoryBound, PeakMemory: gi(60)}, []tierSpec{{name: "fits"}}},
+			Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: gi(60)}, []tierSpec{{name: "fits"}}},
 		{"a single-model fleet keeps the hard needs", "l4-only",
-			Profile{BoundType: MemoryBound, PeakMemory: gi(10)}, []tierSpec{{name: "fits"}}},
+			Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: gi(10)}, []tierSpec{{name: "fits"}}},
 		{"no model holds it: hard needs only, so it waits rather than runs out of memory", "l4-only",
-			Profile{BoundType: MemoryBound, PeakMemory: gi(30)}, []tierSpec{{name: "fits"}}},
+			Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: gi(30)}, []tierSpec{{name: "fits"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.profile.Name = "p"

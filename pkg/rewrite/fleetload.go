@@ -6,12 +6,9 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-)
 
-// LoadAware is the policy that decides at admission, from the fleet's load,
-// whether a job should take the scarce top class or leave it to jobs that
-// gain more from it. See docs/rewrite.md, "The load-aware policy".
-const LoadAware Policy = "load-aware"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
 
 // Load is the fleet's state at admission, as prism-controller sees it.
 type Load struct {
@@ -27,7 +24,7 @@ type Pending struct {
 	Devices int `json:"devices"`
 	// BoundType is that of the profile its prism.dev/profile annotation
 	// names; empty for a claim nobody profiled.
-	BoundType BoundType `json:"boundType,omitempty"`
+	BoundType prismv1alpha1.BoundType `json:"boundType,omitempty"`
 }
 
 // WithLoad gives the load-aware policy its view of free devices and pending
@@ -53,9 +50,9 @@ const moreGain = 1.1
 // Yielding means preferring the second class; fits keeps the top class as
 // the last resort, so the job is never less schedulable than under
 // performance. Latency-bound ladders never prefer the top class anyway.
-func loadAwareLadder(fleet *Fleet, load *Load, bound BoundType, devices int) ([]tier, string, string) {
-	perf, summary := fleetLadder(fleet, bound, Performance)
-	if perf == nil || bound == LatencyBound {
+func loadAwareLadder(fleet *Fleet, load *Load, bound prismv1alpha1.BoundType, devices int) ([]tier, string, string) {
+	perf, summary := fleetLadder(fleet, bound, prismv1alpha1.PolicyPerformance)
+	if perf == nil || bound == prismv1alpha1.BoundTypeLatencyBound {
 		return perf, summary, "performance: no top class to yield"
 	}
 	if load == nil {
@@ -102,8 +99,8 @@ func loadAwareLadder(fleet *Fleet, load *Load, bound BoundType, devices int) ([]
 	return []tier{second, fits}, summary, why
 }
 
-func figureOf(bound BoundType) figure {
-	if bound == ComputeBound {
+func figureOf(bound prismv1alpha1.BoundType) figure {
+	if bound == prismv1alpha1.BoundTypeComputeBound {
 		return figFP32
 	}
 	return figBandwidth
@@ -112,8 +109,8 @@ func figureOf(bound BoundType) figure {
 // gain is how much faster a workload of bound runs on the slowest model of
 // top than on the fastest model outside it, by the figure that bounds it;
 // 1 for workloads no figure speeds up.
-func gain(fleet *Fleet, top map[string]bool, bound BoundType) float64 {
-	if bound != MemoryBound && bound != ComputeBound {
+func gain(fleet *Fleet, top map[string]bool, bound prismv1alpha1.BoundType) float64 {
+	if bound != prismv1alpha1.BoundTypeMemoryBound && bound != prismv1alpha1.BoundTypeComputeBound {
 		return 1
 	}
 	f := figureOf(bound)

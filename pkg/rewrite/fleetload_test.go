@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // TestLoadAware pins the load-aware decision on the demo's fleet: H100
@@ -18,27 +20,27 @@ func TestLoadAware(t *testing.T) {
 	yield := []tierSpec{{"bandwidth-yield", []string{bwAtLeast(1600), bwBelow(3150)}}, {name: "fits"}}
 	for _, tc := range []struct {
 		name     string
-		bound    BoundType
+		bound    prismv1alpha1.BoundType
 		devices  int64
 		load     *Load
 		want     []tierSpec
 		decision string
 	}{
-		{"no load known: performance", MemoryBound, 1, nil, take, "performance: no load known"},
-		{"H100s free, nobody waiting: takes one", MemoryBound, 1,
+		{"no load known: performance", prismv1alpha1.BoundTypeMemoryBound, 1, nil, take, "performance: no load known"},
+		{"H100s free, nobody waiting: takes one", prismv1alpha1.BoundTypeMemoryBound, 1,
 			&Load{Free: map[string]int{h100: 2}}, take, "takes NVIDIA H100 80GB HBM3: 2 free"},
-		{"a multi-GPU claim waits for more than is free: a single GPU yields", MemoryBound, 1,
+		{"a multi-GPU claim waits for more than is free: a single GPU yields", prismv1alpha1.BoundTypeMemoryBound, 1,
 			&Load{Free: map[string]int{h100: 2}, Pending: []Pending{{Devices: 4}}}, yield, "yields NVIDIA H100 80GB HBM3: 4 devices of multi-GPU claims pending, 2 free"},
-		{"a multi-GPU job does not yield to another", MemoryBound, 2,
+		{"a multi-GPU job does not yield to another", prismv1alpha1.BoundTypeMemoryBound, 2,
 			&Load{Free: map[string]int{h100: 2}, Pending: []Pending{{Devices: 4}}}, take, "takes"},
-		{"enough free for the multi-GPU claims and this one: takes one", MemoryBound, 1,
+		{"enough free for the multi-GPU claims and this one: takes one", prismv1alpha1.BoundTypeMemoryBound, 1,
 			&Load{Free: map[string]int{h100: 5}, Pending: []Pending{{Devices: 4}}}, take, "takes"},
-		{"compute-bound claims gain more from the H100: memory-bound yields", MemoryBound, 1,
-			&Load{Free: map[string]int{h100: 1}, Pending: []Pending{{Devices: 1, BoundType: ComputeBound}}}, yield, "yields NVIDIA H100 80GB HBM3: 1 devices pending for claims that gain more there (this job x1.73), 1 free"},
-		{"memory-bound claims of the same gain do not push it out", MemoryBound, 1,
-			&Load{Free: map[string]int{h100: 1}, Pending: []Pending{{Devices: 1, BoundType: MemoryBound}, {Devices: 1, BoundType: MemoryBound}}}, take, "takes"},
-		{"more free than the claims that gain more need: takes one", MemoryBound, 1,
-			&Load{Free: map[string]int{h100: 2}, Pending: []Pending{{Devices: 1, BoundType: ComputeBound}}}, take, "takes"},
+		{"compute-bound claims gain more from the H100: memory-bound yields", prismv1alpha1.BoundTypeMemoryBound, 1,
+			&Load{Free: map[string]int{h100: 1}, Pending: []Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}, yield, "yields NVIDIA H100 80GB HBM3: 1 devices pending for claims that gain more there (this job x1.73), 1 free"},
+		{"memory-bound claims of the same gain do not push it out", prismv1alpha1.BoundTypeMemoryBound, 1,
+			&Load{Free: map[string]int{h100: 1}, Pending: []Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeMemoryBound}, {Devices: 1, BoundType: prismv1alpha1.BoundTypeMemoryBound}}}, take, "takes"},
+		{"more free than the claims that gain more need: takes one", prismv1alpha1.BoundTypeMemoryBound, 1,
+			&Load{Free: map[string]int{h100: 2}, Pending: []Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}, take, "takes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := oneGPU()
@@ -47,7 +49,7 @@ func TestLoadAware(t *testing.T) {
 			if tc.load != nil {
 				opts = append(opts, WithLoad(tc.load))
 			}
-			out, plan, err := Rewrite(context.Background(), spec, Profile{Name: "p", BoundType: tc.bound, Policy: LoadAware}, opts...)
+			out, plan, err := Rewrite(context.Background(), spec, Profile{Name: "p", BoundType: tc.bound, Policy: prismv1alpha1.PolicyLoadAware}, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +67,7 @@ func TestLoadAware(t *testing.T) {
 // TestLoadAwareWithoutFleet: the policy is valid everywhere and falls back
 // to performance where nothing is known.
 func TestLoadAwareWithoutFleet(t *testing.T) {
-	out, plan, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: MemoryBound, Policy: LoadAware})
+	out, plan, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyLoadAware})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +80,11 @@ func TestLoadAwareWithoutFleet(t *testing.T) {
 // class alone, so there is nothing to yield.
 func TestLoadAwareLatencyBound(t *testing.T) {
 	load := &Load{Pending: []Pending{{Devices: 8}}}
-	perf, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: LatencyBound}, WithFleet(loadFleet(t, "demo-mixed")))
+	perf, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound}, WithFleet(loadFleet(t, "demo-mixed")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	la, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: LatencyBound, Policy: LoadAware}, WithFleet(loadFleet(t, "demo-mixed")), WithLoad(load))
+	la, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyLoadAware}, WithFleet(loadFleet(t, "demo-mixed")), WithLoad(load))
 	if err != nil {
 		t.Fatal(err)
 	}

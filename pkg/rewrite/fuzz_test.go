@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
@@ -22,8 +23,8 @@ var hostile = []string{
 	"0.5", "80Gi", "16G", `"`, "${x}", "8.0.0", "10.0", "12.0",
 }
 
-var boundTypes = []BoundType{MemoryBound, ComputeBound, LatencyBound, Balanced, Unknown, "", "memory||bound"}
-var policies = []Policy{Performance, Economy, "", "econ\"omy"}
+var boundTypes = []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.BoundTypeBalanced, prismv1alpha1.BoundTypeUnknown, "", "memory||bound"}
+var policies = []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy, "", "econ\"omy"}
 
 var (
 	quantityPattern = regexp.MustCompile(prismv1alpha1.QuantityPattern)
@@ -195,7 +196,7 @@ func FuzzRewrite(f *testing.F) {
 // point, not by BoundedValue, so that the two check each other.
 func checkMemoryBounds(t *testing.T, p Profile, plan *Plan, out *resourceapi.ResourceClaimSpec) {
 	t.Helper()
-	if plan.BoundType == Balanced || plan.BoundType == Unknown {
+	if plan.BoundType == prismv1alpha1.BoundTypeBalanced || plan.BoundType == prismv1alpha1.BoundTypeUnknown {
 		return // no hard needs computed
 	}
 	for _, q := range []*resource.Quantity{p.MinMemory, p.PeakMemory} {
@@ -212,7 +213,7 @@ func checkMemoryBounds(t *testing.T, p Profile, plan *Plan, out *resourceapi.Res
 			if sub.Capacity == nil {
 				continue
 			}
-			if amount, ok := sub.Capacity.Requests[MemoryCapacity]; ok && amount.Value() > largest {
+			if amount, ok := sub.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]; ok && amount.Value() > largest {
 				t.Fatalf("subrequest %s/%s asks for %s of memory, more than the largest bucket", r.Name, sub.Name, amount.String())
 			}
 		}
@@ -236,8 +237,8 @@ func TestDistinctSelectors(t *testing.T) {
 		p := randomProfile(rnd, pick)
 		// Mostly sane profiles, so that most iterations emit something.
 		if rnd.IntN(3) > 0 {
-			p.BoundType = []BoundType{MemoryBound, ComputeBound, LatencyBound}[rnd.IntN(3)]
-			p.Policy = []Policy{Performance, Economy}[rnd.IntN(2)]
+			p.BoundType = []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound}[rnd.IntN(3)]
+			p.Policy = []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy}[rnd.IntN(2)]
 			p.PeakMemory = resource.NewQuantity(rnd.Int64N(150<<30), resource.BinarySI)
 			p.MinComputeCapability = []string{"", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"}[rnd.IntN(7)]
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // AnnotationKey is where the webhook stores Plan.Annotation.
@@ -17,9 +19,9 @@ const MaxAnnotationSize = 4096
 // Plan explains a rewrite. Alternatives are the same for every rewritten
 // request because they only depend on the profile, so they are listed once.
 type Plan struct {
-	Profile   string    `json:"profile,omitempty"`
-	BoundType BoundType `json:"boundType"`
-	Policy    Policy    `json:"policy"`
+	Profile   string                  `json:"profile,omitempty"`
+	BoundType prismv1alpha1.BoundType `json:"boundType"`
+	Policy    prismv1alpha1.Policy    `json:"policy"`
 	// Fleet is the published fleet as the ladder was cut from it: the
 	// figure, then its classes best first with the threshold between them.
 	Fleet string `json:"fleet,omitempty"`

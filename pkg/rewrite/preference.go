@@ -8,6 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // PreferenceMode is how a claim's preference for some GPU models is
@@ -44,9 +47,9 @@ func WithPreference(mode PreferenceMode) Option {
 // Node labels prism-controller publishes on nodes whose GPUs are all one
 // model (pkg/nodelabels). The pod webhook's terms select on ModelLabel.
 const (
-	ModelLabel          = DriverName + "/model"
-	BandwidthClassLabel = DriverName + "/bandwidth-class"
-	FP32ClassLabel      = DriverName + "/fp32-class"
+	ModelLabel          = gpuv1alpha1.DriverName + "/model"
+	BandwidthClassLabel = gpuv1alpha1.DriverName + "/bandwidth-class"
+	FP32ClassLabel      = gpuv1alpha1.DriverName + "/fp32-class"
 )
 
 // NodeLabelKeys are every label key the node labeller owns.
@@ -150,7 +153,7 @@ func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	if bound == Balanced || bound == Unknown {
+	if bound == prismv1alpha1.BoundTypeBalanced || bound == prismv1alpha1.BoundTypeUnknown {
 		return &Decision{Mode: PreferLadder, Reason: fmt.Sprintf("bound type %s: no hardware preference to express", bound)}, nil
 	}
 	n, err := profile.needs()
@@ -162,20 +165,20 @@ func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
 }
 
 // policyAndBound applies the defaults and rejects unknown values.
-func (p Profile) policyAndBound() (Policy, BoundType, error) {
+func (p Profile) policyAndBound() (prismv1alpha1.Policy, prismv1alpha1.BoundType, error) {
 	policy := p.Policy
 	if policy == "" {
-		policy = Performance
+		policy = prismv1alpha1.PolicyPerformance
 	}
-	if policy != Performance && policy != Economy && policy != LoadAware {
+	if policy != prismv1alpha1.PolicyPerformance && policy != prismv1alpha1.PolicyEconomy && policy != prismv1alpha1.PolicyLoadAware {
 		return "", "", fmt.Errorf("%w: unknown policy %q", ErrInvalidProfile, p.Policy)
 	}
 	bound := p.BoundType
 	if bound == "" {
-		bound = Unknown
+		bound = prismv1alpha1.BoundTypeUnknown
 	}
 	switch bound {
-	case MemoryBound, ComputeBound, LatencyBound, Balanced, Unknown:
+	case prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.BoundTypeBalanced, prismv1alpha1.BoundTypeUnknown:
 	default:
 		return "", "", fmt.Errorf("%w: unknown bound type %q", ErrInvalidProfile, p.BoundType)
 	}
@@ -185,7 +188,7 @@ func (p Profile) policyAndBound() (Policy, BoundType, error) {
 // decide is the ladder for the claim and how its preference is expressed.
 // In affinity mode the claim keeps only the fits tier (none without hard
 // needs), and the decision names the models of each preferred tier.
-func (o options) decide(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
+func (o options) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
 	ladder, cut, load := o.ladder(bound, policy, spec, n)
 	d := Decision{Mode: PreferLadder}
 	prefer := preferred(ladder)
@@ -196,7 +199,7 @@ func (o options) decide(bound BoundType, policy Policy, spec *resourceapi.Resour
 	case !o.fleetSet:
 		d.Reason = "no published fleet known: the built-in ladders name no models"
 		return ladder, cut, load, d
-	case policy == LoadAware:
+	case policy == prismv1alpha1.PolicyLoadAware:
 		d.Reason = "load-aware decides from the live load, which may change between the pod's admission and its claim's"
 		return ladder, cut, load, d
 	case len(prefer) == 0:

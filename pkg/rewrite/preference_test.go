@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 const (
@@ -28,7 +30,7 @@ func e2eFleet(mixedA100 int) *Fleet {
 
 func TestNodePreference(t *testing.T) {
 	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
-	memPerf := Profile{Name: "stream", BoundType: MemoryBound}
+	memPerf := Profile{Name: "stream", BoundType: prismv1alpha1.BoundTypeMemoryBound}
 	for _, tc := range []struct {
 		name    string
 		profile Profile
@@ -43,17 +45,17 @@ func TestNodePreference(t *testing.T) {
 			[]string{"bandwidth-top", "bandwidth-second", "fits"}},
 		{"no hard needs: the claim stays plain, the pod prefers H100 then A100", memPerf, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
 			[]NodeTerm{{100, "bandwidth-top", []string{h100}}, {50, "bandwidth-second", []string{a100}}}, nil},
-		{"hard needs: the claim keeps fits alone; L4 cannot hold it", Profile{BoundType: MemoryBound, PeakMemory: q("20Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
+		{"hard needs: the claim keeps fits alone; L4 cannot hold it", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: q("20Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
 			[]NodeTerm{{100, "bandwidth-top", []string{h100}}}, []string{"fits"}},
-		{"latency-bound economy prefers the smallest cards", Profile{BoundType: LatencyBound, Policy: Economy}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
+		{"latency-bound economy prefers the smallest cards", Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
 			[]NodeTerm{{100, "bandwidth-bottom", []string{l4}}}, nil},
-		{"compute-bound economy with needs prefers the value class", Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
+		{"compute-bound economy with needs prefers the value class", Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity)}, PreferAffinity, "single-model",
 			[]NodeTerm{{100, "fp32-value", []string{l4}}}, []string{"fits"}},
 		{"a fitting model on a mixed node keeps the ladder", memPerf, []Option{WithFleet(e2eFleet(4)), WithPreference(PreferAffinity)}, PreferLadder, "4 of 8 " + a100 + " devices sit on nodes with other models", nil,
 			[]string{"bandwidth-top", "bandwidth-second", "fits"}},
-		{"a mixed model that cannot hold the workload does not matter", Profile{BoundType: MemoryBound, PeakMemory: q("40Gi")}, []Option{WithFleet(e2eFleet(4)), WithPreference(PreferAffinity)}, PreferLadder, "no preferred tier", nil,
+		{"a mixed model that cannot hold the workload does not matter", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: q("40Gi")}, []Option{WithFleet(e2eFleet(4)), WithPreference(PreferAffinity)}, PreferLadder, "no preferred tier", nil,
 			[]string{"fits"}},
-		{"load-aware keeps the ladder", Profile{BoundType: MemoryBound, Policy: LoadAware}, []Option{WithFleet(e2eFleet(0)), WithLoad(&Load{}), WithPreference(PreferAffinity)}, PreferLadder, "live load", nil,
+		{"load-aware keeps the ladder", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyLoadAware}, []Option{WithFleet(e2eFleet(0)), WithLoad(&Load{}), WithPreference(PreferAffinity)}, PreferLadder, "live load", nil,
 			[]string{"bandwidth-top", "bandwidth-second", "fits"}},
 		{"no fleet known keeps the built-in ladder", memPerf, []Option{WithPreference(PreferAffinity)}, PreferLadder, "no published fleet", nil,
 			[]string{"ultra", "high", "fits"}},
@@ -97,7 +99,7 @@ func TestNodePreference(t *testing.T) {
 // keep the pod off them with a required term.
 func TestExcludedNodes(t *testing.T) {
 	q := func(s string) *resource.Quantity { v := resource.MustParse(s); return &v }
-	needs20Gi := Profile{BoundType: MemoryBound, PeakMemory: q("20Gi")}
+	needs20Gi := Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: q("20Gi")}
 	affinity := WithPreference(PreferAffinity)
 	for _, tc := range []struct {
 		name    string
@@ -108,8 +110,8 @@ func TestExcludedNodes(t *testing.T) {
 		values []string
 	}{
 		{"a memory floor above the L4's excludes the L4 nodes", needs20Gi, []Option{WithFleet(e2eFleet(0)), affinity}, []string{l4}, []string{"NVIDIA-L4"}},
-		{"no memory need excludes nothing", Profile{BoundType: MemoryBound}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
-		{"a floor every model holds excludes nothing", Profile{BoundType: ComputeBound, Policy: Economy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
+		{"no memory need excludes nothing", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
+		{"a floor every model holds excludes nothing", Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
 		{"ladder mode writes no pod terms", needs20Gi, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferLadder)}, nil, nil},
 		{"a model of unknown memory is never excluded", needs20Gi, []Option{WithFleet(&Fleet{Models: []Model{
 			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 80 << 30},
@@ -143,7 +145,7 @@ func TestExcludedNodes(t *testing.T) {
 
 // Without WithPreference the plan says nothing about a mode, as before.
 func TestNoPreferenceOptionLeavesThePlanAsBefore(t *testing.T) {
-	_, plan, err := Rewrite(context.Background(), oneGPU(), Profile{BoundType: MemoryBound}, WithFleet(e2eFleet(0)))
+	_, plan, err := Rewrite(context.Background(), oneGPU(), Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound}, WithFleet(e2eFleet(0)))
 	if err != nil {
 		t.Fatal(err)
 	}

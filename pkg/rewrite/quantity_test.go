@@ -25,6 +25,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // TestTenantQuantities writes into a profile the memory figures a tenant can
@@ -60,7 +62,7 @@ func TestTenantQuantities(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.profile.Name, tc.profile.BoundType = "p", MemoryBound
+			tc.profile.Name, tc.profile.BoundType = "p", prismv1alpha1.BoundTypeMemoryBound
 			var (
 				plan *Plan
 				err  error

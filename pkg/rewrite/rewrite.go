@@ -20,66 +20,33 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
-const (
-	// DriverName is the DRA driver whose devices Rewrite knows about.
-	DriverName = "gpu.prism.dev"
-	// DeviceClassName is the only device class whose requests get rewritten.
-	DeviceClassName = "gpu.prism.dev"
-)
-
-// BoundType says what limits a workload's speed.
-type BoundType string
-
-const (
-	ComputeBound BoundType = "ComputeBound"
-	MemoryBound  BoundType = "MemoryBound"
-	LatencyBound BoundType = "LatencyBound"
-	Balanced     BoundType = "Balanced"
-	Unknown      BoundType = "Unknown"
-)
-
-// Policy picks between the fastest and the cheapest adequate GPUs, or
-// (LoadAware) between the fastest and leaving it to jobs that need it more.
-type Policy string
-
-const (
-	Performance Policy = "performance"
-	Economy     Policy = "economy"
-)
+// DeviceClassName is the only device class whose requests get rewritten:
+// the DeviceClass the chart installs for gpu.prism.dev GPUs, named after the
+// driver.
+const DeviceClassName = "gpu.prism.dev"
 
 // Profile is what Rewrite needs to know about a workload. Memory figures are
 // per device, and out of range beyond prismv1alpha1.MaxDeviceMemory.
 type Profile struct {
 	Name      string
-	BoundType BoundType
+	BoundType prismv1alpha1.BoundType
 	// MinMemory is a hard floor, used as is.
 	MinMemory *resource.Quantity
 	// PeakMemory is a measured footprint; headroom is added before bucketing.
 	PeakMemory *resource.Quantity
 	// MinComputeCapability is "major.minor", for example "8.0".
 	MinComputeCapability string
-	// Policy defaults to Performance when empty.
-	Policy Policy
+	// Policy defaults to performance (prismv1alpha1.PolicyPerformance) when
+	// empty.
+	Policy prismv1alpha1.Policy
 	// ShareMemory asks for the memory need as a share of a GPU rather than a
 	// whole one, on GPUs published as shareable (consumable capacity).
 	ShareMemory bool
 }
-
-// MemoryCapacity is the device capacity a memory share is requested from.
-const MemoryCapacity = resourceapi.QualifiedName(DriverName + "/memory")
-
-// BandwidthCapacity, FP32Capacity and SMVersionCapacity are the figures as
-// the plugin publishes them as capacities with --figures-as-capacity, for
-// lower bounds written as capacity requests (TierBoundsAsCapacity).
-// SMVersionCapacity is the compute capability as nvcc's sm_XY number.
-const (
-	BandwidthCapacity = resourceapi.QualifiedName(DriverName + "/memoryBandwidthGBps")
-	FP32Capacity      = resourceapi.QualifiedName(DriverName + "/fp32GFLOPS")
-	SMVersionCapacity = resourceapi.QualifiedName(DriverName + "/smVersion")
-)
 
 // ErrInvalidProfile is wrapped by every error caused by profile contents.
 var ErrInvalidProfile = errors.New("invalid profile")
@@ -101,7 +68,7 @@ type needs struct {
 	memory selectorID // -1: none
 	cc     selectorID // -1: none
 	// sm is the cc floor as an sm_XY number, for a capacity request on
-	// SMVersionCapacity in its place.
+	// gpuv1alpha1.SMVersionCapacity in its place.
 	sm   int64
 	text string
 	// floor is the memory floor of the memory selector as a quantity, for
@@ -196,7 +163,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	plan := &Plan{Profile: truncateName(profile.Name), BoundType: bound, Policy: policy}
 	out := spec.DeepCopy()
 
-	if bound == Balanced || bound == Unknown {
+	if bound == prismv1alpha1.BoundTypeBalanced || bound == prismv1alpha1.BoundTypeUnknown {
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
@@ -281,7 +248,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	switch {
 	case len(plan.Rewritten) == 0 || plan.MemoryFloor != "":
 	case capacityFloor:
-		plan.MemoryFloor = FormCEL + ": every rewritten request names its own " + string(MemoryCapacity) + " amount"
+		plan.MemoryFloor = FormCEL + ": every rewritten request names its own " + string(gpuv1alpha1.MemoryCapacity.Qualified()) + " amount"
 	default:
 		plan.MemoryFloor = floorForm // declined, and why; "" where not asked
 	}
@@ -363,7 +330,7 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 				exprs = without(exprs, catalogue[id])
 			}
 		}
-		if bounds && n.cc >= 0 && requestCapacity(e, SMVersionCapacity, *resource.NewQuantity(n.sm, resource.DecimalSI)) {
+		if bounds && n.cc >= 0 && requestCapacity(e, gpuv1alpha1.SMVersionCapacity.Qualified(), *resource.NewQuantity(n.sm, resource.DecimalSI)) {
 			exprs = without(exprs, catalogue[n.cc])
 		}
 		var sels []resourceapi.DeviceSelector
@@ -410,14 +377,14 @@ func namesMemory(e *resourceapi.ExactDeviceRequest) bool {
 	if e.Capacity == nil {
 		return false
 	}
-	_, userSet := e.Capacity.Requests[MemoryCapacity]
+	_, userSet := e.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]
 	return userSet
 }
 
 // requestShare asks for amount of memory unless the user named an amount,
 // and says whether it did.
 func requestShare(e *resourceapi.ExactDeviceRequest, amount resource.Quantity) bool {
-	return requestCapacity(e, MemoryCapacity, amount)
+	return requestCapacity(e, gpuv1alpha1.MemoryCapacity.Qualified(), amount)
 }
 
 // requestCapacity asks for amount of capacity unless the user named an

@@ -12,6 +12,9 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 const userSelector = `device.attributes["gpu.prism.dev"].migCapable == false || device.attributes["gpu.prism.dev"].numaNode == 0`
@@ -39,37 +42,37 @@ func TestRewriteLadders(t *testing.T) {
 		needs   []string
 	}{
 		"memory-bound performance": {
-			profile: Profile{BoundType: MemoryBound, Policy: Performance, PeakMemory: qty("16Gi"), MinComputeCapability: "8.0"},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi"), MinComputeCapability: "8.0"},
 			tiers:   []string{"ultra", "high", "fits"},
 			first:   []string{bandwidthIs("ultra"), bandwidthIs("high"), ""},
 			needs:   []string{mem(22), cc80},
 		},
 		"memory-bound economy": {
-			profile: Profile{BoundType: MemoryBound, Policy: Economy, PeakMemory: qty("30Gi")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("30Gi")},
 			tiers:   []string{"high", "fits"},
 			first:   []string{bandwidthIs("high"), ""},
 			needs:   []string{mem(39)},
 		},
 		"compute-bound performance, default policy": {
-			profile: Profile{BoundType: ComputeBound, MinMemory: qty("40Gi")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, MinMemory: qty("40Gi")},
 			tiers:   []string{"fp32-fast", "fits"},
 			first:   []string{fp32AtLeast(60000), ""},
 			needs:   []string{mem(44)},
 		},
 		"compute-bound economy": {
-			profile: Profile{BoundType: ComputeBound, Policy: Economy, MinComputeCapability: "8.1"},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, MinComputeCapability: "8.1"},
 			tiers:   []string{"fp32-value", "fits"},
 			first:   []string{catalogue[selFP32Value], ""},
 			needs:   []string{ccAtLeast(8, 6)},
 		},
 		"latency-bound performance": {
-			profile: Profile{BoundType: LatencyBound, Policy: Performance, PeakMemory: qty("4Gi")},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("4Gi")},
 			tiers:   []string{"mid", "fits"},
 			first:   []string{bandwidthIs("mid"), ""},
 			needs:   []string{mem(7)},
 		},
 		"latency-bound economy without hard needs": {
-			profile: Profile{BoundType: LatencyBound, Policy: Economy},
+			profile: Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy},
 			tiers:   []string{"low", "fits"},
 			first:   []string{bandwidthIs("low"), ""},
 		},
@@ -129,7 +132,7 @@ func TestRewriteLadders(t *testing.T) {
 }
 
 func TestRewriteLeavesAlone(t *testing.T) {
-	profile := Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")}
+	profile := Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("10Gi")}
 	existing := resourceapi.DeviceRequest{Name: "pref"}
 	for i := range resourceapi.FirstAvailableDeviceRequestMaxSize {
 		existing.FirstAvailable = append(existing.FirstAvailable, resourceapi.DeviceSubRequest{Name: fmt.Sprintf("s%d", i), DeviceClassName: DeviceClassName})
@@ -149,8 +152,8 @@ func TestRewriteLeavesAlone(t *testing.T) {
 		req     resourceapi.DeviceRequest
 		reason  string
 	}{
-		"balanced":             {Profile{BoundType: Balanced}, exactGPU("gpu", 1), "Balanced"},
-		"unknown":              {Profile{BoundType: Unknown, PeakMemory: qty("1Gi")}, exactGPU("gpu", 1), "Unknown"},
+		"balanced":             {Profile{BoundType: prismv1alpha1.BoundTypeBalanced}, exactGPU("gpu", 1), "Balanced"},
+		"unknown":              {Profile{BoundType: prismv1alpha1.BoundTypeUnknown, PeakMemory: qty("1Gi")}, exactGPU("gpu", 1), "Unknown"},
 		"empty bound type":     {Profile{}, exactGPU("gpu", 1), "Unknown"},
 		"other class":          {profile, nic, "not gpu.prism.dev"},
 		"existing list of 8":   {profile, existing, "firstAvailable"},
@@ -158,7 +161,7 @@ func TestRewriteLeavesAlone(t *testing.T) {
 		"allocation mode all":  {profile, all, "All"},
 		"too many selectors":   {profile, crowded, "take all 32 places"},
 		"no request type":      {profile, resourceapi.DeviceRequest{Name: "empty"}, "no exactly"},
-		"balanced ignores bad": {Profile{BoundType: Balanced, PeakMemory: qty("1Ei")}, exactGPU("gpu", 1), "Balanced"},
+		"balanced ignores bad": {Profile{BoundType: prismv1alpha1.BoundTypeBalanced, PeakMemory: qty("1Ei")}, exactGPU("gpu", 1), "Balanced"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			in := gpuSpec(tc.req)
@@ -181,7 +184,7 @@ func TestRewriteMixedClaim(t *testing.T) {
 	nic.Exactly.DeviceClassName = "nic.example.com"
 	in := gpuSpec(nic, exactGPU("gpu", 1))
 	in.Devices.Constraints = []resourceapi.DeviceConstraint{{Requests: []string{"gpu", "nic"}, MatchAttribute: ptr.To(resourceapi.FullyQualifiedName("example.com/pcieRoot"))}}
-	out, plan, err := Rewrite(context.Background(), in, Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")})
+	out, plan, err := Rewrite(context.Background(), in, Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("10Gi")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +202,7 @@ func TestRewriteMixedClaim(t *testing.T) {
 		t.Errorf("plan %+v", plan)
 	}
 	// Rewriting the result again must not stack tiers.
-	again, _, err := Rewrite(context.Background(), out, Profile{BoundType: MemoryBound, PeakMemory: qty("10Gi")})
+	again, _, err := Rewrite(context.Background(), out, Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("10Gi")})
 	if err != nil || !apiequality.Semantic.DeepEqual(again, out) {
 		t.Errorf("rewrite is not idempotent (err %v)", err)
 	}
@@ -212,7 +215,7 @@ func TestRewriteWithoutGPURequestIsByteIdentical(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := json.Marshal(&in)
-	for _, p := range []Profile{{BoundType: MemoryBound, PeakMemory: qty("10Gi")}, {BoundType: Balanced}} {
+	for _, p := range []Profile{{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("10Gi")}, {BoundType: prismv1alpha1.BoundTypeBalanced}} {
 		out, plan, err := Rewrite(context.Background(), &in, p)
 		if err != nil {
 			t.Fatal(err)
@@ -264,9 +267,9 @@ func TestHardNeeds(t *testing.T) {
 
 func TestRewriteErrors(t *testing.T) {
 	for name, p := range map[string]Profile{
-		"policy":     {BoundType: MemoryBound, Policy: "fastest"},
+		"policy":     {BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: "fastest"},
 		"bound type": {BoundType: "memorybound"},
-		"memory":     {BoundType: LatencyBound, MinMemory: qty("1Pi")},
+		"memory":     {BoundType: prismv1alpha1.BoundTypeLatencyBound, MinMemory: qty("1Pi")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, plan, err := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), p)
@@ -290,7 +293,7 @@ func TestAnnotation(t *testing.T) {
 		reqs = append(reqs, r)
 	}
 	_, plan, err := Rewrite(context.Background(), gpuSpec(reqs...), Profile{
-		Name: "ü" + strings.Repeat("\x01\"", 200), BoundType: MemoryBound, PeakMemory: qty("10Gi"), MinComputeCapability: "8.0",
+		Name: "ü" + strings.Repeat("\x01\"", 200), BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("10Gi"), MinComputeCapability: "8.0",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +310,7 @@ func TestAnnotation(t *testing.T) {
 		t.Errorf("annotation %d bytes, truncated %v: %s", len(s), back.Truncated, s)
 	}
 
-	_, small, _ := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{Name: "llm", BoundType: LatencyBound})
+	_, small, _ := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{Name: "llm", BoundType: prismv1alpha1.BoundTypeLatencyBound})
 	s, err = small.Annotation()
 	want := `{"profile":"llm","boundType":"LatencyBound","policy":"performance","alternatives":[{"name":"mid","reason":"bandwidth class mid: fastest small cards, keeps HBM devices free"},{"name":"fits","reason":"hard needs only: never less schedulable than the plain claim"}],"rewritten":["gpu"]}`
 	if err != nil || s != want {
@@ -386,9 +389,9 @@ func TestShareMemoryRequestsTheFootprint(t *testing.T) {
 				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 			}}}}
 			if tc.userAsks != nil {
-				spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{MemoryCapacity: *tc.userAsks}}
+				spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): *tc.userAsks}}
 			}
-			out, _, err := Rewrite(context.Background(), spec, Profile{Name: "train", BoundType: MemoryBound, PeakMemory: &peak, ShareMemory: tc.share})
+			out, _, err := Rewrite(context.Background(), spec, Profile{Name: "train", BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: &peak, ShareMemory: tc.share})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -399,7 +402,7 @@ func TestShareMemoryRequestsTheFootprint(t *testing.T) {
 			for _, sub := range subs {
 				var got string
 				if sub.Capacity != nil {
-					if q, ok := sub.Capacity.Requests[MemoryCapacity]; ok {
+					if q, ok := sub.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 						got = q.String()
 					}
 				}

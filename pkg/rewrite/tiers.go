@@ -1,6 +1,10 @@
 package rewrite
 
-import resourceapi "k8s.io/api/resource/v1"
+import (
+	resourceapi "k8s.io/api/resource/v1"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
 
 // tier is one alternative of a generated firstAvailable list.
 type tier struct {
@@ -48,34 +52,34 @@ func preferred(ladder []tier) []tier {
 // fits, except memory-bound performance: there the middle step (A100 against
 // GDDR cards) is a 2-7x difference in the bottleneck resource, worth one more
 // failing scan on GDDR nodes.
-var ladders = map[BoundType]map[Policy][]tier{
-	MemoryBound: {
-		Performance: {
+var ladders = map[prismv1alpha1.BoundType]map[prismv1alpha1.Policy][]tier{
+	prismv1alpha1.BoundTypeMemoryBound: {
+		prismv1alpha1.PolicyPerformance: {
 			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil, nil},
 			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil, nil},
 			fits,
 		},
-		Economy: {
+		prismv1alpha1.PolicyEconomy: {
 			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil, nil},
 			fits,
 		},
 	},
-	ComputeBound: {
-		Performance: {
+	prismv1alpha1.BoundTypeComputeBound: {
+		prismv1alpha1.PolicyPerformance: {
 			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil, nil},
 			fits,
 		},
-		Economy: {
+		prismv1alpha1.PolicyEconomy: {
 			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil, nil},
 			fits,
 		},
 	},
-	LatencyBound: {
-		Performance: {
+	prismv1alpha1.BoundTypeLatencyBound: {
+		prismv1alpha1.PolicyPerformance: {
 			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil, nil},
 			fits,
 		},
-		Economy: {
+		prismv1alpha1.PolicyEconomy: {
 			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil, nil},
 			fits,
 		},
@@ -86,17 +90,17 @@ var ladders = map[BoundType]map[Policy][]tier{
 // when one is known, else the built-in ladders, which assume a fleet that
 // spans the bandwidth classes the plugin publishes. The strings say which
 // fleet figures chose the cut and what the load-aware policy decided.
-func (o options) ladder(bound BoundType, policy Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
+func (o options) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
 	if !o.fleetSet {
-		if policy == LoadAware {
-			return ladders[bound][Performance], "", "performance: no fleet known"
+		if policy == prismv1alpha1.PolicyLoadAware {
+			return ladders[bound][prismv1alpha1.PolicyPerformance], "", "performance: no fleet known"
 		}
 		return ladders[bound][policy], "", ""
 	}
 	fleet := fitting(o.fleet, n)
 	var t []tier
 	var cut, load string
-	if policy == LoadAware {
+	if policy == prismv1alpha1.PolicyLoadAware {
 		t, cut, load = loadAwareLadder(fleet, o.load, bound, requestedDevices(spec))
 	} else {
 		t, cut = fleetLadder(fleet, bound, policy)

@@ -33,6 +33,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -52,13 +54,13 @@ const (
 	PreferHBM   Policy = "prefer-hbm"
 	// PrismPerformance and PrismEconomy are the claims rewrite.Rewrite
 	// writes from the classifier's (noisy) bound type for the published
-	// fleet.
-	PrismPerformance Policy = "prism-performance"
-	PrismEconomy     Policy = "prism-economy"
+	// fleet, under the profile policy they are named after.
+	PrismPerformance Policy = "prism-" + Policy(prismv1alpha1.PolicyPerformance)
+	PrismEconomy     Policy = "prism-" + Policy(prismv1alpha1.PolicyEconomy)
 	// PrismLoadAware is the load-aware policy: rewritten at the pod's
 	// arrival from the free devices per model and the pending pods (with
 	// their labels) at that moment.
-	PrismLoadAware Policy = "prism-load-aware"
+	PrismLoadAware Policy = "prism-" + Policy(prismv1alpha1.PolicyLoadAware)
 	// Oracle ranks models by the job's true measured throughput.
 	Oracle Policy = "oracle"
 )
@@ -66,7 +68,9 @@ const (
 // Policies is the order results are reported in.
 var Policies = []Policy{Kube, Blind, FastestFree, PreferHBM, PrismPerformance, PrismEconomy, PrismLoadAware, Oracle}
 
-// ParsePolicy accepts the names above.
+// ParsePolicy accepts the names above. They are the simulator's ways of
+// writing a claim, Prism's profile policies among them, so this is not
+// prismv1alpha1.ParsePolicy.
 func ParsePolicy(s string) (Policy, error) {
 	for _, p := range Policies {
 		if string(p) == s {
@@ -89,7 +93,7 @@ type tiers [numModels]int
 
 // bounds are the classes the classifier can answer, which label noise
 // draws from.
-var bounds = []rewrite.BoundType{rewrite.ComputeBound, rewrite.MemoryBound, rewrite.LatencyBound, rewrite.Balanced}
+var bounds = []prismv1alpha1.BoundType{prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.BoundTypeBalanced}
 
 // Env is a fleet and a trace, and what Prism's production code makes of
 // the fleet: the ladder each (policy, bound type) gets and the rank each
@@ -103,7 +107,7 @@ type Env struct {
 	// Fleet is what the controller would see in the ResourceSlices.
 	Fleet rewrite.Fleet
 	// prism[policy][bound] are the ranks rewrite's ladder gives each model.
-	prism map[rewrite.Policy]map[rewrite.BoundType]tiers
+	prism map[prismv1alpha1.Policy]map[prismv1alpha1.BoundType]tiers
 	// Ladders describes each ladder for the report: its subrequest names.
 	Ladders map[string][]string
 	// Unplaceable counts pods no node of the fleet can hold even when
@@ -135,7 +139,7 @@ type Env struct {
 // Kubernetes' structured allocator on one device of each model: the
 // subrequest it allocates is the model's rank.
 func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*Env, error) {
-	e := &Env{Machines: machines, prism: map[rewrite.Policy]map[rewrite.BoundType]tiers{}, Ladders: map[string][]string{}}
+	e := &Env{Machines: machines, prism: map[prismv1alpha1.Policy]map[prismv1alpha1.BoundType]tiers{}, Ladders: map[string][]string{}}
 	for _, m := range machines {
 		e.GPUs += m.GPUs
 		e.modelGPUs[m.Model] += m.GPUs
@@ -174,19 +178,19 @@ func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*
 			return nil, err
 		}
 		e.devices[m] = d
-		e.ModelNames[m] = ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/productName")].StringValue, "")
+		e.ModelNames[m] = ptr.Deref(d.Attributes[gpuv1alpha1.ProductNameAttribute.Qualified()].StringValue, "")
 		if e.modelGPUs[m] == 0 {
 			continue
 		}
 		e.Fleet.Models = append(e.Fleet.Models, rewrite.Model{
 			Name:          e.ModelNames[m],
 			Devices:       e.modelGPUs[m],
-			BandwidthGBps: ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/memoryBandwidthGBps")].IntValue, 0),
-			FP32GFLOPS:    ptr.Deref(d.Attributes[resourceapi.QualifiedName(rewrite.DriverName+"/fp32GFLOPS")].IntValue, 0),
+			BandwidthGBps: ptr.Deref(d.Attributes[gpuv1alpha1.MemoryBandwidthGBpsAttribute.Qualified()].IntValue, 0),
+			FP32GFLOPS:    ptr.Deref(d.Attributes[gpuv1alpha1.FP32GFLOPSAttribute.Qualified()].IntValue, 0),
 		})
 	}
-	for _, pol := range []rewrite.Policy{rewrite.Performance, rewrite.Economy} {
-		e.prism[pol] = map[rewrite.BoundType]tiers{}
+	for _, pol := range []prismv1alpha1.Policy{prismv1alpha1.PolicyPerformance, prismv1alpha1.PolicyEconomy} {
+		e.prism[pol] = map[prismv1alpha1.BoundType]tiers{}
 		for _, b := range bounds {
 			t, names, err := ladderTiers(ctx, e.devices, &e.Fleet, b, pol)
 			if err != nil {
@@ -227,7 +231,7 @@ func (m Machine) holds(p *Pod) bool {
 // ladderTiers rewrites a one-GPU claim and asks the allocator which
 // subrequest each model's device satisfies. The selectors test device
 // attributes only, so a model's rank is the same for any GPU count.
-func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fleet *rewrite.Fleet, b rewrite.BoundType, pol rewrite.Policy) (tiers, []string, error) {
+func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fleet *rewrite.Fleet, b prismv1alpha1.BoundType, pol prismv1alpha1.Policy) (tiers, []string, error) {
 	out, _, err := rewrite.Rewrite(ctx, plainClaim(1), rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
 	if err != nil {
 		return tiers{}, nil, err
@@ -268,7 +272,7 @@ func rankModels(ctx context.Context, devices [numModels]resourceapi.Device, out 
 		rs = append(rs, &resourceapi.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: node},
 			Spec: resourceapi.ResourceSliceSpec{
-				Driver: rewrite.DriverName, NodeName: ptr.To(node),
+				Driver: gpuv1alpha1.DriverName, NodeName: ptr.To(node),
 				Pool:    resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
 				Devices: []resourceapi.Device{devices[m]},
 			},
@@ -305,8 +309,8 @@ func rankModels(ctx context.Context, devices [numModels]resourceapi.Device, out 
 // loadAwareTiers is the claim the admission webhook writes under the
 // load-aware policy for a pod of the given label and GPU count, from the
 // controller's view at that moment. Rankings are memoised per ladder.
-func (e *Env) loadAwareTiers(label rewrite.BoundType, gpus int, load *rewrite.Load) (tiers, error) {
-	out, _, err := rewrite.Rewrite(e.ctx, plainClaim(gpus), rewrite.Profile{Name: "sim", BoundType: label, Policy: rewrite.LoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
+func (e *Env) loadAwareTiers(label prismv1alpha1.BoundType, gpus int, load *rewrite.Load) (tiers, error) {
+	out, _, err := rewrite.Rewrite(e.ctx, plainClaim(gpus), rewrite.Profile{Name: "sim", BoundType: label, Policy: prismv1alpha1.PolicyLoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
 	if err != nil {
 		return tiers{}, err
 	}
@@ -339,7 +343,7 @@ func classes() deviceClasses {
 	return deviceClasses{&resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},
 		Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + rewrite.DriverName + `"`}}},
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `"`}}},
 		},
 	}, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}}}
 }
@@ -357,15 +361,15 @@ func (l deviceClasses) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, fmt.Errorf("device class %s not found", name)
 }
 
-func shortBound(b rewrite.BoundType) string {
+func shortBound(b prismv1alpha1.BoundType) string {
 	switch b {
-	case rewrite.MemoryBound:
+	case prismv1alpha1.BoundTypeMemoryBound:
 		return "memory"
-	case rewrite.ComputeBound:
+	case prismv1alpha1.BoundTypeComputeBound:
 		return "compute"
-	case rewrite.LatencyBound:
+	case prismv1alpha1.BoundTypeLatencyBound:
 		return "latency"
-	case rewrite.Balanced:
+	case prismv1alpha1.BoundTypeBalanced:
 		return "balanced"
 	}
 	return "unknown"

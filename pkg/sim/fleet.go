@@ -25,9 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // FleetConfig is a simulated cluster of products from the built-in spec
@@ -143,7 +143,7 @@ func BuildCluster(ctx context.Context, c *FleetConfig) (*Cluster, error) {
 				if n > 0 {
 					continue
 				}
-				product := ptr.Deref(d.Attributes[gpu.Domain+"/productName"].StringValue, "")
+				product := ptr.Deref(d.Attributes[gpuv1alpha1.ProductNameAttribute.Qualified()].StringValue, "")
 				spec, ok := gpu.LookupSpec(product)
 				if !ok {
 					return nil, fmt.Errorf("node group %s: device %s has no spec for product %q", name, d.Name, product)
@@ -164,9 +164,9 @@ func BuildCluster(ctx context.Context, c *FleetConfig) (*Cluster, error) {
 			cl.GPUs += len(devices)
 			cl.Nodes = append(cl.Nodes, node)
 			cl.Slices = append(cl.Slices, &resourceapi.ResourceSlice{
-				ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + gpu.Domain},
+				ObjectMeta: metav1.ObjectMeta{Name: nodeName + "-" + gpuv1alpha1.DriverName},
 				Spec: resourceapi.ResourceSliceSpec{
-					Driver:   rewrite.DriverName,
+					Driver:   gpuv1alpha1.DriverName,
 					NodeName: ptr.To(nodeName),
 					Pool:     resourceapi.ResourcePool{Name: nodeName, ResourceSliceCount: 1},
 					Devices:  devices,

@@ -19,7 +19,6 @@ package sim
 import (
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profile"
-	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // JobType is one of the training workloads whose throughput Gavel measured
@@ -71,17 +70,6 @@ var JobTypes = []JobType{
 
 // Bound is what Prism's classifier (profile.Classify, the code the
 // profiling path runs) makes of the job type's measurements.
-func (t JobType) Bound() rewrite.BoundType {
-	b := profile.Classify(int32(t.SMPct*1000), int32(t.MemPct*1000))
-	switch b {
-	case v1alpha1.BoundTypeComputeBound:
-		return rewrite.ComputeBound
-	case v1alpha1.BoundTypeMemoryBound:
-		return rewrite.MemoryBound
-	case v1alpha1.BoundTypeLatencyBound:
-		return rewrite.LatencyBound
-	case v1alpha1.BoundTypeBalanced:
-		return rewrite.Balanced
-	}
-	return rewrite.Unknown
+func (t JobType) Bound() v1alpha1.BoundType {
+	return profile.Classify(int32(t.SMPct*1000), int32(t.MemPct*1000))
 }

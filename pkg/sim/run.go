@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -77,7 +78,7 @@ type Result struct {
 // label the classifier hands Prism at each noise level.
 type assignment struct {
 	jobType []int
-	label   []rewrite.BoundType
+	label   []prismv1alpha1.BoundType
 }
 
 func (e *Env) assign(seed uint64, noise float64) assignment {
@@ -86,13 +87,13 @@ func (e *Env) assign(seed uint64, noise float64) assignment {
 	// superset of the labels a lower one flips.
 	types := rand.New(rand.NewPCG(seed, 0x6a6f62))
 	flips := rand.New(rand.NewPCG(seed, 0x6e6f6973))
-	a := assignment{jobType: make([]int, len(e.Pods)), label: make([]rewrite.BoundType, len(e.Pods))}
+	a := assignment{jobType: make([]int, len(e.Pods)), label: make([]prismv1alpha1.BoundType, len(e.Pods))}
 	for i := range e.Pods {
 		a.jobType[i] = types.IntN(len(JobTypes))
 		a.label[i] = JobTypes[a.jobType[i]].Bound()
 		u, other := flips.Float64(), flips.IntN(len(bounds)-1)
 		if u < noise {
-			rest := slices.DeleteFunc(slices.Clone(bounds), func(b rewrite.BoundType) bool { return b == a.label[i] })
+			rest := slices.DeleteFunc(slices.Clone(bounds), func(b prismv1alpha1.BoundType) bool { return b == a.label[i] })
 			a.label[i] = rest[other%len(rest)]
 		}
 	}
@@ -131,7 +132,7 @@ func (e *Env) work(r *Run, p *Pod, t JobType) float64 {
 
 // tiersFor is the claim a pod submits under the run's policy, as model
 // ranks.
-func (e *Env) tiersFor(r *Run, p *Pod, t JobType, label rewrite.BoundType) tiers {
+func (e *Env) tiersFor(r *Run, p *Pod, t JobType, label prismv1alpha1.BoundType) tiers {
 	var ts tiers
 	switch r.Policy {
 	case FastestFree:
@@ -139,9 +140,9 @@ func (e *Env) tiersFor(r *Run, p *Pod, t JobType, label rewrite.BoundType) tiers
 	case PreferHBM:
 		ts = tiers{K80: 1, P100: 0, V100: 0}
 	case PrismPerformance:
-		ts = e.prism[rewrite.Performance][label]
+		ts = e.prism[prismv1alpha1.PolicyPerformance][label]
 	case PrismEconomy:
-		ts = e.prism[rewrite.Economy][label]
+		ts = e.prism[prismv1alpha1.PolicyEconomy][label]
 	case Oracle:
 		for m := range numModels {
 			for o := range numModels {

@@ -24,7 +24,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/rewrite"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 func near(t *testing.T, what string, got, want float64) {
@@ -241,16 +241,16 @@ func TestPolicyLaddersOnTheGavelFleet(t *testing.T) {
 	// {V100, P100} | {K80}. FP32: 15667/9525 = 1.64: {V100} | {P100}.
 	e := env(t, []Machine{machine("k", K80, 1), machine("p", P100, 1), machine("v", V100, 1)}, &Pod{GPUs: 1, Runtime: 1})
 	for _, tc := range []struct {
-		policy rewrite.Policy
-		bound  rewrite.BoundType
+		policy prismv1alpha1.Policy
+		bound  prismv1alpha1.BoundType
 		want   tiers
 	}{
-		{rewrite.Performance, rewrite.MemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
-		{rewrite.Performance, rewrite.ComputeBound, tiers{K80: 1, P100: 1, V100: 0}},
-		{rewrite.Performance, rewrite.LatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
-		{rewrite.Performance, rewrite.Balanced, tiers{}},
-		{rewrite.Economy, rewrite.MemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
-		{rewrite.Economy, rewrite.LatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeMemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeComputeBound, tiers{K80: 1, P100: 1, V100: 0}},
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeLatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeBalanced, tiers{}},
+		{prismv1alpha1.PolicyEconomy, prismv1alpha1.BoundTypeMemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
+		{prismv1alpha1.PolicyEconomy, prismv1alpha1.BoundTypeLatencyBound, tiers{K80: 0, P100: 1, V100: 1}},
 	} {
 		if got := e.prism[tc.policy][tc.bound]; got != tc.want {
 			t.Errorf("%s %s: tiers %v, want %v", tc.policy, tc.bound, got, tc.want)
@@ -269,7 +269,7 @@ func TestTierScoreIsWeighedAgainstCPUAndMemory(t *testing.T) {
 	p.CPU = 10000
 	mk := func() *Env { return env(t, []Machine{machine("k", K80, 1), p}, &Pod{GPUs: 1, CPU: 8000, Runtime: 10}) }
 	for seed := range uint64(20) {
-		if mk().assign(seed, 0).label[0] != rewrite.MemoryBound {
+		if mk().assign(seed, 0).label[0] != prismv1alpha1.BoundTypeMemoryBound {
 			continue
 		}
 		if got := simulate(t, mk(), Run{Policy: PrismPerformance, Seed: seed}).OnModel; got != [numModels]int{K80: 1} {
@@ -359,11 +359,11 @@ func TestFeasibleNodesToFind(t *testing.T) {
 }
 
 func TestClassifierLabelsOfJobTypes(t *testing.T) {
-	want := map[string]rewrite.BoundType{
-		"A3C":                         rewrite.LatencyBound,
-		"ResNet-50 (batch size 128)":  rewrite.ComputeBound,
-		"LM (batch size 20)":          rewrite.MemoryBound,
-		"Transformer (batch size 32)": rewrite.Balanced,
+	want := map[string]prismv1alpha1.BoundType{
+		"A3C":                         prismv1alpha1.BoundTypeLatencyBound,
+		"ResNet-50 (batch size 128)":  prismv1alpha1.BoundTypeComputeBound,
+		"LM (batch size 20)":          prismv1alpha1.BoundTypeMemoryBound,
+		"Transformer (batch size 32)": prismv1alpha1.BoundTypeBalanced,
 	}
 	for _, ty := range JobTypes {
 		if _, ok := gavelThroughput[ty.Name]; !ok {
@@ -412,7 +412,7 @@ func TestLoadAwareYieldsTheTopClassToPendingMultiGPUClaims(t *testing.T) {
 	}
 	for seed := range uint64(50) {
 		e := mk()
-		if e.assign(seed, 0).label[2] != rewrite.MemoryBound {
+		if e.assign(seed, 0).label[2] != prismv1alpha1.BoundTypeMemoryBound {
 			continue
 		}
 		if got := simulate(t, e, Run{Policy: PrismLoadAware, Seed: seed}).OnModel; got != [numModels]int{K80: 1, V100: 2} {

@@ -35,7 +35,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/prismgpu/prism/pkg/rewrite"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // newBenchRewriter uses client-go's real event recorder, with nothing
@@ -50,7 +50,7 @@ func newBenchRewriter(b *testing.B) http.Handler {
 	broadcaster := record.NewBroadcaster()
 	b.Cleanup(broadcaster.Shutdown)
 	h, err := NewRewriter(RewriterOptions{
-		Profiles: fakeReader(b, memoryBound), Policy: rewrite.Performance, AutoProfile: true, Metrics: m,
+		Profiles: fakeReader(b, memoryBound), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true, Metrics: m,
 		Recorder: broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "prism-controller"}),
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ func TestRewriterCutsFromFleet(t *testing.T) {
 	// No memory need: with one, an H100-only fleet would still get the
 	// fits tier for its floor.
 	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m,
 		Fleet: func() *rewrite.Fleet { return fleet }})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -101,7 +102,7 @@ func (p *MemoryFloorProbe) probe(ctx context.Context) (bool, error) {
 			Exactly: &resourceapi.ExactDeviceRequest{
 				DeviceClassName: rewrite.DeviceClassName,
 				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					rewrite.MemoryCapacity: resource.MustParse("1Gi"),
+					gpuv1alpha1.MemoryCapacity.Qualified(): resource.MustParse("1Gi"),
 				}},
 			},
 		}}}},

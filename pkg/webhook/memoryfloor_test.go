@@ -33,6 +33,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -110,7 +111,7 @@ func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o RewriterOptions) (http
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.PeakMemory = &peak
 	})
-	o.Profiles, o.Policy, o.Recorder, o.Metrics = fakeReader(t, stream), rewrite.Performance, record.NewFakeRecorder(10), m
+	o.Profiles, o.Policy, o.Recorder, o.Metrics = fakeReader(t, stream), prismv1alpha1.PolicyPerformance, record.NewFakeRecorder(10), m
 	o.Fleet = func() *rewrite.Fleet { return fleet }
 	h, err := NewRewriter(o)
 	if err != nil {
@@ -132,7 +133,7 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
 		fits := claim.Spec.Devices.Requests[0].FirstAvailable[1]
 		if fits.Capacity != nil {
-			q := fits.Capacity.Requests[rewrite.MemoryCapacity]
+			q := fits.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]
 			memory = q.String()
 		}
 		for _, s := range fits.Selectors {
@@ -175,7 +176,7 @@ func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
 		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
 		top := claim.Spec.Devices.Requests[0].FirstAvailable[0]
 		if top.Capacity != nil {
-			_, capacityBound = top.Capacity.Requests[rewrite.BandwidthCapacity]
+			_, capacityBound = top.Capacity.Requests[gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified()]
 		}
 		for _, c := range claim.Spec.Devices.Constraints {
 			guarded = guarded || c.MatchAttribute != nil && *c.MatchAttribute == rewrite.GuardAttribute

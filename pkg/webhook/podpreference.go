@@ -60,7 +60,7 @@ type PodPreferenceOptions struct {
 	// TrimClaim keeps them), Profiles WorkloadProfiles.
 	Templates, Claims, Profiles client.Reader
 	// Policy is the cluster default, as for the rewriter.
-	Policy rewrite.Policy
+	Policy prismv1alpha1.Policy
 	// Preference is the controller's --preference; with PreferLadder every
 	// pod is admitted unchanged.
 	Preference rewrite.PreferenceMode
@@ -220,14 +220,14 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 
 // profileOf is what the rewrite needs of a WorkloadProfile, with the
 // cluster's policy where the profile sets none.
-func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy rewrite.Policy) rewrite.Profile {
+func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy prismv1alpha1.Policy) rewrite.Profile {
 	policy := clusterPolicy
 	if wp.Spec.Policy != "" {
-		policy = rewrite.Policy(wp.Spec.Policy)
+		policy = wp.Spec.Policy
 	}
 	return rewrite.Profile{
 		Name:                 wp.Name,
-		BoundType:            rewrite.BoundType(wp.Status.BoundType),
+		BoundType:            wp.Status.BoundType,
 		MinMemory:            wp.Spec.MinMemory,
 		PeakMemory:           wp.Status.PeakMemory,
 		MinComputeCapability: wp.Spec.MinComputeCapability,

@@ -89,11 +89,11 @@ func TestPodPreference(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: prof}}, Spec: gpuRequestSpec()}}
 	}
 	// A claim the claim webhook rewrote in affinity mode before the pod came.
-	plan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{
+	plan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}}})
 	named := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(plan)}}}
 	// A claim rewritten with a memory floor the L4 is below.
-	floorPlan, _ := json.Marshal(rewrite.Plan{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, Preference: &rewrite.Decision{
+	floorPlan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}, Exclude: []string{l4.Name}}})
 	namedFloor := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-big", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(floorPlan)}}}
 	reader := objectsReader(t, stream, unmeasured, big, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"), named, namedFloor)
@@ -159,7 +159,7 @@ func TestPodPreference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: rewrite.Performance,
+			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
 				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, ExcludeUnfitNodes: tc.exclude, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
@@ -211,7 +211,7 @@ func TestClaimAndPodAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: rewrite.Performance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m,
 		Fleet: func() *rewrite.Fleet { return fleet }, Preference: rewrite.PreferAffinity})
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestClaimAndPodAgree(t *testing.T) {
 	if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
 		t.Fatal(err)
 	}
-	want, err := rewrite.NodePreference(profileOf(stream, rewrite.Performance), rewrite.WithFleet(fleet), rewrite.WithPreference(rewrite.PreferAffinity))
+	want, err := rewrite.NodePreference(profileOf(stream, prismv1alpha1.PolicyPerformance), rewrite.WithFleet(fleet), rewrite.WithPreference(rewrite.PreferAffinity))
 	if err != nil {
 		t.Fatal(err)
 	}

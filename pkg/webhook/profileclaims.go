@@ -29,7 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/prismgpu/prism/pkg/rewrite"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // claimMemory is how long a profile stays writable by a node after the
@@ -195,7 +195,7 @@ func profileClaimKeys(c *resourceapi.ResourceClaim) []profileClaimKey {
 	}
 	nodes := sets.New[string]()
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == rewrite.DriverName {
+		if r.Driver == gpuv1alpha1.DriverName {
 			nodes.Insert(r.Pool)
 		}
 	}

@@ -67,7 +67,7 @@ type RewriterOptions struct {
 	// claim, so it should be an informer-backed cache.
 	Profiles client.Reader
 	// Policy is the cluster default; a profile's spec.policy overrides it.
-	Policy rewrite.Policy
+	Policy prismv1alpha1.Policy
 	// AutoProfile adds a profiling GpuConfig to claims whose profile has
 	// no measurements yet.
 	AutoProfile bool
@@ -94,15 +94,6 @@ type RewriterOptions struct {
 	TierBoundsAsCapacity func() bool
 }
 
-// ParsePolicy checks a cluster-wide policy name.
-func ParsePolicy(s string) (rewrite.Policy, error) {
-	switch p := rewrite.Policy(s); p {
-	case rewrite.Performance, rewrite.Economy, rewrite.LoadAware:
-		return p, nil
-	}
-	return "", fmt.Errorf("unknown policy %q: must be %q, %q or %q", s, rewrite.Performance, rewrite.Economy, rewrite.LoadAware)
-}
-
 // NewRewriter returns the mutating webhook for ResourceClaim CREATE. It
 // always admits: a broken or hostile profile costs the claim its rewrite,
 // never its creation.
@@ -110,7 +101,7 @@ func NewRewriter(opts RewriterOptions) (http.Handler, error) {
 	if opts.Profiles == nil || opts.Metrics == nil {
 		return nil, errors.New("rewriter needs a profile reader and metrics")
 	}
-	if _, err := ParsePolicy(string(opts.Policy)); err != nil {
+	if _, err := prismv1alpha1.ParsePolicy(string(opts.Policy)); err != nil {
 		return nil, err
 	}
 	r := &rewriter{opts: opts}
@@ -222,7 +213,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.Fleet != nil {
 		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()))
 	}
-	if r.opts.Load != nil && policy == rewrite.LoadAware {
+	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
 		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
 	}
 	if r.opts.MemoryFloorAsCapacity != nil && r.opts.MemoryFloorAsCapacity() {
@@ -237,7 +228,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		return outcome{skip: skipInvalidProfile, message: err.Error()}
 	case err != nil:
 		return outcome{skip: skipRewriteError, message: err.Error()}
-	case len(plan.Rewritten) == 0 && (plan.BoundType == rewrite.Balanced || plan.BoundType == rewrite.Unknown):
+	case len(plan.Rewritten) == 0 && (plan.BoundType == prismv1alpha1.BoundTypeBalanced || plan.BoundType == prismv1alpha1.BoundTypeUnknown):
 		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
 	case len(plan.Rewritten) == 0 && !preferredByAffinity(plan):
 		return outcome{skip: skipNoEligible, message: untouchedSummary(plan)}
@@ -303,7 +294,7 @@ func (r *rewriter) autoProfile(claim *resourceapi.ResourceClaim, name string, wp
 	config := resourceapi.DeviceClaimConfiguration{
 		Requests: refs,
 		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver:     rewrite.DriverName,
+			Driver:     gpuv1alpha1.DriverName,
 			Parameters: runtime.RawExtension{Raw: profilingParameters},
 		}},
 	}
@@ -438,7 +429,7 @@ func hasGPURequest(spec *resourceapi.ResourceClaimSpec) bool {
 func unconfiguredGPURequests(spec *resourceapi.ResourceClaimSpec) []string {
 	configured := make(map[string]bool)
 	for _, c := range spec.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != rewrite.DriverName {
+		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.DriverName {
 			continue
 		}
 		if len(c.Requests) == 0 {

@@ -113,7 +113,7 @@ func newTestRewriter(t testing.TB, auto bool, reader client.Reader) (http.Handle
 		t.Fatal(err)
 	}
 	rec := record.NewFakeRecorder(10)
-	h, err := NewRewriter(RewriterOptions{Profiles: reader, Policy: rewrite.Performance, AutoProfile: auto, Recorder: rec, Metrics: m})
+	h, err := NewRewriter(RewriterOptions{Profiles: reader, Policy: prismv1alpha1.PolicyPerformance, AutoProfile: auto, Recorder: rec, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestRewriter(t *testing.T) {
 				if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
 					t.Fatalf("rewrite annotation: %v", err)
 				}
-				if plan.Profile != "train" || plan.BoundType != rewrite.MemoryBound || !slices.Equal(plan.Rewritten, []string{"gpu"}) {
+				if plan.Profile != "train" || plan.BoundType != prismv1alpha1.BoundTypeMemoryBound || !slices.Equal(plan.Rewritten, []string{"gpu"}) {
 					t.Errorf("plan %+v", plan)
 				}
 			},
@@ -486,14 +486,6 @@ func TestRewriterHTTPErrors(t *testing.T) {
 				t.Errorf("status %d, want %d", rec.Code, tc.want)
 			}
 		})
-	}
-}
-
-func TestParsePolicy(t *testing.T) {
-	for in, wantErr := range map[string]bool{"performance": false, "economy": false, "": true, "Performance": true, "fast": true} {
-		if _, err := ParsePolicy(in); (err != nil) != wantErr {
-			t.Errorf("ParsePolicy(%q) error %v, want error %v", in, err, wantErr)
-		}
 	}
 }
 

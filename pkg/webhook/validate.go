@@ -139,7 +139,7 @@ func appendWarning(warnings []string, w string) []string {
 func validateDeviceConfigs(configs []resourceapi.DeviceClaimConfiguration, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, c := range configs {
-		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.GroupName {
+		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.DriverName {
 			continue
 		}
 		p := path.Index(i).Child("opaque", "parameters")
@@ -184,10 +184,10 @@ func validateProfileSpec(ctx context.Context, spec *prismv1alpha1.WorkloadProfil
 		Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName},
 	}}}}
 	_, _, err := rewrite.Rewrite(ctx, probe, rewrite.Profile{
-		BoundType:            rewrite.MemoryBound,
+		BoundType:            prismv1alpha1.BoundTypeMemoryBound,
 		MinMemory:            spec.MinMemory,
 		MinComputeCapability: spec.MinComputeCapability,
-		Policy:               rewrite.Policy(spec.Policy),
+		Policy:               spec.Policy,
 	})
 	if err != nil {
 		return nil, []string{fmt.Sprintf("claims that use this profile will not be rewritten: %v", err)}

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -119,7 +119,7 @@ func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernet
 // claim would pass through unchanged.
 func ensureFleet(ctx context.Context, client kubernetes.Interface) error {
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + rewrite.DriverName, Limit: 1,
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName, Limit: 1,
 	})
 	if err != nil || len(list.Items) > 0 {
 		return err

@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -44,7 +45,7 @@ func GPUClass() *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},
 		Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.prism.dev"`}}},
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `"`}}},
 		},
 	}
 }
@@ -382,7 +383,8 @@ func (r allocatorResult) rows(cse string, passes int) []Row {
 // read (pkg/rewrite's catalogue, built-in and fleet-cut tiers); the memory
 // floor reads the memory capacity.
 var ReadAttributes = []resourceapi.QualifiedName{
-	"gpu.prism.dev/bandwidthClass", "gpu.prism.dev/memoryBandwidthGBps", "gpu.prism.dev/fp32GFLOPS", "gpu.prism.dev/cudaComputeCapability",
+	gpuv1alpha1.BandwidthClassAttribute.Qualified(), gpuv1alpha1.MemoryBandwidthGBpsAttribute.Qualified(),
+	gpuv1alpha1.FP32GFLOPSAttribute.Qualified(), gpuv1alpha1.CUDAComputeCapabilityAttribute.Qualified(),
 }
 
 // Slim keeps only ReadAttributes of every device: what a fleet would cost
@@ -422,7 +424,7 @@ func ActivationCost(ctx context.Context, f *Fleet, samples int) ([]Row, error) {
 		return nil, prog.Error
 	}
 	eval := func(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) (float64, error) {
-		d := cel.Device{Driver: rewrite.DriverName, Attributes: attrs, Capacity: full.Capacity}
+		d := cel.Device{Driver: gpuv1alpha1.DriverName, Attributes: attrs, Capacity: full.Capacity}
 		const batch = 200
 		var per []time.Duration
 		for range samples {

@@ -28,8 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -75,7 +75,7 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 	}
 	// Slices of earlier phases would count towards the first size.
 	if err := client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{
-		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + rewrite.DriverName,
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName,
 	}); err != nil {
 		return nil, fmt.Errorf("removing earlier phases' slices: %w", err)
 	}
@@ -172,7 +172,7 @@ func createScaleClaim(ctx context.Context, client kubernetes.Interface, first, i
 	dev := s.Spec.Devices[(held/len(slices))%len(s.Spec.Devices)]
 	created.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
 		Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: created.Spec.Devices.Requests[0].Name, Driver: rewrite.DriverName, Pool: s.Spec.Pool.Name, Device: dev.Name,
+			Request: created.Spec.Devices.Requests[0].Name, Driver: gpuv1alpha1.DriverName, Pool: s.Spec.Pool.Name, Device: dev.Name,
 		}},
 	}}
 	_, err = client.ResourceV1().ResourceClaims(scaleNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/sim"
@@ -95,13 +96,13 @@ var Profiles = []struct {
 	Name    string
 	Profile rewrite.Profile
 }{
-	{"MemoryBound-performance", rewrite.Profile{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, PeakMemory: qty("16Gi")}},
-	{"MemoryBound-performance-20Gi", rewrite.Profile{BoundType: rewrite.MemoryBound, Policy: rewrite.Performance, PeakMemory: qty("20Gi")}},
-	{"MemoryBound-economy", rewrite.Profile{BoundType: rewrite.MemoryBound, Policy: rewrite.Economy, PeakMemory: qty("16Gi")}},
-	{"ComputeBound-performance", rewrite.Profile{BoundType: rewrite.ComputeBound, Policy: rewrite.Performance, PeakMemory: qty("16Gi")}},
-	{"ComputeBound-economy-20Gi-cc8.0", rewrite.Profile{BoundType: rewrite.ComputeBound, Policy: rewrite.Economy, PeakMemory: qty("20Gi"), MinComputeCapability: "8.0"}},
-	{"LatencyBound-performance", rewrite.Profile{BoundType: rewrite.LatencyBound, Policy: rewrite.Performance, PeakMemory: qty("8Gi")}},
-	{"LatencyBound-economy", rewrite.Profile{BoundType: rewrite.LatencyBound, Policy: rewrite.Economy, PeakMemory: qty("8Gi")}},
+	{"MemoryBound-performance", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")}},
+	{"MemoryBound-performance-20Gi", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("20Gi")}},
+	{"MemoryBound-economy", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("16Gi")}},
+	{"ComputeBound-performance", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("16Gi")}},
+	{"ComputeBound-economy-20Gi-cc8.0", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("20Gi"), MinComputeCapability: "8.0"}},
+	{"LatencyBound-performance", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("8Gi")}},
+	{"LatencyBound-economy", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("8Gi")}},
 }
 
 // GPUSpec is a claim spec for count GPUs of class gpu.prism.dev, request "gpu".

@@ -25,8 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/residency"
-	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -90,7 +90,7 @@ type PluginProc struct {
 
 // Socket is the DRA gRPC socket.
 func (p *PluginProc) Socket() string {
-	return filepath.Join(p.Dir, "plugins", rewrite.DriverName, "dra.sock")
+	return filepath.Join(p.Dir, "plugins", gpuv1alpha1.DriverName, "dra.sock")
 }
 
 // StartPlugin runs the plugin for node with a simulated fleet, state under dir.
@@ -110,7 +110,7 @@ func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet 
 		append([]string{"--node-name=" + node,
 			"--kubeconfig=" + c.KubeconfigPath,
 			"--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
-			"--kubelet-plugin-dir=" + filepath.Join(dir, "plugins", rewrite.DriverName),
+			"--kubelet-plugin-dir=" + filepath.Join(dir, "plugins", gpuv1alpha1.DriverName),
 			"--cdi-root=" + filepath.Join(dir, "cdi"),
 			"--state-dir=" + filepath.Join(dir, "state"),
 			"--fleet=" + fleet,
@@ -204,7 +204,7 @@ func Prepare(ctx context.Context, c *testbed.Cluster, client kubernetes.Interfac
 	total := o.Calls + o.Warmup
 	// Both plugins' claims exist before either runs, so that both loops
 	// see an API server holding the same objects.
-	claims, err := createAllocatedClaims(ctx, client, ns, "prep", rewrite.DriverName, total)
+	claims, err := createAllocatedClaims(ctx, client, ns, "prep", gpuv1alpha1.DriverName, total)
 	if err != nil {
 		return nil, err
 	}
@@ -760,9 +760,9 @@ func createShareClaim(ctx context.Context, client kubernetes.Interface, ns, name
 	share := uuid.NewUUID()
 	cl.Status.Allocation = &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: rewrite.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", gpu),
+			Request: "gpu", Driver: gpuv1alpha1.DriverName, Pool: node, Device: fmt.Sprintf("gpu-%d", gpu),
 			ShareID:          &share,
-			ConsumedCapacity: map[resourceapi.QualifiedName]apiresource.Quantity{rewrite.DriverName + "/memory": apiresource.MustParse("1Gi")},
+			ConsumedCapacity: map[resourceapi.QualifiedName]apiresource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): apiresource.MustParse("1Gi")},
 		}}},
 		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},

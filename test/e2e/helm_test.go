@@ -24,10 +24,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"sigs.k8s.io/yaml"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
-	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -514,7 +514,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	// decode; with failurePolicy Ignore only a webhook that answered can.
 	bad := gpuClaimSpec(1)
 	bad.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-		Driver: plugin.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","noSuchField":true}`)},
+		Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","noSuchField":true}`)},
 	}}}}
 	_, err = client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "bad-config"}, Spec: bad}, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "validate.gpu.prism.dev") {
@@ -571,7 +571,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	}
 	watch := watchSliceGaps(ctx, client, node.Name)
 	readyOverlap := watchReadyOverlap(ctx, t, client)
-	oldReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), plugin.DriverName, pluginPod.UID))
+	oldReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), gpuv1alpha1.DriverName, pluginPod.UID))
 	if socks := sockets(t, node.RegistrarDir()); !slices.Equal(socks, []string{oldReg}) {
 		t.Fatalf("before the upgrade the registration sockets are %v, want the old plugin's %s", socks, oldReg)
 	}
@@ -607,7 +607,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	// The two-instance hand-off: both pods Ready at once (readiness is
 	// registered and published), both registration sockets at once, and the
 	// kubelet registered the new plugin before it unregistered the old one.
-	newReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), plugin.DriverName, newPluginPod.UID))
+	newReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), gpuv1alpha1.DriverName, newPluginPod.UID))
 	ready := readyOverlap()
 	registered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.RegisterPlugin started", newReg)
 	unregistered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.UnregisterPlugin started", oldReg)

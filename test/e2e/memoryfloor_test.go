@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -48,7 +49,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 	for _, sub := range subs {
 		var memory string
 		if sub.Capacity != nil {
-			q := sub.Capacity.Requests[rewrite.MemoryCapacity]
+			q := sub.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]
 			memory = q.String()
 		}
 		if memory != "39Gi" {
@@ -86,7 +87,7 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 	e.waitForPlan(t, "stream", `"tierBounds":"capacity"`)
 
 	for _, tc := range []tierBoundsCase{
-		{"stream-1", "stream", "", "gpu/bandwidth-top", rewrite.BandwidthCapacity},
+		{"stream-1", "stream", "", "gpu/bandwidth-top", gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified()},
 		{"gemm-1", "gemm", h100, "gpu/fits", ""},
 	} {
 		// A subtest each, so that a case's pod is gone before the next
@@ -137,7 +138,7 @@ func (e *controllerEnv) checkTierBounds(t *testing.T, tc tierBoundsCase) {
 		bounded := false
 		if sub.Capacity != nil {
 			for name := range sub.Capacity.Requests {
-				bounded = bounded || name != rewrite.MemoryCapacity
+				bounded = bounded || name != gpuv1alpha1.MemoryCapacity.Qualified()
 			}
 		}
 		for _, s := range sub.Selectors {

@@ -21,9 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
-	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -89,7 +89,7 @@ func newPluginProc(ctx context.Context, t *testing.T, c *testbed.Cluster, node *
 		"--node-name=" + node.Name,
 		"--kubeconfig=" + kubeconfig,
 		"--kubelet-registrar-dir=" + node.RegistrarDir(),
-		"--kubelet-plugin-dir=" + node.PluginDir(plugin.DriverName),
+		"--kubelet-plugin-dir=" + node.PluginDir(gpuv1alpha1.DriverName),
 		"--cdi-root=" + p.CDIRoot,
 		"--state-dir=" + p.StateDir,
 		"--fleet=" + fleet,
@@ -178,7 +178,7 @@ func waitForSlice(ctx context.Context, t *testing.T, client kubernetes.Interface
 
 func nodeSlice(ctx context.Context, client kubernetes.Interface, node string) (*resourceapi.ResourceSlice, error) {
 	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + plugin.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
 	})
 	if err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func createPrismDeviceClass(ctx context.Context, t *testing.T, c *testbed.Cluste
 // gpuClaimSpec is a claim for count GPUs of class gpu.prism.dev with the
 // given CEL selectors.
 func gpuClaimSpec(count int64, selectors ...string) resourceapi.ResourceClaimSpec {
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: plugin.DriverName, Count: count, AllocationMode: resourceapi.DeviceAllocationModeExactCount}
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: gpuv1alpha1.DriverName, Count: count, AllocationMode: resourceapi.DeviceAllocationModeExactCount}
 	for _, s := range selectors {
 		req.Selectors = append(req.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
 	}

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
-	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -119,8 +119,8 @@ func TestPrismSchedulerFromTheChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	claim := podClaim(ctx, t, client, pod)
-	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 || claim.Status.Allocation.Devices.Results[0].Driver != plugin.DriverName {
-		t.Fatalf("claim %s allocation %+v, want one %s device", claim.Name, claim.Status.Allocation, plugin.DriverName)
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 || claim.Status.Allocation.Devices.Results[0].Driver != gpuv1alpha1.DriverName {
+		t.Fatalf("claim %s allocation %+v, want one %s device", claim.Name, claim.Status.Allocation, gpuv1alpha1.DriverName)
 	}
 	if len(claim.Status.ReservedFor) != 1 || claim.Status.ReservedFor[0].UID != pod.UID {
 		t.Errorf("claim %s reserved for %+v, want pod %s", claim.Name, claim.Status.ReservedFor, pod.UID)

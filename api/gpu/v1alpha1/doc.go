@@ -18,6 +18,11 @@ limitations under the License.
 // a ResourceClaim's spec.devices.config[].opaque.parameters for the
 // gpu.prism.dev driver.
 //
+// It also holds the names the driver publishes (attributes.go): the driver
+// name, and the attributes and capacities of its devices. The kubelet
+// plugin that publishes them and the controller that reads them both take
+// them from here.
+//
 // The type is never served by an API server: the kubelet plugin receives it
 // as raw bytes and must decode it itself, so Decode is deliberately strict.
 // A typo that silently fell back to defaults would hand a user an exclusive

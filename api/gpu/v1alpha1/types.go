@@ -22,9 +22,9 @@ import (
 )
 
 const (
-	// GroupName is the API group of the opaque configuration. It is also the
-	// DRA driver name that the configuration must be addressed to.
-	GroupName = "gpu.prism.dev"
+	// GroupName is the API group of the opaque configuration, named after
+	// the driver (DriverName) that the configuration is addressed to.
+	GroupName = DriverName
 	// Version is the only version of the configuration accepted so far.
 	Version = "v1alpha1"
 	// GpuConfigKind is the kind of GpuConfig.

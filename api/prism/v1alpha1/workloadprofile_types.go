@@ -61,7 +61,8 @@ const (
 	PolicyEconomy Policy = "economy"
 	// PolicyLoadAware is performance, except that at admission the job
 	// leaves the fastest class to pending claims that gain more from it or
-	// need several of its devices.
+	// need several of its devices. See docs/rewrite.md, "The load-aware
+	// policy".
 	PolicyLoadAware Policy = "load-aware"
 )
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
@@ -443,7 +444,7 @@ func render(ds []*int) string {
 }
 
 func qualified(id string) resourceapi.QualifiedName {
-	return resourceapi.QualifiedName(gpu.Domain + "/" + id)
+	return resourceapi.QualifiedName(gpuv1alpha1.DriverName + "/" + id)
 }
 
 func toJSON(t *testing.T, v any) string {

@@ -25,6 +25,7 @@ import (
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/klog/v2/ktesting"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
@@ -56,7 +57,7 @@ func TestDocumentedCELExamplesSelectAnH100(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResourceDevices: %v", err)
 	}
-	device := dracel.Device{Driver: gpu.Domain, Attributes: published[0].Attributes, Capacity: published[0].Capacity}
+	device := dracel.Device{Driver: gpuv1alpha1.DriverName, Attributes: published[0].Attributes, Capacity: published[0].Capacity}
 
 	compiler := dracel.GetCompiler(dracel.Features{})
 	for _, expr := range examples {

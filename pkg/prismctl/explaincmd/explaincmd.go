@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 
 	"github.com/spf13/cobra"
@@ -69,10 +70,12 @@ func newCommand(newClient clientFunc) *cobra.Command {
 		Short: "Show which GPUs satisfy a ResourceClaim, and which selector rules out the others",
 		Long: `Evaluates the claim's selectors (those of its device class first, then its
 own; for a prioritized list each alternative in order) against every device
-published by the ` + rewrite.DriverName + ` driver, with the CEL library the
+published by the ` + gpuv1alpha1.DriverName + ` driver, with the CEL library the
 scheduler uses. The device the scheduler allocated is marked with "*".
-HELD BY names the other claims a device is allocated to, exclusively or
-with their share of its memory.
+HELD BY names the other claims a device is allocated to, whole or with
+their share of its memory. The claim's prism.dev/rewrite annotation is
+spelled out above the table; -o json prints it as JSON instead, and
+nothing else.
 
 A matching device that is free may still sit on a node the pod cannot use,
 or lack the capacity left for a share.`,
@@ -103,10 +106,10 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 		return fmt.Errorf("getting ResourceClaim %s/%s: %w", namespace, name, err)
 	}
 	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName).String(),
 	})
 	if err != nil {
-		return fmt.Errorf("listing ResourceSlices of %s: %w", rewrite.DriverName, err)
+		return fmt.Errorf("listing ResourceSlices of %s: %w", gpuv1alpha1.DriverName, err)
 	}
 	classes, err := deviceClasses(ctx, cs, claim)
 	if err != nil {
@@ -142,7 +145,7 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	fmt.Fprintln(out)
 	rows := explain.Explain(ctx, claim, slices.Items, classes, holders)
 	if len(rows) == 0 {
-		_, err := fmt.Fprintf(out, "No devices published by %s.\n", rewrite.DriverName)
+		_, err := fmt.Fprintf(out, "No devices published by %s.\n", gpuv1alpha1.DriverName)
 		return err
 	}
 	return explain.WriteTable(out, rows, wide)

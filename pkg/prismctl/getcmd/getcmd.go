@@ -28,10 +28,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/explain"
 	"github.com/prismgpu/prism/pkg/prismctl/cmdgroup"
 	"github.com/prismgpu/prism/pkg/prismctl/kubeconfig"
-	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // NewCommand returns the `get` command with its `gpus` subcommand.
@@ -56,10 +56,10 @@ func newCommand(newClient func() (kubernetes.Interface, error)) *cobra.Command {
 	gpus := &cobra.Command{
 		Use:   "gpus",
 		Short: "List every GPU with its node, model, speed, memory, health taint and holders",
-		Long: `Lists every GPU the ` + rewrite.DriverName + ` driver publishes, one row per GPU:
+		Long: `Lists every GPU the ` + gpuv1alpha1.DriverName + ` driver publishes, one row per GPU:
 its node, product, bandwidth class, memory bandwidth, FP32 peak, memory,
-health taint, and the claims it is allocated to (exclusively, or their share
-of its memory) with the pods those claims are reserved for.
+health taint, and the claims it is allocated to (the whole GPU, or their
+share of its memory) with the pods those claims are reserved for.
 
 Built from ResourceSlices and ResourceClaims alone; it needs list access to
 both, cluster-wide.`,
@@ -77,10 +77,10 @@ both, cluster-wide.`,
 
 func listGPUs(ctx context.Context, out io.Writer, cs kubernetes.Interface) error {
 	slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.driver", rewrite.DriverName).String(),
+		FieldSelector: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName).String(),
 	})
 	if err != nil {
-		return fmt.Errorf("listing ResourceSlices of %s: %w", rewrite.DriverName, err)
+		return fmt.Errorf("listing ResourceSlices of %s: %w", gpuv1alpha1.DriverName, err)
 	}
 	claims, err := cs.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -88,7 +88,7 @@ func listGPUs(ctx context.Context, out io.Writer, cs kubernetes.Interface) error
 	}
 	gpus := explain.Fleet(slices.Items, explain.Holders(claims.Items))
 	if len(gpus) == 0 {
-		_, err := fmt.Fprintf(out, "No GPUs published by %s.\n", rewrite.DriverName)
+		_, err := fmt.Fprintf(out, "No GPUs published by %s.\n", gpuv1alpha1.DriverName)
 		return err
 	}
 	return explain.WriteFleet(out, gpus)

@@ -39,9 +39,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
-)
 
-const driverName = "gpu.prism.dev"
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+)
 
 type floor struct{}
 
@@ -55,7 +55,7 @@ func (floor) PrepareResourceClaims(_ context.Context, claims []*resourceapi.Reso
 			for _, res := range c.Status.Allocation.Devices.Results {
 				r.Devices = append(r.Devices, kubeletplugin.Device{
 					Requests: []string{res.Request}, PoolName: res.Pool, DeviceName: res.Device,
-					CDIDeviceIDs: []string{driverName + "/floor=" + string(c.UID) + "-" + res.Device},
+					CDIDeviceIDs: []string{gpuv1alpha1.DriverName + "/floor=" + string(c.UID) + "-" + res.Device},
 				})
 			}
 		}
@@ -120,7 +120,7 @@ func run() error {
 		return err
 	}
 	ctx := klog.NewContext(context.Background(), klog.Background())
-	helper, err := kubeletplugin.Start(ctx, floor{}, kubeletplugin.DriverName(driverName), kubeletplugin.NodeName(*node),
+	helper, err := kubeletplugin.Start(ctx, floor{}, kubeletplugin.DriverName(gpuv1alpha1.DriverName), kubeletplugin.NodeName(*node),
 		kubeletplugin.KubeClient(client), kubeletplugin.RegistrarDirectoryPath(*registrar), kubeletplugin.PluginDataDirectoryPath(*pluginDir))
 	if err != nil {
 		return err
