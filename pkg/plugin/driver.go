@@ -112,6 +112,9 @@ type Driver struct {
 	devices   map[string]gpu.Device
 	sysfs     fs.ReadLinkFS
 	unhealthy map[string]unhealthy
+	// unwatched is why NVML's Xid events cannot be watched; nil while they
+	// are, or before the watch starts.
+	unwatched error
 	// unpublished are the indexes of GPUs that NVML cannot read and that
 	// nothing is known of, so they are not published (see unreadable.go);
 	// each is reported once while it stays so.
@@ -121,6 +124,10 @@ type Driver struct {
 	// health event published in between. It guards published.
 	publishMu sync.Mutex
 	published []resourceapi.Device
+	// healthChanged wakes the kubelet's health watchers (healthstatus.go).
+	// Every change to the GPUs or their taints is published, so
+	// publishIfChanged notifies it.
+	healthChanged healthSignal
 	// dropped are the feature gates the API server was seen to lack.
 	dropped droppedFeatures
 
@@ -153,7 +160,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		// rolling update two instances share the node, and only the helper's
 		// serialisation takes a file lock that orders calls across processes.
 		kubeletplugin.Serialize(cfg.RollingUpdatePodUID != ""),
-		kubeletplugin.HealthService(false),
+		// The kubelet is told the GPUs' health (WatchHealthStatus) where
+		// it is watched.
+		kubeletplugin.HealthService(cfg.Health != nil),
 		kubeletplugin.GRPCInterceptor(TraceInterceptor(klog.FromContext(ctx))),
 	}
 	if cfg.RegistrarDir != "" {
@@ -346,6 +355,8 @@ func (d *Driver) publish(ctx context.Context) error {
 func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error) {
 	d.publishMu.Lock()
 	defer d.publishMu.Unlock()
+	// The kubelet learns of a change even when the API server does not.
+	d.healthChanged.notify()
 	resourceDevices, err := d.resourceDevices(ctx)
 	if err != nil {
 		return false, fmt.Errorf("build ResourceSlice devices: %w", err)
@@ -472,11 +483,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	}
 	klog.FromContext(ctx).Error(err, msg)
 	d.metrics.claimErrors.WithLabelValues("background", "helper").Inc()
-}
-
-// WatchHealthStatus is not offered: health is reported with device taints.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)

@@ -43,17 +43,7 @@ func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
 func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(*Config)) *Driver {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	inventory := nvml.NewFleetInventory(filepath.Join("..", "..", "demo", "fleets", fleetFile), testNode)
-	root := filepath.Join(stateDir, "driver-root")
-	minors := []int{0, 1, 2, 3, 4, 5, 6, 7}
-	if err := cdi.MakeFakeDriverRoot(root, minors); err != nil {
-		t.Fatal(err)
-	}
-	writer, err := cdi.NewWriter(cdi.Options{Root: filepath.Join(stateDir, "cdi"), Source: cdi.NewSimulatedSource(cdi.Roots{DriverRoot: root})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{NodeName: testNode, KubeClient: fake.NewClientset(), Inventory: inventory, CDI: writer, StateDir: stateDir}
+	cfg := testConfig(t, fleetFile, stateDir)
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -64,6 +54,22 @@ func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(
 	d.slices = &recordingPublisher{}
 	t.Cleanup(d.broadcast.Shutdown)
 	return d
+}
+
+// testConfig is a driver's Config for a simulated fleet, without a kubelet.
+func testConfig(t testing.TB, fleetFile, stateDir string) Config {
+	t.Helper()
+	inventory := nvml.NewFleetInventory(filepath.Join("..", "..", "demo", "fleets", fleetFile), testNode)
+	root := filepath.Join(stateDir, "driver-root")
+	minors := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	if err := cdi.MakeFakeDriverRoot(root, minors); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := cdi.NewWriter(cdi.Options{Root: filepath.Join(stateDir, "cdi"), Source: cdi.NewSimulatedSource(cdi.Roots{DriverRoot: root})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Config{NodeName: testNode, KubeClient: fake.NewClientset(), Inventory: inventory, CDI: writer, StateDir: stateDir}
 }
 
 // recordingPublisher stands in for the helper's ResourceSlice controller.

@@ -63,6 +63,10 @@ type unhealthy struct {
 	uuid      string
 	taint     resourceapi.DeviceTaint
 	lastEvent time.Time
+	// xid is the Xid that set the taint, when this run saw one: 0 for a
+	// GPU that NVML cannot read and for taints taken up from before a
+	// restart. It names the cause to the kubelet (healthMessage).
+	xid uint64
 	// remembered is set while NVML cannot read the GPU and has not read it
 	// since the plugin started: it is published from this record (see
 	// rememberedDevice) rather than from a reading. index is its NVML
@@ -91,6 +95,7 @@ func (d *Driver) watchHealth(ctx context.Context) {
 	go func() {
 		if err := nvml.WatchHealth(ctx, d.cfg.Health.NVML, events, d.cfg.Health.Retry); err != nil {
 			logger.Error(err, "GPU health is not watched")
+			d.healthNotWatched(err)
 		}
 	}()
 	recheck := d.clock.NewTicker(max(d.cfg.Health.RecoverAfter/4, 100*time.Millisecond))
@@ -122,7 +127,7 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		d.metrics.healthEvents.WithLabelValues("ignored").Inc()
 		return
 	}
-	effect, value := resourceapi.DeviceTaintEffectNoSchedule, "xid-"+strconv.FormatUint(ev.XID, 10)
+	effect, value, xid := resourceapi.DeviceTaintEffectNoSchedule, "xid-"+strconv.FormatUint(ev.XID, 10), ev.XID
 	if ev.XID == nvml.XIDGPULost {
 		effect, value = resourceapi.DeviceTaintEffectNoExecute, lostValue
 	}
@@ -133,7 +138,11 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		// A lost GPU stays lost; a later Xid must not weaken its taint.
 		effect, value = prev.taint.Effect, prev.taint.Value
 	}
-	d.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now}
+	if had && prev.taint.Value == value {
+		// The same taint keeps its cause, and the kubelet its message.
+		xid = prev.xid
+	}
+	d.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now, xid: xid}
 	d.devicesMu.Unlock()
 	d.metrics.healthEvents.WithLabelValues("fatal").Inc()
 	if had && prev.taint.Value == value {

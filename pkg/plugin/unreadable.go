@@ -71,7 +71,7 @@ func (d *Driver) taintUnreadableLocked(index int, why error, claimed map[string]
 	delete(d.unpublished, index)
 	tainted := !had || prev.taint.Value != lostValue
 	if tainted {
-		next.taint, next.lastEvent = newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), now
+		next.taint, next.lastEvent, next.xid = newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), now, 0
 	}
 	d.unhealthy[name] = next
 	if !tainted {

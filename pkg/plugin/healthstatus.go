@@ -1,0 +1,158 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+)
+
+// The kubelet shows the health of a pod's devices in its status
+// (containerStatuses[].allocatedResourcesStatus, Kubernetes feature gate
+// ResourceHealthStatus). Prism tells it what its device taints say: a
+// tainted GPU is Unhealthy, with the Xid that tainted it, an untainted one
+// Healthy, or Unknown if NVML's Xid events cannot be watched at all. There
+// is no second record of health: each report is read from the taints and
+// the discovered GPUs as they are when it is sent.
+
+// healthLease is how long the kubelet trusts a reported health before it
+// shows the GPU's health as Unknown; reports are sent again well within it,
+// changed or not, for as long as the kubelet watches.
+const (
+	healthLease       = 30 * time.Second
+	healthResendEvery = healthLease / 3
+)
+
+// healthSignal wakes the kubelet's health watchers when the GPUs or their
+// health may have changed. Waking costs the health monitor nothing: it
+// never waits for a watcher, and a watcher that is behind sends only the
+// state as it is when it catches up.
+type healthSignal struct {
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+// wait returns a channel that is closed at the next notify. Take it before
+// reading the state, so that a change made after the read is not missed.
+func (s *healthSignal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+func (s *healthSignal) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// WatchHealthStatus reports the health of the node's GPUs to the kubelet:
+// all of them when the stream opens, again whenever one changes, and again
+// every healthResendEvery. Each kubelet stream has its own call; they share
+// nothing but the driver's state.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if d.cfg.Health == nil {
+		return kubeletplugin.ErrHealthNotSupported
+	}
+	logger := klog.FromContext(ctx)
+	resend := d.clock.NewTicker(healthResendEvery)
+	defer resend.Stop()
+	var sent []kubeletplugin.DeviceHealth
+	due := true
+	for {
+		changed := d.healthChanged.wait()
+		devices, discovered := d.deviceHealth()
+		if discovered && (due || !slices.Equal(devices, sent)) {
+			report := kubeletplugin.DeviceHealthReport{Devices: slices.Clone(devices)}
+			now := d.clock.Now()
+			for i := range report.Devices {
+				report.Devices[i].LastUpdated = now
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				// Newer state: send that instead.
+				continue
+			case reports <- report:
+				logger.V(5).Info("Reported GPU health to the kubelet", "devices", len(devices))
+				sent, due = devices, false
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-resend.C():
+			due = true
+		}
+	}
+}
+
+// deviceHealth is the health of the published GPUs, in index order, without
+// LastUpdated. discovered is false until the GPUs were first read: a report
+// then would say the node has none.
+func (d *Driver) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovered bool) {
+	d.devicesMu.RLock()
+	defer d.devicesMu.RUnlock()
+	if d.devices == nil {
+		return nil, false
+	}
+	names := make([]string, 0, len(d.devices))
+	for name := range d.devices {
+		names = append(names, name)
+	}
+	for _, dev := range d.rememberedDevicesLocked() {
+		names = append(names, dev.Name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(deviceIndex(a), deviceIndex(b)) })
+	devices = make([]kubeletplugin.DeviceHealth, 0, len(names))
+	for _, name := range names {
+		h := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, HealthCheckTimeout: healthLease}
+		if u, tainted := d.unhealthy[name]; tainted {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, healthMessage(u)
+		} else if d.unwatched != nil {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "Xid events are not watched: "+d.unwatched.Error()
+		}
+		devices = append(devices, h)
+	}
+	return devices, true
+}
+
+// healthMessage says why a GPU is unhealthy: the Xid, or that NVML cannot
+// read it, and its taint. It stays the same while the taint does, since
+// the kubelet updates the pods for every new message.
+func healthMessage(u unhealthy) string {
+	taint := fmt.Sprintf("tainted %s=%s:%s", u.taint.Key, u.taint.Value, u.taint.Effect)
+	switch {
+	case u.taint.Value != lostValue:
+		return fmt.Sprintf("Xid %s, a fatal GPU error; %s", strings.TrimPrefix(u.taint.Value, "xid-"), taint)
+	case u.xid == nvml.XIDGPULost:
+		return fmt.Sprintf("Xid %d, the GPU fell off the bus; %s", nvml.XIDGPULost, taint)
+	default:
+		return "NVML cannot read the GPU; " + taint
+	}
+}
+
+// healthNotWatched records that NVML's Xid events cannot be watched, so
+// that the untainted GPUs are reported Unknown rather than Healthy.
+func (d *Driver) healthNotWatched(err error) {
+	d.devicesMu.Lock()
+	d.unwatched = err
+	d.devicesMu.Unlock()
+	d.healthChanged.notify()
+}
