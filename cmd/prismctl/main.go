@@ -19,14 +19,16 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/envflag"
-	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
 	"github.com/prismgpu/prism/pkg/prismctl/getcmd"
 	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
@@ -37,7 +39,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	logs := logging.NewOptions()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "prismctl:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "prismctl",
 		Short:         "Prism GPU allocation client",
@@ -45,19 +53,24 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := envflag.Apply(cmd.Root().PersistentFlags(), os.LookupEnv); err != nil {
-				return err
-			}
-			return logs.Apply()
+			return envflag.Apply(cmd.Root().PersistentFlags(), os.LookupEnv)
 		},
 	}
 	root.SetVersionTemplate("prismctl {{.Version}}\n")
-	// client-go logs through klog: -v=6 shows every API call prismctl makes.
-	logs.AddFlags(root.PersistentFlags())
+	addVerbosityFlag(root.PersistentFlags())
 	envflag.Bind(root.PersistentFlags(), "PRISM_", map[string]string{"v": "PRISM_VERBOSITY"})
 	root.AddCommand(profilecmd.NewCommand(), explaincmd.NewCommand(), getcmd.NewCommand(), simulatecmd.NewCommand())
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "prismctl:", err)
-		os.Exit(1)
-	}
+	return root
+}
+
+// addVerbosityFlag adds klog's -v and none of the logging options a server
+// has (formats, split streams, buffers, feature gates): client-go logs
+// through klog, and a client needs only to turn that up.
+func addVerbosityFlag(fs *pflag.FlagSet) {
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	v := pflag.PFlagFromGoFlag(klogFlags.Lookup("v"))
+	v.Shorthand = "v"
+	v.Usage = "log verbosity, 0 by default; 6 shows every API call prismctl makes"
+	fs.AddFlag(v)
 }

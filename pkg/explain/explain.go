@@ -30,8 +30,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
 
@@ -102,7 +100,7 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 				if r, ok := allocated[[3]string{s.Spec.Driver, s.Spec.Pool.Name, d.Name}]; ok && parent(r) == req.Name {
 					row.Allocated = r
 				}
-				row.HeldBy = others(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], claim.Namespace, claim.Name)
+				row.HeldBy = others(onDevice(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], d, s.Spec.Driver), claim.Namespace, claim.Name)
 				if row.Matched != "" {
 					row.Verdict += availability(row.HeldBy, d, s.Spec.Driver)
 				}
@@ -140,11 +138,7 @@ func availability(heldBy []Holder, d resourceapi.Device, driver string) string {
 			free.Sub(*h.Memory)
 		}
 	}
-	smallest := resource.MustParse("1")
-	if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Min != nil {
-		smallest = *p.ValidRange.Min
-	}
-	if free.Cmp(smallest) < 0 {
+	if free.Cmp(smallestShare(memory)) < 0 {
 		return ", but its memory is held by " + strings.Join(claims, ", ")
 	}
 	return fmt.Sprintf(", %s of memory free (shared with %s)", free.String(), strings.Join(claims, ", "))

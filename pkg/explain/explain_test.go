@@ -157,7 +157,7 @@ func TestExplain(t *testing.T) {
 			},
 			wantAllocated: key{"node-a", "gpu-1"},
 			wantHeldBy: map[key]string{
-				{"node-a", "gpu-0"}: "ml/other-gpu (exclusive)",
+				{"node-a", "gpu-0"}: "ml/other-gpu (whole GPU)",
 				{"node-b", "gpu-1"}: "team-b/infer-1 (shared 8Gi), team-b/infer-2 (shared 4Gi)",
 			},
 		},
@@ -321,6 +321,44 @@ func TestAvailability(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := availability(tc.heldBy, tc.device, "gpu.prism.dev"); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A claim that names no amount gets the default share of a shareable GPU,
+// all of its memory rounded down to the step: that is the whole GPU, not a
+// share, though the allocation has a share ID and consumed capacity.
+func TestOnDevice(t *testing.T) {
+	q := resource.MustParse
+	gib, whole := q("1Gi"), q("22Gi")
+	shareable := resourceapi.Device{Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {
+		Value: q("23034Mi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{Default: &whole, ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &gib, Step: &gib}},
+	}}}
+	share := func(name, memory string) Holder {
+		m := q(memory)
+		return Holder{Namespace: "ml", Name: name, Shared: true, Memory: &m}
+	}
+	tests := []struct {
+		name    string
+		holders []Holder
+		device  resourceapi.Device
+		want    string
+	}{
+		{name: "the default share", holders: []Holder{share("a", "22Gi")}, device: shareable, want: "ml/a (whole GPU)"},
+		{name: "two shares", holders: []Holder{share("a", "8Gi"), share("b", "4Gi")}, device: shareable, want: "ml/a (shared 8Gi), ml/b (shared 4Gi)"},
+		{name: "room for one more share", holders: []Holder{share("a", "21Gi")}, device: shareable, want: "ml/a (shared 21Gi)"},
+		{name: "held whole", holders: []Holder{{Namespace: "ml", Name: "a"}}, device: shareable, want: "ml/a (whole GPU)"},
+		{name: "memory not published", holders: []Holder{share("a", "22Gi")}, want: "ml/a (shared 22Gi)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := joinHolders(tc.holders)
+			if got := joinHolders(onDevice(tc.holders, tc.device, "gpu.prism.dev")); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			if after := joinHolders(tc.holders); after != before {
+				t.Errorf("onDevice changed its input from %q to %q", before, after)
 			}
 		})
 	}

@@ -164,7 +164,7 @@ func taints(ts []resourceapi.DeviceTaint) string {
 	return strings.Join(parts, ",")
 }
 
-// fleetHolders is "ml/train-0 (exclusive; pod trainer-0)" per holder.
+// fleetHolders is "ml/train-0 (whole GPU; pod trainer-0)" per holder.
 func fleetHolders(holders []Holder) string {
 	if len(holders) == 0 {
 		return "-"

@@ -42,7 +42,9 @@ type Holder struct {
 	// Pods are those the claim is reserved for: the ones using the device.
 	Pods []string
 	// Shared is true when the device was allocated as one of several
-	// allocations; Memory is the share of memory then, when known.
+	// allocations; Memory is the share of memory then, when known. Fleet
+	// and Explain count a share that leaves no room for another as the
+	// whole GPU, not shared (see onDevice).
 	Shared bool
 	Memory *resource.Quantity
 }
@@ -52,18 +54,18 @@ func (h Holder) Claim() string {
 	return h.Namespace + "/" + h.Name
 }
 
-// Share is "exclusive", "shared" or "shared 20Gi".
+// Share is "whole GPU", "shared" or "shared 20Gi".
 func (h Holder) Share() string {
 	switch {
 	case !h.Shared:
-		return "exclusive"
+		return "whole GPU"
 	case h.Memory != nil:
 		return "shared " + h.Memory.String()
 	}
 	return "shared"
 }
 
-// String is "ml/train-0 (exclusive)".
+// String is "ml/train-0 (whole GPU)".
 func (h Holder) String() string {
 	return fmt.Sprintf("%s (%s)", h.Claim(), h.Share())
 }

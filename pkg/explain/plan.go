@@ -29,17 +29,44 @@ type PlanNote struct {
 	Label, Text string
 }
 
-// PlanNotes spells out a prism.dev/rewrite annotation for a reader: the
-// fleet the ladder was cut from, what the load-aware policy decided, how
-// the memory floor and tier bounds were written, and why each tier is
-// there. Nothing when the annotation is not a plan (a
-// profiling note, say): the raw annotation is printed anyway.
+// profilingNote is the annotation the webhook writes when it profiles a
+// claim instead of rewriting it.
+type profilingNote struct {
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+}
+
+// PlanNotes spells out a prism.dev/rewrite annotation for a reader: how
+// the claim was rewritten and why, or that it was profiled instead. Of a
+// plan it gives the bound type and policy, the hard needs, the fleet the
+// ladder was cut from, what the load-aware policy decided, how the
+// preference, the memory floor and the tier bounds were written, why each
+// tier is there, and the requests left as written. An annotation that is
+// neither plan nor profiling note is given as it is.
 func PlanNotes(annotation string) []PlanNote {
 	var p rewrite.Plan
 	if err := json.Unmarshal([]byte(annotation), &p); err != nil || p.BoundType == "" {
-		return nil
+		var n profilingNote
+		if json.Unmarshal([]byte(annotation), &n) == nil && n.Action == "profile" {
+			text := "none, this run is profiled instead"
+			if n.Reason != "" {
+				text += ": " + n.Reason
+			}
+			return []PlanNote{{"Rewrite", text}}
+		}
+		return []PlanNote{{"Rewrite", annotation}}
 	}
-	var notes []PlanNote
+	how := string(p.BoundType)
+	if p.Policy != "" {
+		how += " under the " + string(p.Policy) + " policy"
+	}
+	if len(p.Rewritten) > 0 {
+		how = strings.Join(p.Rewritten, ", ") + " as " + how
+	}
+	notes := []PlanNote{{"Rewrite", how}}
+	if p.HardNeeds != "" {
+		notes = append(notes, PlanNote{"Hard needs", p.HardNeeds})
+	}
 	if p.Fleet != "" {
 		notes = append(notes, PlanNote{"Fleet", p.Fleet})
 	}
@@ -65,6 +92,12 @@ func PlanNotes(annotation string) []PlanNote {
 	}
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})
+	}
+	for _, u := range p.Untouched {
+		notes = append(notes, PlanNote{"Untouched", u.Request + ": " + u.Reason})
+	}
+	if p.Truncated {
+		notes = append(notes, PlanNote{"Note", "the plan was cut short to fit the annotation; the lists above are incomplete"})
 	}
 	return notes
 }

@@ -17,8 +17,9 @@ limitations under the License.
 package explain
 
 import (
-	"reflect"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestPlanNotes(t *testing.T) {
@@ -29,16 +30,18 @@ func TestPlanNotes(t *testing.T) {
 		{"load-aware plan",
 			`{"profile":"p","boundType":"MemoryBound","policy":"load-aware","fleet":"memoryBandwidthGBps: H100 3350 x8 | 3150 | A100 1555 x8","load":"yields H100: 8 devices of multi-GPU claims pending, 7 free","alternatives":[{"name":"bandwidth-yield","reason":"memoryBandwidthGBps < 3150 GB/s: 1 of 2 models"},{"name":"fits","reason":"hard needs only"}]}`,
 			[]PlanNote{
+				{"Rewrite", "MemoryBound under the load-aware policy"},
 				{"Fleet", "memoryBandwidthGBps: H100 3350 x8 | 3150 | A100 1555 x8"},
 				{"Load", "yields H100: 8 devices of multi-GPU claims pending, 7 free"},
 				{"Tier", "bandwidth-yield: memoryBandwidthGBps < 3150 GB/s: 1 of 2 models"},
 				{"Tier", "fits: hard needs only"},
 			}},
 		{"plan of the built-in ladders", `{"profile":"p","boundType":"LatencyBound","policy":"economy","alternatives":[{"name":"low","reason":"smallest cards"}]}`,
-			[]PlanNote{{"Tier", "low: smallest cards"}}},
+			[]PlanNote{{"Rewrite", "LatencyBound under the economy policy"}, {"Tier", "low: smallest cards"}}},
 		{"affinity plan: the preference is on the pod",
 			`{"profile":"p","boundType":"MemoryBound","policy":"performance","preference":{"mode":"affinity","reason":"every model that holds the workload is on single-model nodes","terms":[{"weight":100,"tier":"bandwidth-top","models":["NVIDIA H100 80GB HBM3"]}]},"alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
 			[]PlanNote{
+				{"Rewrite", "MemoryBound under the performance policy"},
 				{"Preference", "affinity: every model that holds the workload is on single-model nodes"},
 				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
 				{"Tier", "fits: hard needs only"},
@@ -46,6 +49,7 @@ func TestPlanNotes(t *testing.T) {
 		{"affinity plan with a memory floor: the nodes below it are excluded",
 			`{"profile":"p","boundType":"MemoryBound","policy":"performance","preference":{"mode":"affinity","reason":"every model that holds the workload is on single-model nodes","terms":[{"weight":100,"tier":"bandwidth-top","models":["NVIDIA H100 80GB HBM3"]}],"exclude":["NVIDIA L4"]},"alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
 			[]PlanNote{
+				{"Rewrite", "MemoryBound under the performance policy"},
 				{"Preference", "affinity: every model that holds the workload is on single-model nodes"},
 				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
 				{"Excluded", "gpu.prism.dev/model NotIn [NVIDIA-L4]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false"},
@@ -54,16 +58,29 @@ func TestPlanNotes(t *testing.T) {
 		{"capacity forms asked for: what each need became, and why not",
 			`{"profile":"p","boundType":"ComputeBound","policy":"economy","memoryFloor":"capacity","tierBounds":"cel: no tier of this ladder is a lower bound on a figure","alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
 			[]PlanNote{
+				{"Rewrite", "ComputeBound under the economy policy"},
 				{"Memory floor", "capacity"},
 				{"Tier bounds", "cel: no tier of this ladder is a lower bound on a figure"},
 				{"Tier", "fits: hard needs only"},
 			}},
-		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`, nil},
-		{"not JSON", `{`, nil},
+		// What only the JSON used to show: the requests rewritten, the hard
+		// needs, the requests left alone, and that the lists were cut.
+		{"requests rewritten and left alone, cut to fit",
+			`{"profile":"p","boundType":"MemoryBound","policy":"performance","hardNeeds":"memory>=39Gi","alternatives":[{"name":"fits","reason":"hard needs only"}],"rewritten":["gpu","gpu-2"],"untouched":[{"request":"nic","reason":"device class nic.example.com is not gpu.prism.dev"}],"truncated":true}`,
+			[]PlanNote{
+				{"Rewrite", "gpu, gpu-2 as MemoryBound under the performance policy"},
+				{"Hard needs", "memory>=39Gi"},
+				{"Tier", "fits: hard needs only"},
+				{"Untouched", "nic: device class nic.example.com is not gpu.prism.dev"},
+				{"Note", "the plan was cut short to fit the annotation; the lists above are incomplete"},
+			}},
+		{"profiling note", `{"profile":"p","action":"profile","reason":"profile not found"}`,
+			[]PlanNote{{"Rewrite", "none, this run is profiled instead: profile not found"}}},
+		{"not JSON: given as it is", `{`, []PlanNote{{"Rewrite", "{"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := PlanNotes(tc.annotation); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			if diff := cmp.Diff(tc.want, PlanNotes(tc.annotation)); diff != "" {
+				t.Errorf("PlanNotes (-want +got):\n%s", diff)
 			}
 		})
 	}

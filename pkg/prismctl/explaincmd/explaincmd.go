@@ -19,7 +19,9 @@ limitations under the License.
 package explaincmd
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
@@ -63,7 +65,7 @@ func NewCommand() *cobra.Command {
 }
 
 func newCommand(newClient clientFunc) *cobra.Command {
-	var namespace string
+	var namespace, output string
 	var wide bool
 	claim := &cobra.Command{
 		Use:   "claim NAME",
@@ -81,6 +83,9 @@ A matching device that is free may still sit on a node the pod cannot use,
 or lack the capacity left for a share.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return fmt.Errorf("--output must be text or json, not %q", output)
+			}
 			cs, defaultNS, err := newClient()
 			if err != nil {
 				return err
@@ -92,11 +97,15 @@ or lack the capacity left for a share.`,
 			if ns == "" {
 				ns = "default"
 			}
+			if output == "json" {
+				return writePlan(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0])
+			}
 			return run(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0], wide)
 		},
 	}
 	claim.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the claim (default: the kubeconfig's)")
 	claim.Flags().BoolVar(&wide, "wide", false, "print selectors in verdicts in full")
+	claim.Flags().StringVarP(&output, "output", "o", "text", "text for the plan in words and the verdict table, or json for the rewrite plan alone")
 	return cmdgroup.New("explain", "Explain device allocation decisions", claim)
 }
 
@@ -134,7 +143,6 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 		}
 	}
 	if plan := claim.Annotations[rewrite.AnnotationKey]; plan != "" {
-		fmt.Fprintf(out, "Rewrite:  %s\n", plan)
 		for _, n := range explain.PlanNotes(plan) {
 			fmt.Fprintf(out, "%-9s %s\n", n.Label+":", n.Text)
 		}
@@ -149,6 +157,26 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 		return err
 	}
 	return explain.WriteTable(out, rows, wide)
+}
+
+// writePlan prints the claim's rewrite plan, its prism.dev/rewrite
+// annotation, as indented JSON.
+func writePlan(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace, name string) error {
+	claim, err := cs.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting ResourceClaim %s/%s: %w", namespace, name, err)
+	}
+	plan, ok := claim.Annotations[rewrite.AnnotationKey]
+	if !ok {
+		return fmt.Errorf("ResourceClaim %s/%s has no %s annotation: the webhook did not rewrite it", namespace, name, rewrite.AnnotationKey)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, []byte(plan), "", "  "); err != nil {
+		return fmt.Errorf("%s annotation of ResourceClaim %s/%s is not JSON: %w", rewrite.AnnotationKey, namespace, name, err)
+	}
+	buf.WriteByte('\n')
+	_, err = buf.WriteTo(out)
+	return err
 }
 
 // podClaimNameAnnotation on a claim made from a template names the pod's

@@ -18,9 +18,13 @@ package explaincmd
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,9 +77,9 @@ func TestExplainClaim(t *testing.T) {
 		wantErr string
 	}{
 		{name: "allocated claim", objects: []runtime.Object{claim, slice, class}, claim: "c",
-			want: []string{"Claim:    ml/c", `Rewrite:  {"profile":"p","action":"profile"}`, "n1    gpu-0   NVIDIA L4  -      * gpu      -        matches gpu"}},
+			want: []string{"Claim:    ml/c", "Rewrite:  none, this run is profiled instead", "n1    gpu-0   NVIDIA L4  -      * gpu      -        matches gpu"}},
 		{name: "device held by another claim", objects: []runtime.Object{claim, other, twoGPUs, class}, claim: "c",
-			want: []string{"n1    gpu-1   -          -      -          team-b/other (exclusive)  matches gpu, but team-b/other holds it"}},
+			want: []string{"n1    gpu-1   -          -      -          team-b/other (whole GPU)  matches gpu, but team-b/other holds it"}},
 		{name: "profile annotation on the pod and the template's metadata", objects: []runtime.Object{generated, pod, tmpl, slice, class}, claim: "trainer-0-gpu-x2k",
 			want: []string{
 				"Note:     prism.dev/profile=train on Pod trainer-0 is ignored",
@@ -107,6 +111,99 @@ func TestExplainClaim(t *testing.T) {
 				if !strings.Contains(out.String(), w) {
 					t.Errorf("output does not contain %q:\n%s", w, out.String())
 				}
+			}
+		})
+	}
+}
+
+func load[T any](t *testing.T, name string) T {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
+// TestExplainGolden pins the whole output for a rewritten claim: the plan
+// in words only (its JSON is for -o json), and a GPU another claim holds
+// whole through the default share of a shareable GPU. UPDATE_GOLDEN=1
+// rewrites the files.
+func TestExplainGolden(t *testing.T) {
+	objects := []runtime.Object{load[*resourceapi.ResourceClaim](t, "claim.json")}
+	for _, s := range load[[]resourceapi.ResourceSlice](t, "slices.json") {
+		objects = append(objects, &s)
+	}
+	for _, c := range load[[]resourceapi.DeviceClass](t, "classes.json") {
+		objects = append(objects, &c)
+	}
+	for _, c := range load[[]resourceapi.ResourceClaim](t, "claims.json") {
+		objects = append(objects, &c)
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		golden string
+	}{
+		{name: "text", golden: "explain.txt"},
+		{name: "json", args: []string{"-o", "json"}, golden: "explain.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(objects...)
+			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SetArgs(append([]string{"claim", "trainer-0-gpu"}, tc.args...))
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.golden)
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), out.String()); diff != "" {
+				t.Errorf("explain claim output (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestExplainOutputFlag(t *testing.T) {
+	unannotated := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ml"}}
+	broken := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: "ml", Annotations: map[string]string{"prism.dev/rewrite": "{"}}}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "unknown format", args: []string{"claim", "plain", "-o", "yaml"}, wantErr: `--output must be text or json, not "yaml"`},
+		{name: "json of a claim without a plan", args: []string{"claim", "plain", "-o", "json"}, wantErr: "ResourceClaim ml/plain has no prism.dev/rewrite annotation"},
+		{name: "json of an annotation that is not JSON", args: []string{"claim", "broken", "-o", "json"}, wantErr: "prism.dev/rewrite annotation of ResourceClaim ml/broken is not JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(unannotated, broken)
+			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SilenceUsage = true
+			cmd.SetArgs(tc.args)
+			if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if out.Len() != 0 {
+				t.Errorf("wrote %q before failing", out.String())
 			}
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -43,7 +44,10 @@ func load[T any](t *testing.T, name string) []T {
 }
 
 // The fake client does not filter by field selector, so the fixtures hold
-// only slices of the Prism driver.
+// only slices of the Prism driver. The fleet has a GPU held whole on a
+// node whose GPUs are not shareable (node-a), memory shares (node-b), and
+// the default share of a shareable GPU, which is the whole GPU (node-c).
+// UPDATE_GOLDEN=1 rewrites the golden files.
 func TestGetGPUs(t *testing.T) {
 	var objects []runtime.Object
 	for _, s := range load[resourceapi.ResourceSlice](t, "slices.json") {
@@ -81,8 +85,8 @@ func TestGetGPUs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if out.String() != string(want) {
-				t.Errorf("got\n%s\nwant\n%s", out.String(), want)
+			if diff := cmp.Diff(string(want), out.String()); diff != "" {
+				t.Errorf("get gpus output (-want +got):\n%s", diff)
 			}
 		})
 	}
