@@ -96,6 +96,19 @@ bench: testbed build ## Performance table (allocator, scheduler, prepare, admiss
 	@if [[ -n "$(SIM_TRACE)" ]]; then $(MAKE) --no-print-directory bench-sim; \
 	else echo "placement sweep (issue 17) not run: set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (docs/simulator.md)"; fi
 
+# Length of `make soak` in minutes, and the seed of its churn and faults.
+SOAK_MINUTES ?= 30
+SOAK_SEED ?= 1
+
+.PHONY: soak
+soak: testbed build ## Chaos soak on the test bed (root): pods churn while the plugin, a controller replica, kube-apiserver, etcd and a kubelet are killed or restarted and hostile reports are written; prints faults, recovery times and invariant violations (SOAK_MINUTES, SOAK_SEED; JSON in _output/soak/).
+	bin=$(TESTBED_BIN); \
+	$(GO) build -o $(CURDIR)/_output/soak/prism-soak ./test/soak/cmd/prism-soak && \
+	$(GO) build -o $(CURDIR)/_output/soak/ncu/ncu ./test/tools/fake-ncu && \
+	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/soak/prism-soak --repo=$(CURDIR) --bin=$(BIN) \
+		--ncu-dir=$(CURDIR)/_output/soak/ncu --minutes=$(SOAK_MINUTES) --seed=$(SOAK_SEED) \
+		--out=$(CURDIR)/_output/soak/soak.json $(SOAK_FLAGS)
+
 .PHONY: bench-sim
 bench-sim: ## Placement sweep on the Alibaba GPU trace (SIM_TRACE=its csv/ folder): policy x load x label noise with CIs; SVGs and JSON in _output/sim/ (docs/simulator.md).
 	@if [[ -z "$(SIM_TRACE)" ]]; then echo "set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (not kept in this repository)"; exit 1; fi

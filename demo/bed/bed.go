@@ -63,6 +63,10 @@ type Options struct {
 	ChartSets []string
 	// ControllerFlags are added to prism-controller's command line.
 	ControllerFlags []string
+	// ControllerReplicas run behind one loopback front, as behind the
+	// chart's Service; 0 means 1. With several, KillServingController
+	// plays a replica's crash.
+	ControllerReplicas int
 	// Log receives progress lines; nil discards them.
 	Log io.Writer
 }
@@ -75,8 +79,38 @@ type Bed struct {
 	// FaultsFiles maps node name to its plugin's --simulated-faults file:
 	// a JSON line appended to it is raised as an NVML Xid event (RaiseXID).
 	FaultsFiles map[string]string
-	procs       []*testbed.Process
 	log         io.Writer
+	// plugins and controllers keep what it takes to start each again.
+	plugins     map[string]*component
+	controllers []*component
+	// front is the webhooks' address when several controller replicas
+	// serve them; serving indexes the replica it sends connections to.
+	front   *testbed.Proxy
+	serving int
+}
+
+// component is one Prism process of the bed and how to start it again.
+type component struct {
+	name, bin, dir, logPath string
+	args                    []string
+	proc                    *testbed.Process
+	// ready tells whether the running process serves, once it has started.
+	ready func(ctx context.Context) (bool, error)
+	addr  string
+}
+
+func (c *component) start(ctx context.Context) error {
+	proc, err := testbed.StartProcess(ctx, c.name, c.dir, c.logPath, c.bin, c.args...)
+	if err != nil {
+		return err
+	}
+	c.proc = proc
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if exited, err := proc.Exited(); exited {
+			return false, fmt.Errorf("%s exited: %v (log %s)", c.name, err, c.logPath)
+		}
+		return c.ready(ctx)
+	})
 }
 
 // CRDDirs are the CRD directories to pass to testbed.Start.
@@ -97,7 +131,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = DefaultNodes
 	}
-	b := &Bed{Cluster: c, StateDirs: map[string]string{}, FaultsFiles: map[string]string{}, log: opts.Log}
+	b := &Bed{Cluster: c, StateDirs: map[string]string{}, FaultsFiles: map[string]string{}, log: opts.Log, plugins: map[string]*component{}}
 	defer func() {
 		if err != nil {
 			b.Stop()
@@ -133,10 +167,54 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 // Stop stops the controller and the plugins, newest first. The cluster is
 // the caller's to stop.
 func (b *Bed) Stop() {
-	for i := len(b.procs) - 1; i >= 0; i-- {
-		_ = b.procs[i].Stop(5 * time.Second)
+	for i := len(b.controllers) - 1; i >= 0; i-- {
+		_ = b.controllers[i].proc.Stop(5 * time.Second)
 	}
-	b.procs = nil
+	b.controllers = nil
+	if b.front != nil {
+		_ = b.front.Close()
+		b.front = nil
+	}
+	for _, p := range b.plugins {
+		_ = p.proc.Stop(5 * time.Second)
+	}
+	clear(b.plugins)
+}
+
+// PluginPID is the process ID of node's prism-kubelet-plugin, 0 if the
+// node has none.
+func (b *Bed) PluginPID(node string) int {
+	if p, ok := b.plugins[node]; ok {
+		return p.proc.Pid()
+	}
+	return 0
+}
+
+// KillPlugin SIGKILLs node's prism-kubelet-plugin, as the OOM killer or a
+// crash would, and starts it again as its DaemonSet would; it returns once
+// the new one is ready and its slice is published.
+func (b *Bed) KillPlugin(ctx context.Context, node string) error {
+	p, ok := b.plugins[node]
+	if !ok {
+		return fmt.Errorf("no prism-kubelet-plugin on node %q", node)
+	}
+	p.proc.Kill()
+	return p.start(ctx)
+}
+
+// KillServingController SIGKILLs the controller replica that admission
+// requests reach, points the front at the next replica, as a Service does
+// once the dead pod's endpoint is gone, and starts the killed replica
+// again. It needs Options.ControllerReplicas of two or more.
+func (b *Bed) KillServingController(ctx context.Context) error {
+	if b.front == nil {
+		return errors.New("one controller replica: killing it would stop admission, not fail it over")
+	}
+	killed := b.controllers[b.serving]
+	killed.proc.Kill()
+	b.serving = (b.serving + 1) % len(b.controllers)
+	b.front.SetTarget(b.controllers[b.serving].addr)
+	return killed.start(ctx)
 }
 
 // HealthRecoverAfter is the plugins' --health-recover-after: short, so that
@@ -369,66 +447,96 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	if len(opts.PluginFlags) > 0 {
 		args = append(args, opts.PluginFlags...)
 	}
-	proc, err := testbed.StartProcess(ctx, "prism-plugin-"+node.Name, node.Dir,
-		filepath.Join(b.Cluster.WorkDir(), "logs", "prism-plugin-"+node.Name+".log"), opts.PluginBin, args...)
-	if err != nil {
-		return err
-	}
-	b.procs = append(b.procs, proc)
 	b.StateDirs[node.Name] = stateDir
 	b.FaultsFiles[node.Name] = faults
-	// Ready once /readyz answers (registered, slice published) and the
-	// slice is visible.
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if exited, err := proc.Exited(); exited {
-			return false, fmt.Errorf("prism-kubelet-plugin on %s exited: %v (log %s)", node.Name, err, proc.LogPath)
-		}
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return false, nil
-		}
-		list, err := b.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
-		})
-		return err == nil && len(list.Items) > 0 && len(list.Items[0].Spec.Devices) > 0, nil
-	})
+	p := &component{
+		name: "prism-plugin-" + node.Name, bin: opts.PluginBin, dir: node.Dir, args: args,
+		logPath: filepath.Join(b.Cluster.WorkDir(), "logs", "prism-plugin-"+node.Name+".log"),
+		// Ready once /readyz answers (registered, slice published) and
+		// the slice is visible.
+		ready: func(ctx context.Context) (bool, error) {
+			resp, err := http.Get("http://" + addr + "/readyz")
+			if err != nil {
+				return false, nil
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false, nil
+			}
+			list, err := b.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+				FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
+			})
+			return err == nil && len(list.Items) > 0 && len(list.Items[0].Spec.Devices) > 0, nil
+		},
+	}
+	b.plugins[node.Name] = p
+	return p.start(ctx)
 }
 
 // startController runs prism-controller on loopback and registers the
 // chart's webhooks by URL; the controller fills in their caBundle.
 func (b *Bed) startController(ctx context.Context, opts Options, docs []staticDoc) error {
 	c := b.Cluster
-	port, err := testbed.FreePort()
-	if err != nil {
-		return err
-	}
-	httpPort, err := testbed.FreePort()
-	if err != nil {
-		return err
-	}
 	kubeconfig, err := ControllerKubeconfig(ctx, c)
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--kubeconfig=" + kubeconfig, "--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port),
-		"--extra-sans=127.0.0.1", "--cert-dir=" + filepath.Join(c.WorkDir(), "webhook-certs"), "--namespace=prism-system",
-		"--http-address=127.0.0.1:" + strconv.Itoa(httpPort), "--policy=performance", "-v=2"}, opts.ControllerFlags...)
-	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), opts.ControllerBin, args...)
-	if err != nil {
-		return err
+	replicas := max(opts.ControllerReplicas, 1)
+	for i := range replicas {
+		port, err := testbed.FreePort()
+		if err != nil {
+			return err
+		}
+		httpPort, err := testbed.FreePort()
+		if err != nil {
+			return err
+		}
+		name, certDir := "prism-controller", filepath.Join(c.WorkDir(), "webhook-certs")
+		if i > 0 {
+			name, certDir = fmt.Sprintf("prism-controller-%d", i), fmt.Sprintf("%s-%d", certDir, i)
+		}
+		args := []string{"--kubeconfig=" + kubeconfig, "--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port),
+			"--extra-sans=127.0.0.1", "--cert-dir=" + certDir, "--namespace=prism-system",
+			"--http-address=127.0.0.1:" + strconv.Itoa(httpPort), "--policy=performance", "-v=2"}
+		if replicas > 1 {
+			// Replicas on one host share its name, which would make each
+			// take the other's CA for one of its own earlier containers.
+			args = append(args, "--replica-name="+name)
+		}
+		readyz := "http://127.0.0.1:" + strconv.Itoa(httpPort) + "/readyz"
+		ctrl := &component{
+			name: name, bin: opts.ControllerBin, dir: c.WorkDir(), args: append(args, opts.ControllerFlags...),
+			logPath: filepath.Join(c.WorkDir(), "logs", name+".log"),
+			addr:    "127.0.0.1:" + strconv.Itoa(port),
+			ready: func(context.Context) (bool, error) {
+				resp, err := http.Get(readyz)
+				if err != nil {
+					return false, nil
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, nil
+			},
+		}
+		b.controllers = append(b.controllers, ctrl)
+		if err := ctrl.start(ctx); err != nil {
+			return err
+		}
 	}
-	b.procs = append(b.procs, proc)
-
-	if err := registerWebhooks(ctx, c, docs, "https://127.0.0.1:"+strconv.Itoa(port)); err != nil {
+	base := "https://" + b.controllers[0].addr
+	if replicas > 1 {
+		if b.front, err = testbed.StartProxy(b.controllers[0].addr, true); err != nil {
+			return err
+		}
+		base = "https://" + b.front.Addr
+	}
+	if err := registerWebhooks(ctx, c, docs, base); err != nil {
 		return err
 	}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if exited, err := proc.Exited(); exited {
-			return false, fmt.Errorf("prism-controller exited: %v (log %s)", err, proc.LogPath)
+		for _, ctrl := range b.controllers {
+			if exited, err := ctrl.proc.Exited(); exited {
+				return false, fmt.Errorf("%s exited: %v (log %s)", ctrl.name, err, ctrl.logPath)
+			}
 		}
 		m, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
 		if err != nil || len(m.Webhooks[0].ClientConfig.CABundle) == 0 {

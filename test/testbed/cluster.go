@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,7 +113,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api := &envtest.APIServer{Out: apiLog, Err: apiLog}
+	// Fixed directories, rather than envtest's temporary ones, keep the
+	// serving certificates and etcd's data across RestartAPIServer and
+	// RestartEtcd.
+	certDir, dataDir := filepath.Join(opts.WorkDir, "apiserver"), filepath.Join(opts.WorkDir, "etcd")
+	for _, d := range []string{certDir, dataDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("start test bed: %w", err)
+		}
+	}
+	api := &envtest.APIServer{Out: apiLog, Err: apiLog, CertDir: certDir}
 	args := api.Configure()
 	// Without this the apiserver loops on reconciling the kubernetes Service
 	// endpoints for a loopback address it is not allowed to publish.
@@ -133,7 +143,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		CRDDirectoryPaths:     opts.CRDDirs,
 		ErrorIfCRDPathMissing: true,
 		ControlPlane: envtest.ControlPlane{
-			Etcd:      &envtest.Etcd{Out: etcdLog, Err: etcdLog},
+			Etcd:      &envtest.Etcd{Out: etcdLog, Err: etcdLog, DataDir: dataDir},
 			APIServer: api,
 		},
 		ControlPlaneStartTimeout: time.Minute,
@@ -212,6 +222,41 @@ func (c *Cluster) waitForDefaultServiceAccount(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after the
+// grace period, as a rolling restart would) and starts it again on the
+// same port, certificates and client CA, so that every kubeconfig handed
+// out stays valid. It returns once the new server answers /healthz.
+func (c *Cluster) RestartAPIServer(ctx context.Context) error {
+	api := c.env.ControlPlane.APIServer
+	if err := api.Stop(); err != nil {
+		// envtest has sent SIGKILL once the grace period ran out; the
+		// process is reaped, and its port freed, a moment later.
+		klog.FromContext(ctx).Info("kube-apiserver did not stop within its grace period", "err", err)
+		time.Sleep(2 * time.Second)
+	}
+	if err := api.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver again (log %s): %w", filepath.Join(c.opts.WorkDir, "logs", "kube-apiserver.log"), err)
+	}
+	return nil
+}
+
+// RestartEtcd stops etcd and starts it again on the same URL and data, so
+// that kube-apiserver sees its storage go away and come back.
+func (c *Cluster) RestartEtcd(ctx context.Context) error {
+	etcd := c.env.ControlPlane.Etcd
+	if err := etcd.Stop(); err != nil {
+		klog.FromContext(ctx).Info("etcd did not stop within its grace period", "err", err)
+		time.Sleep(2 * time.Second)
+	}
+	if err := etcd.Start(); err != nil {
+		return fmt.Errorf("start etcd again (log %s): %w", filepath.Join(c.opts.WorkDir, "logs", "etcd.log"), err)
+	}
+	return nil
+}
+
+// Nodes are the nodes added so far, oldest first.
+func (c *Cluster) Nodes() []*Node { return slices.Clone(c.nodes) }
 
 // BinPath is the path of a test-bed binary such as kubectl.
 func (c *Cluster) BinPath(name string) string { return filepath.Join(c.opts.BinDir, name) }

@@ -65,6 +65,14 @@ func (p *Proxy) SetOpen(open bool) {
 	}
 }
 
+// SetTarget sends new connections to target (host:port), as a Service does
+// once its endpoints change; connections already forwarded stay where they are.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() error {
 	err := p.l.Close()
@@ -92,7 +100,10 @@ func (p *Proxy) forward(in net.Conn) {
 		in.Close()
 		return
 	}
-	out, err := net.Dial("tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	out, err := net.Dial("tcp", target)
 	if err != nil || !p.track(out) {
 		in.Close()
 		if out != nil {
