@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"testing/fstest"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -40,7 +39,7 @@ type Simulated struct {
 	*mock.Interface
 
 	devices []*mock.Device
-	sysfs   fstest.MapFS
+	sysfs   sysFS
 }
 
 var _ nvml.Interface = (*Simulated)(nil)
@@ -139,7 +138,7 @@ func NewSimulated(fleet *Fleet, nodeName string) (*Simulated, error) {
 		}
 	}
 
-	s := &Simulated{sysfs: fstest.MapFS{}}
+	s := &Simulated{sysfs: sysFS{}}
 	for _, sg := range gpus {
 		s.devices = append(s.devices, sg.mock())
 		s.addToSysFS(sg)
@@ -192,11 +191,8 @@ func (s *Simulated) SysFS() fs.ReadLinkFS {
 func (s *Simulated) addToSysFS(sg *simulatedGPU) {
 	bdf := sg.bus.String()
 	dir := path.Join("devices", sg.pcieRoot, sg.pcieSlot, bdf)
-	s.sysfs[path.Join(dir, "numa_node")] = &fstest.MapFile{Data: fmt.Appendf(nil, "%d\n", sg.numaNode)}
-	s.sysfs[path.Join("bus/pci/devices", bdf)] = &fstest.MapFile{
-		Mode: fs.ModeSymlink,
-		Data: []byte(path.Join("../../..", dir)),
-	}
+	s.sysfs.addFile(path.Join(dir, "numa_node"), fmt.Appendf(nil, "%d\n", sg.numaNode))
+	s.sysfs.addLink(path.Join("bus/pci/devices", bdf), path.Join("../../..", dir))
 }
 
 func simulatedUUID(nodeName string, index int, product string) string {

@@ -1,0 +1,120 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package deps checks that the binaries Prism ships link no test code.
+package deps
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/prismgpu/prism"
+
+// binaries are the commands that run in the cluster. prismctl is left out:
+// its simulate command is pkg/sim.
+var binaries = []string{"./cmd/prism-kubelet-plugin", "./cmd/prism-controller"}
+
+var repoRoot = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}()
+
+// testOnly says whether a package is test code that a shipped binary must
+// not link: the standard library's testing and testing/..., Prism's test/
+// tree, its simulator pkg/sim, and its helpers for tests, the packages
+// named *test such as pkg/profiling/profilingtest.
+func testOnly(pkg string) bool {
+	if pkg == "testing" || strings.HasPrefix(pkg, "testing/") {
+		return true
+	}
+	rel, ok := strings.CutPrefix(pkg, module+"/")
+	if !ok {
+		return false
+	}
+	return rel == "test" || strings.HasPrefix(rel, "test/") ||
+		rel == "pkg/sim" || strings.HasPrefix(rel, "pkg/sim/") ||
+		strings.HasSuffix(rel, "test")
+}
+
+func TestBinariesLinkNoTestCode(t *testing.T) {
+	for _, bin := range binaries {
+		t.Run(filepath.Base(bin), func(t *testing.T) {
+			root, imports := importGraph(t, bin)
+			for _, chain := range chainsTo(root, imports, testOnly) {
+				t.Errorf("%s links %s: %s", filepath.Base(bin), chain[len(chain)-1], strings.Join(chain, " -> "))
+			}
+		})
+	}
+}
+
+// importGraph lists the packages that a linux build of the command at dir
+// links, each with its imports, as `go list -deps` sees them.
+func importGraph(t *testing.T, dir string) (root string, imports map[string][]string) {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", dir)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "GOOS=linux")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", dir, err, stderr.String())
+	}
+	imports = map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		// -deps lists a package after everything it imports, so the command
+		// comes last.
+		root = fields[0]
+		imports[root] = fields[1:]
+	}
+	return root, imports
+}
+
+// chainsTo returns, for each package that matches, the shortest import
+// chain from root to it.
+func chainsTo(root string, imports map[string][]string, match func(string) bool) [][]string {
+	parent := map[string]string{root: ""}
+	queue := []string{root}
+	var chains [][]string
+	for len(queue) > 0 {
+		pkg := queue[0]
+		queue = queue[1:]
+		if match(pkg) {
+			var chain []string
+			for p := pkg; p != ""; p = parent[p] {
+				chain = append([]string{strings.TrimPrefix(p, module+"/")}, chain...)
+			}
+			chains = append(chains, chain)
+		}
+		for _, imp := range imports[pkg] {
+			if _, seen := parent[imp]; !seen {
+				parent[imp] = pkg
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return chains
+}
