@@ -27,9 +27,11 @@ generate: ## Regenerate deepcopy code and CRD manifests.
 	hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, and generated files up to date.
+verify: ## gofmt, go vet, license headers, and no test code in the shipped binaries.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	hack/verify-boilerplate.sh
+	$(GO) test -count=1 ./test/deps
 
 .PHONY: unit
 unit: ## Unit tests (no cluster needed).
