@@ -96,7 +96,7 @@ bench: testbed build ## Performance table (allocator, scheduler, prepare, admiss
 	@# The placement sweep needs the public Alibaba trace, which is not kept here and
 	@# which the module proxy does not serve: run it when SIM_TRACE names it.
 	@if [[ -n "$(SIM_TRACE)" ]]; then $(MAKE) --no-print-directory bench-sim; \
-	else echo "placement sweep (issue 17) not run: set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (docs/simulator.md)"; fi
+	else echo "placement sweep not run: set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (docs/simulator.md)"; fi
 
 # Length of `make soak` in minutes, and the seed of its churn and faults.
 SOAK_MINUTES ?= 30

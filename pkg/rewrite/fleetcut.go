@@ -77,7 +77,7 @@ const (
 	maxClasses = 3
 	// middleGapRatio is what falling from the second class to the third
 	// must cost before performance gets a middle tier: each extra tier is
-	// a scan of every device on the nodes that fail it (issue 18).
+	// a scan of every device on the nodes that fail it.
 	middleGapRatio = 2.0
 	// adequateShare is how much of the fleet's best figure a cheaper class
 	// must reach for economy to prefer it: within 2.5x of the best.

@@ -20,7 +20,8 @@ limitations under the License.
 // Rewrite is a pure function: no clients, no I/O. Every selector it adds is
 // taken from a fixed catalogue (see Catalogue) and compiled once under the
 // API server's CEL limits; nothing from the profile or the claim is ever
-// spliced into CEL. See docs/rewrite.md for the rules and the cost reasoning.
+// spliced into CEL. See docs/rewrite.md for the rules and
+// docs/design/rewrite-measurements.md for the cost reasoning.
 package rewrite
 
 import (

@@ -393,8 +393,8 @@ func MedianRows(runs [][]Row) []Row {
 	return out
 }
 
-// PrintLibraries writes the comparison as a table against the targets of
-// issue 18 for a patched scheduler.
+// PrintLibraries writes the comparison as a table against the targets set
+// for a patched scheduler (docs/upstream-allocator.md).
 func PrintLibraries(w io.Writer, c *LibraryComparison) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tPAIRS\tSTOCK PLAIN µs\tPATCHED PLAIN µs\tPATCHED PLAIN ÷ STOCK PLAIN\tBEST PATCHED LADDER ÷ STOCK PLAIN\tBEST STOCK LADDER ÷ STOCK PLAIN\tCAPACITY FLOOR BEST")

@@ -40,7 +40,7 @@ type Row struct {
 	B       float64 `json:"b"`
 	Ratio   float64 `json:"ratio"`
 	// Note holds context: sample counts, where the worst case was, the
-	// reference figures of docs/allocator-cost.md.
+	// reference figures it is compared with.
 	Note string `json:"note,omitempty"`
 }
 
