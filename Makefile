@@ -83,7 +83,7 @@ demo-down: ## Stop the demo cluster and check that nothing is left behind.
 ALLOC_PAIRS ?= 6
 
 .PHONY: bench
-bench: testbed build ## Performance table (allocator, scheduler, prepare, admission, footprint) on the test bed (root); JSON in _output/bench/; with SIM_TRACE also the placement sweep (bench-sim).
+bench: testbed build ## Performance on the test bed (root): a one-screen summary of the headline ratios, the full table in _output/bench/bench.txt, JSON beside it; with SIM_TRACE also the placement sweep (bench-sim).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-floor-plugin ./test/bench/cmd/prism-floor-plugin && \

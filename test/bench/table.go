@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -111,6 +112,33 @@ func Print(w io.Writer, rows []Row) {
 			r.AName, fmtNum(r.A), r.BName, fmtNum(r.B), ratio, r.Note)
 	}
 	tw.Flush()
+}
+
+// PrintFull writes every row and, when the allocator libraries were
+// compared, their table: what WriteTable puts in the file.
+func PrintFull(w io.Writer, rep *Report) {
+	Print(w, rep.Rows)
+	if rep.Libraries == nil {
+		return
+	}
+	libs := map[bool]string{}
+	for _, r := range rep.LibraryRuns {
+		libs[r.Patched] = r.Library
+	}
+	fmt.Fprintf(w, "\nallocator library, patched against stock, ratios within each pair of neighbouring runs: median (range); stock %s, patched %s; load average %.2f at start, %.2f at end\n",
+		libs[false], libs[true], rep.Host.Load1Start, rep.Host.Load1End)
+	PrintLibraries(w, rep.Libraries)
+}
+
+// WriteTable writes the full table (PrintFull) to path, creating the
+// directory.
+func WriteTable(path string, rep *Report) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	PrintFull(&b, rep)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // WriteJSON writes the report, creating the directory.

@@ -14,9 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command prism-bench measures Prism on the local test bed and prints one
-// table, every row comparing two things measured in the same run; the table
-// is also written as JSON. Run it as root through `make bench`.
+// Command prism-bench measures Prism on the local test bed: one table, every
+// row comparing two things measured in the same run. It prints a summary of
+// the headline ratios (bench.Headlines) and writes the full table next to
+// the JSON (bench.txt beside bench.json). Run it as root through `make bench`.
 package main
 
 import (
@@ -91,17 +92,14 @@ func main() {
 	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
 	rep.Host.Load1End = bench.Load1()
 	fmt.Println()
-	bench.Print(os.Stdout, rep.Rows)
-	if rep.Libraries != nil {
-		libs := map[bool]string{}
-		for _, r := range rep.LibraryRuns {
-			libs[r.Patched] = r.Library
-		}
-		fmt.Printf("\nallocator library, patched against stock, ratios within each pair of neighbouring runs: median (range); stock %s, patched %s; load average %.2f at start, %.2f at end\n",
-			libs[false], libs[true], rep.Host.Load1Start, rep.Host.Load1End)
-		bench.PrintLibraries(os.Stdout, rep.Libraries)
+	bench.Summary(os.Stdout, rep)
+	table := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".txt"
+	if werr := bench.WriteTable(table, rep); werr != nil {
+		err = errors.Join(err, werr)
+	} else {
+		fmt.Printf("\nfull table, %d rows: %s\n", len(rep.Rows), table)
 	}
-	fmt.Printf("\nstate dir file system: %s; %d CPUs; %s; phases:", rep.Host.StateFS, rep.Host.CPUs, rep.Host.GoVersion)
+	fmt.Printf("state dir file system: %s; %d CPUs; %s; phases:", rep.Host.StateFS, rep.Host.CPUs, rep.Host.GoVersion)
 	for _, p := range rep.Phases {
 		fmt.Printf(" %s %ss", p.Phase, p.Seconds)
 	}

@@ -1,0 +1,154 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package bench
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// screen is how many lines the summary may take: one screen.
+const screen = 30
+
+func phases(names ...string) []PhaseTiming {
+	var out []PhaseTiming
+	for _, n := range names {
+		out = append(out, PhaseTiming{Phase: n, Seconds: "1.0"})
+	}
+	return out
+}
+
+// summaryLines is the summary's line for each headline label.
+func summaryLines(t *testing.T, rep *Report) map[string]string {
+	t.Helper()
+	var b strings.Builder
+	Summary(&b, rep)
+	t.Logf("summary:\n%s", b.String())
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) > screen {
+		t.Errorf("summary has %d lines, more than a screen (%d):\n%s", len(lines), screen, b.String())
+	}
+	got := map[string]string{}
+	for _, l := range lines {
+		for _, h := range Headlines {
+			if i := strings.Index(l, h.Label); i >= 0 {
+				got[h.Label] = strings.Join(strings.Fields(l[i+len(h.Label):]), " ")
+			}
+		}
+	}
+	return got
+}
+
+func TestSummary(t *testing.T) {
+	// Rows shaped as the phases emit them; the allocator's two fleet sizes
+	// and the 20Gi profile check that the largest case of the named
+	// profile is the one shown.
+	rows := []Row{
+		NewRow("allocator", "100 nodes, MemoryBound-performance", "mean per node", "µs", "plain", 10, "ladder", 15, ""),
+		NewRow("allocator", "2000 nodes, MemoryBound-performance", "mean per node", "µs", "plain", 10, "ladder", 20, ""),
+		NewRow("allocator", "2000 nodes, MemoryBound-performance", "mean per node", "µs", "selective", 40, "ladder", 20, ""),
+		NewRow("allocator", "2000 nodes, MemoryBound-performance-20Gi", "mean per node", "µs", "plain", 10, "ladder", 90, ""),
+		NewRow("prepare", "real plugin", "floor: client GET of the claim vs prepare, p50", "ms", "GET claim", 2, "prepare 1 GPU", 3, ""),
+		NewRow("prepare at scale", "8 GPUs, 500 claims", "NodePrepareResources", "ms", "p50", 4, "p99", 8, ""),
+		NewRow("prepare at scale", "16 GPUs, 1000 claims", "NodePrepareResources", "ms", "p50", 4, "p99", 12, ""),
+		NewRow("footprint", "same loop", "RSS idle (VmRSS)", "MiB", "floor", 20, "Prism", 30, ""),
+		NewRow("footprint", "same loop", "RSS with 500 claims + 40 probes (VmRSS)", "MiB", "floor", 25, "Prism", 50, ""),
+		NewRow("admission", "prism-controller", "mutating webhook p99", "ms", "no-annotation", 1, "rewrite", 1.5, ""),
+	}
+	libs := &LibraryComparison{
+		Cases: []LibraryRatio{
+			{Case: "100 nodes, MemoryBound-performance", Pairs: 6, LadderRatio: Spread{Median: 1.5, Min: 1.4, Max: 1.6}},
+			{Case: "2000 nodes, MemoryBound-performance", Pairs: 6, LadderRatio: Spread{Median: 1.2, Min: 1.1, Max: 1.3}},
+		},
+		PlainPooled: Spread{Median: 0.6, Min: 0.55, Max: 0.65}, PlainSamples: 12,
+	}
+	all := func(ratio string) map[string]string {
+		m := map[string]string{}
+		for _, h := range Headlines {
+			m[h.Label] = ratio
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		rep  *Report
+		want map[string]string // by label; unnamed labels as in base
+		base string
+	}{
+		{
+			name: "nothing run",
+			rep:  &Report{},
+			base: "not run",
+		},
+		{
+			name: "some phases, some rows",
+			rep:  &Report{Rows: rows, Libraries: libs, Phases: phases("allocator", "testbed", "prepare", "admission")},
+			want: map[string]string{
+				"rewritten ladder vs plain claim, µs per node":         "2.00x plain 10.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
+				"rewritten ladder vs the preference written by hand":   "0.50x selective 40.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
+				"patched vs stock library, plain claim, all cases":     "0.60x (0.55–0.65) median (range) over 12 case-pairs",
+				"patched library's best ladder vs stock plain claim":   "1.20x (1.10–1.30) median (range) over 6 pairs (2000 nodes, MemoryBound-performance)",
+				"prepare p50, 1 GPU, Prism vs reference driver":        "not measured needs --reference-plugin",
+				"prepare p99, 1 GPU, Prism vs reference driver":        "not measured needs --reference-plugin",
+				"prepare p50, 1 GPU, vs a client GET of the claim":     "1.50x GET claim 2.00 → prepare 1 GPU 3.00 ms",
+				"prepare p99 vs p50, node full of memory-share claims": "3.00x p50 4.00 → p99 12.0 ms",
+				"plugin RSS with claims, Prism vs floor plugin":        "2.00x floor 25.0 → Prism 50.0 MiB",
+				"plugin RSS after prepare load, Prism vs reference":    "not measured needs --reference-plugin",
+				"webhook p99 under load, rewrite vs no-annotation":     "1.50x no-annotation 1.00 → rewrite 1.50 ms",
+			},
+			base: "not run",
+		},
+		{
+			name: "allocator without --patched-bench",
+			rep:  &Report{Rows: rows[:4], Phases: phases("allocator")},
+			want: map[string]string{
+				"rewritten ladder vs plain claim, µs per node":       "2.00x plain 10.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
+				"rewritten ladder vs the preference written by hand": "0.50x selective 40.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
+				"patched vs stock library, plain claim, all cases":   "not measured needs --patched-bench",
+				"patched library's best ladder vs stock plain claim": "not measured needs --patched-bench",
+			},
+			base: "not run",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := all(tc.base)
+			for k, v := range tc.want {
+				want[k] = v
+			}
+			if diff := cmp.Diff(want, summaryLines(t, tc.rep)); diff != "" {
+				t.Errorf("summary lines (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHeadlinesFitOneScreen: the title, the header and one line per
+// headline, each label its own (the summary is read by label).
+func TestHeadlinesFitOneScreen(t *testing.T) {
+	seen := map[string]bool{}
+	for _, h := range Headlines {
+		if seen[h.Label] {
+			t.Errorf("two headlines are labelled %q", h.Label)
+		}
+		seen[h.Label] = true
+	}
+	if n := 2 + len(Headlines); n > screen {
+		t.Errorf("the summary takes %d lines, more than a screen (%d): drop a headline", n, screen)
+	}
+}
