@@ -213,6 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Health != nil {
 		go d.watchHealth(ctx)
 	}
+	go d.republishWithdrawnSlices(ctx)
 	d.startCollections(ctx)
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil

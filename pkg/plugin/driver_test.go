@@ -90,15 +90,23 @@ func testConfig(t testing.TB, fleetFile, stateDir string) Config {
 
 // recordingPublisher stands in for the helper's ResourceSlice controller.
 type recordingPublisher struct {
-	mu   sync.Mutex
-	last []resourceapi.Device
+	mu        sync.Mutex
+	last      []resourceapi.Device
+	publishes int
 }
 
 func (p *recordingPublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = r.Pools[testNode].Slices[0].Devices
+	p.publishes++
 	return nil
+}
+
+func (p *recordingPublisher) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.publishes
 }
 
 func (p *recordingPublisher) devices() []resourceapi.Device {

@@ -35,6 +35,9 @@ type Metrics struct {
 	healthEvents      *prometheus.CounterVec
 	profilingRuns     *prometheus.CounterVec
 	apiFeatureDropped *prometheus.GaugeVec
+	// slicesRepublished counts this node's ResourceSlices published again
+	// after someone else deleted them.
+	slicesRepublished prometheus.Counter
 	// profileCollectionsPending counts the reports of unprepared profiled
 	// claims not yet collected, published and archived.
 	profileCollectionsPending prometheus.Gauge
@@ -85,12 +88,16 @@ func NewMetrics() *Metrics {
 			Namespace: "prism", Subsystem: "plugin", Name: "profile_collections_pending",
 			Help: "Reports of unprepared profiled claims waiting to be collected, published to their WorkloadProfile and archived.",
 		}),
+		slicesRepublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "resourceslices_republished_total",
+			Help: "This node's ResourceSlices published again at once after they were deleted, as a starting kubelet deletes them.",
+		}),
 		apiFeatureDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "api_feature_dropped",
 			Help: "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.",
 		}, []string{"gate"}),
 	}
-	m.Registry.MustRegister(m.healthEvents, m.profilingRuns, m.profileCollectionsPending, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
+	m.Registry.MustRegister(m.healthEvents, m.slicesRepublished, m.profilingRuns, m.profileCollectionsPending, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
