@@ -184,7 +184,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	s := &soak{opts: opts, cluster: cluster, bed: b, client: cluster.Client, prism: prism,
 		reported: map[string]bool{}, limitBytes: limit.Value()}
-	s.res = Result{Seed: opts.Seed, PluginPeakRSSMiB: map[string]float64{}, PluginLimitMiB: float64(limit.Value()) / (1 << 20)}
+	s.res = Result{Seed: opts.Seed, Violations: []Violation{}, PluginPeakRSSMiB: map[string]float64{}, PluginLimitMiB: float64(limit.Value()) / (1 << 20)}
 	if err := s.setup(ctx); err != nil {
 		return nil, err
 	}
