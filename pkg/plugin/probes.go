@@ -57,8 +57,10 @@ func (p *Probes) Live() error {
 	return nil
 }
 
-// Ready succeeds once the plugin is registered with the kubelet and has
-// published its slice.
+// Ready succeeds once the plugin serves its registration and DRA sockets
+// and has published its slice. The kubelet's plugin watcher registers it on
+// its next pass, about a second later; a prepare in between fails and the
+// kubelet retries it.
 func (p *Probes) Ready() error {
 	d := p.driver.Load()
 	if d == nil {
