@@ -78,13 +78,7 @@ func (s *soak) runOne(ctx, base context.Context, kind string, lifetime time.Dura
 		}
 		defer s.deleteTemplate(base, name)
 	}
-	if err := retry(base, time.Minute, func() error {
-		_, err := s.client.CoreV1().Pods(Namespace).Create(base, pod(name, template, ""), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	}); err != nil {
+	if err := s.createPod(base, pod(name, template, ""), time.Minute); err != nil {
 		s.violate("churn", "api", "create pod %s: %v", name, err)
 		return
 	}
@@ -136,6 +130,15 @@ func pod(name, template, node string) *corev1.Pod {
 	return p
 }
 
+// createPod creates p, trying again for up to within while the API server
+// is away; a pod that already exists was made by an earlier try.
+func (s *soak) createPod(ctx context.Context, p *corev1.Pod, within time.Duration) error {
+	return retry(ctx, within, func() error {
+		_, err := s.client.CoreV1().Pods(Namespace).Create(ctx, p, metav1.CreateOptions{})
+		return ignoreExists(err)
+	})
+}
+
 // gpuSpec asks for one GPU, whole, or a share of memory when memory is set.
 func gpuSpec(memory string) resourceapi.ResourceClaimSpec {
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: gpuv1alpha1.DriverName}
@@ -164,10 +167,7 @@ func (s *soak) createProfiledTemplate(ctx context.Context, name, profile string)
 				Spec:       spec,
 			},
 		}, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
+		return ignoreExists(err)
 	})
 }
 

@@ -122,10 +122,7 @@ const canaryMemory = "1Gi"
 // the node serves again once it runs.
 func (s *soak) canary(ctx context.Context, node string) error {
 	name := fmt.Sprintf("canary-%d", s.seq.Add(1))
-	if err := retry(ctx, recoverWithin, func() error {
-		_, err := s.client.CoreV1().Pods(Namespace).Create(ctx, pod(name, "canary", node), metaCreate)
-		return ignoreExists(err)
-	}); err != nil {
+	if err := s.createPod(ctx, pod(name, "canary", node), recoverWithin); err != nil {
 		return err
 	}
 	defer s.deletePod(ctx, "recovery", name)
@@ -143,11 +140,7 @@ func (s *soak) hostileRun(ctx context.Context, node string) error {
 		return err
 	}
 	defer s.deleteTemplate(ctx, name)
-	p := pod(name, name, node)
-	if err := retry(ctx, time.Minute, func() error {
-		_, err := s.client.CoreV1().Pods(Namespace).Create(ctx, p, metaCreate)
-		return ignoreExists(err)
-	}); err != nil {
+	if err := s.createPod(ctx, pod(name, name, node), time.Minute); err != nil {
 		return err
 	}
 	defer s.deletePod(ctx, "recovery", name)

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -47,15 +46,6 @@ const (
 	settleWithin  = 2 * time.Minute
 	publishWithin = 3 * time.Minute
 )
-
-var metaCreate = metav1.CreateOptions{}
-
-func ignoreExists(err error) error {
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return err
-}
 
 // checkAll checks the invariants after a fault; final also reads the
 // checkpoints and waits for every finished run's profile.
@@ -247,7 +237,11 @@ func (s *soak) checkProfiles(ctx context.Context, after string, final bool) {
 			}
 		}
 		s.mu.Unlock()
-		var missing []string
+		type miss struct {
+			run    finishedRun
+			detail string
+		}
+		var missing []miss
 		for _, r := range due {
 			var wp prismv1alpha1.WorkloadProfile
 			err := retry(ctx, time.Minute, func() error {
@@ -264,16 +258,16 @@ func (s *soak) checkProfiles(ctx context.Context, after string, final bool) {
 				s.mu.Unlock()
 				continue
 			}
-			missing = append(missing, fmt.Sprintf("%s (report %.12s, profile has %.12s, %v)", r.profile, r.digest, got, err))
+			missing = append(missing, miss{r, fmt.Sprintf("%s (report %.12s, profile has %.12s, %v)", r.profile, r.digest, got, err)})
 		}
 		if len(missing) == 0 {
 			return
 		}
 		if !final || time.Now().After(deadline) || !sleep(ctx, 2*time.Second) {
 			for _, m := range missing {
-				s.violate(after, "profile", "finished run's report never reached its WorkloadProfile: %s", m)
+				s.violate(after, "profile", "finished run's report never reached its WorkloadProfile: %s", m.detail)
 				s.mu.Lock()
-				s.reported["profile/"+strings.Fields(m)[0]] = true
+				s.reported["profile/"+m.run.profile] = true
 				s.mu.Unlock()
 			}
 			return

@@ -38,6 +38,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -317,6 +318,15 @@ func retry(ctx context.Context, timeout time.Duration, f func() error) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// ignoreExists treats an object that already exists as made: by an earlier
+// try whose answer a restarting API server lost.
+func ignoreExists(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 // sleep waits d or until ctx ends, and says whether it waited it all.
