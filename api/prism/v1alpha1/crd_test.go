@@ -206,7 +206,7 @@ func TestCRDQuantityPattern(t *testing.T) {
 	}
 	walk("", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema)
 	slices.Sort(quantities)
-	want := []string{".spec.minMemory", ".status.arithmeticIntensity", ".status.dramBytes", ".status.flops", ".status.peakMemory", ".status.wavesPerSM"}
+	want := []string{".spec.minMemory", ".status.arithmeticIntensity", ".status.dramBytes", ".status.flops", ".status.peakMemory", ".status.usage.peakMemory", ".status.usage.share.memory", ".status.wavesPerSM"}
 	if diff := cmp.Diff(want, quantities); diff != "" {
 		t.Errorf("quantity fields (-want +got):\n%s", diff)
 	}
@@ -229,7 +229,11 @@ func TestCRDQuantityPattern(t *testing.T) {
 			// would itself hang on some of them.
 			obj := map[string]any{"apiVersion": "prism.dev/v1alpha1", "kind": "WorkloadProfile", "metadata": map[string]any{"name": "w"}}
 			parts := strings.Split(strings.TrimPrefix(path, "."), ".")
-			obj[parts[0]] = map[string]any{parts[1]: value}
+			var field any = value
+			for i := len(parts) - 1; i > 0; i-- {
+				field = map[string]any{parts[i]: field}
+			}
+			obj[parts[0]] = field
 			var got []string
 			for _, e := range validator.Validate(obj).Errors {
 				got = append(got, e.Error())
@@ -237,7 +241,7 @@ func TestCRDQuantityPattern(t *testing.T) {
 			switch {
 			case ok && len(got) > 0:
 				t.Errorf("%s: %q rejected: %s", path, value, strings.Join(got, "; "))
-			case !ok && !strings.Contains(strings.Join(got, "; "), parts[0]+"."+parts[1]):
+			case !ok && !strings.Contains(strings.Join(got, "; "), strings.Join(parts, ".")):
 				t.Errorf("%s: %q not rejected there: %q", path, value, got)
 			}
 		}

@@ -346,6 +346,12 @@ type WorkloadProfileStatus struct {
 	// +optional
 	Report *ReportDigest `json:"report,omitempty"`
 
+	// usage is what NVML saw the workload use while its claims were
+	// prepared: always measured, no ncu needed. The rewrite sizes GPU
+	// shares from it.
+	// +optional
+	Usage *UsageProfile `json:"usage,omitempty"`
+
 	// conditions: Profiled and RooflineConsistent.
 	// +optional
 	// +listType=map
@@ -353,6 +359,103 @@ type WorkloadProfileStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// UsageProfile is NVML's view of a workload's runs, merged across runs so
+// that the latest run weighs most: each figure is an exponentially weighted
+// mean in which the newest run counts one half (see pkg/usage), except
+// peakMemory, which is the larger of that mean and the newest run's peak so
+// that a run that grew is never sized below what it just used.
+type UsageProfile struct {
+	// dutyCycleP50MilliPercent and dutyCycleP95MilliPercent are the median
+	// and 95th percentile of the GPU's utilisation (the share of time a
+	// kernel ran), in thousandths of a per cent; on a shared GPU, the
+	// workload's own processes' figure.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	DutyCycleP50MilliPercent *int32 `json:"dutyCycleP50MilliPercent,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	DutyCycleP95MilliPercent *int32 `json:"dutyCycleP95MilliPercent,omitempty"`
+	// smActivityMilliPercent and dramActivityMilliPercent are the mean SM
+	// activity and DRAM bandwidth use from GPM, on GPUs that have it
+	// (Hopper and later); absent elsewhere.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	SMActivityMilliPercent *int32 `json:"smActivityMilliPercent,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	DRAMActivityMilliPercent *int32 `json:"dramActivityMilliPercent,omitempty"`
+	// peakMemory is the most device memory the workload held.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
+	PeakMemory *resource.Quantity `json:"peakMemory,omitempty"`
+	// samples is how many NVML samples the newest run had.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Samples int32 `json:"samples,omitempty"`
+	// runs is how many runs were merged.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Runs int32 `json:"runs,omitempty"`
+	// productName is the GPU model of the newest run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ProductName string `json:"productName,omitempty"`
+	// share is what the newest run was given, when it ran on a share of a
+	// GPU rather than a whole one.
+	// +optional
+	Share *GrantedShare `json:"share,omitempty"`
+	// exceeded is set when the newest run used more than its share; the
+	// next run gets a larger share or a whole GPU.
+	// +optional
+	Exceeded *ShareExceeded `json:"exceeded,omitempty"`
+	// observedAt is when the newest run ended.
+	// +optional
+	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+}
+
+// GrantedShare is the share of one GPU a run was allocated.
+type GrantedShare struct {
+	// computePercent is the share of the GPU's SMs, 1 to 100.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	ComputePercent int32 `json:"computePercent,omitempty"`
+	// memory is the share of the GPU's memory.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// ShareResource names what a run exceeded.
+// +kubebuilder:validation:Enum=Memory;Compute
+type ShareResource string
+
+const (
+	// ShareResourceMemory: the run held more memory than its share.
+	ShareResourceMemory ShareResource = "Memory"
+	// ShareResourceCompute: the run's duty cycle stayed at its compute
+	// limit.
+	ShareResourceCompute ShareResource = "Compute"
+)
+
+// ShareExceeded records that a run outgrew its share.
+type ShareExceeded struct {
+	// resources lists what was exceeded.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	Resources []ShareResource `json:"resources"`
+	// message says by how much, for people.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message,omitempty"`
 }
 
 // WorkloadProfile is the measured GPU behaviour of a workload, and the
