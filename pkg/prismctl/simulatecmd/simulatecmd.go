@@ -16,7 +16,9 @@ limitations under the License.
 
 // Package simulatecmd implements `prismctl simulate`: replay the public
 // Alibaba GPU trace on its own node list under every placement policy,
-// sweeping load and label noise.
+// sweeping load and label noise (--nodes, --pods), or pack a job stream
+// onto GPUs by measured use and judge it on measured co-location data
+// (--jobs, --pairs).
 package simulatecmd
 
 import (
@@ -42,6 +44,7 @@ func NewCommand() *cobra.Command {
 		seeds, workers, every, repeat                                             int
 		withoutK80, strictTiers                                                   bool
 		opts                                                                      = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
+		pack                                                                      packFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
@@ -55,13 +58,31 @@ admission controller's rewrite.Rewrite. See docs/simulator.md.
 
 Prints median and p99 slowdown, mean JCT, multi-GPU wait and fragmentation
 with 95 % confidence intervals over seeds, and the issue-17 verdict at
-loads of 70 % and more.`,
+loads of 70 % and more.
+
+With --jobs and --pairs instead, it runs the packing evaluation: a stream
+of jobs drawn from jobs.csv for one GPU model (--gpu) arrives at each load
+onto --gpus GPUs; each policy places jobs reading only jobs.csv (prism
+through the share-sizing rule, its utilisation figures scaled by a
+multiplicative error of up to --noise), and the judge rates every job from
+pairs.csv. --slices is checked and summarised (the MIG evaluation reads
+it). Prints goodput per GPU, the shares of jobs below 80 and 90 % of their
+speed alone, median and p99 slowdown and the GPUs needed, with 95 %
+confidence intervals over seeds, and the acceptance verdict. File formats:
+docs/simulator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
+			if pack.jobs != "" || pack.pairs != "" {
+				pack.loads, pack.noise, pack.svgDir, pack.seeds, pack.workers = loadsFlag, noiseFlag, svgDir, seeds, workers
+				if cmd.Flags().Changed("policies") {
+					pack.policies = policiesFlag
+				}
+				return runPacking(cmd, pack)
+			}
 			if nodesPath == "" || podsPath == "" {
-				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns)")
+				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns), or --jobs and --pairs for the packing evaluation")
 			}
 			var sw sim.Sweep
 			var err error
@@ -171,6 +192,14 @@ loads of 70 % and more.`,
 	fl.BoolVar(&strictTiers, "strict-tiers", false, "let the best subrequest decide before CPU and memory scores, instead of kube-scheduler's weighted sum")
 	fl.StringVar(&svgDir, "svg", "", "write slowdown-vs-load plots, one per noise level, into this directory")
 	fl.StringVar(&jsonPath, "json", "", "write every run's result as JSON to this file")
+	fl.StringVar(&pack.jobs, "jobs", "", "packing: jobs.csv (job,gpu,throughput,util_pct,sm_pct,dram_pct,mem_mib), what policies read")
+	fl.StringVar(&pack.pairs, "pairs", "", "packing: pairs.csv (job_a,job_b,gpu,speed_a,speed_b), what the judge reads")
+	fl.StringVar(&pack.slices, "slices", "", "packing: slices.csv (job,gpu,slice,speed), checked and summarised")
+	fl.StringVar(&pack.gpu, "gpu", "v100", "packing: the GPU model of jobs.csv to pack")
+	fl.Float64Var(&pack.gpuMemMiB, "gpu-memory", 0, "packing: the GPU's memory in MiB (0: the built-in figure for k80, p100, v100, a100-40gb)")
+	fl.IntVar(&pack.gpus, "gpus", 32, "packing: GPUs the stream runs on")
+	fl.IntVar(&pack.jobsPerRun, "stream", 2000, "packing: jobs per run")
+	fl.BoolVar(&pack.gpusNeeded, "gpus-needed", true, "packing: also search the fewest GPUs that serve each run's stream")
 	return cmd
 }
 

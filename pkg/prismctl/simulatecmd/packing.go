@@ -1,0 +1,125 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulatecmd
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prismgpu/prism/pkg/sim"
+)
+
+// packFlags are the packing evaluation's flags; loads, noise, seeds,
+// workers and svg are shared with the trace sweep.
+type packFlags struct {
+	jobs, pairs, slices, gpu, policies, loads, noise, svgDir string
+	gpuMemMiB                                                float64
+	gpus, jobsPerRun, seeds, workers                         int
+	gpusNeeded                                               bool
+}
+
+func runPacking(cmd *cobra.Command, f packFlags) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	if f.jobs == "" || f.pairs == "" {
+		return fmt.Errorf("--jobs and --pairs go together")
+	}
+	if f.gpus < 1 || f.jobsPerRun < 10 || f.seeds < 1 || f.workers < 1 {
+		return fmt.Errorf("--gpus, --seeds and --workers must be at least 1 and --stream at least 10")
+	}
+	s := sim.PackSweep{Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
+	s.Policies = sim.PackPolicies
+	if f.policies != "" {
+		s.Policies = nil
+		for p := range strings.SplitSeq(f.policies, ",") {
+			pol, err := sim.ParsePackPolicy(strings.TrimSpace(p))
+			if err != nil {
+				return err
+			}
+			s.Policies = append(s.Policies, pol)
+		}
+	}
+	var err error
+	if s.Loads, err = floats("--loads", f.loads); err != nil {
+		return err
+	}
+	if s.Noises, err = floats("--noise", f.noise); err != nil {
+		return err
+	}
+	m, err := sim.ReadMeasured(f.jobs, f.pairs, f.slices)
+	if err != nil {
+		return err
+	}
+	mem := f.gpuMemMiB
+	if mem == 0 {
+		mem = sim.GPUMemoryMiB[f.gpu]
+	}
+	d, err := m.ForGPU(f.gpu, mem)
+	if err != nil {
+		return err
+	}
+	if f.slices != "" {
+		fmt.Fprintln(out, slicesSummary(m.Slices))
+	}
+	start := time.Now()
+	outs, err := d.Execute(ctx, s)
+	if err != nil {
+		return err
+	}
+	rows := sim.SummarisePacking(outs)
+	if err := sim.WritePackingReport(out, d, s, rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%d runs in %s.\n", len(outs), time.Since(start).Round(time.Millisecond))
+	if f.svgDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
+		return err
+	}
+	for _, metric := range sim.PackMetrics {
+		path := filepath.Join(f.svgDir, "packing-"+metric.Name+".svg")
+		title := fmt.Sprintf("Packing on %s, %s (%d seeds, 95%% CI)", d.GPU, metric.Name, s.Seeds)
+		if err := writeFile(path, func(w io.Writer) error { return sim.WritePackingSVG(w, title, rows, metric) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", path)
+	}
+	return nil
+}
+
+func slicesSummary(ss []sim.SliceSpeed) string {
+	var jobs, gpus, profiles []string
+	for _, s := range ss {
+		for _, x := range []struct {
+			list *[]string
+			v    string
+		}{{&jobs, s.Job + "@" + s.GPU}, {&gpus, s.GPU}, {&profiles, s.Slice}} {
+			if !slices.Contains(*x.list, x.v) {
+				*x.list = append(*x.list, x.v)
+			}
+		}
+	}
+	return fmt.Sprintf("Slices: %d speeds of %d job types on %s, slices %s (not used by packing; the MIG evaluation reads them).",
+		len(ss), len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
+}

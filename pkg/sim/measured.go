@@ -1,0 +1,280 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The measured-data files of the packing evaluation (docs/simulator.md,
+// "Packing"). Each is CSV with a header row; lines starting with # are
+// comments (the shipped files carry their citation there), and an empty
+// cell is a figure nobody measured.
+var (
+	jobsHeader   = []string{"job", "gpu", "throughput", "util_pct", "sm_pct", "dram_pct", "mem_mib"}
+	pairsHeader  = []string{"job_a", "job_b", "gpu", "speed_a", "speed_b"}
+	slicesHeader = []string{"job", "gpu", "slice", "speed"}
+)
+
+// MeasuredJob is one job type measured alone on one GPU model: everything a
+// packing policy may read. Optional figures are NaN when unknown.
+type MeasuredJob struct {
+	Job, GPU string
+	// Throughput is in the source's unit (iterations per second); only
+	// ratios on one GPU model are used.
+	Throughput float64
+	// UtilPct is the duty cycle (nvidia-smi utilization.gpu), SMPct the
+	// SM activity, DRAMPct the memory-controller or DRAM activity, all in
+	// per cent; MemMiB the memory used.
+	UtilPct, SMPct, DRAMPct, MemMiB float64
+	Line                            int
+}
+
+// PairSpeed is what two job types did when they shared one GPU, each as a
+// fraction of its throughput alone. Both 0 means the pair did not fit in
+// memory. Only the judge reads it.
+type PairSpeed struct {
+	JobA, JobB, GPU string
+	SpeedA, SpeedB  float64
+	Line            int
+}
+
+// SliceSpeed is a job type's speed on a MIG slice as a fraction of the
+// whole GPU. Only the judge reads it.
+type SliceSpeed struct {
+	Job, GPU, Slice string
+	Speed           float64
+	Line            int
+}
+
+// Measured is the content of jobs.csv, pairs.csv and (optionally)
+// slices.csv.
+type Measured struct {
+	Jobs   []MeasuredJob
+	Pairs  []PairSpeed
+	Slices []SliceSpeed
+}
+
+// Known says whether an optional figure was measured.
+func Known(v float64) bool { return !math.IsNaN(v) }
+
+// ReadMeasured reads the three files; slicesPath may be empty. Errors name
+// the file, the line and the column.
+func ReadMeasured(jobsPath, pairsPath, slicesPath string) (*Measured, error) {
+	var m Measured
+	var err error
+	if m.Jobs, err = readCSVFile(jobsPath, ParseJobs); err != nil {
+		return nil, err
+	}
+	if m.Pairs, err = readCSVFile(pairsPath, ParsePairs); err != nil {
+		return nil, err
+	}
+	if slicesPath != "" {
+		if m.Slices, err = readCSVFile(slicesPath, ParseSlices); err != nil {
+			return nil, err
+		}
+	}
+	if err := m.check(filepath.Base(pairsPath), filepath.Base(slicesPath)); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func readCSVFile[T any](path string, parse func(io.Reader, string) ([]T, error)) ([]T, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parse(f, filepath.Base(path))
+}
+
+// check cross-references the files: every pair and slice names a job type
+// measured alone on that GPU model, so that the judge never rates a job the
+// policies could not see.
+func (m *Measured) check(pairsName, slicesName string) error {
+	alone := map[[2]string]bool{}
+	for _, j := range m.Jobs {
+		alone[[2]string{j.Job, j.GPU}] = true
+	}
+	for _, p := range m.Pairs {
+		for _, j := range []string{p.JobA, p.JobB} {
+			if !alone[[2]string{j, p.GPU}] {
+				return fmt.Errorf("%s:%d: job %q on gpu %q has no row in the jobs file", pairsName, p.Line, j, p.GPU)
+			}
+		}
+	}
+	for _, s := range m.Slices {
+		if !alone[[2]string{s.Job, s.GPU}] {
+			return fmt.Errorf("%s:%d: job %q on gpu %q has no row in the jobs file", slicesName, s.Line, s.Job, s.GPU)
+		}
+	}
+	return nil
+}
+
+// ParseJobs reads jobs.csv; name is the file name errors carry.
+func ParseJobs(r io.Reader, name string) ([]MeasuredJob, error) {
+	var out []MeasuredJob
+	seen := map[[2]string]int{}
+	err := parseCSV(r, name, jobsHeader, func(c *cells) error {
+		j := MeasuredJob{Job: c.text(0), GPU: c.text(1), Line: c.line}
+		j.Throughput = c.number(2, false, 0, math.Inf(1))
+		j.UtilPct = c.number(3, true, 0, 100)
+		j.SMPct = c.number(4, true, 0, 100)
+		j.DRAMPct = c.number(5, true, 0, 100)
+		j.MemMiB = c.number(6, true, 0, math.Inf(1))
+		if c.err == nil && j.Throughput == 0 {
+			c.fail(2, "is not a throughput above 0")
+		}
+		if prev, ok := seen[[2]string{j.Job, j.GPU}]; ok && c.err == nil {
+			return fmt.Errorf("%s:%d: job %q on gpu %q repeats line %d", name, c.line, j.Job, j.GPU, prev)
+		}
+		seen[[2]string{j.Job, j.GPU}] = c.line
+		out = append(out, j)
+		return c.err
+	})
+	return out, err
+}
+
+// ParsePairs reads pairs.csv. A pair is unordered: (a, b) and (b, a) on one
+// GPU model may not both appear.
+func ParsePairs(r io.Reader, name string) ([]PairSpeed, error) {
+	var out []PairSpeed
+	seen := map[[3]string]int{}
+	err := parseCSV(r, name, pairsHeader, func(c *cells) error {
+		p := PairSpeed{JobA: c.text(0), JobB: c.text(1), GPU: c.text(2), Line: c.line}
+		p.SpeedA = c.number(3, false, 0, 10)
+		p.SpeedB = c.number(4, false, 0, 10)
+		a, b := p.JobA, p.JobB
+		if b < a {
+			a, b = b, a
+		}
+		if prev, ok := seen[[3]string{a, b, p.GPU}]; ok && c.err == nil {
+			return fmt.Errorf("%s:%d: pair %q, %q on gpu %q repeats line %d", name, c.line, p.JobA, p.JobB, p.GPU, prev)
+		}
+		seen[[3]string{a, b, p.GPU}] = c.line
+		out = append(out, p)
+		return c.err
+	})
+	return out, err
+}
+
+// ParseSlices reads slices.csv.
+func ParseSlices(r io.Reader, name string) ([]SliceSpeed, error) {
+	var out []SliceSpeed
+	seen := map[[3]string]int{}
+	err := parseCSV(r, name, slicesHeader, func(c *cells) error {
+		s := SliceSpeed{Job: c.text(0), GPU: c.text(1), Slice: c.text(2), Line: c.line}
+		s.Speed = c.number(3, false, 0, 10)
+		if prev, ok := seen[[3]string{s.Job, s.GPU, s.Slice}]; ok && c.err == nil {
+			return fmt.Errorf("%s:%d: job %q on gpu %q slice %q repeats line %d", name, c.line, s.Job, s.GPU, s.Slice, prev)
+		}
+		seen[[3]string{s.Job, s.GPU, s.Slice}] = c.line
+		out = append(out, s)
+		return c.err
+	})
+	return out, err
+}
+
+// cells is one record being parsed; the first bad cell sticks in err.
+type cells struct {
+	name   string
+	header []string
+	rec    []string
+	line   int
+	err    error
+}
+
+func (c *cells) fail(col int, format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("%s:%d: column %s: %q %s", c.name, c.line, c.header[col], c.rec[col], fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *cells) text(col int) string {
+	v := strings.TrimSpace(c.rec[col])
+	if v == "" {
+		c.fail(col, "is empty")
+	}
+	return v
+}
+
+// number parses a cell within [lo, hi]; an empty optional cell is NaN.
+func (c *cells) number(col int, optional bool, lo, hi float64) float64 {
+	s := strings.TrimSpace(c.rec[col])
+	if s == "" && optional {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil || math.IsNaN(v):
+		c.fail(col, "is not a number")
+	case v < lo || v > hi:
+		c.fail(col, "is outside [%g, %g]", lo, hi)
+	}
+	return v
+}
+
+func parseCSV(r io.Reader, name string, header []string, row func(*cells) error) error {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.FieldsPerRecord = -1
+	first := true
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			if first {
+				return fmt.Errorf("%s: empty, want the header %s", name, strings.Join(header, ","))
+			}
+			return nil
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return fmt.Errorf("%s:%d: %v", name, pe.Line, pe.Err)
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if first {
+			first = false
+			got := make([]string, len(rec))
+			for i, h := range rec {
+				got[i] = strings.TrimSpace(h)
+			}
+			if !slices.Equal(got, header) {
+				return fmt.Errorf("%s:%d: header is %s, want %s", name, line, strings.Join(got, ","), strings.Join(header, ","))
+			}
+			continue
+		}
+		if len(rec) != len(header) {
+			return fmt.Errorf("%s:%d: %d columns, want %d (%s)", name, line, len(rec), len(header), strings.Join(header, ","))
+		}
+		if err := row(&cells{name: name, header: header, rec: rec, line: line}); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,494 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// PackPolicy decides which GPU a job of the packing evaluation starts on.
+type PackPolicy string
+
+// The packing policies. Only PackOracle reads the pair table; the others
+// read jobs.csv (PackPrism through the share-sizing rule, with noise).
+const (
+	// PackWhole gives every job a GPU of its own: the NVIDIA DRA driver's
+	// default for a claim of one GPU.
+	PackWhole PackPolicy = "whole-gpu"
+	// PackMemory joins any running job whose memory leaves room for the
+	// newcomer's, fullest GPU first: HAMi's and nano-gpu's binpack, which
+	// share by declared memory.
+	PackMemory PackPolicy = "by-memory"
+	// PackRandom joins a running job picked at random.
+	PackRandom PackPolicy = "random-pair"
+	// PackPrism sizes a share from the job's measured use (SizeShare) and
+	// joins a share whose compute leaves room for it; a heavy or unprofiled
+	// job gets a GPU of its own that nobody joins.
+	PackPrism PackPolicy = "prism"
+	// PackOracle reads the judge's pair table: it joins the running job
+	// that gives the largest sum of the two speeds with both at or above
+	// the interference target's 80 %. A greedy, online bound, not the best
+	// any scheduler could do.
+	PackOracle PackPolicy = "oracle"
+)
+
+// PackPolicies is every packing policy, in table order.
+var PackPolicies = []PackPolicy{PackWhole, PackMemory, PackRandom, PackPrism, PackOracle}
+
+// ParsePackPolicy checks a policy name.
+func ParsePackPolicy(s string) (PackPolicy, error) {
+	for _, p := range PackPolicies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	names := make([]string, len(PackPolicies))
+	for i, p := range PackPolicies {
+		names[i] = string(p)
+	}
+	return "", fmt.Errorf("unknown packing policy %q (want one of %s)", s, strings.Join(names, ", "))
+}
+
+// profiled policies read the usage profile, so profile noise applies.
+func (p PackPolicy) profiled() bool { return p == PackPrism }
+
+// profileFree policies are what a cluster without usage profiles can do.
+func (p PackPolicy) profileFree() bool { return p == PackWhole || p == PackMemory || p == PackRandom }
+
+// Share is a slice of one GPU sized from a usage profile.
+type Share struct {
+	ComputePct int
+	MemMiB     float64
+}
+
+// SizeShare is the share-sizing rule agreed for the admission controller:
+// compute is the p95 duty cycle plus headroom (the larger of 10 points and
+// a quarter of it), rounded up to 5 %, at least 10 %; memory is the peak
+// times 1.2 plus 512 MiB, rounded up to 1 GiB, at least 1 GiB. A job at 80 %
+// compute or more is heavy and keeps a whole GPU (ok false). memKnown false
+// means no peak memory was measured; production then keeps the whole GPU,
+// and the evaluation, on data without memory, sizes compute alone.
+//
+// TODO: call the rewrite's sizing function once pkg/rewrite exports it, so
+// that the evaluation cannot drift from what ships.
+func SizeShare(p95Util, peakMiB float64, memKnown bool) (Share, bool) {
+	if !Known(p95Util) {
+		return Share{}, false
+	}
+	c := p95Util + math.Max(10, 0.25*p95Util)
+	compute := max(10, int(math.Ceil(c/5-1e-9))*5)
+	if compute >= 80 {
+		return Share{}, false
+	}
+	if !memKnown {
+		return Share{ComputePct: compute, MemMiB: math.NaN()}, true
+	}
+	if !Known(peakMiB) {
+		return Share{}, false
+	}
+	mem := math.Max(1024, math.Ceil((peakMiB*1.2+512)/1024-1e-9)*1024)
+	return Share{ComputePct: compute, MemMiB: mem}, true
+}
+
+// PackingData is the measured data for one GPU model: the job types a
+// stream is drawn from and the judge's pair speeds.
+type PackingData struct {
+	GPU string
+	// MemMiB is the GPU's memory; MemoryKnown says every job type has a
+	// measured memory figure. Without it no policy checks memory, and the
+	// judge's out-of-memory pairs are what catches a bad pairing.
+	MemMiB      float64
+	MemoryKnown bool
+	Jobs        []MeasuredJob
+	// speed[i][j] is job type i's speed beside j, a fraction of alone.
+	speed [][]float64
+}
+
+// GPUMemoryMiB is the memory of the GPU models the shipped data covers
+// (Gavel's K80 is one GK210 die); other models need it given.
+var GPUMemoryMiB = map[string]float64{"k80": 12 << 10, "p100": 16 << 10, "v100": 16 << 10, "a100-40gb": 40 << 10}
+
+// ForGPU picks one GPU model's job types and pairs. Every pair of its job
+// types must be in the pair table: the judge has no way to rate one that
+// is not, and leaving such pairs out of the policies' reach would tell them
+// what the judge knows.
+func (m *Measured) ForGPU(gpu string, memMiB float64) (*PackingData, error) {
+	d := &PackingData{GPU: gpu, MemMiB: memMiB, MemoryKnown: true}
+	index := map[string]int{}
+	for _, j := range m.Jobs {
+		if j.GPU == gpu {
+			index[j.Job] = len(d.Jobs)
+			d.Jobs = append(d.Jobs, j)
+			d.MemoryKnown = d.MemoryKnown && Known(j.MemMiB)
+		}
+	}
+	if len(d.Jobs) == 0 {
+		return nil, fmt.Errorf("no job measured on gpu %q (gpus: %s)", gpu, strings.Join(m.GPUs(), ", "))
+	}
+	if d.MemoryKnown && memMiB <= 0 {
+		return nil, fmt.Errorf("gpu %q: its memory is needed to check memory fits (--gpu-memory)", gpu)
+	}
+	n := len(d.Jobs)
+	d.speed = make([][]float64, n)
+	for i := range d.speed {
+		d.speed[i] = make([]float64, n)
+		for k := range d.speed[i] {
+			d.speed[i][k] = math.NaN()
+		}
+	}
+	for _, p := range m.Pairs {
+		if p.GPU != gpu {
+			continue
+		}
+		a, b := index[p.JobA], index[p.JobB]
+		d.speed[a][b], d.speed[b][a] = p.SpeedA, p.SpeedB
+		if a == b {
+			// Two jobs of one type: each is one of the two.
+			d.speed[a][a] = (p.SpeedA + p.SpeedB) / 2
+		}
+	}
+	var missing []string
+	for i := range n {
+		for k := i; k < n; k++ {
+			if math.IsNaN(d.speed[i][k]) {
+				missing = append(missing, fmt.Sprintf("%s + %s", d.Jobs[i].Job, d.Jobs[k].Job))
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("gpu %q: the pair table lacks %d pairs of its job types, e.g. %s", gpu, len(missing), missing[0])
+	}
+	return d, nil
+}
+
+// GPUs lists the GPU models the jobs file covers.
+func (m *Measured) GPUs() []string {
+	var out []string
+	for _, j := range m.Jobs {
+		if !slices.Contains(out, j.GPU) {
+			out = append(out, j.GPU)
+		}
+	}
+	return out
+}
+
+// streamJob is one arrival; its figures are fixed per seed so that every
+// policy and GPU count sees the same stream (common random numbers).
+type streamJob struct {
+	typ          int
+	arrive, work float64
+	// noise is the multiplicative error drawn for this job's profile, in
+	// [-1, 1]; a run scales it by its noise level.
+	noise float64
+}
+
+// stream draws n jobs: types uniformly from the data, work exponential with
+// mean 1 (in seconds alone), Poisson arrivals at rate.
+func (d *PackingData) stream(n int, rate float64, seed uint64) []streamJob {
+	rng := rand.New(rand.NewPCG(seed, 0x737472))
+	noise := rand.New(rand.NewPCG(seed, 0x6e6f6973))
+	out := make([]streamJob, n)
+	t := 0.0
+	for i := range out {
+		t += rng.ExpFloat64() / rate
+		out[i] = streamJob{typ: rng.IntN(len(d.Jobs)), arrive: t, work: rng.ExpFloat64(), noise: 2*noise.Float64() - 1}
+	}
+	return out
+}
+
+// PackRun is one simulation of the packing evaluation.
+type PackRun struct {
+	Policy PackPolicy
+	// Load is the arrival rate as a share of what GPUs whole-GPU
+	// allocation can serve: rate = Load × GPUs / mean work.
+	Load  float64
+	Noise float64
+	Seed  uint64
+	GPUs  int
+	Jobs  int
+}
+
+// PackResult is what one run measured, over the middle 60 % of arrivals
+// (the first 20 % warm the GPUs up, the last 20 % drain).
+type PackResult struct {
+	PackRun
+	// Goodput is the sum of running jobs' speeds (each a fraction of its
+	// speed alone) over the GPUs holding a job, time-averaged.
+	Goodput float64
+	// Below80 and Below90 are the shares of jobs whose speed while running
+	// (work over run time) fell below 80 and 90 % of alone; a job that hit
+	// an out-of-memory pairing counts below both.
+	Below80, Below90 float64
+	// Median and P99 slowdown: (finish − arrival) / work alone, waiting
+	// included.
+	Median, P99 float64
+	// Late is the share of jobs with slowdown above 1.25 (finishing later
+	// than at 80 % speed, waiting included): the serving criterion.
+	Late float64
+	// OOMs is out-of-memory starts per 1000 jobs.
+	OOMs float64
+	// Paired is the share of busy GPU time with two jobs.
+	Paired float64
+}
+
+type runningJob struct {
+	sj        *streamJob
+	idx       int
+	remaining float64
+	start     float64
+	speed     float64
+	share     Share
+	exclusive bool
+	oomed     bool
+}
+
+// Simulate runs one configuration of the packing evaluation.
+func (d *PackingData) Simulate(r PackRun) PackResult {
+	rate := r.Load * float64(r.GPUs)
+	return d.simulate(r, d.stream(r.Jobs, rate, r.Seed))
+}
+
+// simulate is event-driven: arrivals and completions; at each, every job's
+// speed is the judge's figure for its current partner (1 alone). Jobs that
+// fit nowhere wait and are retried in arrival order after every event.
+func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
+	rng := rand.New(rand.NewPCG(r.Seed, 0x7469))
+	gpus := make([][]*runningJob, r.GPUs)
+	var queue []*runningJob
+	lo, hi := len(jobs)/5, len(jobs)*4/5
+	winStart, winEnd := jobs[lo].arrive, jobs[hi-1].arrive
+	finish := make([]float64, len(jobs))
+	started := make([]float64, len(jobs))
+	oomed := make([]bool, len(jobs))
+	var good, busy, paired float64
+	var ooms int
+
+	setSpeeds := func(g int) {
+		switch on := gpus[g]; len(on) {
+		case 1:
+			on[0].speed = 1
+		case 2:
+			on[0].speed = d.speed[on[0].sj.typ][on[1].sj.typ]
+			on[1].speed = d.speed[on[1].sj.typ][on[0].sj.typ]
+		}
+	}
+	place := func(j *runningJob) int {
+		empty := -1
+		best, bestScore := -1, math.Inf(-1)
+		for g, on := range gpus {
+			switch len(on) {
+			case 0:
+				if empty < 0 {
+					empty = g
+				}
+				continue
+			case 2:
+				continue
+			}
+			other := on[0]
+			if j.exclusive || other.exclusive {
+				continue
+			}
+			var score float64
+			switch r.Policy {
+			case PackWhole:
+				continue
+			case PackMemory:
+				mj, mo := d.Jobs[j.sj.typ].MemMiB, d.Jobs[other.sj.typ].MemMiB
+				if d.MemoryKnown {
+					if mj+mo > d.MemMiB {
+						continue
+					}
+					score = mo
+				} else {
+					score = -float64(g)
+				}
+			case PackRandom:
+				score = rng.Float64()
+			case PackPrism:
+				if j.share.ComputePct+other.share.ComputePct > 100 {
+					continue
+				}
+				if d.MemoryKnown && j.share.MemMiB+other.share.MemMiB > d.MemMiB {
+					continue
+				}
+				score = float64(j.share.ComputePct + other.share.ComputePct)
+			case PackOracle:
+				a, b := d.speed[j.sj.typ][other.sj.typ], d.speed[other.sj.typ][j.sj.typ]
+				if a < 0.8 || b < 0.8 {
+					continue
+				}
+				score = a + b
+			}
+			if score > bestScore {
+				best, bestScore = g, score
+			}
+		}
+		if best >= 0 {
+			return best
+		}
+		return empty
+	}
+	schedule := func(now float64) {
+		kept := queue[:0]
+		for _, j := range queue {
+			g := place(j)
+			if g < 0 {
+				kept = append(kept, j)
+				continue
+			}
+			if len(gpus[g]) == 1 {
+				other := gpus[g][0]
+				if d.speed[j.sj.typ][other.sj.typ] == 0 || d.speed[other.sj.typ][j.sj.typ] == 0 {
+					// It did not fit in memory: the start fails and the job
+					// is run again on a GPU of its own.
+					ooms++
+					oomed[j.idx] = true
+					j.exclusive = true
+					if g = place(j); g < 0 {
+						kept = append(kept, j)
+						continue
+					}
+				}
+			}
+			j.start = now
+			started[j.idx] = now
+			gpus[g] = append(gpus[g], j)
+			setSpeeds(g)
+		}
+		queue = kept
+	}
+
+	next, now := 0, 0.0
+	for next < len(jobs) || len(queue) > 0 || anyRunning(gpus) {
+		// The next completion.
+		dt, gDone, kDone := math.Inf(1), -1, -1
+		for g, on := range gpus {
+			for k, j := range on {
+				if t := j.remaining / j.speed; t < dt {
+					dt, gDone, kDone = t, g, k
+				}
+			}
+		}
+		arrival := next < len(jobs) && jobs[next].arrive-now <= dt
+		if arrival {
+			dt = jobs[next].arrive - now
+		}
+		// Advance every running job by dt, counting the window's goodput.
+		from, to := math.Max(now, winStart), math.Min(now+dt, winEnd)
+		for _, on := range gpus {
+			for _, j := range on {
+				j.remaining -= j.speed * dt
+				if to > from {
+					good += j.speed * (to - from)
+				}
+			}
+			if to > from && len(on) > 0 {
+				busy += to - from
+				if len(on) == 2 {
+					paired += to - from
+				}
+			}
+		}
+		now += dt
+		if arrival {
+			sj := &jobs[next]
+			j := &runningJob{sj: sj, idx: next, remaining: sj.work}
+			if r.Policy == PackPrism {
+				t := d.Jobs[sj.typ]
+				f := 1 + r.Noise*sj.noise
+				share, ok := SizeShare(math.Min(100, t.UtilPct*f), t.MemMiB*f, d.MemoryKnown)
+				j.share, j.exclusive = share, !ok
+			}
+			queue = append(queue, j)
+			next++
+		} else {
+			done := gpus[gDone][kDone]
+			finish[done.idx] = now
+			gpus[gDone] = slices.Delete(gpus[gDone], kDone, kDone+1)
+			setSpeeds(gDone)
+		}
+		schedule(now)
+	}
+
+	res := PackResult{PackRun: r}
+	var slow []float64
+	var below80, below90, late int
+	for i := lo; i < hi; i++ {
+		j := jobs[i]
+		s := (finish[i] - j.arrive) / j.work
+		slow = append(slow, s)
+		speed := j.work / (finish[i] - started[i])
+		if oomed[i] || speed < 0.8-1e-9 {
+			below80++
+		}
+		if oomed[i] || speed < 0.9-1e-9 {
+			below90++
+		}
+		if s > 1.25+1e-9 {
+			late++
+		}
+	}
+	n := float64(hi - lo)
+	slices.Sort(slow)
+	res.Below80, res.Below90, res.Late = float64(below80)/n, float64(below90)/n, float64(late)/n
+	res.Median = slow[len(slow)/2]
+	res.P99 = slow[min(len(slow)-1, int(math.Ceil(0.99*n))-1)]
+	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
+	if busy > 0 {
+		res.Goodput, res.Paired = good/busy, paired/busy
+	}
+	return res
+}
+
+func anyRunning(gpus [][]*runningJob) bool {
+	for _, on := range gpus {
+		if len(on) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// GPUsNeeded is the fewest GPUs that serve the stream of a run (its rate
+// fixed by Load × GPUs) with at most target of its jobs late (slowdown above
+// 1.25, waiting included); NaN when even 4 × GPUs do not.
+func (d *PackingData) GPUsNeeded(r PackRun, target float64) float64 {
+	jobs := d.stream(r.Jobs, r.Load*float64(r.GPUs), r.Seed)
+	ok := func(n int) bool {
+		rr := r
+		rr.GPUs = n
+		return d.simulate(rr, slices.Clone(jobs)).Late <= target
+	}
+	lo, hi := 1, 4*r.GPUs
+	if !ok(hi) {
+		return math.NaN()
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return float64(lo)
+}

@@ -1,0 +1,57 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"fmt"
+	"io"
+)
+
+// WritePackingReport prints what the evaluation ran on, the table and the
+// verdict: what `prismctl simulate --jobs` and `make bench` show.
+func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRow) error {
+	var profiled, heavy int
+	for _, j := range d.Jobs {
+		if !Known(j.UtilPct) {
+			continue
+		}
+		profiled++
+		if _, ok := SizeShare(j.UtilPct, j.MemMiB, d.MemoryKnown); !ok {
+			heavy++
+		}
+	}
+	n := len(d.Jobs)
+	fmt.Fprintf(w, "Packing on %s: %d job types (%d with a utilisation figure, %d of those heavy at no noise; the rest keep a whole GPU under prism), %d pairs judged.\n",
+		d.GPU, n, profiled, heavy, n*(n+1)/2)
+	if d.MemoryKnown {
+		fmt.Fprintf(w, "Memory: measured per job type; %d MiB per GPU.\n", int(d.MemMiB))
+	} else {
+		fmt.Fprintln(w, "Memory: not in the data for this GPU: no policy checks it, and a pair the judge lists as out of memory fails and reruns alone.")
+	}
+	fmt.Fprintf(w, "Stream: %d jobs a run (middle 60%% measured) on %d GPUs, at most 2 jobs a GPU (the judge knows pairs only); %d seeds; 95%% intervals.\n",
+		s.Jobs, s.GPUs, s.Seeds)
+	fmt.Fprintf(w, "Target: at most %.0f%% of jobs below 80%% of their speed alone. GPUS NEEDED: fewest GPUs serving the same stream with at most %.0f%% of jobs slowed (JCT / work alone) beyond 1.25, waiting included.\n\n",
+		100*InterferenceTarget, 100*InterferenceTarget)
+	if err := WritePackingTable(w, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, v := range PackingVerdict(rows) {
+		fmt.Fprintln(w, v)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"text/tabwriter"
+)
+
+// InterferenceTarget is the acceptance target of the packing evaluation:
+// at most this share of jobs below 80 % of their speed alone.
+const InterferenceTarget = 0.05
+
+// PackSweep is a grid of packing runs.
+type PackSweep struct {
+	Policies []PackPolicy
+	Loads    []float64
+	// Noises apply to the profiled policy (prism); the others run once per
+	// load.
+	Noises         []float64
+	Seeds          int
+	GPUs, Jobs     int
+	Workers        int
+	WithGPUsNeeded bool
+}
+
+// Runs lists the sweep's runs.
+func (s PackSweep) Runs() []PackRun {
+	var runs []PackRun
+	for _, load := range s.Loads {
+		for _, p := range s.Policies {
+			noises := []float64{0}
+			if p.profiled() {
+				noises = s.Noises
+			}
+			for _, n := range noises {
+				for seed := range s.Seeds {
+					runs = append(runs, PackRun{Policy: p, Load: load, Noise: n, Seed: uint64(seed), GPUs: s.GPUs, Jobs: s.Jobs})
+				}
+			}
+		}
+	}
+	return runs
+}
+
+// PackOutcome is one run's result and, when asked for, the GPUs its stream
+// needs.
+type PackOutcome struct {
+	PackResult
+	GPUsNeeded float64
+}
+
+// Execute runs the sweep in parallel.
+func (d *PackingData) Execute(ctx context.Context, s PackSweep) ([]PackOutcome, error) {
+	runs := s.Runs()
+	out := make([]PackOutcome, len(runs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range max(1, s.Workers) {
+		wg.Go(func() {
+			for i := range next {
+				out[i] = PackOutcome{PackResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+				if s.WithGPUsNeeded {
+					out[i].GPUsNeeded = d.GPUsNeeded(runs[i], InterferenceTarget)
+				}
+			}
+		})
+	}
+	for i := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out, ctx.Err()
+}
+
+// PackRow is one policy at one load and noise, over seeds.
+type PackRow struct {
+	Policy                                       PackPolicy
+	Load, Noise                                  float64
+	Goodput, Below80, Below90, Median, P99, OOMs Estimate
+	Paired, Late                                 Estimate
+	// GPUsNeeded is over the seeds whose stream some GPU count served;
+	// Unserved counts the others.
+	GPUsNeeded Estimate
+	Unserved   int
+}
+
+// MeetsTarget says whether the mean share of jobs below 80 % is within
+// the interference target.
+func (r *PackRow) MeetsTarget() bool { return r.Below80.Mean <= InterferenceTarget+1e-9 }
+
+// SummarisePacking groups outcomes by policy, load and noise, in sweep
+// order.
+func SummarisePacking(outs []PackOutcome) []*PackRow {
+	type key struct {
+		p           PackPolicy
+		load, noise float64
+	}
+	var order []key
+	vals := map[key][][]float64{}
+	unserved := map[key]int{}
+	for _, o := range outs {
+		k := key{o.Policy, o.Load, o.Noise}
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+			vals[k] = make([][]float64, 9)
+		}
+		v := vals[k]
+		for i, x := range []float64{o.Goodput, o.Below80, o.Below90, o.Median, o.P99, o.OOMs, o.Paired, o.Late} {
+			v[i] = append(v[i], x)
+		}
+		if math.IsNaN(o.GPUsNeeded) {
+			unserved[k]++
+		} else {
+			v[8] = append(v[8], o.GPUsNeeded)
+		}
+	}
+	rows := make([]*PackRow, 0, len(order))
+	for _, k := range order {
+		v := vals[k]
+		rows = append(rows, &PackRow{Policy: k.p, Load: k.load, Noise: k.noise,
+			Goodput: estimate(v[0]), Below80: estimate(v[1]), Below90: estimate(v[2]), Median: estimate(v[3]),
+			P99: estimate(v[4]), OOMs: estimate(v[5]), Paired: estimate(v[6]), Late: estimate(v[7]),
+			GPUsNeeded: estimate(v[8]), Unserved: unserved[k]})
+	}
+	return rows
+}
+
+// WritePackingTable prints one row per policy, load and noise: means over
+// seeds with 95 % confidence half-widths.
+func WritePackingTable(w io.Writer, rows []*PackRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOAD\tPOLICY\tNOISE\tGOODPUT/GPU\t<80%\t<90%\tMEDIAN SLOWDOWN\tP99 SLOWDOWN\tPAIRED\tOOM/1000\tGPUS NEEDED\tTARGET")
+	for _, r := range rows {
+		noise := "-"
+		if r.Policy.profiled() {
+			noise = fmt.Sprintf("%.0f%%", 100*r.Noise)
+		}
+		need := "-"
+		switch {
+		case r.GPUsNeeded.N > 0 && r.Unserved == 0:
+			need = r.GPUsNeeded.String()
+		case r.GPUsNeeded.N > 0:
+			need = fmt.Sprintf("%s (%d seeds never)", r.GPUsNeeded, r.Unserved)
+		case r.Unserved > 0:
+			need = "never"
+		}
+		target := "misses"
+		if r.MeetsTarget() {
+			target = "meets"
+		}
+		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noise,
+			r.Goodput, pct(r.Below80), pct(r.Below90), r.Median, r.P99, pct(r.Paired), r.OOMs, need, target)
+	}
+	return tw.Flush()
+}
+
+func pct(x Estimate) string {
+	return fmt.Sprintf("%.1f%% ±%.1f", 100*x.Mean, 100*x.Half)
+}
+
+// PackingVerdict states, per load, the acceptance goal: Prism's goodput
+// per GPU against the best profile-free policy that meets the interference
+// target (goal ≥ 1.3×), against whole-GPU allocation (≥ 1.5×), and with 20 %
+// profile noise against the best profile-free policy (≥ 1.15×).
+func PackingVerdict(rows []*PackRow) []string {
+	var out []string
+	var loads []float64
+	for _, r := range rows {
+		if !slices.Contains(loads, r.Load) {
+			loads = append(loads, r.Load)
+		}
+	}
+	find := func(p PackPolicy, load, noise float64) *PackRow {
+		for _, r := range rows {
+			if r.Policy == p && r.Load == load && (!p.profiled() || math.Abs(r.Noise-noise) < 1e-9) {
+				return r
+			}
+		}
+		return nil
+	}
+	for _, load := range loads {
+		var best *PackRow
+		for _, r := range rows {
+			if r.Load == load && r.Policy.profileFree() && r.MeetsTarget() && (best == nil || r.Goodput.Mean > best.Goodput.Mean) {
+				best = r
+			}
+		}
+		whole := find(PackWhole, load, 0)
+		line := fmt.Sprintf("load %.0f%%:", 100*load)
+		for _, g := range []struct {
+			noise, goal float64
+		}{{0, 1.3}, {0.2, 1.15}} {
+			prism := find(PackPrism, load, g.noise)
+			if prism == nil {
+				continue
+			}
+			line += fmt.Sprintf(" prism at %.0f%% noise goodput %.2f, <80%% %.1f%% (target %s)", 100*g.noise, prism.Goodput.Mean, 100*prism.Below80.Mean, map[bool]string{true: "met", false: "missed"}[prism.MeetsTarget()])
+			if best == nil {
+				line += "; no profile-free policy meets the target;"
+				continue
+			}
+			ratio := prism.Goodput.Mean / best.Goodput.Mean
+			line += fmt.Sprintf("; vs best profile-free meeting it (%s %.2f): %.2fx (goal >= %.2fx: %s);", best.Policy, best.Goodput.Mean, ratio, g.goal,
+				holds(prism.MeetsTarget() && ratio >= g.goal))
+			if whole != nil && g.noise == 0 {
+				ratio := prism.Goodput.Mean / whole.Goodput.Mean
+				line += fmt.Sprintf(" vs whole-gpu: %.2fx (goal >= 1.5x: %s);", ratio, holds(prism.MeetsTarget() && ratio >= 1.5))
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func holds(ok bool) string {
+	if ok {
+		return "holds"
+	}
+	return "fails"
+}
