@@ -38,7 +38,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
 )
 
@@ -52,7 +54,7 @@ var repoRoot = func() string {
 
 var (
 	buildOnce sync.Once
-	built     map[string]*oci.Archive
+	built     map[string]*recipe.Archive
 	buildOpts recipe.Options
 	buildErr  error
 	outDir    string
@@ -68,7 +70,7 @@ func TestMain(m *testing.M) {
 
 // images builds every image once per test binary, through the builder's
 // cache as `make images` does, and reads the archives back.
-func images(t *testing.T) (recipe.Options, map[string]*oci.Archive) {
+func images(t *testing.T) (recipe.Options, map[string]*recipe.Archive) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if buildOpts, buildErr = recipe.DefaultOptions(repoRoot); buildErr != nil {
@@ -87,9 +89,9 @@ func images(t *testing.T) (recipe.Options, map[string]*oci.Archive) {
 			buildErr = err
 			return
 		}
-		built = map[string]*oci.Archive{}
+		built = map[string]*recipe.Archive{}
 		for _, r := range results {
-			a, err := oci.ReadArchive(r.Path)
+			a, err := recipe.ReadArchive(r.Path, filepath.Join(outDir, "read", r.Name))
 			if err != nil {
 				buildErr = err
 				return
@@ -108,14 +110,14 @@ func images(t *testing.T) (recipe.Options, map[string]*oci.Archive) {
 }
 
 // image is one image of the host's platform.
-func image(t *testing.T, name string) oci.ReadImage {
+func image(t *testing.T, name string) recipe.ArchiveImage {
 	t.Helper()
 	_, archives := images(t)
 	a, ok := archives[name]
 	if !ok {
 		t.Fatalf("image %s not built", name)
 	}
-	img, err := a.Image(oci.Platform{OS: "linux", Architecture: runtime.GOARCH})
+	img, err := a.Image(v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,13 +294,40 @@ func libTriplet() string {
 	return map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH]
 }
 
+// files lists the image's files as the runtime sees them, upper layers
+// over lower ones, by path relative to the root.
 func files(t *testing.T, name string) map[string]*tar.Header {
 	t.Helper()
-	fs, err := image(t, name).Files()
+	fs := map[string]*tar.Header{}
+	err := walk(image(t, name), func(h *tar.Header, _ io.Reader) error {
+		fs[strings.TrimSuffix(path.Clean(h.Name), "/")] = h
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return fs
+}
+
+// walk calls fn for every entry of the image's flattened filesystem (what a
+// runtime unpacks: each path once, from the topmost layer that has it),
+// with the entry's content.
+func walk(img v1.Image, fn func(*tar.Header, io.Reader) error) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(h, tr); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
+		}
+	}
 }
 
 // resolve follows symlinks inside the image to a regular file.
@@ -335,7 +364,7 @@ func resolve(files map[string]*tar.Header, p string) (string, bool) {
 func read(t *testing.T, name, p string) []byte {
 	t.Helper()
 	var data []byte
-	err := image(t, name).Walk(func(h *tar.Header, r io.Reader) error {
+	err := walk(image(t, name), func(h *tar.Header, r io.Reader) error {
 		if strings.TrimSuffix(h.Name, "/") == p {
 			b, err := io.ReadAll(r)
 			data = b

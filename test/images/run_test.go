@@ -17,9 +17,11 @@ limitations under the License.
 package images
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -30,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -52,10 +55,58 @@ func requireRoot(t *testing.T) {
 func rootfs(t *testing.T, name string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := image(t, name).Unpack(dir); err != nil {
+	if err := unpack(image(t, name), dir); err != nil {
 		t.Fatalf("unpacking %s: %v", name, err)
 	}
 	return dir
+}
+
+// unpack writes the image's root filesystem into dir, with owners and
+// modes.
+func unpack(img v1.Image, dir string) error {
+	return walk(img, func(h *tar.Header, r io.Reader) error {
+		name := filepath.Clean(h.Name)
+		if name == ".." || strings.HasPrefix(name, "../") || filepath.IsAbs(name) {
+			return fmt.Errorf("layer entry %q escapes the root", h.Name)
+		}
+		p := filepath.Join(dir, name)
+		// The flattened filesystem lists the top layer first, so a file
+		// can come before the lower layer's entry for its directory.
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			_ = os.Remove(p)
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, r)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			_ = os.Remove(p)
+			if err := os.Symlink(h.Linkname, p); err != nil {
+				return err
+			}
+			return os.Lchown(p, h.Uid, h.Gid)
+		default:
+			return fmt.Errorf("unsupported entry type %q", h.Typeflag)
+		}
+		if err := os.Chmod(p, h.FileInfo().Mode()); err != nil {
+			return err
+		}
+		return os.Lchown(p, h.Uid, h.Gid)
+	})
 }
 
 // run executes argv inside root as user ("uid:gid"), with the image's

@@ -45,7 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
 )
 
@@ -84,11 +85,16 @@ func run() error {
 	}
 	o.Platforms = nil
 	for _, s := range strings.Split(*platforms, ",") {
-		p, err := oci.ParsePlatform(strings.TrimSpace(s))
+		p, err := v1.ParsePlatform(s)
 		if err != nil {
 			return err
 		}
-		o.Platforms = append(o.Platforms, p)
+		// go-containerregistry accepts "linux" alone; a Go build needs
+		// the architecture.
+		if p.OS == "" || p.Architecture == "" {
+			return fmt.Errorf("platform %q is not os/arch[/variant]", s)
+		}
+		o.Platforms = append(o.Platforms, *p)
 	}
 	outPath := func(name string) string { return filepath.Join(*out, name+".tar") }
 	if strings.HasSuffix(*out, ".tar") {

@@ -31,7 +31,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
 // Source is where the images say they come from.
@@ -49,7 +50,7 @@ type Options struct {
 	// are inputs, named by their exact version.
 	NoCache bool
 	// Platforms to build; every image holds them all.
-	Platforms []oci.Platform
+	Platforms []v1.Platform
 	// Repository is the registry path the release images are named
 	// under: <Repository>/<image>:<Tag>; TestRepository the test images'.
 	Repository     string
@@ -111,7 +112,7 @@ func DefaultOptions(repoRoot string) (Options, error) {
 	}
 	o.Epoch = time.Unix(sec, 0).UTC()
 
-	o.Platforms = []oci.Platform{{OS: "linux", Architecture: runtime.GOARCH}}
+	o.Platforms = []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}
 	cache := os.Getenv("PRISM_CACHE")
 	if cache == "" {
 		base, err := os.UserCacheDir()
@@ -217,18 +218,18 @@ func (b *builder) dir(kind string) (string, error) {
 func (b *builder) image(ctx context.Context, name, outPath string) (Result, error) {
 	spec := images[name]
 	b.labels, b.packages = map[string]string{}, map[string]bool{}
-	var imgs []oci.Image
-	for _, p := range b.o.Platforms {
-		img := oci.Image{Platform: p, Config: spec.config, Created: b.o.Epoch}
+	layers := make([][]mutate.Addendum, len(b.o.Platforms))
+	for i, p := range b.o.Platforms {
 		for _, ls := range spec.layers(b, p) {
 			l, err := b.layer(ctx, ls)
 			if err != nil {
 				return Result{}, fmt.Errorf("%s layer %q: %w", p, ls.createdBy, err)
 			}
-			img.Layers = append(img.Layers, l)
+			layers[i] = append(layers[i], mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: b.o.Epoch}, CreatedBy: ls.createdBy}})
 		}
-		imgs = append(imgs, img)
 	}
+	// The labels are complete only now: gathering the layers' entries
+	// records the tool and package versions they hold.
 	labels := map[string]string{
 		"org.opencontainers.image.source":      Source,
 		"org.opencontainers.image.version":     b.o.Version,
@@ -249,74 +250,70 @@ func (b *builder) image(ctx context.Context, name, outPath string) (Result, erro
 		sort.Strings(pkgs)
 		labels["dev.prism.debian.packages"] = strings.Join(pkgs, " ")
 	}
-	for i := range imgs {
-		imgs[i].Config.Labels = labels
-	}
 	annotations := map[string]string{}
 	for _, k := range []string{"source", "version", "revision", "created"} {
 		k = "org.opencontainers.image." + k
 		annotations[k] = labels[k]
 	}
+	cfg := spec.config
+	cfg.Labels = labels
 
+	manifests := map[string]string{}
+	var imgs []v1.Image
+	for i, p := range b.o.Platforms {
+		img, err := newImage(p, cfg, b.o.Epoch, layers[i], annotations)
+		if err != nil {
+			return Result{}, fmt.Errorf("%s: %w", p, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return Result{}, err
+		}
+		manifests[p.String()] = d.String()
+		imgs = append(imgs, img)
+	}
+	top := topLevel(imgs, b.o.Platforms, annotations)
+	digest, err := top.Digest()
+	if err != nil {
+		return Result{}, err
+	}
 	if err := os.MkdirAll(filepath.Dir(outPath), 0o755); err != nil {
 		return Result{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(outPath), "."+filepath.Base(outPath)+"-*")
-	if err != nil {
-		return Result{}, err
-	}
-	defer os.Remove(tmp.Name())
 	ref := b.o.Ref(name)
-	w, err := oci.WriteArchive(tmp, ref, annotations, imgs, b.o.Epoch)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("writing %s: %w", outPath, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return Result{}, err
-	}
-	if err := os.Rename(tmp.Name(), outPath); err != nil {
+	if err := writeArchive(outPath, ref, top, b.o.Epoch); err != nil {
 		return Result{}, err
 	}
 	st, err := os.Stat(outPath)
 	if err != nil {
 		return Result{}, err
 	}
-	b.log("%s: %s %s", name, ref, w.Digest)
-	return Result{Name: name, Ref: ref, Path: outPath, Digest: w.Digest, Manifests: w.Manifests, Size: st.Size()}, nil
+	b.log("%s: %s %s", name, ref, digest)
+	return Result{Name: name, Ref: ref, Path: outPath, Digest: digest.String(), Manifests: manifests, Size: st.Size()}, nil
 }
 
 // layer gathers a layer's entries, and compresses it unless the cache holds
 // a layer with the same content (diff ID).
-func (b *builder) layer(ctx context.Context, ls layerSpec) (oci.CompressedLayer, error) {
+func (b *builder) layer(ctx context.Context, ls layerSpec) (v1.Layer, error) {
 	entries, err := ls.entries(ctx)
 	if err != nil {
-		return oci.CompressedLayer{}, err
+		return nil, err
 	}
-	l, err := oci.BuildLayer(entries, b.o.Epoch)
+	raw, diffID, err := layerTar(entries, b.o.Epoch)
 	if err != nil {
-		return oci.CompressedLayer{}, err
+		return nil, err
 	}
 	dir, err := b.dir("layers")
 	if err != nil {
-		return oci.CompressedLayer{}, err
+		return nil, err
 	}
-	path := filepath.Join(dir, strings.TrimPrefix(l.DiffID, "sha256:")+".tar.gz")
-	var c oci.CompressedLayer
-	if _, err := os.Stat(path); err == nil {
-		c, err = oci.OpenCompressed(l.DiffID, path)
-		if err != nil {
-			return c, err
-		}
-	} else {
-		if c, err = oci.Compress(l, path); err != nil {
-			return c, err
+	path := filepath.Join(dir, diffID.Hex+".tar.gz")
+	if _, err := os.Stat(path); err != nil {
+		if err := compressLayer(raw, path); err != nil {
+			return nil, fmt.Errorf("compressing layer %s: %w", diffID, err)
 		}
 	}
-	c.CreatedBy = ls.createdBy
-	return c, nil
+	return openLayer(path)
 }
 
 type cgoMode int
@@ -344,10 +341,10 @@ type goBinary struct {
 // goLayer builds a binary for the platform with -trimpath, no VCS stamp
 // and the version linked in, so the same source gives the same bytes. In
 // the cache, `go build -o` leaves an up-to-date binary alone.
-func (b *builder) goLayer(p oci.Platform, g goBinary) layerSpec {
+func (b *builder) goLayer(p v1.Platform, g goBinary) layerSpec {
 	return layerSpec{
 		createdBy: "prism: go build " + g.pkg + " -> /" + g.dest,
-		entries: func(ctx context.Context) ([]oci.Entry, error) {
+		entries: func(ctx context.Context) ([]entry, error) {
 			dir, err := b.dir(filepath.Join("bin", p.OS+"-"+p.Architecture+p.Variant))
 			if err != nil {
 				return nil, err
@@ -360,12 +357,12 @@ func (b *builder) goLayer(p oci.Platform, g goBinary) layerSpec {
 			if err != nil {
 				return nil, err
 			}
-			return []oci.Entry{{Path: g.dest, Kind: oci.File, Mode: 0o755, Data: data}}, nil
+			return []entry{{path: g.dest, kind: kindFile, mode: 0o755, data: data}}, nil
 		},
 	}
 }
 
-func (b *builder) goBuild(ctx context.Context, p oci.Platform, g goBinary, out string) error {
+func (b *builder) goBuild(ctx context.Context, p v1.Platform, g goBinary, out string) error {
 	moduleDir := filepath.Join(b.o.RepoRoot, g.module)
 	stamp := g.version
 	if stamp == nil {
@@ -433,7 +430,7 @@ func toolkitVersion(b *builder, moduleDir string) ([]string, error) {
 }
 
 // crossCC names the Debian cross compiler for a cgo build on another CPU.
-func crossCC(p oci.Platform) (string, error) {
+func crossCC(p v1.Platform) (string, error) {
 	triplets := map[string]string{"arm64": "aarch64-linux-gnu", "amd64": "x86_64-linux-gnu"}
 	t, ok := triplets[p.Architecture]
 	if !ok {

@@ -29,7 +29,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // deb is a downloaded Debian package.
@@ -38,7 +38,7 @@ type deb struct {
 }
 
 // debArch is Debian's name of a platform's architecture.
-func debArch(p oci.Platform) (string, error) {
+func debArch(p v1.Platform) (string, error) {
 	switch p.Architecture {
 	case "amd64", "arm64", "s390x":
 		return p.Architecture, nil
@@ -49,15 +49,15 @@ func debArch(p oci.Platform) (string, error) {
 }
 
 // debLayer is a layer of the files of Debian packages that keep accepts.
-func (b *builder) debLayer(p oci.Platform, what string, keep func(path string) bool, pkgs ...string) layerSpec {
+func (b *builder) debLayer(p v1.Platform, what string, keep func(path string) bool, pkgs ...string) layerSpec {
 	return layerSpec{
 		createdBy: "debian: " + what + " (" + strings.Join(pkgs, " ") + ")",
-		entries: func(ctx context.Context) ([]oci.Entry, error) {
+		entries: func(ctx context.Context) ([]entry, error) {
 			arch, err := debArch(p)
 			if err != nil {
 				return nil, err
 			}
-			var entries []oci.Entry
+			var entries []entry
 			for _, name := range pkgs {
 				d, err := b.fetchDeb(ctx, name, arch)
 				if err != nil {
@@ -166,12 +166,12 @@ func nativeArchs(ctx context.Context) string {
 
 // debEntries reads a package's files (dpkg-deb --fsys-tarfile) that keep
 // accepts, as root-owned layer entries; a hard link becomes a copy.
-func debEntries(ctx context.Context, file string, keep func(string) bool) ([]oci.Entry, error) {
+func debEntries(ctx context.Context, file string, keep func(string) bool) ([]entry, error) {
 	out, err := exec.CommandContext(ctx, "dpkg-deb", "--fsys-tarfile", file).Output()
 	if err != nil {
 		return nil, fmt.Errorf("dpkg-deb --fsys-tarfile: %w", err)
 	}
-	var entries []oci.Entry
+	var entries []entry
 	data := map[string][]byte{}
 	tr := tar.NewReader(bytes.NewReader(out))
 	for {
@@ -186,25 +186,25 @@ func debEntries(ctx context.Context, file string, keep func(string) bool) ([]oci
 		if p == "." || !keep(p) {
 			continue
 		}
-		e := oci.Entry{Path: p, Mode: oci.FileMode(h.Mode)}
+		e := entry{path: p, mode: fileMode(h.Mode)}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			e.Kind = oci.Dir
+			e.kind = kindDir
 		case tar.TypeReg:
-			e.Kind = oci.File
-			if e.Data, err = io.ReadAll(tr); err != nil {
+			e.kind = kindFile
+			if e.data, err = io.ReadAll(tr); err != nil {
 				return nil, err
 			}
-			data[p] = e.Data
+			data[p] = e.data
 		case tar.TypeSymlink:
-			e.Kind, e.Target = oci.Symlink, h.Linkname
+			e.kind, e.target = kindSymlink, h.Linkname
 		case tar.TypeLink:
 			target := path.Clean(strings.TrimPrefix(h.Linkname, "./"))
 			d, ok := data[target]
 			if !ok {
 				return nil, fmt.Errorf("%s: hard link to %s, which comes later or is left out", p, target)
 			}
-			e.Kind, e.Data = oci.File, d
+			e.kind, e.data = kindFile, d
 		default:
 			return nil, fmt.Errorf("%s: unsupported entry type %q", p, h.Typeflag)
 		}

@@ -27,7 +27,7 @@ import (
 	"io/fs"
 	"sort"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Images built by `make images`; the opt-in scheduler and the test images
@@ -51,13 +51,13 @@ const (
 // layerSpec is one layer: what it holds and how to gather its entries.
 type layerSpec struct {
 	createdBy string
-	entries   func(ctx context.Context) ([]oci.Entry, error)
+	entries   func(ctx context.Context) ([]entry, error)
 }
 
 type image struct {
 	description string
-	config      oci.Config
-	layers      func(b *builder, p oci.Platform) []layerSpec
+	config      v1.Config
+	layers      func(b *builder, p v1.Platform) []layerSpec
 }
 
 // BusyboxApplets are linked to /bin/busybox: what the chart's init
@@ -74,12 +74,12 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 var images = map[string]image{
 	"prism-kubelet-plugin": {
 		description: "Prism DRA kubelet plugin for NVIDIA GPUs, with glibc for NVML and nvidia-cdi-hook for the host",
-		config: oci.Config{
+		config: v1.Config{
 			User:       "0:0",
 			Env:        []string{defaultPath},
 			Entrypoint: []string{"/usr/bin/prism-kubelet-plugin"},
 		},
-		layers: func(b *builder, p oci.Platform) []layerSpec {
+		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{
 				b.baseFiles(),
 				b.debLayer(p, "glibc", glibcKeep, "libc6", "libgcc-s1"),
@@ -92,33 +92,33 @@ var images = map[string]image{
 	},
 	"prism-controller": {
 		description: "Prism admission controller (ResourceClaim rewrites, WorkloadProfiles); static, non-root, no shell",
-		config: oci.Config{
+		config: v1.Config{
 			User:       fmt.Sprintf("%d:%d", ControllerUID, ControllerUID),
 			Env:        []string{defaultPath},
 			Entrypoint: []string{"/usr/bin/prism-controller"},
 		},
-		layers: func(b *builder, p oci.Platform) []layerSpec {
+		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{b.baseFiles(), b.goLayer(p, controller)}
 		},
 	},
 	"prism-scheduler": {
 		description: "prism-scheduler: kube-scheduler v1.37.1 with Prism's cheaper CEL activation in the DRA allocator; opt-in second scheduler; static, non-root, no shell",
-		config: oci.Config{
+		config: v1.Config{
 			User:       fmt.Sprintf("%d:%d", ControllerUID, ControllerUID),
 			Env:        []string{defaultPath},
 			Entrypoint: []string{"/" + SchedulerPath},
 		},
-		layers: func(b *builder, p oci.Platform) []layerSpec {
+		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{b.baseFiles(), b.scheduler(p)}
 		},
 	},
 	"pause": {
 		description: "Prism test bed: pod sandbox (pause) container",
-		config: oci.Config{
+		config: v1.Config{
 			User:       fmt.Sprintf("%d:%d", PauseUID, PauseUID),
 			Entrypoint: []string{"/pause"},
 		},
-		layers: func(b *builder, p oci.Platform) []layerSpec {
+		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{b.goLayer(p, pause)}
 		},
 	},
@@ -128,12 +128,12 @@ var images = map[string]image{
 		// dynamically linked for the loader to read the preload list that
 		// starts ncu (docs/profiling.md).
 		description: "Prism test bed: workload with Debian's busybox-static (sh, env, ls, cat, sleep, ...), glibc and dash (dynamically linked)",
-		config: oci.Config{
+		config: v1.Config{
 			User: "0:0",
 			Env:  []string{defaultPath},
 			Cmd:  []string{"/bin/sh"},
 		},
-		layers: func(b *builder, p oci.Platform) []layerSpec {
+		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{
 				b.baseFiles(),
 				b.busybox(p),
@@ -145,7 +145,7 @@ var images = map[string]image{
 }
 
 // Config is an image's runtime config, without the labels a build adds.
-func Config(name string) (oci.Config, bool) {
+func Config(name string) (v1.Config, bool) {
 	img, ok := images[name]
 	return img.config, ok
 }
@@ -188,30 +188,30 @@ const ProfilingShimPath = "usr/libexec/prism/libprism-profile.so"
 func (b *builder) baseFiles() layerSpec {
 	return layerSpec{
 		createdBy: "prism: /etc/passwd, /etc/group, /tmp",
-		entries: func(context.Context) ([]oci.Entry, error) {
+		entries: func(context.Context) ([]entry, error) {
 			passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n", ControllerUID, ControllerUID)
 			group := fmt.Sprintf("root:x:0:\nnonroot:x:%d:\nnogroup:x:65534:\n", ControllerUID)
-			return []oci.Entry{
-				{Path: "etc/passwd", Kind: oci.File, Mode: 0o644, Data: []byte(passwd)},
-				{Path: "etc/group", Kind: oci.File, Mode: 0o644, Data: []byte(group)},
-				{Path: "tmp", Kind: oci.Dir, Mode: 0o777 | fs.ModeSticky},
-				{Path: "home/nonroot", Kind: oci.Dir, Mode: 0o700, UID: ControllerUID, GID: ControllerUID},
+			return []entry{
+				{path: "etc/passwd", kind: kindFile, mode: 0o644, data: []byte(passwd)},
+				{path: "etc/group", kind: kindFile, mode: 0o644, data: []byte(group)},
+				{path: "tmp", kind: kindDir, mode: 0o777 | fs.ModeSticky},
+				{path: "home/nonroot", kind: kindDir, mode: 0o700, uid: ControllerUID, gid: ControllerUID},
 			}, nil
 		},
 	}
 }
 
 // busybox is Debian's static busybox and its applet links.
-func (b *builder) busybox(p oci.Platform) layerSpec {
+func (b *builder) busybox(p v1.Platform) layerSpec {
 	l := b.debLayer(p, "busybox", func(path string) bool { return path == "bin/busybox" }, "busybox-static")
 	debEntries := l.entries
-	l.entries = func(ctx context.Context) ([]oci.Entry, error) {
+	l.entries = func(ctx context.Context) ([]entry, error) {
 		entries, err := debEntries(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, a := range BusyboxApplets {
-			entries = append(entries, oci.Entry{Path: "bin/" + a, Kind: oci.Symlink, Target: "busybox", Mode: 0o777})
+			entries = append(entries, entry{path: "bin/" + a, kind: kindSymlink, target: "busybox", mode: 0o777})
 		}
 		return entries, nil
 	}

@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // SchedulerPath is where the prism-scheduler image keeps the patched
@@ -43,10 +43,10 @@ const schedulerPatchGlob = "hack/upstream/dynamic-resource-allocation-*.patch"
 // platform), so that the image builder and the benchmarks share one build and
 // its rules; a cold build takes minutes. It is an input here, like a Debian
 // package: --no-cache recompresses its layer but does not rebuild it.
-func (b *builder) scheduler(p oci.Platform) layerSpec {
+func (b *builder) scheduler(p v1.Platform) layerSpec {
 	return layerSpec{
 		createdBy: "prism: hack/upstream-allocator.sh scheduler -> /" + SchedulerPath,
-		entries: func(ctx context.Context) ([]oci.Entry, error) {
+		entries: func(ctx context.Context) ([]entry, error) {
 			patches, err := filepath.Glob(filepath.Join(b.o.RepoRoot, schedulerPatchGlob))
 			if err != nil || len(patches) != 1 {
 				return nil, fmt.Errorf("want one allocator patch %s, found %v (%v)", schedulerPatchGlob, patches, err)
@@ -76,7 +76,7 @@ func (b *builder) scheduler(p oci.Platform) layerSpec {
 			if err != nil {
 				return nil, fmt.Errorf("reading the scheduler hack/upstream-allocator.sh built: %w", err)
 			}
-			return []oci.Entry{{Path: SchedulerPath, Kind: oci.File, Mode: 0o755, Data: data}}, nil
+			return []entry{{path: SchedulerPath, kind: kindFile, mode: 0o755, data: data}}, nil
 		},
 	}
 }

@@ -25,7 +25,8 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/prismgpu/prism/hack/tools/imagebuild/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
@@ -33,10 +34,10 @@ import (
 // (pkg/profiling), so that the plugin needs no compiler on the node. It runs
 // inside the workload containers, against their glibc: CUDA programs are
 // glibc-based, and the shim uses only long-standing libc calls.
-func (b *builder) profilingShim(p oci.Platform) layerSpec {
+func (b *builder) profilingShim(p v1.Platform) layerSpec {
 	return layerSpec{
 		createdBy: "prism: cc -shared pkg/profiling/shim/prism-profile.c -> /" + ProfilingShimPath,
-		entries: func(ctx context.Context) ([]oci.Entry, error) {
+		entries: func(ctx context.Context) ([]entry, error) {
 			cc := "gcc"
 			if p.Architecture != runtime.GOARCH {
 				var err error
@@ -65,7 +66,7 @@ func (b *builder) profilingShim(p oci.Platform) layerSpec {
 			if err != nil {
 				return nil, err
 			}
-			return []oci.Entry{{Path: ProfilingShimPath, Kind: oci.File, Mode: 0o644, Data: data}}, nil
+			return []entry{{path: ProfilingShimPath, kind: kindFile, mode: 0o644, data: data}}, nil
 		},
 	}
 }
