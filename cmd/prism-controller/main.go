@@ -270,10 +270,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
-	memoryFloorAsCapacity, tierBoundsAsCapacity := capacityForms(ctx, o, cs)
+	shares, memoryFloorAsCapacity, tierBoundsAsCapacity := capacityForms(ctx, o, cs)
 	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
 		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity,
-		TierBoundsAsCapacity: tierBoundsAsCapacity})
+		TierBoundsAsCapacity: tierBoundsAsCapacity, Shares: shares})
 	if err != nil {
 		return err
 	}
@@ -423,29 +423,31 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready
 	}
 }
 
-// capacityForms starts the probe the capacity forms rest on, and returns
-// what tells the rewriter whether to write the memory floor and the tier
-// bounds as capacity requests (nil: never). Where a form cannot pay or
-// cannot be checked it stays CEL, and the log says why once: a degraded
-// form costs the scheduler time, never a placement.
-func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (memoryFloor, tierBounds func() bool) {
+// capacityForms starts the probe the capacity requests rest on, and returns
+// what tells the rewriter whether to offer GPU shares and whether to write
+// the memory floor and the tier bounds as capacity requests (nil: never).
+// Where the API server would drop a claim's capacity requests, or that
+// cannot be checked, shares are not offered and the floors stay CEL, and the
+// log says why once: a degraded form costs the scheduler time, never a
+// placement.
+func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (shares, memoryFloor, tierBounds func() bool) {
 	logger := klog.FromContext(ctx)
-	switch {
-	case o.memoryFloor != rewrite.FormCapacity:
-		if o.tierBounds == rewrite.FormCapacity {
-			logger.Info("Tier bounds stay CEL: a tier that keeps a CEL memory floor is evaluated on every GPU anyway", "memoryFloor", o.memoryFloor)
-		}
-		return nil, nil
-	case o.namespace == "":
-		logger.Info("Memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
-		return nil, nil
+	if o.namespace == "" {
+		logger.Info("No GPU shares, and memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
+		return nil, nil, nil
 	}
 	// Probed once the webhooks are served: the dry-run claim passes through
 	// this controller's own admission webhooks.
 	probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
 	go probe.Run(ctx)
-	if o.tierBounds == rewrite.FormCapacity {
-		return probe.Capacity, probe.Capacity
+	switch {
+	case o.memoryFloor != rewrite.FormCapacity:
+		if o.tierBounds == rewrite.FormCapacity {
+			logger.Info("Tier bounds stay CEL: a tier that keeps a CEL memory floor is evaluated on every GPU anyway", "memoryFloor", o.memoryFloor)
+		}
+		return probe.Capacity, nil, nil
+	case o.tierBounds == rewrite.FormCapacity:
+		return probe.Capacity, probe.Capacity, probe.Capacity
 	}
-	return probe.Capacity, nil
+	return probe.Capacity, probe.Capacity, nil
 }

@@ -133,25 +133,28 @@ func TestCapacityFormsFlags(t *testing.T) {
 }
 
 // TestCapacityFormsStayCELWhereTheyCannotPay: bounds without the capacity
-// floor, and a floor with no namespace to probe in, stay CEL.
+// floor, and a floor with no namespace to probe in, stay CEL; shares are
+// offered wherever the probe can ask, whatever the floor's form.
 func TestCapacityFormsStayCELWhereTheyCannotPay(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for _, tc := range []struct {
-		name                        string
-		o                           options
-		wantMemoryFloor, wantBounds bool
+		name                                    string
+		o                                       options
+		wantShares, wantMemoryFloor, wantBounds bool
 	}{
-		{"both capacity", options{memoryFloor: "capacity", tierBounds: "capacity", namespace: "prism"}, true, true},
-		{"floor only", options{memoryFloor: "capacity", tierBounds: "cel", namespace: "prism"}, true, false},
-		{"bounds without the floor", options{memoryFloor: "cel", tierBounds: "capacity", namespace: "prism"}, false, false},
-		{"no namespace to probe in", options{memoryFloor: "capacity", tierBounds: "capacity"}, false, false},
+		{"both capacity", options{memoryFloor: "capacity", tierBounds: "capacity", namespace: "prism"}, true, true, true},
+		{"floor only", options{memoryFloor: "capacity", tierBounds: "cel", namespace: "prism"}, true, true, false},
+		{"bounds without the floor", options{memoryFloor: "cel", tierBounds: "capacity", namespace: "prism"}, true, false, false},
+		{"CEL floor", options{memoryFloor: "cel", tierBounds: "cel", namespace: "prism"}, true, false, false},
+		{"no namespace to probe in", options{memoryFloor: "capacity", tierBounds: "capacity"}, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			floor, bounds := capacityForms(ctx, tc.o, fake.NewClientset())
-			if (floor != nil) != tc.wantMemoryFloor || (bounds != nil) != tc.wantBounds {
-				t.Errorf("memory floor probed %v, tier bounds probed %v; want %v and %v", floor != nil, bounds != nil, tc.wantMemoryFloor, tc.wantBounds)
+			shares, floor, bounds := capacityForms(ctx, tc.o, fake.NewClientset())
+			if (shares != nil) != tc.wantShares || (floor != nil) != tc.wantMemoryFloor || (bounds != nil) != tc.wantBounds {
+				t.Errorf("shares probed %v, memory floor probed %v, tier bounds probed %v; want %v, %v and %v",
+					shares != nil, floor != nil, bounds != nil, tc.wantShares, tc.wantMemoryFloor, tc.wantBounds)
 			}
 		})
 	}

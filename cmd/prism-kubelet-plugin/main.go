@@ -73,6 +73,7 @@ type options struct {
 	kubeAPIBurst                                                     int
 	gcPercent                                                        int
 	releaseStartupPages                                              bool
+	usageInterval                                                    time.Duration
 	logging                                                          *logging.Options
 	showVersion                                                      bool
 }
@@ -115,6 +116,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events.")
 	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
 	flags.BoolVar(&o.figuresAsCapacity, "figures-as-capacity", false, "Also publish memoryBandwidthGBps, fp32GFLOPS and smVersion (the compute capability as nvcc's sm_XY number) as capacities of GPUs that are not shareable, for the controller's --tier-bounds=capacity. Each capacity adds to what every CEL evaluation of the device builds, so leave it off otherwise.")
+	flags.DurationVar(&o.usageInterval, "usage-interval", plugin.DefaultUsageInterval, "How often NVML is sampled for the GPUs of prepared claims, whose runs are merged into their WorkloadProfile's status.usage at unprepare; 0 disables.")
 	flags.BoolVar(&o.enableProfiling, "profiling", true, "Allow claims to ask for an Nsight Compute run.")
 	flags.StringVar(&o.ncuPath, "ncu-path", "", "Host directory of the Nsight Compute install holding the ncu launcher.")
 	flags.StringVar(&o.shimPath, "profiling-shim", "/usr/lib/prism/libprism-profile.so", "Host path of the compiled profiling preload shim; built into --state-dir with gcc when missing.")
@@ -277,6 +279,11 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
+	usage, err := setUpUsage(o, restConfig, healthLib)
+	if err != nil {
+		return err
+	}
+
 	var health *plugin.HealthConfig
 	if o.health {
 		ignored, err := parseXIDs(o.ignoredXIDs)
@@ -297,10 +304,12 @@ func run(ctx context.Context, o options) error {
 		StaleClaimInterval:  o.staleInterval,
 		StaleClaimGrace:     o.staleGrace,
 		Profiling:           profilingConfig,
+		Usage:               usage,
 		ShareMemory:         o.shareMemory,
 		FiguresAsCapacity:   o.figuresAsCapacity,
 		Health:              health,
 		TimeSlicer:          slicer,
+		MPSDriverRoot:       roots.ContainerDriverRoot,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
@@ -388,6 +397,25 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 		Retention: o.profileRetention,
 		ProcRoot:  "/proc",
 	}, nil
+}
+
+// setUpUsage samples the GPUs through the NVML the health watch uses, the
+// simulated one with --fleet. NVML reports host PIDs, so the processes'
+// cgroups are read from the host's /proc: the chart mounts it at
+// /host/proc; a plugin running on the host reads its own.
+func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*plugin.UsageConfig, error) {
+	if o.usageInterval <= 0 {
+		return nil, nil
+	}
+	c, err := profiling.NewWorkloadProfileClient(restConfig)
+	if err != nil {
+		return nil, err
+	}
+	procRoot := "/proc"
+	if _, err := os.Stat("/host/proc/self"); err == nil {
+		procRoot = "/host/proc"
+	}
+	return &plugin.UsageConfig{NVML: lib, Profiles: c, ProcRoot: procRoot, Interval: o.usageInterval}, nil
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -155,6 +155,8 @@ type payload struct {
 	BootID string           `json:"bootID,omitempty"`
 	Claims map[string]Claim `json:"claims,omitempty"`
 	Taints map[string]Taint `json:"taints,omitempty"`
+	// MPSDaemons is Data.MPSDaemons.
+	MPSDaemons map[string]MPSDaemon `json:"mpsDaemons,omitempty"`
 }
 
 type envelope struct {
@@ -251,7 +253,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	if p.Claims == nil {
 		p.Claims = map[string]Claim{}
 	}
-	data := &Data{Claims: p.Claims, Taints: p.Taints}
+	data := &Data{Claims: p.Claims, Taints: p.Taints, MPSDaemons: p.MPSDaemons}
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
 	// A torn entry must go before anything is appended after it.
@@ -282,6 +284,13 @@ func (s *Store) Taints() map[string]Taint {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return maps.Clone(s.data.Taints)
+}
+
+// MPSDaemons returns a copy of the recorded MPS control daemons by GPU UUID.
+func (s *Store) MPSDaemons() map[string]MPSDaemon {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.data.MPSDaemons)
 }
 
 // List returns copies of all claims, sorted by UID.
@@ -385,7 +394,7 @@ func (s *Store) change(ctx context.Context, sync bool, set map[string]*Claim) er
 	defer s.updateMu.Unlock()
 
 	if s.journal == nil || s.journalBytes >= max(compactFloor, s.snapshotBytes) {
-		next := &Data{Claims: maps.Clone(s.data.Claims), Taints: s.data.Taints}
+		next := &Data{Claims: maps.Clone(s.data.Claims), Taints: s.data.Taints, MPSDaemons: s.data.MPSDaemons}
 		apply(next.Claims, set)
 		if err := s.compact(ctx, next); err != nil {
 			return err
@@ -456,7 +465,7 @@ func (s *Store) append(ctx context.Context, set map[string]*Claim, sync bool) er
 func (s *Store) compact(ctx context.Context, d *Data) error {
 	start := time.Now()
 	s.closeJournal()
-	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims, Taints: d.Taints})
+	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims, Taints: d.Taints, MPSDaemons: d.MPSDaemons})
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
@@ -643,7 +652,7 @@ func decode(raw []byte) (payload, string, int, CorruptionReason, error) {
 		}
 		apply(p.Claims, c.Claims)
 	}
-	if err := (&Data{Claims: p.Claims, Taints: p.Taints}).validate(); err != nil {
+	if err := (&Data{Claims: p.Claims, Taints: p.Taints, MPSDaemons: p.MPSDaemons}).validate(); err != nil {
 		return payload{}, "", 0, ReasonInvalidData, err
 	}
 	return p, migratedFrom, torn, "", nil
@@ -747,6 +756,7 @@ func (s *Store) Reload(ctx context.Context) error {
 			data.Claims = p.Claims
 		}
 		data.Taints = p.Taints
+		data.MPSDaemons = p.MPSDaemons
 	}
 	s.mu.Lock()
 	s.data = data

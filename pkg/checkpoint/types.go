@@ -47,6 +47,29 @@ type Data struct {
 	// again. Added within v2: older v2 files have none, and an older plugin
 	// reading a newer file ignores them.
 	Taints map[string]Taint `json:"taints,omitempty"`
+	// MPSDaemons are the MPS control daemons the plugin runs, keyed by GPU
+	// UUID, so that a restarted plugin adopts or stops them rather than
+	// leaving them behind. Added within v2, like Taints.
+	MPSDaemons map[string]MPSDaemon `json:"mpsDaemons,omitempty"`
+}
+
+// MPSDaemon is one MPS control daemon, recorded before it is started (PID
+// zero) and again once it listens.
+type MPSDaemon struct {
+	// UUID is the GPU the daemon serves.
+	UUID string `json:"uuid"`
+	// PipeDir and LogDir are the daemon's CUDA_MPS_PIPE_DIRECTORY and
+	// CUDA_MPS_LOG_DIRECTORY on the host.
+	PipeDir string `json:"pipeDir"`
+	LogDir  string `json:"logDir"`
+	// PID is the daemon's process, zero while it is being started.
+	PID int `json:"pid,omitempty"`
+	// StartTicks is the process's start time in clock ticks after boot, as
+	// /proc/<pid>/stat gives it, so that a PID reused by another process
+	// after the daemon died, or after a reboot, is not taken for it.
+	StartTicks uint64 `json:"startTicks,omitempty"`
+	// Started is when the daemon was started, for people.
+	Started time.Time `json:"started,omitzero"`
 }
 
 // Taint is a GPU's health taint as published in the ResourceSlice.
@@ -93,6 +116,13 @@ type Sharing struct {
 	// TimeSlice is the interval asked for with the TimeSlicing strategy.
 	TimeSlice        string `json:"timeSlice,omitempty"`
 	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
+	// ComputePercent is the share of the GPU's SMs the scheduler counted,
+	// 1 to 100; zero when the allocation named none.
+	ComputePercent int32 `json:"computePercent,omitempty"`
+	// MPS is set when the share is enforced by the GPU's MPS control
+	// daemon. It is decided once, at prepare, so that a CDI spec written
+	// again after a crash is the one the containers were started with.
+	MPS bool `json:"mps,omitempty"`
 }
 
 // Profiling is the profiling setup of a claim.
@@ -107,7 +137,7 @@ type Profiling struct {
 }
 
 func (d *Data) clone() *Data {
-	out := &Data{Claims: make(map[string]Claim, len(d.Claims)), Taints: maps.Clone(d.Taints)}
+	out := &Data{Claims: make(map[string]Claim, len(d.Claims)), Taints: maps.Clone(d.Taints), MPSDaemons: maps.Clone(d.MPSDaemons)}
 	for uid, c := range d.Claims {
 		out.Claims[uid] = c.clone()
 	}
@@ -156,6 +186,11 @@ func (d *Data) validate() error {
 	for _, name := range slices.Sorted(maps.Keys(d.Taints)) {
 		if t := d.Taints[name]; name == "" || t.Key == "" || t.Effect == "" {
 			errs = append(errs, fmt.Errorf("taint of device %q lacks a device name, key or effect", name))
+		}
+	}
+	for _, uuid := range slices.Sorted(maps.Keys(d.MPSDaemons)) {
+		if m := d.MPSDaemons[uuid]; uuid == "" || m.UUID != uuid || m.PipeDir == "" || m.LogDir == "" {
+			errs = append(errs, fmt.Errorf("MPS daemon of GPU %q lacks a UUID matching its key, a pipe or a log directory", uuid))
 		}
 	}
 	return errors.Join(errs...)

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/cel"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -115,8 +116,8 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 }
 
 // availability qualifies a match on a device other claims hold: it is of
-// no use to this claim when one holds it whole, or when the memory shares
-// leave less than the smallest share the device grants.
+// no use to this claim when one holds it whole, or when the shares leave
+// less memory or compute than the smallest share the device grants.
 func availability(heldBy []Holder, d resourceapi.Device, driver string) string {
 	if len(heldBy) == 0 {
 		return ""
@@ -128,20 +129,35 @@ func availability(heldBy []Holder, d resourceapi.Device, driver string) string {
 		}
 		claims[i] = h.Claim()
 	}
-	memory, ok := deviceCapacityOf(d, driver, gpuv1alpha1.MemoryCapacity)
-	if !ok {
-		return fmt.Sprintf(", shared with %s", strings.Join(claims, ", "))
-	}
-	free := memory.Value.DeepCopy()
-	for _, h := range heldBy {
-		if h.Memory != nil {
-			free.Sub(*h.Memory)
+	with := strings.Join(claims, ", ")
+	var free []string
+	for _, c := range []struct {
+		name       gpuv1alpha1.CapacityName
+		of         func(Holder) *resource.Quantity
+		unit, noun string
+	}{
+		{gpuv1alpha1.ComputeCapacity, func(h Holder) *resource.Quantity { return h.Compute }, "%", "compute"},
+		{gpuv1alpha1.MemoryCapacity, func(h Holder) *resource.Quantity { return h.Memory }, "", "memory"},
+	} {
+		total, ok := deviceCapacityOf(d, driver, c.name)
+		if !ok {
+			continue
 		}
+		left := total.Value.DeepCopy()
+		for _, h := range heldBy {
+			if q := c.of(h); q != nil {
+				left.Sub(*q)
+			}
+		}
+		if left.Cmp(smallestShare(total)) < 0 {
+			return ", but its " + c.noun + " is held by " + with
+		}
+		free = append(free, left.String()+c.unit+" of "+c.noun)
 	}
-	if free.Cmp(smallestShare(memory)) < 0 {
-		return ", but its memory is held by " + strings.Join(claims, ", ")
+	if len(free) == 0 {
+		return ", shared with " + with
 	}
-	return fmt.Sprintf(", %s of memory free (shared with %s)", free.String(), strings.Join(claims, ", "))
+	return fmt.Sprintf(", %s free (shared with %s)", strings.Join(free, " and "), with)
 }
 
 // currentSlices drops slices of a pool generation that has been replaced;

@@ -316,6 +316,10 @@ func TestAvailability(t *testing.T) {
 		{name: "room left", heldBy: []Holder{share("a", "8Gi")}, device: shareable, want: ", 14842Mi of memory free (shared with ml/a)"},
 		{name: "less left than the smallest share", heldBy: []Holder{share("a", "22Gi")}, device: shareable, want: ", but its memory is held by ml/a"},
 		{name: "memory not published", heldBy: []Holder{{Namespace: "ml", Name: "a", Shared: true}}, want: ", shared with ml/a"},
+		{name: "compute and memory left", heldBy: []Holder{computeShare("a", "45", "8Gi"), computeShare("b", "30", "4Gi")}, device: withCompute(shareable),
+			want: ", 25% of compute and 10746Mi of memory free (shared with ml/a, ml/b)"},
+		{name: "compute held, memory left", heldBy: []Holder{computeShare("a", "50", "8Gi"), computeShare("b", "50", "4Gi")}, device: withCompute(shareable),
+			want: ", but its compute is held by ml/a, ml/b"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,6 +354,11 @@ func TestOnDevice(t *testing.T) {
 		{name: "room for one more share", holders: []Holder{share("a", "21Gi")}, device: shareable, want: "ml/a (shared 21Gi)"},
 		{name: "held whole", holders: []Holder{{Namespace: "ml", Name: "a"}}, device: shareable, want: "ml/a (whole GPU)"},
 		{name: "memory not published", holders: []Holder{share("a", "22Gi")}, want: "ml/a (shared 22Gi)"},
+		// Memory alone leaves room, but a claim that names no compute took
+		// all of it.
+		{name: "a memory share with the default compute", holders: []Holder{computeShare("a", "100", "8Gi")}, device: withCompute(shareable), want: "ml/a (whole GPU)"},
+		{name: "compute and memory shares", holders: []Holder{computeShare("a", "45", "8Gi"), computeShare("b", "30", "4Gi")}, device: withCompute(shareable),
+			want: "ml/a (shared 45% 8Gi), ml/b (shared 30% 4Gi)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -362,4 +371,20 @@ func TestOnDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withCompute publishes compute on a shareable device as the plugin does:
+// 100 per cent, in steps of 5.
+func withCompute(d resourceapi.Device) resourceapi.Device {
+	d = *d.DeepCopy()
+	step, whole := resource.MustParse("5"), resource.MustParse("100")
+	d.Capacity["gpu.prism.dev/compute"] = resourceapi.DeviceCapacity{Value: whole, RequestPolicy: &resourceapi.CapacityRequestPolicy{
+		Default: &whole, ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &step, Max: &whole, Step: &step}}}
+	return d
+}
+
+// computeShare holds compute per cent and memory of a device.
+func computeShare(name, compute, memory string) Holder {
+	c, m := resource.MustParse(compute), resource.MustParse(memory)
+	return Holder{Namespace: "ml", Name: name, Shared: true, Compute: &c, Memory: &m}
 }

@@ -42,11 +42,13 @@ type Holder struct {
 	// Pods are those the claim is reserved for: the ones using the device.
 	Pods []string
 	// Shared is true when the device was allocated as one of several
-	// allocations; Memory is the share of memory then, when known. Fleet
-	// and Explain count a share that leaves no room for another as the
-	// whole GPU, not shared (see onDevice).
-	Shared bool
-	Memory *resource.Quantity
+	// allocations; Memory and Compute are the shares of memory and of
+	// compute (per cent) then, when known. Fleet and Explain count a share
+	// that leaves no room for another as the whole GPU, not shared (see
+	// onDevice).
+	Shared  bool
+	Memory  *resource.Quantity
+	Compute *resource.Quantity
 }
 
 // Claim is "namespace/name".
@@ -54,15 +56,21 @@ func (h Holder) Claim() string {
 	return h.Namespace + "/" + h.Name
 }
 
-// Share is "whole GPU", "shared" or "shared 20Gi".
+// Share is "whole GPU", "shared", "shared 20Gi" or "shared 45% 8Gi".
 func (h Holder) Share() string {
-	switch {
-	case !h.Shared:
+	if !h.Shared {
 		return "whole GPU"
-	case h.Memory != nil:
-		return "shared " + h.Memory.String()
 	}
-	return "shared"
+	out := "shared"
+	// A claim that names no compute reserves none: say nothing rather
+	// than "0%".
+	if h.Compute != nil && !h.Compute.IsZero() {
+		out += " " + h.Compute.String() + "%"
+	}
+	if h.Memory != nil {
+		out += " " + h.Memory.String()
+	}
+	return out
 }
 
 // String is "ml/train-0 (whole GPU)".
@@ -94,6 +102,9 @@ func Holders(claims []resourceapi.ResourceClaim) map[DeviceID][]Holder {
 			if q, ok := capacity(r.ConsumedCapacity, r.Driver, gpuv1alpha1.MemoryCapacity); ok {
 				h.Memory = &q
 			}
+			if q, ok := capacity(r.ConsumedCapacity, r.Driver, gpuv1alpha1.ComputeCapacity); ok {
+				h.Compute = &q
+			}
 			out[id] = append(out[id], h)
 		}
 	}
@@ -106,31 +117,42 @@ func Holders(claims []resourceapi.ResourceClaim) map[DeviceID][]Holder {
 }
 
 // onDevice returns holders as device d sees them: a share that leaves less
-// memory beside it than the smallest share d grants holds d whole. That is
-// what a claim that names no amount gets on a GPU published shareable: the
-// default share, all of its memory rounded down to the step. holders is
-// not modified.
+// memory or compute beside it than the smallest share d grants holds d
+// whole. That is what a claim that names no amount gets on a GPU published
+// shareable: the default share, all of its memory rounded down to the
+// step and all of its compute. holders is not modified.
 func onDevice(holders []Holder, d resourceapi.Device, driver string) []Holder {
-	memory, ok := deviceCapacityOf(d, driver, gpuv1alpha1.MemoryCapacity)
-	if !ok || len(holders) == 0 {
+	if len(holders) == 0 {
 		return holders
 	}
 	out := slices.Clone(holders)
-	for i, h := range out {
-		if !h.Shared || h.Memory == nil {
+	for _, c := range []struct {
+		name gpuv1alpha1.CapacityName
+		of   func(Holder) *resource.Quantity
+	}{
+		{gpuv1alpha1.MemoryCapacity, func(h Holder) *resource.Quantity { return h.Memory }},
+		{gpuv1alpha1.ComputeCapacity, func(h Holder) *resource.Quantity { return h.Compute }},
+	} {
+		total, ok := deviceCapacityOf(d, driver, c.name)
+		if !ok {
 			continue
 		}
-		left := memory.Value.DeepCopy()
-		left.Sub(*h.Memory)
-		if left.Cmp(smallestShare(memory)) < 0 {
-			out[i].Shared = false
+		for i, h := range out {
+			if !h.Shared || c.of(h) == nil {
+				continue
+			}
+			left := total.Value.DeepCopy()
+			left.Sub(*c.of(h))
+			if left.Cmp(smallestShare(total)) < 0 {
+				out[i].Shared = false
+			}
 		}
 	}
 	return out
 }
 
-// smallestShare is the least memory a claim can be granted on a device
-// with this memory capacity.
+// smallestShare is the least of a capacity a claim can be granted on a
+// device.
 func smallestShare(memory resourceapi.DeviceCapacity) resource.Quantity {
 	if p := memory.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Min != nil {
 		return *p.ValidRange.Min

@@ -90,6 +90,7 @@ func PlanNotes(annotation string) []PlanNote {
 	if p.TierBounds != "" {
 		notes = append(notes, PlanNote{"Tier bounds", p.TierBounds})
 	}
+	notes = append(notes, shareNotes(p.Share)...)
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})
 	}
@@ -98,6 +99,27 @@ func PlanNotes(annotation string) []PlanNote {
 	}
 	if p.Truncated {
 		notes = append(notes, PlanNote{"Note", "the plan was cut short to fit the annotation; the lists above are incomplete"})
+	}
+	return notes
+}
+
+// shareNotes spell out the share step: what NVML measured, the share it
+// became and from which figures, or why the claim keeps whole GPUs.
+func shareNotes(s *rewrite.SharePlan) []PlanNote {
+	if s == nil {
+		return nil
+	}
+	var notes []PlanNote
+	if s.Usage != "" {
+		notes = append(notes, PlanNote{"Usage", s.Usage})
+	}
+	if s.Verdict == rewrite.ShareSized.String() && s.Memory != nil {
+		notes = append(notes, PlanNote{"Share", fmt.Sprintf("%d%% compute, %s memory first, for %s: %s", s.ComputePercent, s.Memory.String(), strings.Join(s.Requests, ", "), s.Reason)})
+	} else {
+		notes = append(notes, PlanNote{"Share", "none, " + s.Verdict + ": " + s.Reason})
+	}
+	for _, w := range s.Whole {
+		notes = append(notes, PlanNote{"Whole GPU", w.Request + ": " + w.Reason})
 	}
 	return notes
 }

@@ -40,9 +40,9 @@ type PublishOptions struct {
 	// simulated node supplies a fake tree. When nil, pcieRoot is not
 	// published.
 	SysFS fs.ReadLinkFS
-	// ShareMemory publishes each GPU as shareable by memory: several claims
-	// may each consume a slice of its memory capacity, and the scheduler
-	// never hands out more than the GPU has.
+	// ShareMemory publishes each GPU as shareable: several claims may each
+	// consume a slice of its memory and compute capacities, and the
+	// scheduler never hands out more than the GPU has of either.
 	ShareMemory bool
 	// FiguresAsCapacity also publishes memoryBandwidthGBps, fp32GFLOPS and
 	// smVersion (the compute capability as nvcc's sm_XY number) as
@@ -58,6 +58,19 @@ type PublishOptions struct {
 // MemoryShareStep is the granularity of memory shares; requests are rounded
 // up to it, which keeps the scheduler's arithmetic on round numbers.
 var MemoryShareStep = resource.MustParse("1Gi")
+
+// ComputeShareStep is the granularity of compute shares, in per cent of
+// the GPU's SMs, and the smallest share that reserves any: MPS's active
+// thread percentage is coarse below that, and twenty neighbours on one GPU
+// is already more than time-slicing between them can serve.
+var ComputeShareStep = resource.MustParse("5")
+
+// computeWhole is the compute capacity of a GPU, 100 per cent, and
+// computeNone what a claim that names no compute reserves.
+var (
+	computeWhole = resource.MustParse("100")
+	computeNone  = resource.MustParse("0")
+)
 
 type namedAttribute struct {
 	name  resourceapi.QualifiedName
@@ -165,6 +178,18 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &MemoryShareStep, Step: &MemoryShareStep},
 			}
 			shareable = ptr.To(true)
+			// A claim that names no compute reserves none. A claim
+			// written for a whole GPU still gets one, because it takes all
+			// the memory; and a claim that names only memory shares the
+			// GPU's time with its neighbours, as it did before compute was
+			// published. A profile-sized share names both.
+			capacity[gpuv1alpha1.ComputeCapacity.Qualified()] = resourceapi.DeviceCapacity{
+				Value: computeWhole,
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default:    &computeNone,
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &computeNone, Max: &computeWhole, Step: &ComputeShareStep},
+				},
+			}
 		}
 		capacity[gpuv1alpha1.MemoryCapacity.Qualified()] = memory
 	}

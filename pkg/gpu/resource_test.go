@@ -30,7 +30,9 @@ import (
 	"testing/fstest"
 
 	"github.com/blang/semver/v4"
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -356,4 +358,41 @@ func TestSMVersionOrdersAsTheComputeCapability(t *testing.T) {
 // it.
 func qualified(id string) resourceapi.QualifiedName {
 	return resourceapi.QualifiedName(gpuv1alpha1.DriverName + "/" + id)
+}
+
+// TestResourceDeviceShareable: a shareable GPU offers its memory in whole
+// GiB and its compute in steps of 5 per cent. A claim that names neither
+// takes all the memory, so that it still gets a whole GPU, and no compute,
+// so that a claim naming only memory shares the GPU's time as before.
+func TestResourceDeviceShareable(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	q := func(s string) *resource.Quantity { return ptr.To(resource.MustParse(s)) }
+	for _, tc := range []struct {
+		name string
+		opts PublishOptions
+		want map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+	}{
+		{"whole GPUs", PublishOptions{}, map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			qualified("memory"): {Value: resource.MustParse("80Gi")},
+		}},
+		{"shareable", PublishOptions{ShareMemory: true}, map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			qualified("memory"): {Value: resource.MustParse("80Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: q("80Gi"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q("1Gi"), Step: q("1Gi")}}},
+			qualified("compute"): {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: q("0"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q("0"), Max: q("100"), Step: q("5")}}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := h100().ResourceDevice(ctx, tc.opts)
+			if err != nil {
+				t.Fatalf("ResourceDevice: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got.Capacity); diff != "" {
+				t.Errorf("capacities (-want +got):\n%s", diff)
+			}
+			if shareable := ptr.Deref(got.AllowMultipleAllocations, false); shareable != tc.opts.ShareMemory {
+				t.Errorf("allowMultipleAllocations = %v, want %v", shareable, tc.opts.ShareMemory)
+			}
+		})
+	}
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/mps"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
@@ -86,9 +87,16 @@ type Config struct {
 	// FiguresAsCapacity publishes the tier figures as capacities too (see
 	// gpu.PublishOptions).
 	FiguresAsCapacity bool
+	// MPSDriverRoot is the driver root, as the plugin sees it, that holds
+	// nvidia-cuda-mps-control for enforcing GPU shares; empty, or without
+	// the binary, shares run time-sliced.
+	MPSDriverRoot string
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
 	Profiling *ProfilingConfig
-	Metrics   *Metrics
+	// Usage samples prepared claims' GPUs for their usage profile; nil
+	// turns it off.
+	Usage   *UsageConfig
+	Metrics *Metrics
 	// Probes, when set, answer liveness and readiness for this driver; they
 	// are made before the driver so that the HTTP server can start first.
 	Probes *Probes
@@ -154,6 +162,10 @@ type Driver struct {
 	staleSince sync.Map
 	// collections are the report jobs of unprepared profiled claims.
 	collections *collections
+	// mps runs the MPS control daemons of shared GPUs.
+	mps *mps.Manager
+	// usage samples prepared claims' GPUs; nil when off.
+	usage *usageSampler
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -215,6 +227,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	go d.republishWithdrawnSlices(ctx)
 	d.startCollections(ctx)
+	d.startUsage(ctx)
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
@@ -247,6 +260,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.checkpoint = store
 	d.reportRecovery(ctx, recovered)
+	d.newMPS(ctx)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
 	d.restoreTaints(ctx)
@@ -272,6 +286,12 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		// kubelet's next prepare or unprepare of that claim.
 		logger.Error(err, "Reconciling the checkpoint with the CDI specs on disk was incomplete")
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
+	}
+	// After reconcile, which may roll back claims that held shares.
+	d.recoverMPS(ctx)
+	if cfg.Usage != nil {
+		d.usage = newUsageSampler(*cfg.Usage, cfg.StateDir)
+		d.loadUsage(ctx)
 	}
 	// Report directories of claims the checkpoint does not hold will never
 	// be collected; while it may be missing running claims, they stay.

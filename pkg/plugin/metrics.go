@@ -41,6 +41,8 @@ type Metrics struct {
 	// profileCollectionsPending counts the reports of unprepared profiled
 	// claims not yet collected, published and archived.
 	profileCollectionsPending prometheus.Gauge
+	// usage are the per-pod GPU figures and what became of the runs.
+	usage *usageMetrics
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -100,5 +102,6 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(m.healthEvents, m.slicesRepublished, m.profilingRuns, m.profileCollectionsPending, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
 		m.publishedDevices, m.checkpointRecover,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.usage = newUsageMetrics(m.Registry)
 	return m
 }

@@ -168,6 +168,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			undo = append(undo, uid)
 			continue
 		}
+		d.startMPS(ctx, p.claim, p.rec)
 		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
 			fail(p.claim, "timeslice", errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
 			undo = append(undo, uid)
@@ -205,6 +206,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	for _, rec := range done {
 		results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Devices: kubeletDevices(rec)}
 	}
+	d.trackUsage(ctx, claims, done)
 	return results
 }
 
@@ -265,6 +267,7 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 		return results
 	}
 	crashPoint(CrashAfterUnprepared)
+	d.releaseUsage(ctx, forget)
 	for _, uid := range forget {
 		results[types.UID(uid)] = nil
 	}
@@ -330,6 +333,7 @@ func (d *Driver) forget(ctx context.Context, uids ...string) error {
 	if err := d.checkpoint.DeleteClaims(ctx, true, uids...); err != nil {
 		return fmt.Errorf("remove claims %v from checkpoint: %w", uids, err)
 	}
+	d.stopUnneededMPS(ctx)
 	return nil
 }
 
@@ -380,12 +384,16 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 			if q, ok := result.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 				dev.Sharing.MemoryShareBytes = q.Value()
 			}
+			if q, ok := result.ConsumedCapacity[gpuv1alpha1.ComputeCapacity.Qualified()]; ok {
+				dev.Sharing.ComputePercent = int32(min(q.Value(), 100))
+			}
 		}
 		rec.Devices = append(rec.Devices, dev)
 	}
 	if len(rec.Devices) == 0 {
 		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, d.cfg.NodeName)
 	}
+	d.planMPS(claim, rec.Devices)
 	// Profiling wraps the claim's containers, so it is a claim-wide choice:
 	// any request asking for it profiles the claim.
 	for _, dev := range rec.Devices {
@@ -527,7 +535,7 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: sharingEdits(dev.Sharing)})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: d.deviceEdits(dev, g.UUID)})
 	}
 	ids, err := d.cfg.CDI.WriteClaimSpec(ctx, spec)
 	if err != nil {

@@ -69,6 +69,10 @@ type options struct {
 	capacityBounds bool
 	// preference: see WithPreference.
 	preference PreferenceMode
+	// shares: see ShareFromUsage.
+	shares bool
+	// exclusive: see ExclusiveRequests.
+	exclusive map[string]bool
 }
 
 // WithFleet makes Rewrite cut its ladders from the published fleet instead

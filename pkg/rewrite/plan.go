@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
@@ -56,13 +58,36 @@ type Plan struct {
 	// floor were written, where the caller asked for capacity requests
 	// (TierBoundsAsCapacity): "capacity", or "cel" and why the capacity
 	// requests were declined.
-	TierBounds   string        `json:"tierBounds,omitempty"`
+	TierBounds string `json:"tierBounds,omitempty"`
+	// Share is what the share step decided, where the caller offered
+	// shares (ShareFromUsage): the share and the measured use it was
+	// sized from, or why the claim keeps whole GPUs.
+	Share        *SharePlan    `json:"share,omitempty"`
 	Alternatives []Alternative `json:"alternatives,omitempty"`
 	// Rewritten names the requests that became firstAvailable lists.
 	Rewritten []string    `json:"rewritten,omitempty"`
 	Untouched []Untouched `json:"untouched,omitempty"`
 	// Truncated is set when Annotation had to drop entries to fit.
 	Truncated bool `json:"truncated,omitempty"`
+}
+
+// SharePlan is the share step's part of a plan.
+type SharePlan struct {
+	// Verdict is a ShareVerdict's String: "sized", or why there is no
+	// share.
+	Verdict string `json:"verdict"`
+	// ComputePercent and Memory are the share, for "sized".
+	ComputePercent int64              `json:"computePercent,omitempty"`
+	Memory         *resource.Quantity `json:"memory,omitempty"`
+	// Usage is the measured use the decision came from (UsageSummary).
+	Usage string `json:"usage,omitempty"`
+	// Reason is how the figures gave the share, or why there is none.
+	Reason string `json:"reason"`
+	// Requests are those whose first choice is the share.
+	Requests []string `json:"requests,omitempty"`
+	// Whole are the requests that keep whole GPUs although the profile
+	// got a share, and why.
+	Whole []Untouched `json:"whole,omitempty"`
 }
 
 // Alternative is one generated subrequest, in preference order.
@@ -84,6 +109,12 @@ func (p *Plan) Annotation() (string, error) {
 	c := *p
 	c.Rewritten = append([]string(nil), p.Rewritten...)
 	c.Untouched = append([]Untouched(nil), p.Untouched...)
+	if p.Share != nil {
+		share := *p.Share
+		share.Requests = append([]string(nil), p.Share.Requests...)
+		share.Whole = append([]Untouched(nil), p.Share.Whole...)
+		c.Share = &share
+	}
 	for {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -100,8 +131,12 @@ func (p *Plan) Annotation() (string, error) {
 		switch {
 		case len(c.Untouched) > 0:
 			c.Untouched = c.Untouched[:len(c.Untouched)-1]
+		case c.Share != nil && len(c.Share.Whole) > 0:
+			c.Share.Whole = c.Share.Whole[:len(c.Share.Whole)-1]
 		case len(c.Rewritten) > 0:
 			c.Rewritten = c.Rewritten[:len(c.Rewritten)-1]
+		case c.Share != nil && len(c.Share.Requests) > 0:
+			c.Share.Requests = c.Share.Requests[:len(c.Share.Requests)-1]
 		default:
 			return "", fmt.Errorf("rewrite plan is %d bytes without request lists, limit %d", len(data), MaxAnnotationSize)
 		}

@@ -63,6 +63,12 @@ type Profile struct {
 	// ShareMemory asks for the memory need as a share of a GPU rather than a
 	// whole one, on GPUs published as shareable (consumable capacity).
 	ShareMemory bool
+	// Usage is what NVML saw the workload use (status.usage). With
+	// ShareFromUsage, a request for one whole GPU gets a share sized from
+	// it as its first choice (see SizeShare).
+	Usage *prismv1alpha1.UsageProfile
+	// Exclusive is the profile's spec.sharing: Exclusive: never a share.
+	Exclusive bool
 }
 
 // ErrInvalidProfile is wrapped by every error caused by profile contents.
@@ -180,7 +186,10 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	plan := &Plan{Profile: truncateName(profile.Name), BoundType: bound, Policy: policy}
 	out := spec.DeepCopy()
 
-	if bound == prismv1alpha1.BoundTypeBalanced || bound == prismv1alpha1.BoundTypeUnknown {
+	share, sharePlan := o.shareStep(profile)
+	plan.Share = sharePlan
+	noPreference := bound == prismv1alpha1.BoundTypeBalanced || bound == prismv1alpha1.BoundTypeUnknown
+	if noPreference && share == nil {
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
@@ -188,32 +197,47 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		return out, plan, nil
 	}
 
-	n, err := profile.needs()
+	// A profile without a bound type has no hard needs either: they come
+	// from the same measurement. Its share, where it has one, is offered
+	// ahead of the request as written.
+	n := needs{memory: -1, cc: -1}
+	var ladder []tier
+	if !noPreference {
+		n, err = profile.needs()
+		if err != nil {
+			return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
+		}
+		plan.HardNeeds = n.text
+		var decision Decision
+		ladder, plan.Fleet, plan.Load, decision = o.decide(bound, policy, spec, n)
+		if o.preference != "" {
+			plan.Preference = &decision
+		}
+		if len(ladder) == 0 && share == nil {
+			reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
+			if decision.Mode == PreferAffinity {
+				reason = "no hard needs; the preference is the pod's node affinity"
+			}
+			for _, r := range spec.Devices.Requests {
+				plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
+			}
+			return out, plan, nil
+		}
+	}
+	// full is the ladder of a request that gets the share: the share, then
+	// the whole-GPU ladder, which ends in fits, the request as written
+	// plus the hard needs. A request that keeps whole GPUs gets full[1:].
+	full := ladder
+	if share != nil {
+		whole := ladder
+		if len(whole) == 0 {
+			whole = []tier{fits}
+		}
+		full = append([]tier{*share}, whole...)
+	}
+	generated, err := tierSelectors(full, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
-	}
-	plan.HardNeeds = n.text
-	ladder, fleet, load, decision := o.decide(bound, policy, spec, n)
-	plan.Fleet, plan.Load = fleet, load
-	if o.preference != "" {
-		plan.Preference = &decision
-	}
-	if len(ladder) == 0 {
-		reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
-		if decision.Mode == PreferAffinity {
-			reason = "no hard needs; the preference is the pod's node affinity"
-		}
-		for _, r := range spec.Devices.Requests {
-			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
-		}
-		return out, plan, nil
-	}
-	generated, err := tierSelectors(ladder, n)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
-	}
-	for _, t := range ladder {
-		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
 
 	capacityFloor, floorForm := false, ""
@@ -225,15 +249,32 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	// cc floor alone asks for the capacity form only where a fleet is known
 	// (a ladder with a bound tier is always cut from one).
 	ccBound := n.cc >= 0 && o.fleet != nil
-	if bounds && !ccBound && !slices.ContainsFunc(ladder, func(t tier) bool { return t.bound != nil }) {
+	if bounds && !ccBound && !slices.ContainsFunc(full, func(t tier) bool { return t.bound != nil }) {
 		bounds, boundsForm = false, FormCEL+": no tier of this ladder is a lower bound on a figure, and there is no compute-capability floor"
 	}
 	logger := klog.FromContext(ctx)
+	optedOut := 0 // requests that keep whole GPUs by their GpuConfig
 	for i := range out.Devices.Requests {
 		req := &out.Devices.Requests[i]
 		if reason := ineligible(req, generated); reason != "" {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
+		}
+		reqLadder, reqGenerated := full, generated
+		if share != nil {
+			if why, byUser := o.shareIneligible(req.Exactly, req.Name); why != "" {
+				plan.Share.Whole = append(plan.Share.Whole, Untouched{Request: req.Name, Reason: why})
+				if byUser {
+					optedOut++
+				}
+				if len(ladder) == 0 {
+					plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: "keeps a whole GPU (" + why + "), and the profile prefers none"})
+					continue
+				}
+				reqLadder, reqGenerated = full[1:], generated[1:]
+			} else {
+				plan.Share.Requests = append(plan.Share.Requests, req.Name)
+			}
 		}
 		// A memory amount the user wrote stays the request; the floor stays
 		// in CEL beside it (see subrequests).
@@ -247,7 +288,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 				boundsForm = fmt.Sprintf("%s: request %s %s", FormCEL, req.Name, why)
 			}
 		}
-		subs, err := subrequests(req.Exactly, ladder, generated, n, capacityFloor, requestBounds)
+		subs, err := subrequests(req.Exactly, reqLadder, reqGenerated, n, capacityFloor, requestBounds)
 		if err != nil {
 			return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 		}
@@ -258,6 +299,15 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.TierBounds = FormCapacity
 		}
 		plan.Rewritten = append(plan.Rewritten, req.Name)
+	}
+	alternatives := full
+	if share != nil && len(plan.Share.Requests) == 0 {
+		plan.Share.Verdict, plan.Share.Reason = noShare(plan.Share.Whole, optedOut)
+		plan.Share.ComputePercent, plan.Share.Memory = 0, nil
+		alternatives = ladder
+	}
+	for _, t := range alternatives {
+		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
 	if plan.TierBounds == "" && len(plan.Rewritten) > 0 {
 		plan.TierBounds = boundsForm // declined, and why; "" where not asked
@@ -337,6 +387,12 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 		e := exact.DeepCopy()
 		exprs := generated[i]
 		switch {
+		case t.share != nil:
+			// The hard needs stay CEL here: the memory floor says how large
+			// a GPU the workload needs, the share how much of it the claim
+			// takes, and a shareable GPU publishes no smVersion capacity.
+			requestCapacity(e, gpuv1alpha1.ComputeCapacity.Qualified(), *resource.NewQuantity(t.share.ComputePercent, resource.DecimalSI))
+			requestShare(e, t.share.Memory())
 		case n.share != nil:
 			requestShare(e, *n.share)
 		case capacityFloor && n.floor != nil && requestShare(e, *n.floor):
@@ -347,7 +403,7 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 				exprs = without(exprs, catalogue[id])
 			}
 		}
-		if bounds && n.cc >= 0 && requestCapacity(e, gpuv1alpha1.SMVersionCapacity.Qualified(), *resource.NewQuantity(n.sm, resource.DecimalSI)) {
+		if bounds && t.share == nil && n.cc >= 0 && requestCapacity(e, gpuv1alpha1.SMVersionCapacity.Qualified(), *resource.NewQuantity(n.sm, resource.DecimalSI)) {
 			exprs = without(exprs, catalogue[n.cc])
 		}
 		var sels []resourceapi.DeviceSelector

@@ -22,6 +22,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // PackPolicy decides which GPU a job of the packing evaluation starts on.
@@ -79,33 +85,34 @@ type Share struct {
 	MemMiB     float64
 }
 
-// SizeShare is the share-sizing rule agreed for the admission controller:
-// compute is the p95 duty cycle plus headroom (the larger of 10 points and
-// a quarter of it), rounded up to 5 %, at least 10 %; memory is the peak
-// times 1.2 plus 512 MiB, rounded up to 1 GiB, at least 1 GiB. A job at 80 %
-// compute or more is heavy and keeps a whole GPU (ok false). memKnown false
-// means no peak memory was measured; production then keeps the whole GPU,
-// and the evaluation, on data without memory, sizes compute alone.
-//
-// TODO: call the rewrite's sizing function once pkg/rewrite exports it, so
-// that the evaluation cannot drift from what ships.
+// SizeShare sizes a job's share with the admission controller's own rule,
+// rewrite.SizeShare, so that the evaluation cannot drift from what ships.
+// A job that rule keeps whole (heavy, or unmeasured) gets ok false.
+// memKnown false means no peak memory was measured: production then keeps
+// the whole GPU, and the evaluation, on data without memory, sizes compute
+// alone (MemMiB is NaN).
 func SizeShare(p95Util, peakMiB float64, memKnown bool) (Share, bool) {
-	if !Known(p95Util) {
+	if !Known(p95Util) || (memKnown && !Known(peakMiB)) {
 		return Share{}, false
 	}
-	c := p95Util + math.Max(10, 0.25*p95Util)
-	compute := max(10, int(math.Ceil(c/5-1e-9))*5)
-	if compute >= 80 {
+	peak := int64(1 << 20) // a stand-in when memory is not in the data
+	if memKnown {
+		peak = int64(math.Ceil(peakMiB * (1 << 20)))
+	}
+	u := &prismv1alpha1.UsageProfile{
+		Runs:                     1,
+		DutyCycleP95MilliPercent: ptr.To(int32(math.Round(min(max(p95Util, 0), 100) * 1000))),
+		PeakMemory:               resource.NewQuantity(peak, resource.BinarySI),
+	}
+	size := rewrite.SizeShare(u)
+	if size.Verdict != rewrite.ShareSized {
 		return Share{}, false
 	}
-	if !memKnown {
-		return Share{ComputePct: compute, MemMiB: math.NaN()}, true
+	share := Share{ComputePct: int(size.Share.ComputePercent), MemMiB: math.NaN()}
+	if memKnown {
+		share.MemMiB = float64(size.Share.MemoryBytes) / (1 << 20)
 	}
-	if !Known(peakMiB) {
-		return Share{}, false
-	}
-	mem := math.Max(1024, math.Ceil((peakMiB*1.2+512)/1024-1e-9)*1024)
-	return Share{ComputePct: compute, MemMiB: mem}, true
+	return share, true
 }
 
 // PackingData is the measured data for one GPU model: the job types a

@@ -38,6 +38,9 @@ type Metrics struct {
 	// tierBounds counts rewrites with --tier-bounds=capacity by the form
 	// their tier bounds took.
 	tierBounds *prometheus.CounterVec
+	// shares counts rewritten claims whose profile the share step looked
+	// at, by its verdict: sized, or why the claim keeps whole GPUs.
+	shares *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -72,6 +75,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_tier_bounds_total",
 			Help: "Rewritten claims with --tier-bounds=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
 		}, []string{"form"}),
+		shares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_share_total",
+			Help: "Rewritten claims the share step looked at (the API server keeps capacity requests), by verdict: sized (a share of a GPU first), or why not (no-usage, no-peak-memory, heavy, opted-out, no-shareable-gpu, no-eligible-request).",
+		}, []string{"verdict"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -84,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.tierBounds} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.tierBounds, m.shares} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

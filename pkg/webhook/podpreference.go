@@ -233,6 +233,8 @@ func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy prismv1alpha1.Po
 		MinComputeCapability: wp.Spec.MinComputeCapability,
 		Policy:               policy,
 		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
+		Usage:                wp.Status.Usage,
+		Exclusive:            wp.Spec.Sharing == prismv1alpha1.SharingExclusive,
 	}
 }
 

@@ -53,6 +53,9 @@ const (
 	EventReasonRewritten    = "Rewritten"
 	EventReasonProfiling    = "ProfilingRequested"
 	EventReasonNotRewritten = "NotRewritten"
+	// EventReasonShared is a rewrite whose first choice is a share of a
+	// GPU sized from the profile's usage.
+	EventReasonShared = "Shared"
 )
 
 // EventRecorder is the part of record.EventRecorder the webhook uses. The
@@ -92,6 +95,12 @@ type RewriterOptions struct {
 	// bounds may be capacity requests (--tier-bounds=capacity, under the
 	// same probe). Nil: CEL.
 	TierBoundsAsCapacity func() bool
+	// Shares reports, per claim, whether a claim for one whole GPU may get
+	// a share sized from its profile's usage first (capacity requests on
+	// gpu.prism.dev/compute and memory): only once MemoryFloorProbe has
+	// found that the API server keeps capacity requests, and where the
+	// scheduler has DRAConsumableCapacity too. Nil: never.
+	Shares func() bool
 }
 
 // NewRewriter returns the mutating webhook for ResourceClaim CREATE. It
@@ -197,7 +206,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 		return r.autoProfile(claim, name, nil)
 	case err != nil:
 		return outcome{skip: skipLookupError, message: fmt.Sprintf("getting WorkloadProfile %s/%s: %v", claim.Namespace, name, err)}
-	case wp.Status.BoundType == "":
+	case wp.Status.BoundType == "" && !r.sharesFrom(wp):
 		return r.autoProfile(claim, name, wp)
 	}
 	return r.rewrite(ctx, claim, wp)
@@ -222,12 +231,24 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.TierBoundsAsCapacity != nil && r.opts.TierBoundsAsCapacity() {
 		opts = append(opts, rewrite.TierBoundsAsCapacity())
 	}
+	if r.shares() {
+		opts = append(opts, rewrite.ShareFromUsage(), rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...))
+	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
 		return outcome{skip: skipInvalidProfile, message: err.Error()}
 	case err != nil:
 		return outcome{skip: skipRewriteError, message: err.Error()}
+	}
+	if plan.Share != nil {
+		r.opts.Metrics.shares.WithLabelValues(plan.Share.Verdict).Inc()
+	}
+	switch {
+	case len(plan.Rewritten) == 0 && wp.Status.BoundType == "":
+		// Measured by NVML only, and its share declined for this claim:
+		// profiled, as a profile that ncu has not measured always was.
+		return r.autoProfile(claim, wp.Name, wp)
 	case len(plan.Rewritten) == 0 && (plan.BoundType == prismv1alpha1.BoundTypeBalanced || plan.BoundType == prismv1alpha1.BoundTypeUnknown):
 		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
 	case len(plan.Rewritten) == 0 && !preferredByAffinity(plan):
@@ -251,7 +272,22 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		r.opts.Metrics.tierBounds.WithLabelValues(form).Inc()
 	}
 	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
+	if s := shareSummary(plan); s != "" {
+		return outcome{ops: ops, event: EventReasonShared, message: fmt.Sprintf("profile %s: %s; %s", plan.Profile, s, planSummary(plan))}
+	}
 	return outcome{ops: ops, event: EventReasonRewritten, message: planSummary(plan)}
+}
+
+func (r *rewriter) shares() bool {
+	return r.opts.Shares != nil && r.opts.Shares()
+}
+
+// sharesFrom says whether a profile that ncu has not measured is still
+// worth a rewrite: its usage gives a share. Otherwise it is profiled, as
+// before usage was measured.
+func (r *rewriter) sharesFrom(wp *prismv1alpha1.WorkloadProfile) bool {
+	return r.shares() && wp.Spec.Sharing != prismv1alpha1.SharingExclusive &&
+		rewrite.SizeShare(wp.Status.Usage).Verdict == rewrite.ShareSized
 }
 
 // autoProfileNote is the annotation written when a claim is profiled

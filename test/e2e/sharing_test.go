@@ -28,18 +28,24 @@ import (
 	"github.com/prismgpu/prism/test/testbed"
 )
 
-// memoryShare is a claim for a slice of one GPU's memory.
+// memoryShare is a claim for a slice of one GPU's memory and 30 % of its
+// compute: a claim that names no compute takes all of it, and would hold
+// the GPU alone.
 func memoryShare(amount string) resourceapi.ResourceClaimSpec {
 	spec := gpuClaimSpec(1)
 	spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
-		Requests: map[resourceapi.QualifiedName]resource.Quantity{"gpu.prism.dev/memory": resource.MustParse(amount)},
+		Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"gpu.prism.dev/memory":  resource.MustParse(amount),
+			"gpu.prism.dev/compute": resource.MustParse("30"),
+		},
 	}
 	return spec
 }
 
 // TestMemorySharesPackOneGPU: with consumable capacity, the real scheduler
-// packs three 20Gi claims onto one 80 GB GPU, sends a 30Gi claim that no
-// longer fits there to another GPU, and each container is told its share.
+// packs three 20Gi claims (30 % of compute each) onto one 80 GB GPU, sends
+// a 30Gi claim that no longer fits there to another GPU, and each container
+// is told its share.
 func TestMemorySharesPackOneGPU(t *testing.T) {
 	ctx, cluster := testbed.ForTest(t, testbed.Options{})
 	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
@@ -54,7 +60,8 @@ func TestMemorySharesPackOneGPU(t *testing.T) {
 			return false
 		}
 		d := s.Spec.Devices[0]
-		return d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations && d.Capacity["gpu.prism.dev/memory"].RequestPolicy != nil
+		return d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations && d.Capacity["gpu.prism.dev/memory"].RequestPolicy != nil &&
+			d.Capacity["gpu.prism.dev/compute"].RequestPolicy != nil
 	})
 
 	createTemplate(ctx, t, cluster.Client, "share-20", memoryShare("20Gi"))

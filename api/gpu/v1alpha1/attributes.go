@@ -83,6 +83,10 @@ const (
 	// MemoryCapacity is the GPU's memory in bytes; on a GPU published as
 	// shareable, what a claim consumes a share of.
 	MemoryCapacity CapacityName = "memory"
+	// ComputeCapacity is the GPU's compute in per cent of its SMs (100 for
+	// the whole GPU); on a GPU published as shareable, what a claim
+	// consumes a share of, enforced by MPS's active thread percentage.
+	ComputeCapacity CapacityName = "compute"
 	// MemoryBandwidthGBpsCapacity and FP32GFLOPSCapacity are the attributes
 	// of the same name as capacities, published with the plugin's
 	// --figures-as-capacity so that a claim can ask for "at least" with a
@@ -96,7 +100,7 @@ const (
 
 // Capacities lists every CapacityName.
 func Capacities() []CapacityName {
-	return []CapacityName{MemoryCapacity, MemoryBandwidthGBpsCapacity, FP32GFLOPSCapacity, SMVersionCapacity}
+	return []CapacityName{MemoryCapacity, ComputeCapacity, MemoryBandwidthGBpsCapacity, FP32GFLOPSCapacity, SMVersionCapacity}
 }
 
 // Qualified is the name a device's capacity, and a claim's capacity

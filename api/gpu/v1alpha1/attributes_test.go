@@ -260,6 +260,8 @@ func TestRewriteWritesPublishedNames(t *testing.T) {
 			rewrite.Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeMemoryBound, MinMemory: &floor, MinComputeCapability: "8.0"}},
 		{"a memory share", shareMemory,
 			rewrite.Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeComputeBound, MinMemory: &floor, ShareMemory: true}},
+		{"a share sized from usage", shareMemory,
+			rewrite.Profile{Name: "p", Usage: &prismv1alpha1.UsageProfile{Runs: 1, DutyCycleP95MilliPercent: ptr.To(int32(30_000)), PeakMemory: &floor}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := publish(t, tc.opts)
@@ -268,7 +270,7 @@ func TestRewriteWritesPublishedNames(t *testing.T) {
 			for _, n := range nodes {
 				view.OnAdd(&n.slice, false)
 			}
-			out, _, err := rewrite.Rewrite(ctx, claim, tc.profile, rewrite.WithFleet(view.Fleet()), rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
+			out, _, err := rewrite.Rewrite(ctx, claim, tc.profile, rewrite.WithFleet(view.Fleet()), rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity(), rewrite.ShareFromUsage())
 			if err != nil {
 				t.Fatalf("Rewrite: %v", err)
 			}

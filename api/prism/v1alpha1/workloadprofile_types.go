@@ -66,14 +66,15 @@ const (
 	PolicyLoadAware Policy = "load-aware"
 )
 
-// Sharing says whether the workload may run on a fraction of a GPU.
+// Sharing says whether the workload may run on a share of a GPU.
 // +kubebuilder:validation:Enum=Exclusive;Fractional
 type Sharing string
 
 const (
 	// SharingExclusive asks for whole GPUs only.
 	SharingExclusive Sharing = "Exclusive"
-	// SharingFractional allows a MIG slice or a time-shared GPU.
+	// SharingFractional asks, in every alternative, for the memory need
+	// as a share of a GPU published shareable.
 	SharingFractional Sharing = "Fractional"
 )
 
@@ -135,9 +136,12 @@ type WorkloadProfileSpec struct {
 	// +optional
 	Policy Policy `json:"policy,omitempty"`
 
-	// sharing allows or forbids a fractional GPU (a MIG slice or a
-	// time-shared device). When unset the allocator decides from the
-	// profile: latency-bound work is a candidate for sharing.
+	// sharing allows or forbids a share of a GPU. Exclusive: the
+	// workload's claims keep whole GPUs. Fractional: every alternative
+	// asks for the memory need as a share of a GPU published shareable.
+	// Unset: where status.usage shows the workload fits a share, a claim
+	// for one whole GPU gets that share as its first choice and the whole
+	// GPU after it.
 	// +optional
 	Sharing Sharing `json:"sharing,omitempty"`
 

@@ -50,6 +50,9 @@ type Fleet struct {
 	// GPUs are listed in index order: the first group gets the lowest
 	// indices.
 	GPUs []GPUGroup `json:"gpus"`
+	// UsageFile is a JSON file of what workloads use on the GPUs (see
+	// Usage), read on every NVML call; empty or missing, the GPUs are idle.
+	UsageFile string `json:"usageFile,omitempty"`
 }
 
 // GPUGroup is a run of identical GPUs.

@@ -170,6 +170,7 @@ func NewSimulated(fleet *Fleet, nodeName string) (*Simulated, error) {
 			return nil, nvml.ERROR_NOT_FOUND
 		},
 	}
+	s.simulateUsage(fleet.UsageFile, gpus)
 	return s, nil
 }
 

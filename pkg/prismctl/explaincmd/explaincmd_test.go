@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,8 +132,9 @@ func load[T any](t *testing.T, name string) T {
 
 // TestExplainGolden pins the whole output for a rewritten claim: the plan
 // in words only (its JSON is for -o json), and a GPU another claim holds
-// whole through the default share of a shareable GPU. UPDATE_GOLDEN=1
-// rewrites the files.
+// whole through the default share of a shareable GPU; and for a claim whose
+// first choice was a share sized from its profile's usage, allocated next
+// to another share. UPDATE_GOLDEN=1 rewrites the files.
 func TestExplainGolden(t *testing.T) {
 	objects := []runtime.Object{load[*resourceapi.ResourceClaim](t, "claim.json")}
 	for _, s := range load[[]resourceapi.ResourceSlice](t, "slices.json") {
@@ -147,18 +149,24 @@ func TestExplainGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		args   []string
+		extra  string // a claim file added to the cluster
 		golden string
 	}{
-		{name: "text", golden: "explain.txt"},
-		{name: "json", args: []string{"-o", "json"}, golden: "explain.json"},
+		{name: "text", args: []string{"trainer-0-gpu"}, golden: "explain.txt"},
+		{name: "json", args: []string{"trainer-0-gpu", "-o", "json"}, golden: "explain.json"},
+		{name: "share", args: []string{"tagger-0-gpu"}, extra: "claim-shared.json", golden: "explain-shared.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			objects := objects
+			if tc.extra != "" {
+				objects = append(slices.Clone(objects), load[*resourceapi.ResourceClaim](t, tc.extra))
+			}
 			cs := fake.NewClientset(objects...)
 			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
 			var out bytes.Buffer
 			cmd.SetOut(&out)
 			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetArgs(append([]string{"claim", "trainer-0-gpu"}, tc.args...))
+			cmd.SetArgs(append([]string{"claim"}, tc.args...))
 			if err := cmd.Execute(); err != nil {
 				t.Fatal(err)
 			}

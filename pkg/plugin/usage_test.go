@@ -1,0 +1,374 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
+)
+
+const h100Product = "NVIDIA H100 80GB HBM3"
+
+// usageBed is a node whose simulated GPUs' usage the test writes, with a
+// /proc of its own and a fake API for WorkloadProfiles.
+type usageBed struct {
+	dir, usageFile, procRoot string
+	api                      client.WithWatch
+}
+
+func newUsageBed(t *testing.T) *usageBed {
+	t.Helper()
+	dir := t.TempDir()
+	return &usageBed{dir: dir, usageFile: filepath.Join(dir, "usage.json"), procRoot: filepath.Join(dir, "proc"),
+		api: profileAPI(t, interceptor.Funcs{})}
+}
+
+// driver starts a driver on the bed's state directory, as a restart would.
+func (b *usageBed) driver(t *testing.T) *Driver {
+	t.Helper()
+	return newTestDriverWith(t, "h100-sxm-8.yaml", b.dir, func(c *Config) {
+		fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "h100-sxm-8.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fleet.UsageFile = b.usageFile
+		sim, err := nvml.NewSimulated(fleet, testNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Usage = &UsageConfig{NVML: sim, Profiles: profilingtest.WorkloadProfiles(b.api), ProcRoot: b.procRoot}
+	})
+}
+
+func (b *usageBed) use(t testing.TB, gpus ...nvml.GPUUsage) {
+	t.Helper()
+	if err := nvml.WriteUsage(b.usageFile, nvml.Usage{GPUs: gpus}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// process puts a process of the pod with this UID (none: a host process)
+// into the bed's /proc, with a cgroup as the kubelet's systemd driver
+// names it.
+func (b *usageBed) process(t testing.TB, pid string, pod types.UID) {
+	t.Helper()
+	cgroup := "0::/system.slice/nvidia-persistenced.service\n"
+	if pod != "" {
+		cgroup = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + replaceDashes(string(pod)) + ".slice/cri-containerd-0123.scope\n"
+	}
+	if err := os.MkdirAll(filepath.Join(b.procRoot, pid), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.procRoot, pid, "cgroup"), []byte(cgroup), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func replaceDashes(s string) string {
+	out := []byte(s)
+	for i, c := range out {
+		if c == '-' {
+			out[i] = '_'
+		}
+	}
+	return string(out)
+}
+
+func (b *usageBed) profile(t *testing.T, name string) *prismv1alpha1.UsageProfile {
+	t.Helper()
+	wp := &prismv1alpha1.WorkloadProfile{}
+	if err := b.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, wp); err != nil {
+		t.Fatalf("WorkloadProfile ns/%s: %v", name, err)
+	}
+	if wp.Status.Usage != nil {
+		// When the run ended is the test's clock's business.
+		wp.Status.Usage.ObservedAt = nil
+	}
+	return wp.Status.Usage
+}
+
+// profiledClaim is claim-UID, annotated for a profile and reserved by
+// pod-UID (whose pod UID is pod-uid-UID).
+func profiledClaim(c *resourceapi.ResourceClaim, profile string) *resourceapi.ResourceClaim {
+	c.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: profile}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-" + c.Name[len("claim-"):], UID: podUID(c.UID)}}
+	return c
+}
+
+func podUID(claim types.UID) types.UID {
+	hex := hexOf(string(claim))
+	return types.UID(strings.Repeat("0", 8-len(hex)) + hex + "-1111-2222-3333-444455556666")
+}
+
+// hexOf spells a short claim UID in hex digits, as a pod UID has them.
+func hexOf(s string) string {
+	return fmt.Sprintf("%x", s)
+}
+
+func sample(t *testing.T, d *Driver, times int) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	for range times {
+		d.sampleUsage(ctx)
+	}
+}
+
+func uuidOfGPU(t *testing.T, d *Driver, name string) string {
+	t.Helper()
+	g, ok := d.device(name)
+	if !ok {
+		t.Fatalf("no device %s", name)
+	}
+	return g.UUID
+}
+
+// TestUsageIsSampledAndPublishedAtUnprepare: a claim alone on an H100 is
+// sampled from the whole GPU's figures, exported per pod, and merged into
+// its WorkloadProfile after unprepare.
+func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	bed.use(t, nvml.GPUUsage{Index: 0, UtilizationPercent: 40, MemoryUsedBytes: 10 << 30, SMActivityPercent: 30, DRAMActivityPercent: 12})
+	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-0"}), "train"))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, 3)
+
+	gpu0 := uuidOfGPU(t, d, "gpu-0")
+	if got := testutil.ToFloat64(d.metrics.usage.dutyCycle.WithLabelValues("ns", "pod-a", "claim-a", gpu0)); got != 40 {
+		t.Errorf("duty cycle gauge %v, want 40", got)
+	}
+	if got := testutil.ToFloat64(d.metrics.usage.smActivity.WithLabelValues("ns", "pod-a", "claim-a", gpu0)); got != 30 {
+		t.Errorf("SM activity gauge %v, want 30", got)
+	}
+	if err := unprepareOne(ctx, d, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(d.metrics.usage.memoryUsed); n != 0 {
+		t.Errorf("%d memory series left after unprepare, want none", n)
+	}
+	d.publishNextUsage(ctx)
+
+	// GPM needs two samples for its first figure: three samples give two.
+	want := &prismv1alpha1.UsageProfile{
+		DutyCycleP50MilliPercent: ptr.To[int32](40000), DutyCycleP95MilliPercent: ptr.To[int32](40000),
+		SMActivityMilliPercent: ptr.To[int32](30000), DRAMActivityMilliPercent: ptr.To[int32](12000),
+		PeakMemory: resource.NewQuantity(10<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+	}
+	if diff := cmp.Diff(want, bed.profile(t, "train")); diff != "" {
+		t.Errorf("status.usage (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageMerged)); got != 1 {
+		t.Errorf("usage_runs_total{outcome=Merged} = %v, want 1", got)
+	}
+	if _, err := os.Stat(filepath.Join(bed.dir, usageDir, "a.json")); !os.IsNotExist(err) {
+		t.Errorf("usage record still on disk after publishing: %v", err)
+	}
+}
+
+// TestUsageRunSurvivesARestart: the samples taken before the plugin
+// stopped count in the run published after it started again.
+func TestUsageRunSurvivesARestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 4 << 30})
+	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-1"}), "train"))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, 2)
+	d.persistUsage(ctx, true)
+
+	restarted := bed.driver(t)
+	bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 60, MemoryUsedBytes: 6 << 30})
+	sample(t, restarted, 1)
+	if err := unprepareOne(ctx, restarted, "a"); err != nil {
+		t.Fatal(err)
+	}
+	restarted.publishNextUsage(ctx)
+	// Samples 20, 20, 60: the median is the second, p95 the third. The
+	// H100's GPM showed an idle GPU (the file gives no GPM figures).
+	want := &prismv1alpha1.UsageProfile{
+		DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](60000),
+		SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
+		PeakMemory: resource.NewQuantity(6<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+	}
+	if diff := cmp.Diff(want, bed.profile(t, "train")); diff != "" {
+		t.Errorf("status.usage (-want +got):\n%s", diff)
+	}
+}
+
+// TestRunOfAClaimReleasedWhileStoppedIsPublished: a claim that left the
+// checkpoint after its record was last written (the plugin died between
+// the two) is published from the record at the next start.
+func TestRunOfAClaimReleasedWhileStoppedIsPublished(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	bed.use(t, nvml.GPUUsage{Index: 2, UtilizationPercent: 70, MemoryUsedBytes: 1 << 30})
+	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-2"}), "infer"))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, 3)
+	d.persistUsage(ctx, true)
+	if err := d.forget(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	restarted := bed.driver(t)
+	restarted.publishNextUsage(ctx)
+	if got := bed.profile(t, "infer"); got == nil || got.Samples != 3 || *got.DutyCycleP95MilliPercent != 70000 {
+		t.Errorf("status.usage %+v, want the 3 samples at 70%% taken before the restart", got)
+	}
+}
+
+func TestShortRunIsNotMerged(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-0"}), "train"))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, 2)
+	if err := unprepareOne(ctx, d, "a"); err != nil {
+		t.Fatal(err)
+	}
+	d.publishNextUsage(ctx)
+	if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageTooShort)); got != 1 {
+		t.Errorf("usage_runs_total{outcome=TooShort} = %v, want 1", got)
+	}
+	wp := &prismv1alpha1.WorkloadProfile{}
+	if err := bed.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "train"}, wp); err == nil {
+		t.Errorf("a run of 2 samples created or wrote WorkloadProfile ns/train: %+v", wp.Status.Usage)
+	}
+}
+
+// shareClaim is a profiled claim of a share of gpu-0: memory and compute.
+func shareClaim(uid, memory string, compute int64) *resourceapi.ResourceClaim {
+	c := profiledClaim(sharedClaim(uid, memory), "light")
+	c.Status.Allocation.Devices.Results[0].ConsumedCapacity[gpuv1alpha1.ComputeCapacity.Qualified()] = *resource.NewQuantity(compute, resource.DecimalSI)
+	return c
+}
+
+// TestSharedGPUCountsOnlyTheClaimsProcesses: on a shared GPU the claim's
+// figures are its own pod's processes', never the neighbour's or the whole
+// GPU's; a run past its share is recorded, counted and told to the pod.
+func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	bed.process(t, "100", podUID("a"))
+	bed.process(t, "101", podUID("a"))
+	bed.process(t, "200", podUID("b"))
+	bed.process(t, "300", "")
+	bed.use(t, nvml.GPUUsage{Index: 0, UtilizationPercent: 95, MemoryUsedBytes: 40 << 30, Processes: []nvml.ProcessUsage{
+		{PID: 100, UtilizationPercent: 30, MemoryUsedBytes: 6 << 30},
+		{PID: 101, UtilizationPercent: 18, MemoryUsedBytes: 3 << 30},
+		{PID: 200, UtilizationPercent: 45, MemoryUsedBytes: 20 << 30},
+		{PID: 300, MemoryUsedBytes: 1 << 30},
+	}})
+	if res := prepare(t, d, shareClaim("a", "8Gi", 50), shareClaim("b", "30Gi", 50)); res["a"].Err != nil || res["b"].Err != nil {
+		t.Fatalf("prepare: %v, %v", res["a"].Err, res["b"].Err)
+	}
+	sample(t, d, 3)
+	gpu0 := uuidOfGPU(t, d, "gpu-0")
+	for _, tc := range []struct {
+		pod, claim   string
+		duty, memory float64
+	}{{"pod-a", "claim-a", 48, 9 << 30}, {"pod-b", "claim-b", 45, 20 << 30}} {
+		got := []float64{
+			testutil.ToFloat64(d.metrics.usage.dutyCycle.WithLabelValues("ns", tc.pod, tc.claim, gpu0)),
+			testutil.ToFloat64(d.metrics.usage.memoryUsed.WithLabelValues("ns", tc.pod, tc.claim, gpu0)),
+		}
+		if diff := cmp.Diff([]float64{tc.duty, tc.memory}, got); diff != "" {
+			t.Errorf("%s: duty cycle and memory (-want +got):\n%s", tc.claim, diff)
+		}
+	}
+	if n := testutil.CollectAndCount(d.metrics.usage.smActivity); n != 0 {
+		t.Errorf("%d SM activity series on a shared GPU, whose GPM counts the neighbours too; want none", n)
+	}
+
+	if err := unprepareOne(ctx, d, "a"); err != nil {
+		t.Fatal(err)
+	}
+	d.publishNextUsage(ctx)
+	// 9Gi held against a share of 8Gi; a p95 of 48 % is within 5 points of
+	// the 50 % compute share.
+	want := &prismv1alpha1.UsageProfile{
+		DutyCycleP50MilliPercent: ptr.To[int32](48000), DutyCycleP95MilliPercent: ptr.To[int32](48000),
+		PeakMemory: resource.NewQuantity(9<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+		Share: &prismv1alpha1.GrantedShare{ComputePercent: 50, Memory: resource.NewQuantity(8<<30, resource.BinarySI)},
+		Exceeded: &prismv1alpha1.ShareExceeded{
+			Resources: []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory, prismv1alpha1.ShareResourceCompute},
+			Message:   "peak memory 9Gi above its share of 8Gi; duty cycle p95 48% at its compute share of 50%",
+		},
+	}
+	if diff := cmp.Diff(want, bed.profile(t, "light")); diff != "" {
+		t.Errorf("status.usage (-want +got):\n%s", diff)
+	}
+	for _, res := range []string{"memory", "compute"} {
+		if got := testutil.ToFloat64(d.metrics.usage.shareExceeded.WithLabelValues(res)); got != 1 {
+			t.Errorf("share_exceeded_total{resource=%s} = %v, want 1", res, got)
+		}
+	}
+	ev := waitForEvent(t, d.cfg.KubeClient, EventReasonShareExceeded)
+	if ev.InvolvedObject.Kind != "Pod" && ev.InvolvedObject.Kind != "WorkloadProfile" {
+		t.Errorf("ShareExceeded event on %s, want the pod or the WorkloadProfile", ev.InvolvedObject.Kind)
+	}
+}
+
+// TestUnattributableProcessDropsTheSample: a process on a shared GPU whose
+// pod cannot be read might be the claim's own; the claim's figures without
+// it would be too low, so the sample is dropped.
+func TestUnattributableProcessDropsTheSample(t *testing.T) {
+	bed := newUsageBed(t)
+	d := bed.driver(t)
+	bed.process(t, "100", podUID("a"))
+	bed.use(t, nvml.GPUUsage{Index: 0, Processes: []nvml.ProcessUsage{
+		{PID: 100, UtilizationPercent: 30, MemoryUsedBytes: 6 << 30},
+		{PID: 999, UtilizationPercent: 50, MemoryUsedBytes: 1 << 30}, // no /proc entry
+	}})
+	if res := prepare(t, d, shareClaim("a", "8Gi", 50))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, 3)
+	d.usage.mu.Lock()
+	defer d.usage.mu.Unlock()
+	if got := d.usage.claims["a"].rec.Run.Samples(); got != 0 {
+		t.Errorf("%d samples taken beside a process of unknown pod, want 0", got)
+	}
+}

@@ -1,0 +1,400 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package rewrite
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+// ShareVerdict is what the share step decided for a claim: a share of a
+// GPU first, or why the claim keeps whole GPUs. Its String is the plan's
+// share.verdict and the webhook's metric label.
+type ShareVerdict int
+
+const (
+	// ShareSized: the claim's first choice is a share sized from its
+	// profile's usage.
+	ShareSized ShareVerdict = iota
+	// ShareNoUsage: the profile has no usage figures (never measured by
+	// NVML, or no duty cycle): the claim keeps what it asked for.
+	ShareNoUsage
+	// ShareNoPeakMemory: the duty cycle is known but the peak memory is
+	// not. Memory is what MPS pins, and guessing it is unsafe.
+	ShareNoPeakMemory
+	// ShareHeavy: the share would be 80 % of the GPU or more, which leaves
+	// too little beside it to be worth the interference.
+	ShareHeavy
+	// ShareOptedOut: the profile's spec.sharing or every GPU request's
+	// GpuConfig says Exclusive.
+	ShareOptedOut
+	// ShareNoShareableGPU: the fleet publishes no GPU shareable, so a
+	// share could only cost the scheduler a failing tier.
+	ShareNoShareableGPU
+	// ShareNoEligibleRequest: no request asks for exactly one whole GPU.
+	ShareNoEligibleRequest
+)
+
+var shareVerdicts = [...]string{"sized", "no-usage", "no-peak-memory", "heavy", "opted-out", "no-shareable-gpu", "no-eligible-request"}
+
+func (v ShareVerdict) String() string {
+	if v < 0 || int(v) >= len(shareVerdicts) {
+		return fmt.Sprintf("ShareVerdict(%d)", int(v))
+	}
+	return shareVerdicts[v]
+}
+
+// ShareVerdicts lists every verdict, for metrics that are initialised with
+// each label.
+func ShareVerdicts() []ShareVerdict {
+	out := make([]ShareVerdict, len(shareVerdicts))
+	for i := range out {
+		out[i] = ShareVerdict(i)
+	}
+	return out
+}
+
+// The share-sizing rule (docs/sharing.md). Compute gets the measured p95
+// duty cycle plus headroom, because MPS caps the threads a share may use
+// and a job held at its cap slows at once; memory gets the peak plus a
+// margin, because MPS pins it and a job past its pin fails allocations.
+const (
+	// computeHeadroomMilli is the least headroom above the p95 duty cycle,
+	// in thousandths of a per cent (10 percentage points);
+	// computeHeadroomDivisor makes it a quarter of the p95 where that is
+	// more, so that a busier job gets more room for its variance.
+	computeHeadroomMilli   = 10_000
+	computeHeadroomDivisor = 4
+	// computeStepPercent is the step the plugin publishes
+	// (gpu.ComputeShareStep); computeFloorPercent the least share Rewrite
+	// asks for, because below it a job's launch latency dominates.
+	computeStepPercent  = 5
+	computeFloorPercent = 10
+	// HeavyComputePercent is where a share stops paying: a job that needs
+	// this much of a GPU keeps a whole one.
+	HeavyComputePercent = 80
+	// memoryMarginDivisor (a fifth, 20 %) and memoryMarginFixed cover
+	// run-to-run variance of the peak and the MPS server's own use.
+	memoryMarginDivisor = 5
+	memoryMarginFixed   = 512 << 20
+	// memoryStep is the step the plugin publishes (gpu.MemoryShareStep),
+	// and the floor.
+	memoryStep = 1 << 30
+	// exceededFactor is how much more a resource the last run exceeded
+	// gets than it was granted.
+	exceededFactor = 2
+)
+
+// Share is a share of one GPU.
+type Share struct {
+	// ComputePercent is the share of the GPU's SMs, a multiple of 5.
+	ComputePercent int64
+	// MemoryBytes is in whole GiB.
+	MemoryBytes int64
+}
+
+// Memory is MemoryBytes as a quantity ("8Gi").
+func (s Share) Memory() resource.Quantity {
+	return *resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
+}
+
+// String is "45% compute, 8Gi memory".
+func (s Share) String() string {
+	m := s.Memory()
+	return fmt.Sprintf("%d%% compute, %s memory", s.ComputePercent, m.String())
+}
+
+// ShareSize is the share-sizing rule's answer for one usage profile.
+type ShareSize struct {
+	// Verdict is ShareSized, ShareNoUsage, ShareNoPeakMemory or ShareHeavy.
+	Verdict ShareVerdict
+	// Share is the share for ShareSized; for ShareHeavy, what the figures
+	// came to (its memory is zero when the peak is unknown).
+	Share Share
+	// Raised lists what was raised to twice the newest run's grant because
+	// that run exceeded it.
+	Raised []prismv1alpha1.ShareResource
+	// Reason says how the figures gave the share, or why there is none.
+	Reason string
+}
+
+// SizeShare applies the share-sizing rule to a WorkloadProfile's
+// status.usage. It is the one place the rule lives: the admission webhook
+// and prismctl simulate's Prism policy both call it.
+//
+//   - No usage (nil, no runs, no p95 duty cycle): ShareNoUsage.
+//   - Compute: p95 duty cycle + max(10 points, 25 % of it), rounded up to
+//     5 %, at least 10 %.
+//   - Memory: peak × 1.2 + 512Mi, rounded up to 1Gi, at least 1Gi; no peak
+//     known: ShareNoPeakMemory.
+//   - The newest run exceeded its share: each exceeded resource gets at
+//     least twice what was granted.
+//   - Compute of 80 % or more: ShareHeavy, a whole GPU.
+func SizeShare(u *prismv1alpha1.UsageProfile) ShareSize {
+	if u == nil || u.Runs == 0 || u.DutyCycleP95MilliPercent == nil {
+		return ShareSize{Verdict: ShareNoUsage, Reason: "no usage measured yet: the claim keeps what it asked for"}
+	}
+	p95 := min(max(int64(*u.DutyCycleP95MilliPercent), 0), 100_000)
+	compute := max(roundUp(p95+max(computeHeadroomMilli, ceilDiv(p95, computeHeadroomDivisor)), computeStepPercent*1000)/1000, computeFloorPercent)
+	compute = min(compute, 100)
+	why := []string{fmt.Sprintf("compute %d%% from a p95 duty cycle of %s", compute, milliPercent(p95))}
+
+	peak, err := quantityBytes(u.PeakMemory, "peakMemory")
+	switch {
+	case err != nil:
+		return ShareSize{Verdict: ShareNoPeakMemory, Share: Share{ComputePercent: compute}, Reason: "peak memory unusable: " + err.Error()}
+	case peak == 0:
+		s := ShareSize{Verdict: ShareNoPeakMemory, Share: Share{ComputePercent: compute}, Reason: "no peak memory measured: memory is what a share pins, so it is not guessed"}
+		if compute >= HeavyComputePercent {
+			s.Verdict, s.Reason = ShareHeavy, heavyReason(why)
+		}
+		return s
+	}
+	memory := max(roundUp(peak+ceilDiv(peak, memoryMarginDivisor)+memoryMarginFixed, memoryStep), memoryStep)
+	why = append(why, fmt.Sprintf("memory %s from a peak of %s", bytesText(memory), bytesText(peak)))
+
+	var raised []prismv1alpha1.ShareResource
+	if u.Exceeded != nil && u.Share != nil {
+		for _, r := range u.Exceeded.Resources {
+			switch r {
+			case prismv1alpha1.ShareResourceCompute:
+				if g := int64(u.Share.ComputePercent); g > 0 {
+					compute = min(max(compute, roundUp(g*exceededFactor, computeStepPercent)), 100)
+					why = append(why, fmt.Sprintf("compute at least twice the %d%% the last run outgrew", g))
+					raised = append(raised, r)
+				}
+			case prismv1alpha1.ShareResourceMemory:
+				if g, err := quantityBytes(u.Share.Memory, "share.memory"); err == nil && g > 0 {
+					memory = max(memory, roundUp(g*exceededFactor, memoryStep))
+					why = append(why, fmt.Sprintf("memory at least twice the %s the last run outgrew", bytesText(g)))
+					raised = append(raised, r)
+				}
+			}
+		}
+	}
+	s := ShareSize{Verdict: ShareSized, Share: Share{ComputePercent: compute, MemoryBytes: memory}, Raised: raised, Reason: strings.Join(why, "; ")}
+	if compute >= HeavyComputePercent {
+		s.Verdict, s.Reason = ShareHeavy, heavyReason(why)
+	}
+	return s
+}
+
+func heavyReason(why []string) string {
+	return fmt.Sprintf("%s; %d%% or more of a GPU keeps a whole one", strings.Join(why, "; "), HeavyComputePercent)
+}
+
+// UsageSummary is the measured use a share is sized from, for people:
+// "duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs on NVIDIA L4".
+func UsageSummary(u *prismv1alpha1.UsageProfile) string {
+	if u == nil {
+		return ""
+	}
+	var parts []string
+	var duty []string
+	if p := u.DutyCycleP50MilliPercent; p != nil {
+		duty = append(duty, "p50 "+milliPercent(int64(*p)))
+	}
+	if p := u.DutyCycleP95MilliPercent; p != nil {
+		duty = append(duty, "p95 "+milliPercent(int64(*p)))
+	}
+	if len(duty) > 0 {
+		parts = append(parts, "duty cycle "+strings.Join(duty, " "))
+	}
+	if peak, err := quantityBytes(u.PeakMemory, "peakMemory"); err == nil && peak > 0 {
+		parts = append(parts, "peak memory "+bytesText(peak))
+	}
+	if p := u.SMActivityMilliPercent; p != nil {
+		parts = append(parts, "SM activity "+milliPercent(int64(*p)))
+	}
+	if p := u.DRAMActivityMilliPercent; p != nil {
+		parts = append(parts, "DRAM activity "+milliPercent(int64(*p)))
+	}
+	runs := fmt.Sprintf("%d runs", u.Runs)
+	if u.Runs == 1 {
+		runs = "1 run"
+	}
+	if u.ProductName != "" {
+		runs += " on " + truncateName(u.ProductName)
+	}
+	parts = append(parts, runs)
+	if e := u.Exceeded; e != nil && len(e.Resources) > 0 {
+		names := make([]string, len(e.Resources))
+		for i, r := range e.Resources {
+			names[i] = strings.ToLower(string(r))
+		}
+		slices.Sort(names)
+		parts = append(parts, "the last run outgrew its "+strings.Join(names, " and "))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// quantityBytes reads a quantity of the status, which the kubelet plugin
+// writes but a user with write access to the status could too: never Cmp
+// or Value on it (see prismv1alpha1.BoundedValue).
+func quantityBytes(q *resource.Quantity, name string) (int64, error) {
+	if q == nil {
+		return 0, nil
+	}
+	v, err := prismv1alpha1.BoundedValue(field.NewPath("status", "usage", name), *q, prismv1alpha1.MaxDeviceMemory)
+	if err != nil {
+		return 0, err
+	}
+	return v, nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func roundUp(v, step int64) int64 { return ceilDiv(v, step) * step }
+
+// milliPercent is "32%" or "32.5%".
+func milliPercent(m int64) string {
+	if m%1000 == 0 {
+		return fmt.Sprintf("%d%%", m/1000)
+	}
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", float64(m)/1000), "0"), ".") + "%"
+}
+
+// bytesText is "6Gi" for whole GiB and whole MiB ("6451Mi"), rounded up,
+// otherwise: a measured peak is rarely round.
+func bytesText(b int64) string {
+	if b%(1<<30) == 0 {
+		return fmt.Sprintf("%dGi", b>>30)
+	}
+	return fmt.Sprintf("%dMi", ceilDiv(b, 1<<20))
+}
+
+// ShareTierName is the subrequest of a rewritten request that asks for the
+// share.
+const ShareTierName = "share"
+
+// ShareFromUsage lets Rewrite offer a request for one whole GPU a share of
+// a GPU first, sized from the profile's usage (SizeShare): a subrequest
+// with capacity requests on gpu.prism.dev/compute and gpu.prism.dev/memory,
+// which only GPUs published shareable grant. The whole-GPU ladder follows
+// it and still ends in fits, so the pod is never less schedulable. Use it
+// only where DRAConsumableCapacity is on in the API server and the
+// scheduler (what MemoryFloorAsCapacity needs): without it the API server
+// drops the capacity requests, and the share subrequest would take a whole
+// GPU. Where a fleet is given, a fleet without a shareable GPU that can
+// hold the share gets no share tier.
+func ShareFromUsage() Option {
+	return func(o *options) { o.shares = true }
+}
+
+// ExclusiveRequests names the claim's requests whose GpuConfig says
+// sharing.strategy: Exclusive itself (not by default): they never get a
+// share. The caller reads the configs; see docs/sharing.md.
+func ExclusiveRequests(requests ...string) Option {
+	return func(o *options) {
+		if o.exclusive == nil {
+			o.exclusive = map[string]bool{}
+		}
+		for _, r := range requests {
+			o.exclusive[r] = true
+		}
+	}
+}
+
+// shareStep decides the share the profile gets, if the caller offers
+// shares: the share tier, or nil and why not in the plan.
+func (o options) shareStep(p Profile) (*tier, *SharePlan) {
+	if !o.shares {
+		return nil, nil
+	}
+	plan := &SharePlan{Usage: UsageSummary(p.Usage)}
+	if p.Exclusive {
+		plan.Verdict, plan.Reason = ShareOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)
+		return nil, plan
+	}
+	size := SizeShare(p.Usage)
+	plan.Verdict, plan.Reason = size.Verdict.String(), size.Reason
+	if size.Verdict != ShareSized {
+		return nil, plan
+	}
+	if o.fleetSet {
+		if why := o.fleet.shareableFor(size.Share); why != "" {
+			plan.Verdict, plan.Reason = ShareNoShareableGPU.String(), size.Reason+"; but "+why
+			return nil, plan
+		}
+	}
+	plan.ComputePercent = size.Share.ComputePercent
+	plan.Memory = ptr.To(size.Share.Memory())
+	return &tier{name: ShareTierName, share: &size.Share, reason: size.Share.String() + " of a shareable GPU, sized from the profile's usage"}, plan
+}
+
+// shareableFor says why no GPU of the fleet can grant s, or "".
+func (f *Fleet) shareableFor(s Share) string {
+	shared, large := 0, 0
+	if f != nil {
+		for _, m := range f.Models {
+			shared += m.SharedDevices
+			if m.SharedDevices > 0 && (m.MemoryBytes == 0 || m.MemoryBytes >= s.MemoryBytes) {
+				large += m.SharedDevices
+			}
+		}
+	}
+	switch {
+	case shared == 0:
+		return "no GPU is published shareable (the kubelet plugin's --consumable-capacity)"
+	case large == 0:
+		m := s.Memory()
+		return fmt.Sprintf("none of the %d GPUs published shareable has %s of memory", shared, m.String())
+	}
+	return ""
+}
+
+// shareIneligible says why a request keeps whole GPUs although the profile
+// got a share, or "", and whether that is the user's choice. A share is one
+// GPU's, so a request for more keeps its GPUs; amounts the user wrote are
+// the user's.
+func (o options) shareIneligible(e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
+	switch {
+	case e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.Count > 1:
+		return "asks for more than one GPU; a share is a part of one", false
+	case e.Capacity != nil && len(e.Capacity.Requests) > 0:
+		return "names its own capacity amounts, which are kept", false
+	case o.exclusive[request]:
+		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
+	}
+	return "", false
+}
+
+// noShare is the plan's verdict when the profile got a share but no
+// request took it: opted out where each request that could have said so.
+func noShare(whole []Untouched, optedOut int) (string, string) {
+	if len(whole) == 0 {
+		return ShareNoEligibleRequest.String(), "no request for one GPU of class " + DeviceClassName + " could be rewritten"
+	}
+	reasons := make([]string, len(whole))
+	for i, w := range whole {
+		reasons[i] = w.Request + ": " + w.Reason
+	}
+	verdict := ShareNoEligibleRequest
+	if optedOut == len(whole) {
+		verdict = ShareOptedOut
+	}
+	return verdict.String(), "no request takes the share (" + strings.Join(reasons, "; ") + ")"
+}

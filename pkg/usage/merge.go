@@ -1,0 +1,150 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package usage
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+// MinSamples is the fewest duty-cycle samples a run needs to be merged.
+const MinSamples = 3
+
+// PinnedMargin is how close, in percentage points, the duty cycle's 95th
+// percentile may come to a compute share before the run counts as pinned
+// at its limit.
+const PinnedMargin = 5
+
+// Share is the part of a GPU a run was given: zero for what it was not
+// limited in.
+type Share struct {
+	// ComputePercent is the share of the GPU's SMs, 1 to 99; 0 or 100 is
+	// the whole GPU's compute.
+	ComputePercent int32 `json:"computePercent,omitempty"`
+	// MemoryBytes is the memory share; 0 when none was counted.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+}
+
+// Finished is a run that ended, with what it ran on.
+type Finished struct {
+	Run         Run
+	ProductName string
+	// Share is nil for a run on whole GPUs.
+	Share   *Share
+	EndedAt time.Time
+}
+
+// Merge folds a finished run into the profile's usage, prev (nil for none),
+// and returns the new usage; prev is not changed. It returns nil when the
+// run has fewer than MinSamples samples.
+func Merge(prev *prismv1alpha1.UsageProfile, f Finished) *prismv1alpha1.UsageProfile {
+	samples := f.Run.Samples()
+	if samples < MinSamples {
+		return nil
+	}
+	out := &prismv1alpha1.UsageProfile{}
+	if prev != nil && prev.Runs > 0 {
+		out = prev.DeepCopy()
+	} else {
+		// A profile without runs has no figures worth averaging with.
+		prev = nil
+	}
+	p50, _ := f.Run.DutyCyclePercentile(50)
+	p95, _ := f.Run.DutyCyclePercentile(95)
+	out.DutyCycleP50MilliPercent = halfway(out.DutyCycleP50MilliPercent, ptr.To(int32(p50*1000)))
+	out.DutyCycleP95MilliPercent = halfway(out.DutyCycleP95MilliPercent, ptr.To(int32(p95*1000)))
+	out.SMActivityMilliPercent = halfway(out.SMActivityMilliPercent, milli(f.Run.SMActivityMean()))
+	out.DRAMActivityMilliPercent = halfway(out.DRAMActivityMilliPercent, milli(f.Run.DRAMActivityMean()))
+	if f.Run.MemorySamples > 0 {
+		peak := f.Run.PeakMemoryBytes
+		if prev != nil && prev.PeakMemory != nil {
+			peak = max(peak, (prev.PeakMemory.Value()+peak+1)/2)
+		}
+		out.PeakMemory = resource.NewQuantity(peak, resource.BinarySI)
+	}
+	out.Samples = samples
+	out.Runs++
+	out.ProductName = f.ProductName
+	out.Share = granted(f.Share)
+	out.Exceeded = Exceeded(f.Run, f.Share)
+	out.ObservedAt = ptr.To(metav1.NewTime(f.EndedAt.UTC().Truncate(time.Second)))
+	return out
+}
+
+// halfway is the exponentially weighted mean with the newest value at one
+// half, rounded to the nearest; a side that is unknown leaves the other.
+func halfway(old, newest *int32) *int32 {
+	switch {
+	case newest == nil:
+		return old
+	case old == nil:
+		return ptr.To(*newest)
+	}
+	return ptr.To((*old + *newest + 1) / 2)
+}
+
+func milli(percent float64, ok bool) *int32 {
+	if !ok {
+		return nil
+	}
+	return ptr.To(int32(percent*1000 + 0.5))
+}
+
+func granted(s *Share) *prismv1alpha1.GrantedShare {
+	if s == nil {
+		return nil
+	}
+	g := &prismv1alpha1.GrantedShare{ComputePercent: s.ComputePercent}
+	if s.MemoryBytes > 0 {
+		g.Memory = resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
+	}
+	return g
+}
+
+// Exceeded says what a run on a share used more of than it was given: its
+// peak memory above the memory share, or, with a compute share below the
+// whole GPU, a duty cycle whose 95th percentile came within PinnedMargin
+// points of the share (the workload ran at its limit, or past it where
+// nothing enforces the limit). Nil when it kept within its share, and for
+// runs on whole GPUs.
+func Exceeded(r Run, s *Share) *prismv1alpha1.ShareExceeded {
+	if s == nil {
+		return nil
+	}
+	var resources []prismv1alpha1.ShareResource
+	var why []string
+	if s.MemoryBytes > 0 && r.MemorySamples > 0 && r.PeakMemoryBytes > s.MemoryBytes {
+		resources = append(resources, prismv1alpha1.ShareResourceMemory)
+		why = append(why, fmt.Sprintf("peak memory %s above its share of %s",
+			resource.NewQuantity(r.PeakMemoryBytes, resource.BinarySI), resource.NewQuantity(s.MemoryBytes, resource.BinarySI)))
+	}
+	if p95, ok := r.DutyCyclePercentile(95); ok && s.ComputePercent > 0 && s.ComputePercent < 100 && int32(p95) >= s.ComputePercent-PinnedMargin {
+		resources = append(resources, prismv1alpha1.ShareResourceCompute)
+		why = append(why, fmt.Sprintf("duty cycle p95 %d%% at its compute share of %d%%", p95, s.ComputePercent))
+	}
+	if len(resources) == 0 {
+		return nil
+	}
+	return &prismv1alpha1.ShareExceeded{Resources: resources, Message: strings.Join(why, "; ")}
+}

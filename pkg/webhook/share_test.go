@@ -1,0 +1,208 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package webhook
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
+)
+
+// measured is a profile NVML measured at a p95 duty cycle of 32 % and a
+// 6Gi peak over three runs: a share of 45 % and 8Gi.
+func measured(mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.WorkloadProfile {
+	return profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.Usage = &prismv1alpha1.UsageProfile{
+			DutyCycleP50MilliPercent: ptr.To(int32(20_000)),
+			DutyCycleP95MilliPercent: ptr.To(int32(32_000)),
+			PeakMemory:               ptr.To(resource.MustParse("6Gi")),
+			Runs:                     3,
+		}
+		mutate(wp)
+	})
+}
+
+// withConfig is claim-profiled.json with a GpuConfig for its gpu request.
+func withConfig(t *testing.T, parameters string) []byte {
+	t.Helper()
+	var claim resourceapi.ResourceClaim
+	if err := json.Unmarshal(readFixture(t, "claim-profiled.json"), &claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{Raw: []byte(parameters)}}}}}
+	out, err := json.Marshal(&claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRewriterSharesFromUsage: with shares allowed, a claim for one GPU of
+// a profile whose usage fits a share gets the share first; the event and
+// the metric say so, and every way to keep a whole GPU is honoured.
+func TestRewriterSharesFromUsage(t *testing.T) {
+	memoryBound := func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound }
+	for _, tc := range []struct {
+		name    string
+		profile *prismv1alpha1.WorkloadProfile
+		claim   func(*testing.T) []byte
+		shares  bool
+		// tiers are the gpu request's subrequests; nil: not rewritten.
+		tiers   []string
+		event   string
+		verdict string // the metric's label; "": not counted
+	}{
+		{"shares allowed", measured(memoryBound), nil, true,
+			[]string{"share", "ultra", "high", "fits"}, EventReasonShared, "sized"},
+		{"before the probe has answered", measured(memoryBound), nil, false,
+			[]string{"ultra", "high", "fits"}, EventReasonRewritten, ""},
+		{"measured by NVML only", measured(func(*prismv1alpha1.WorkloadProfile) {}), nil, true,
+			[]string{"share", "fits"}, EventReasonShared, "sized"},
+		{"measured by NVML only, heavy: profiled as before", measured(func(wp *prismv1alpha1.WorkloadProfile) {
+			wp.Status.Usage.DutyCycleP95MilliPercent = ptr.To(int32(90_000))
+		}), nil, true, nil, EventReasonProfiling, ""},
+		{"the profile says Exclusive", measured(func(wp *prismv1alpha1.WorkloadProfile) {
+			memoryBound(wp)
+			wp.Spec.Sharing = prismv1alpha1.SharingExclusive
+		}), nil, true, []string{"ultra", "high", "fits"}, EventReasonRewritten, "opted-out"},
+		{"the claim's GpuConfig says Exclusive", measured(memoryBound), func(t *testing.T) []byte {
+			return withConfig(t, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`)
+		}, true, []string{"ultra", "high", "fits"}, EventReasonRewritten, "opted-out"},
+		{"a GpuConfig that only defaults to Exclusive", measured(memoryBound), func(t *testing.T) []byte {
+			return withConfig(t, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
+		}, true, []string{"share", "ultra", "high", "fits"}, EventReasonShared, "sized"},
+		{"no usage", profile("train", memoryBound), nil, true,
+			[]string{"ultra", "high", "fits"}, EventReasonRewritten, "no-usage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := record.NewFakeRecorder(10)
+			h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
+				Recorder: rec, Metrics: m, Shares: func() bool { return tc.shares }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			object := readFixture(t, "claim-profiled.json")
+			if tc.claim != nil {
+				object = tc.claim(t)
+			}
+			claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+			var tiers []string
+			for _, sub := range claim.Spec.Devices.Requests[0].FirstAvailable {
+				tiers = append(tiers, sub.Name)
+			}
+			if diff := cmp.Diff(tc.tiers, tiers); diff != "" {
+				t.Errorf("tiers (-want +got):\n%s", diff)
+			}
+			event := <-rec.Events
+			if !strings.Contains(event, " "+tc.event+" ") {
+				t.Errorf("event %q, want reason %s", event, tc.event)
+			}
+			for _, v := range rewrite.ShareVerdicts() {
+				want := 0.0
+				if v.String() == tc.verdict {
+					want = 1
+				}
+				if got := testutil.ToFloat64(m.shares.WithLabelValues(v.String())); got != want {
+					t.Errorf("prism_webhook_share_total{verdict=%q} = %v, want %v", v, got, want)
+				}
+			}
+			if tc.verdict == "" {
+				return
+			}
+			var plan rewrite.Plan
+			if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil || plan.Share == nil {
+				t.Fatalf("plan without a share decision (%v): %s", err, claim.Annotations[RewriteAnnotation])
+			}
+			if plan.Share.Verdict != tc.verdict || (plan.Share.Usage == "") != (tc.profile.Status.Usage == nil) {
+				t.Errorf("plan share %+v, want verdict %s and the measured use", plan.Share, tc.verdict)
+			}
+			if tc.verdict != "sized" {
+				return
+			}
+			share := claim.Spec.Devices.Requests[0].FirstAvailable[0].Capacity
+			if share == nil {
+				t.Fatalf("share tier without capacity requests")
+			}
+			got := map[string]string{}
+			for k, q := range share.Requests {
+				got[string(k)] = q.String()
+			}
+			if diff := cmp.Diff(map[string]string{"gpu.prism.dev/compute": "45", "gpu.prism.dev/memory": "8Gi"}, got); diff != "" {
+				t.Errorf("share (-want +got):\n%s", diff)
+			}
+			want := "gpu gets 45% compute, 8Gi memory of a shareable GPU first (duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after"
+			if !strings.Contains(event, want) {
+				t.Errorf("event %q does not say %q", event, want)
+			}
+		})
+	}
+}
+
+// Only a strategy the user wrote opts out: a GpuConfig that names no
+// strategy defaults to Exclusive in the plugin, but says nothing here.
+func TestExclusiveRequests(t *testing.T) {
+	config := func(parameters string, requests ...string) resourceapi.DeviceClaimConfiguration {
+		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{Raw: []byte(parameters)}}}}
+	}
+	const (
+		exclusive   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`
+		timeSliced  = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`
+		profiling   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`
+		foreignKind = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"NicConfig","sharing":{"strategy":"Exclusive"}}`
+	)
+	requests := []resourceapi.DeviceRequest{{Name: "a"}, {Name: "b"}}
+	for _, tc := range []struct {
+		name    string
+		configs []resourceapi.DeviceClaimConfiguration
+		want    []string
+	}{
+		{"no config", nil, nil},
+		{"named request", []resourceapi.DeviceClaimConfiguration{config(exclusive, "b")}, []string{"b"}},
+		{"every request", []resourceapi.DeviceClaimConfiguration{config(exclusive)}, []string{"a", "b"}},
+		{"defaulted, not written", []resourceapi.DeviceClaimConfiguration{config(profiling)}, nil},
+		{"another strategy", []resourceapi.DeviceClaimConfiguration{config(timeSliced)}, nil},
+		{"another kind", []resourceapi.DeviceClaimConfiguration{config(foreignKind)}, nil},
+		{"not JSON", []resourceapi.DeviceClaimConfiguration{config(`{`)}, nil},
+		{"another driver", []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "nic.example.com", Parameters: runtime.RawExtension{Raw: []byte(exclusive)}}}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Config: tc.configs}}
+			if diff := cmp.Diff(tc.want, exclusiveRequests(spec)); diff != "" {
+				t.Errorf("exclusive requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
