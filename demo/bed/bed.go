@@ -68,6 +68,10 @@ type Options struct {
 	// NCUDir holds an executable named ncu (test/tools/fake-ncu); it makes
 	// profiled claims work. Empty disables profiling.
 	NCUDir string
+	// MPSControl is an executable (test/tools/fake-mps-control) installed
+	// as each node's nvidia-cuda-mps-control, which makes the plugins
+	// enforce GPU shares with MPS; empty: shares run time-sliced.
+	MPSControl string
 	// PluginFlags are added to every prism-kubelet-plugin's command line.
 	PluginFlags []string
 	// Nodes default to DefaultNodes.
@@ -95,7 +99,10 @@ type Bed struct {
 	// FaultsFiles maps node name to its plugin's --simulated-faults file:
 	// a JSON line appended to it is raised as an NVML Xid event (RaiseXID).
 	FaultsFiles map[string]string
-	log         io.Writer
+	// UsageFiles maps node name to the usage file of its simulated GPUs:
+	// what nvml.WriteUsage writes there is what NVML shows the plugin.
+	UsageFiles map[string]string
+	log        io.Writer
 	// plugins and controllers keep what it takes to start each again.
 	plugins     map[string]*component
 	controllers []*component
@@ -147,7 +154,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 	if len(opts.Nodes) == 0 {
 		opts.Nodes = DefaultNodes
 	}
-	b := &Bed{Cluster: c, StateDirs: map[string]string{}, FaultsFiles: map[string]string{}, log: opts.Log, plugins: map[string]*component{}}
+	b := &Bed{Cluster: c, StateDirs: map[string]string{}, FaultsFiles: map[string]string{}, UsageFiles: map[string]string{}, log: opts.Log, plugins: map[string]*component{}}
 	defer func() {
 		if err != nil {
 			b.Stop()
@@ -166,7 +173,10 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 		if err != nil {
 			return nil, err
 		}
-		fleet := filepath.Join(opts.RepoRoot, "demo", "fleets", n.Fleet)
+		fleet, err := b.nodeFleet(node, filepath.Join(opts.RepoRoot, "demo", "fleets", n.Fleet))
+		if err != nil {
+			return nil, err
+		}
 		if err := b.startPlugin(ctx, node, fleet, opts); err != nil {
 			return nil, err
 		}
@@ -431,6 +441,38 @@ func ControllerKubeconfig(ctx context.Context, c *testbed.Cluster) (string, erro
 
 func sorted(s []string) []string { sort.Strings(s); return s }
 
+// nodeFleet writes the node's copy of a demo fleet, naming a usage file of
+// the node's own, so that a scenario can show the plugin what its GPUs'
+// workloads use. A missing usage file is an idle node.
+func (b *Bed) nodeFleet(node *testbed.Node, demoFleet string) (string, error) {
+	data, err := os.ReadFile(demoFleet)
+	if err != nil {
+		return "", err
+	}
+	usage := filepath.Join(node.Dir, "gpu-usage.json")
+	fleet := filepath.Join(node.Dir, filepath.Base(demoFleet))
+	data = append(bytes.TrimRight(data, "\n"), []byte("\nusageFile: "+usage+"\n")...)
+	if err := os.WriteFile(fleet, data, 0o644); err != nil {
+		return "", err
+	}
+	b.UsageFiles[node.Name] = usage
+	return fleet, nil
+}
+
+// installMPSControl puts the stand-in control binary where a simulated
+// node's plugin looks for the driver's: its fake driver root.
+func installMPSControl(stateDir, bin string) error {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	dst := filepath.Join(stateDir, "fake-driver-root", "usr", "bin", "nvidia-cuda-mps-control")
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
 func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string, opts Options) error {
 	port, err := testbed.FreePort()
 	if err != nil {
@@ -459,6 +501,11 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	}
 	if opts.NCUDir != "" {
 		args = append(args, "--ncu-path="+opts.NCUDir)
+	}
+	if opts.MPSControl != "" {
+		if err := installMPSControl(stateDir, opts.MPSControl); err != nil {
+			return fmt.Errorf("install %s on node %s: %w", opts.MPSControl, node.Name, err)
+		}
 	}
 	if len(opts.PluginFlags) > 0 {
 		args = append(args, opts.PluginFlags...)

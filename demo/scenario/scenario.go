@@ -711,18 +711,22 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 	var parts []string
 	if raw, ok := c.Annotations[rewrite.AnnotationKey]; ok {
 		var plan struct {
-			Profile   string `json:"profile"`
-			BoundType string `json:"boundType"`
-			Policy    string `json:"policy"`
-			Action    string `json:"action"`
+			rewrite.Plan
+			// Action is "profile" in the note on a claim sent to be
+			// profiled instead.
+			Action string `json:"action"`
 		}
 		_ = json.Unmarshal([]byte(raw), &plan)
-		switch {
+		tiers := strings.Join(uniq(subrequests(c)), ",")
+		switch share := plan.Share; {
 		case plan.Action == "profile":
 			parts = append(parts, fmt.Sprintf("profile %q not measured yet: profiling run", plan.Profile))
+		case share != nil && share.Verdict == rewrite.ShareSized.String() && share.Memory != nil:
+			parts = append(parts, fmt.Sprintf("profile %q usage -> share %d%% %s first -> tier %s", plan.Profile, share.ComputePercent, share.Memory, tiers))
+		case share != nil && plan.BoundType != "":
+			parts = append(parts, fmt.Sprintf("profile %q %s/%s, no share (%s) -> tier %s", plan.Profile, plan.BoundType, plan.Policy, share.Verdict, tiers))
 		case plan.BoundType != "":
-			tiers := uniq(subrequests(c))
-			parts = append(parts, fmt.Sprintf("profile %q %s/%s -> tier %s", plan.Profile, plan.BoundType, plan.Policy, strings.Join(tiers, ",")))
+			parts = append(parts, fmt.Sprintf("profile %q %s/%s -> tier %s", plan.Profile, plan.BoundType, plan.Policy, tiers))
 		}
 		return strings.Join(parts, "; ")
 	}

@@ -48,6 +48,7 @@ type controllerEnv struct {
 	cluster *testbed.Cluster
 	prism   client.Client
 	minor   int
+	bed     *bed.Bed
 }
 
 // newControllerEnv starts the environment with the controller's preference
@@ -77,7 +78,7 @@ func newControllerEnvWith(t *testing.T, configure func(*bed.Options)) *controlle
 	}
 	t.Cleanup(b.Stop)
 	c := prismClient(t, cluster)
-	return &controllerEnv{ctx: ctx, cluster: cluster, prism: c, minor: serverMinor(t, cluster)}
+	return &controllerEnv{ctx: ctx, cluster: cluster, prism: c, minor: serverMinor(t, cluster), bed: b}
 }
 
 // serverMinor is the test bed's Kubernetes minor version (make

@@ -56,8 +56,8 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run scenarios: %v", err)
 	}
-	if len(res.Scenarios) < 10 {
-		t.Errorf("ran %d scenarios, want the 10 of demo/specs", len(res.Scenarios))
+	if len(res.Scenarios) < 13 {
+		t.Errorf("ran %d scenarios, want the 13 of demo/specs", len(res.Scenarios))
 	}
 	if failed := res.Failed(); len(failed) > 0 {
 		t.Errorf("scenarios missed their expectation: %s", strings.Join(failed, ", "))
