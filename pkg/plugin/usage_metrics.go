@@ -29,6 +29,7 @@ type usageMetrics struct {
 	dutyCycle     *prometheus.GaugeVec
 	memoryUsed    *prometheus.GaugeVec
 	smActivity    *prometheus.GaugeVec
+	dramActivity  *prometheus.GaugeVec
 	shareExceeded *prometheus.CounterVec
 	runs          *prometheus.CounterVec
 }
@@ -51,6 +52,10 @@ func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
 			Namespace: "prism", Subsystem: "plugin", Name: "gpu_sm_activity_percent",
 			Help: "GPM SM activity of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).",
 		}, usageLabels),
+		dramActivity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "prism", Subsystem: "plugin", Name: "gpu_dram_activity_percent",
+			Help: "GPM DRAM bandwidth use of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).",
+		}, usageLabels),
 		shareExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "share_exceeded_total",
 			Help: "Runs on a share of a GPU that used more than they were given, by resource (memory, compute).",
@@ -60,28 +65,35 @@ func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
 			Help: "Claims' GPU usage runs after unprepare, by outcome: Merged into the WorkloadProfile, TooShort, NoProfile, PublishFailed.",
 		}, []string{"outcome"}),
 	}
-	r.MustRegister(m.dutyCycle, m.memoryUsed, m.smActivity, m.shareExceeded, m.runs)
+	r.MustRegister(m.dutyCycle, m.memoryUsed, m.smActivity, m.dramActivity, m.shareExceeded, m.runs)
 	return m
 }
 
-// set exports one sample; a figure the sample lacks is left out.
+// set exports one sample. A figure the sample lacks removes its series
+// rather than leave the last value standing as if it were current: a GPM
+// read that starts failing must not show yesterday's activity.
 func (m *usageMetrics) set(c prismv1alpha1.ClaimReference, pod, gpu string, s usage.Sample) {
 	labels := prometheus.Labels{"namespace": c.Namespace, "pod": pod, "claim": c.Name, "gpu": gpu}
-	if s.DutyCyclePercent != usage.Unknown {
-		m.dutyCycle.With(labels).Set(float64(s.DutyCyclePercent))
-	}
-	if s.MemoryBytes != usage.Unknown {
-		m.memoryUsed.With(labels).Set(float64(s.MemoryBytes))
-	}
-	if s.SMActivityPercent != usage.Unknown {
-		m.smActivity.With(labels).Set(s.SMActivityPercent)
+	setKnown(m.dutyCycle, labels, float64(s.DutyCyclePercent), s.DutyCyclePercent != usage.Unknown)
+	setKnown(m.memoryUsed, labels, float64(s.MemoryBytes), s.MemoryBytes != usage.Unknown)
+	setKnown(m.smActivity, labels, s.SMActivityPercent, s.SMActivityPercent != usage.Unknown)
+	setKnown(m.dramActivity, labels, s.DRAMActivityPercent, s.DRAMActivityPercent != usage.Unknown)
+}
+
+func setKnown(g *prometheus.GaugeVec, labels prometheus.Labels, v float64, known bool) {
+	if known {
+		g.With(labels).Set(v)
+	} else {
+		g.Delete(labels)
 	}
 }
 
-// forget removes an unprepared claim's series.
+// forget removes an ended claim's series, whichever path released it:
+// the series are one per prepared claim and GPU, so they stay bounded by
+// what the node holds now.
 func (m *usageMetrics) forget(c prismv1alpha1.ClaimReference) {
 	labels := prometheus.Labels{"namespace": c.Namespace, "claim": c.Name}
-	m.dutyCycle.DeletePartialMatch(labels)
-	m.memoryUsed.DeletePartialMatch(labels)
-	m.smActivity.DeletePartialMatch(labels)
+	for _, g := range []*prometheus.GaugeVec{m.dutyCycle, m.memoryUsed, m.smActivity, m.dramActivity} {
+		g.DeletePartialMatch(labels)
+	}
 }

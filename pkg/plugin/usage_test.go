@@ -21,10 +21,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -169,27 +173,30 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	sample(t, d, 3)
 
 	gpu0 := uuidOfGPU(t, d, "gpu-0")
-	if got := testutil.ToFloat64(d.metrics.usage.dutyCycle.WithLabelValues("ns", "pod-a", "claim-a", gpu0)); got != 40 {
-		t.Errorf("duty cycle gauge %v, want 40", got)
+	want := map[string][]string{
+		"prism_plugin_gpu_duty_cycle_percent":    {"ns/pod-a claim-a " + gpu0 + " = 40"},
+		"prism_plugin_gpu_memory_used_bytes":     {fmt.Sprintf("ns/pod-a claim-a %s = %d", gpu0, 10<<30)},
+		"prism_plugin_gpu_sm_activity_percent":   {"ns/pod-a claim-a " + gpu0 + " = 30"},
+		"prism_plugin_gpu_dram_activity_percent": {"ns/pod-a claim-a " + gpu0 + " = 12"},
 	}
-	if got := testutil.ToFloat64(d.metrics.usage.smActivity.WithLabelValues("ns", "pod-a", "claim-a", gpu0)); got != 30 {
-		t.Errorf("SM activity gauge %v, want 30", got)
+	if diff := cmp.Diff(want, podSeries(t, d)); diff != "" {
+		t.Errorf("per-pod GPU series (-want +got):\n%s", diff)
 	}
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(d.metrics.usage.memoryUsed); n != 0 {
-		t.Errorf("%d memory series left after unprepare, want none", n)
+	if got := podSeries(t, d); len(got) != 0 {
+		t.Errorf("per-pod GPU series left after unprepare: %v", got)
 	}
 	d.publishNextUsage(ctx)
 
 	// GPM needs two samples for its first figure: three samples give two.
-	want := &prismv1alpha1.UsageProfile{
+	wantUsage := &prismv1alpha1.UsageProfile{
 		DutyCycleP50MilliPercent: ptr.To[int32](40000), DutyCycleP95MilliPercent: ptr.To[int32](40000),
 		SMActivityMilliPercent: ptr.To[int32](30000), DRAMActivityMilliPercent: ptr.To[int32](12000),
 		PeakMemory: resource.NewQuantity(10<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
 	}
-	if diff := cmp.Diff(want, bed.profile(t, "train")); diff != "" {
+	if diff := cmp.Diff(wantUsage, bed.profile(t, "train")); diff != "" {
 		t.Errorf("status.usage (-want +got):\n%s", diff)
 	}
 	if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageMerged)); got != 1 {
@@ -318,8 +325,10 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 			t.Errorf("%s: duty cycle and memory (-want +got):\n%s", tc.claim, diff)
 		}
 	}
-	if n := testutil.CollectAndCount(d.metrics.usage.smActivity); n != 0 {
-		t.Errorf("%d SM activity series on a shared GPU, whose GPM counts the neighbours too; want none", n)
+	for _, g := range []*prometheus.GaugeVec{d.metrics.usage.smActivity, d.metrics.usage.dramActivity} {
+		if n := testutil.CollectAndCount(g); n != 0 {
+			t.Errorf("%d GPM series on a shared GPU, whose GPM counts the neighbours too; want none", n)
+		}
 	}
 
 	if err := unprepareOne(ctx, d, "a"); err != nil {
@@ -370,5 +379,84 @@ func TestUnattributableProcessDropsTheSample(t *testing.T) {
 	defer d.usage.mu.Unlock()
 	if got := d.usage.claims["a"].rec.Run.Samples(); got != 0 {
 		t.Errorf("%d samples taken beside a process of unknown pod, want 0", got)
+	}
+}
+
+// podSeries lists the per-pod GPU series the plugin exports now, by
+// metric: "namespace/pod claim gpu = value".
+func podSeries(t *testing.T, d *Driver) map[string][]string {
+	t.Helper()
+	families, err := d.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "prism_plugin_gpu_") || len(f.GetMetric()) == 0 {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[f.GetName()] = append(out[f.GetName()], fmt.Sprintf("%s/%s %s %s = %s", l["namespace"], l["pod"], l["claim"], l["gpu"], strconv.FormatFloat(m.GetGauge().GetValue(), 'f', -1, 64)))
+		}
+	}
+	return out
+}
+
+var inAnyOrder = cmpopts.SortSlices(func(a, b string) bool { return a < b })
+
+// TestPerPodSeriesGoWithTheClaim: the per-pod series are one per prepared
+// claim and GPU, and go when the claim is released, by unprepare or by a
+// path that bypasses it (the stale-claim sweep and start-up reconciliation
+// drop the claim from the checkpoint, and the next cycle sees it gone); a
+// neighbour's series stay.
+func TestPerPodSeriesGoWithTheClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		release func(context.Context, *Driver) error
+	}{
+		{"unprepare", func(ctx context.Context, d *Driver) error { return unprepareOne(ctx, d, "a") }},
+		{"outside unprepare", func(ctx context.Context, d *Driver) error { return d.forget(ctx, "a") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			bed := newUsageBed(t)
+			d := bed.driver(t)
+			bed.use(t,
+				nvml.GPUUsage{Index: 0, UtilizationPercent: 10, MemoryUsedBytes: 1 << 30, SMActivityPercent: 5, DRAMActivityPercent: 2},
+				nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 2 << 30, SMActivityPercent: 15, DRAMActivityPercent: 4},
+				nvml.GPUUsage{Index: 2, UtilizationPercent: 30, MemoryUsedBytes: 3 << 30, SMActivityPercent: 25, DRAMActivityPercent: 6})
+			res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-0", "gpu-1"}), "train"), profiledClaim(allocatedClaim("b", []string{"gpu-2"}), "train"))
+			if res["a"].Err != nil || res["b"].Err != nil {
+				t.Fatalf("prepare: %v, %v", res["a"].Err, res["b"].Err)
+			}
+			sample(t, d, 2)
+			gpu0, gpu1, gpu2 := uuidOfGPU(t, d, "gpu-0"), uuidOfGPU(t, d, "gpu-1"), uuidOfGPU(t, d, "gpu-2")
+			want := map[string][]string{
+				"prism_plugin_gpu_duty_cycle_percent": {"ns/pod-a claim-a " + gpu0 + " = 10", "ns/pod-a claim-a " + gpu1 + " = 20", "ns/pod-b claim-b " + gpu2 + " = 30"},
+				"prism_plugin_gpu_memory_used_bytes": {
+					fmt.Sprintf("ns/pod-a claim-a %s = %d", gpu0, 1<<30), fmt.Sprintf("ns/pod-a claim-a %s = %d", gpu1, 2<<30), fmt.Sprintf("ns/pod-b claim-b %s = %d", gpu2, 3<<30),
+				},
+				"prism_plugin_gpu_sm_activity_percent":   {"ns/pod-a claim-a " + gpu0 + " = 5", "ns/pod-a claim-a " + gpu1 + " = 15", "ns/pod-b claim-b " + gpu2 + " = 25"},
+				"prism_plugin_gpu_dram_activity_percent": {"ns/pod-a claim-a " + gpu0 + " = 2", "ns/pod-a claim-a " + gpu1 + " = 4", "ns/pod-b claim-b " + gpu2 + " = 6"},
+			}
+			if diff := cmp.Diff(want, podSeries(t, d), inAnyOrder); diff != "" {
+				t.Fatalf("per-pod GPU series of two claims (-want +got):\n%s", diff)
+			}
+
+			if err := tc.release(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			sample(t, d, 1)
+			for name, series := range want {
+				want[name] = slices.DeleteFunc(series, func(s string) bool { return strings.Contains(s, " claim-a ") })
+			}
+			if diff := cmp.Diff(want, podSeries(t, d), inAnyOrder); diff != "" {
+				t.Errorf("per-pod GPU series after claim-a was released (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ package chart
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -57,52 +58,138 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	return names
 }
 
-// The dashboard names metrics as strings; a metric renamed in code would
-// leave an empty panel that nobody notices.
-func TestDashboardNamesOnlyMetricsTheBinariesExport(t *testing.T) {
+// dashboardPanel is what the tests read of a panel.
+type dashboardPanel struct {
+	ID      int
+	Type    string
+	Title   string
+	GridPos struct{ H, W, X, Y int }
+	Targets []struct{ Expr, LegendFormat string }
+}
+
+func readDashboard(t *testing.T) (panels []dashboardPanel, variableQueries []string) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(chartDir, "dashboards", "prism.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dashboard struct {
-		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
+		Panels     []dashboardPanel
+		Templating struct {
+			List []struct{ Definition string }
 		}
 	}
 	if err := json.Unmarshal(raw, &dashboard); err != nil {
 		t.Fatalf("dashboards/prism.json: %v", err)
 	}
+	for _, v := range dashboard.Templating.List {
+		variableQueries = append(variableQueries, v.Definition)
+	}
+	return dashboard.Panels, variableQueries
+}
+
+// The dashboard names metrics as strings; a metric renamed in code would
+// leave an empty panel that nobody notices, and one missing from
+// docs/operations.md a panel nobody can read.
+func TestDashboardNamesOnlyMetricsTheBinariesExport(t *testing.T) {
+	panels, variableQueries := readDashboard(t)
 	registered := registeredMetrics(t)
+	documented, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	metric := regexp.MustCompile(`\bprism_[a-z0-9_]+`)
 	var used []string
-	for _, p := range dashboard.Panels {
-		for _, target := range p.Targets {
-			for _, name := range metric.FindAllString(target.Expr, -1) {
-				base := name
-				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-					if trimmed, ok := strings.CutSuffix(name, suffix); ok && registered[trimmed] {
-						base = trimmed
-					}
+	check := func(where, expr string) {
+		for _, name := range metric.FindAllString(expr, -1) {
+			base := name
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if trimmed, ok := strings.CutSuffix(name, suffix); ok && registered[trimmed] {
+					base = trimmed
 				}
-				if !registered[base] {
-					t.Errorf("panel %q queries %s, which neither binary exports", p.Title, name)
-				}
-				used = append(used, base)
 			}
+			if !registered[base] {
+				t.Errorf("%s queries %s, which neither binary exports", where, name)
+			}
+			if !strings.Contains(string(documented), "`"+base+"`") {
+				t.Errorf("%s queries %s, which docs/operations.md does not document", where, base)
+			}
+			used = append(used, base)
 		}
 	}
+	for _, p := range panels {
+		for _, target := range p.Targets {
+			check(fmt.Sprintf("panel %q", p.Title), target.Expr)
+		}
+	}
+	for _, q := range variableQueries {
+		check("dashboard variable", q)
+	}
 	// What the dashboard is for: prepare latency, rewrites and skips,
-	// profiling, taints.
+	// profiling, taints, and what each pod does with its GPUs.
 	for _, want := range []string{
 		"prism_plugin_request_duration_seconds",
 		"prism_webhook_rewrites_total",
 		"prism_webhook_rewrite_skipped_total",
 		"prism_webhook_profiling_requested_total",
 		"prism_plugin_gpu_health_events_total",
+		"prism_plugin_gpu_duty_cycle_percent",
+		"prism_plugin_gpu_memory_used_bytes",
+		"prism_plugin_gpu_sm_activity_percent",
+		"prism_plugin_gpu_dram_activity_percent",
 	} {
 		if !slices.Contains(used, want) {
 			t.Errorf("no panel queries %s", want)
+		}
+	}
+}
+
+// A per-pod series is only worth its labels if the legend shows whose it
+// is: the pod and the GPU.
+func TestDashboardPerPodPanelsNameThePod(t *testing.T) {
+	panels, _ := readDashboard(t)
+	perPod := regexp.MustCompile(`\bprism_plugin_gpu_(duty_cycle|memory_used|sm_activity|dram_activity)_`)
+	found := 0
+	for _, p := range panels {
+		for _, target := range p.Targets {
+			if !perPod.MatchString(target.Expr) {
+				continue
+			}
+			found++
+			if want := "{{namespace}}/{{pod}} {{gpu}}"; target.LegendFormat != want {
+				t.Errorf("panel %q: legend %q, want %q", p.Title, target.LegendFormat, want)
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no panel queries a per-pod GPU metric")
+	}
+}
+
+// Grafana places panels by id and gridPos; a duplicate id or two panels on
+// the same cells leave one hidden behind the other.
+func TestDashboardPanelsDoNotOverlap(t *testing.T) {
+	panels, _ := readDashboard(t)
+	ids := map[int]string{}
+	type cell struct{ x, y int }
+	taken := map[cell]string{}
+	for _, p := range panels {
+		if other, ok := ids[p.ID]; ok {
+			t.Errorf("panels %q and %q share id %d", other, p.Title, p.ID)
+		}
+		ids[p.ID] = p.Title
+		g := p.GridPos
+		if g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: gridPos %+v outside the 24-column grid", p.Title, g)
+		}
+		for x := g.X; x < g.X+g.W; x++ {
+			for y := g.Y; y < g.Y+g.H; y++ {
+				if other, ok := taken[cell{x, y}]; ok {
+					t.Errorf("panels %q and %q overlap at column %d, row %d", other, p.Title, x, y)
+					return
+				}
+				taken[cell{x, y}] = p.Title
+			}
 		}
 	}
 }
