@@ -384,6 +384,12 @@ func createAllocatedClaims(ctx context.Context, client kubernetes.Interface, ns,
 }
 
 func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, name, driver string, gpus int) (*resourceapi.ResourceClaim, error) {
+	return createClaimOn(ctx, client, ns, name, driver, prepNode, 0, gpus)
+}
+
+// createClaimOn makes a claim allocated driver's devices gpu-<first> to
+// gpu-<first+gpus-1> in node's pool.
+func createClaimOn(ctx context.Context, client kubernetes.Interface, ns, name, driver, node string, first, gpus int) (*resourceapi.ResourceClaim, error) {
 	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec:       *GPUSpec(int64(gpus)),
@@ -394,11 +400,11 @@ func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, 
 	alloc := &resourceapi.AllocationResult{}
 	for d := range gpus {
 		alloc.Devices.Results = append(alloc.Devices.Results, resourceapi.DeviceRequestAllocationResult{
-			Request: "gpu", Driver: driver, Pool: prepNode, Device: fmt.Sprintf("gpu-%d", d),
+			Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", first+d),
 		})
 	}
 	alloc.NodeSelector = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{prepNode}}},
+		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 	}}}
 	cl.Status.Allocation = alloc
 	return client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, cl, metav1.UpdateOptions{})
@@ -644,22 +650,7 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 	}
 	defer conn.Close()
 	dra := drapb.NewDRAPluginClient(conn)
-	prepare := func(cls []*resourceapi.ResourceClaim) error {
-		req := &drapb.NodePrepareResourcesRequest{}
-		for _, cl := range cls {
-			req.Claims = append(req.Claims, &drapb.Claim{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)})
-		}
-		resp, err := dra.NodePrepareResources(ctx, req)
-		if err != nil {
-			return err
-		}
-		for _, cl := range cls {
-			if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
-				return fmt.Errorf("prepare %s: %+v", cl.Name, r)
-			}
-		}
-		return nil
-	}
+	prepare := func(cls []*resourceapi.ResourceClaim) error { return prepareClaims(ctx, dra, cls) }
 	time.Sleep(2 * time.Second)
 	idle, err := RSSMiB(p.Pid())
 	if err != nil {
@@ -740,6 +731,43 @@ func scaleLevels(ctx context.Context, client kubernetes.Interface, p *PluginProc
 		)
 	}
 	return rows, nil
+}
+
+// prepareClaims prepares cls in one NodePrepareResources call, as the
+// kubelet does for a pod's claims, and fails unless every claim got devices.
+func prepareClaims(ctx context.Context, dra drapb.DRAPluginClient, cls []*resourceapi.ResourceClaim) error {
+	resp, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: claimRefs(cls)})
+	if err != nil {
+		return err
+	}
+	for _, cl := range cls {
+		if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" || len(r.Devices) == 0 {
+			return fmt.Errorf("prepare %s: %+v", cl.Name, r)
+		}
+	}
+	return nil
+}
+
+// unprepareClaims unprepares cls in one NodeUnprepareResources call.
+func unprepareClaims(ctx context.Context, dra drapb.DRAPluginClient, cls []*resourceapi.ResourceClaim) error {
+	resp, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: claimRefs(cls)})
+	if err != nil {
+		return err
+	}
+	for _, cl := range cls {
+		if r := resp.Claims[string(cl.UID)]; r == nil || r.Error != "" {
+			return fmt.Errorf("unprepare %s: %+v", cl.Name, r)
+		}
+	}
+	return nil
+}
+
+func claimRefs(cls []*resourceapi.ResourceClaim) []*drapb.Claim {
+	out := make([]*drapb.Claim, 0, len(cls))
+	for _, cl := range cls {
+		out = append(out, &drapb.Claim{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)})
+	}
+	return out
 }
 
 // heapInUseMiB reads the Go heap in use from the plugin's metrics.

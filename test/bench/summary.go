@@ -77,6 +77,8 @@ var Headlines = []Headline{
 		AName: "example driver", BName: "Prism", Hint: "needs --reference-plugin"},
 	{Phase: "admission", Label: "webhook p99 under load, rewrite vs no-annotation", Section: "admission", Metric: "mutating webhook p99",
 		AName: "no-annotation", BName: "rewrite"},
+	{Phase: "usage", Label: "plugin CPU, NVML usage sampling on vs off", Section: "usage sampling", Metric: "plugin CPU",
+		AName: "sampling off", BName: "sampling on"},
 	{Phase: "controller-scale", Label: "controller RSS after load, largest vs smallest fleet", Section: "controller scale", Metric: "RSS after admission load (VmRSS)"},
 	{Phase: "controller-scale", Label: "webhook p99 (rewrite), largest vs smallest fleet", Section: "controller scale", Metric: "mutating webhook p99, rewrite"},
 	{Phase: "controller-scale", Label: "controller start to first rewrite, largest vs smallest", Section: "controller scale", Metric: "start to first rewrite"},

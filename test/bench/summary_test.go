@@ -70,6 +70,7 @@ func TestSummary(t *testing.T) {
 		NewRow("footprint", "same loop", "RSS idle (VmRSS)", "MiB", "floor", 20, "Prism", 30, ""),
 		NewRow("footprint", "same loop", "RSS with 500 claims + 40 probes (VmRSS)", "MiB", "floor", 25, "Prism", 50, ""),
 		NewRow("admission", "prism-controller", "mutating webhook p99", "ms", "no-annotation", 1, "rewrite", 1.5, ""),
+		NewRow("usage sampling", "8 GPUs, 8 claims", "plugin CPU (utime+stime)", "s per minute", "sampling off", 0.2, "sampling on", 0.3, ""),
 	}
 	libs := &LibraryComparison{
 		Cases: []LibraryRatio{
@@ -98,7 +99,7 @@ func TestSummary(t *testing.T) {
 		},
 		{
 			name: "some phases, some rows",
-			rep:  &Report{Rows: rows, Libraries: libs, Phases: phases("allocator", "testbed", "prepare", "admission")},
+			rep:  &Report{Rows: rows, Libraries: libs, Phases: phases("allocator", "testbed", "prepare", "admission", "usage")},
 			want: map[string]string{
 				"rewritten ladder vs plain claim, µs per node":         "2.00x plain 10.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
 				"rewritten ladder vs the preference written by hand":   "0.50x selective 40.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
@@ -111,6 +112,7 @@ func TestSummary(t *testing.T) {
 				"plugin RSS with claims, Prism vs floor plugin":        "2.00x floor 25.0 → Prism 50.0 MiB",
 				"plugin RSS after prepare load, Prism vs reference":    "not measured needs --reference-plugin",
 				"webhook p99 under load, rewrite vs no-annotation":     "1.50x no-annotation 1.00 → rewrite 1.50 ms",
+				"plugin CPU, NVML usage sampling on vs off":            "1.50x sampling off 0.20 → sampling on 0.30 s per minute",
 			},
 			base: "not run",
 		},

@@ -71,7 +71,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,packing,scheduling,prepare,admission,startup,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,packing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	flag.Set("v", "0")
@@ -189,7 +189,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return err
 		}
 	}
-	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") && !want("controller-scale") {
+	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") && !want("usage") && !want("controller-scale") {
 		return nil
 	}
 
@@ -301,6 +301,13 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 				"/readyz", float64(bench.Median(res.Ready))/1e6, "slice visible", float64(bench.Median(res.Slice))/1e6,
 				"slice: "+joinDurations(res.Slice)))
 			return nil
+		}))
+	}
+	if want("usage") {
+		errs = append(errs, phase("usage", func() error {
+			rows, err := bench.Usage(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "usage"))
+			rep.Rows = append(rep.Rows, rows...)
+			return err
 		}))
 	}
 	// Last: it leaves tens of thousands of claims in the API server.
