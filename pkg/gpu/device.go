@@ -60,6 +60,10 @@ type Device struct {
 	// NVLink (directly or through NVSwitches); nil when no link is up.
 	NVLinkDomain *int
 	MIGCapable   bool
+	// MIG is set only for a GPU whose current MIG mode is enabled, and then
+	// holds what NVML says it can be cut into (see Partitions). A
+	// MIG-capable GPU without it is published whole; MIGNote says why.
+	MIG *MIG
 }
 
 // ComputeCapability is a CUDA compute capability such as 9.0.

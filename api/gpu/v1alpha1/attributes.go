@@ -55,6 +55,12 @@ const (
 	BrandAttribute               AttributeName = "brand"
 	PCIeGenerationAttribute      AttributeName = "pcieGeneration"
 	PCIeLinkWidthAttribute       AttributeName = "pcieLinkWidth"
+	// MIGProfileAttribute is the MIG profile of a partition, as NVIDIA
+	// spells it ("1g.10gb", "1g.10gb+me"). Only partitions carry it, so
+	// a selector that must match whole GPUs only tests that it is absent.
+	MIGProfileAttribute AttributeName = "migProfile"
+	// ParentUUIDAttribute is the uuid of the GPU a partition is cut from.
+	ParentUUIDAttribute AttributeName = "parentUUID"
 )
 
 // Attributes lists every AttributeName, in the order of the constants.
@@ -65,6 +71,7 @@ func Attributes() []AttributeName {
 		MemoryBandwidthGBpsAttribute, BandwidthClassAttribute, MultiprocessorCountAttribute,
 		FP32GFLOPSAttribute, FP16TensorTFLOPSAttribute, NUMANodeAttribute, NVLinkDomainAttribute,
 		MIGCapableAttribute, BrandAttribute, PCIeGenerationAttribute, PCIeLinkWidthAttribute,
+		MIGProfileAttribute, ParentUUIDAttribute,
 	}
 }
 

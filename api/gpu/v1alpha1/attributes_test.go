@@ -96,6 +96,48 @@ func publish(t *testing.T, opts gpu.PublishOptions) []node {
 	return out
 }
 
+// publishMIG simulates every demo fleet with its MIG-capable GPUs in MIG
+// mode and builds their partitions, which carry the partition-only names.
+func publishMIG(t *testing.T) []node {
+	t.Helper()
+	ctx := klog.NewContext(t.Context(), logr.Discard())
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "demo", "fleets", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no demo fleets (%v)", err)
+	}
+	migProducts := map[string]bool{}
+	for _, p := range nvml.SimulatedMIGProducts() {
+		migProducts[p] = true
+	}
+	var out []node
+	for _, f := range files {
+		fleet, err := nvml.LoadFleet(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fleet.GPUs {
+			fleet.GPUs[i].MIGMode = migProducts[fleet.GPUs[i].Product]
+		}
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml") + "-mig"
+		sim, err := nvml.NewSimulated(fleet, name)
+		if err != nil {
+			t.Fatalf("simulating %s in MIG mode: %v", f, err)
+		}
+		gpus, err := nvml.Discover(ctx, sim, nvml.Options{})
+		if err != nil {
+			t.Fatalf("discovering %s in MIG mode: %v", f, err)
+		}
+		content, err := gpu.ResourceSlices(ctx, gpus, gpu.PublishOptions{SysFS: sim.SysFS()})
+		if err != nil {
+			t.Fatalf("publishing %s in MIG mode: %v", f, err)
+		}
+		for _, c := range content {
+			out = append(out, node{name: name, gpus: gpus, slice: resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: c.Devices}}})
+		}
+	}
+	return out
+}
+
 // Both ways the plugin can publish memory: whole GPUs with the figures as
 // capacities too (--figures-as-capacity, for the controller's
 // --tier-bounds=capacity), and GPUs shareable by memory
@@ -204,7 +246,7 @@ func TestPublishedNamesAreTheContract(t *testing.T) {
 	slices.Sort(want.Attributes)
 	slices.Sort(want.Capacities)
 
-	got := namesOf(publish(t, figuresAsCapacity), publish(t, shareMemory))
+	got := namesOf(publish(t, figuresAsCapacity), publish(t, shareMemory), publishMIG(t))
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("names the plugin publishes differ from those in attributes.go (-contract +published):\n%s", diff)
 	}

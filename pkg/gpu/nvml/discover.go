@@ -232,6 +232,12 @@ func readDevice(logger klog.Logger, h nvml.Device, index int, lookup func(string
 	default:
 		fallback("migCapable", ret, func() { d.MIGCapable = spec.MIGCapable })
 	}
+	if d.MIGCapable {
+		d.MIG = readMIG(logger, h, d.MemoryBytes)
+		if note := d.MIGNote(); note != "" {
+			logger.V(2).Info("GPU is published whole", "reason", note)
+		}
+	}
 
 	// The spec table cannot know how a board is wired into a host.
 	if node, ret := h.GetNumaNodeId(); ret == nvml.SUCCESS && node >= 0 {

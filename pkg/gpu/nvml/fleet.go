@@ -71,6 +71,10 @@ type GPUGroup struct {
 	// island of two is wired with a direct bridge, larger islands through
 	// NVSwitches, as on real boards.
 	NVLinkIslandSize int `json:"nvlinkIslandSize,omitempty"`
+	// MIGMode simulates the group's GPUs with MIG mode enabled, answering
+	// NVML's profile and placement calls as the real board does. The
+	// product must be one of SimulatedMIGProducts.
+	MIGMode bool `json:"migMode,omitempty"`
 }
 
 // LoadFleet reads and validates a fleet file.
@@ -138,6 +142,9 @@ func (f *Fleet) Validate() error {
 		}
 		if g.NVLink && known && spec.NVLinks == 0 {
 			errs = append(errs, field.Invalid(p.Child("nvlink"), g.NVLink, fmt.Sprintf("%s has no NVLink", g.Product)))
+		}
+		if _, ok := simulatedMIGProfiles[g.Product]; g.MIGMode && known && !ok {
+			errs = append(errs, field.Invalid(p.Child("migMode"), g.MIGMode, fmt.Sprintf("the simulator knows the MIG profiles of %v only", SimulatedMIGProducts())))
 		}
 		if g.NVLinkIslandSize != 0 {
 			switch {

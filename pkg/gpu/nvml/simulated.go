@@ -54,6 +54,8 @@ type simulatedGPU struct {
 	nvlinkTo []busAddress
 	pcieRoot string
 	pcieSlot string
+	// mig holds the board's MIG profiles when it is in MIG mode.
+	mig []simulatedProfile
 }
 
 type busAddress struct {
@@ -107,6 +109,9 @@ func NewSimulated(fleet *Fleet, nodeName string) (*Simulated, error) {
 				numaNode: -1,
 				pcieRoot: fmt.Sprintf("pci0000:%02x", rootBus),
 				pcieSlot: fmt.Sprintf("0000:%02x:%02x.0", rootBus, 1+i%2),
+			}
+			if g.MIGMode {
+				sg.mig = simulatedMIGProfiles[g.Product]
 			}
 			if g.NUMANodes > 0 {
 				sg.numaNode = j * g.NUMANodes / g.Count
@@ -215,6 +220,7 @@ func (sg *simulatedGPU) mock() *mock.Device {
 			arch = a
 		}
 	}
+	profileInfo, possiblePlacements := migFuncs(sg.mig)
 	return &mock.Device{
 		GetNameFunc:        func() (string, nvml.Return) { return spec.Product, nvml.SUCCESS },
 		GetUUIDFunc:        func() (string, nvml.Return) { return sg.uuid, nvml.SUCCESS },
@@ -258,6 +264,9 @@ func (sg *simulatedGPU) mock() *mock.Device {
 			if !spec.MIGCapable {
 				return 0, 0, nvml.ERROR_NOT_SUPPORTED
 			}
+			if sg.mig != nil {
+				return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+			}
 			return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
 		},
 		GetNvLinkStateFunc: func(link int) (nvml.EnableState, nvml.Return) {
@@ -278,5 +287,7 @@ func (sg *simulatedGPU) mock() *mock.Device {
 			}
 			return sg.nvlinkTo[link].pciInfo(), nvml.SUCCESS
 		},
+		GetGpuInstanceProfileInfoFunc:        profileInfo,
+		GetGpuInstancePossiblePlacementsFunc: possiblePlacements,
 	}
 }
