@@ -47,9 +47,11 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/features"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/localserve"
 	"github.com/prismgpu/prism/pkg/logging"
+	"github.com/prismgpu/prism/pkg/mig"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/residency"
@@ -126,7 +128,8 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst towards the API server for kubelet calls: covers the claims of a full node's pods (110 pods, some with several claims) starting at once.")
 	flags.BoolVar(&o.releaseStartupPages, "release-startup-pages", true, "Once ready, page out the plugin's own executable (madvise MADV_PAGEOUT, Linux 5.4 or later): client-go's start-up touches most of the binary once, and those pages would otherwise stay resident for good. What the plugin still uses is read back on first use, a few milliseconds on the first calls after start.")
 	flags.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "Heap growth, in percent of the live heap, that starts a garbage collection, as GOGC. The plugin's live heap is a few MiB, so 50 rather than Go's 100 keeps about 2 MiB less resident on a node with 500 claims, for a short collection every few hundred prepares. Negative: leave Go's setting. The GOGC variable, when set, wins over this default but not over the flag.")
-	o.logging = logging.NewOptions()
+	// Prism's gates share --feature-gates with the logging gates.
+	o.logging = logging.NewOptions(features.AddFeatureGates)
 	o.logging.AddFlags(flags)
 	flags.BoolVar(&o.showVersion, "version", false, "Print the build information and exit.")
 	envflag.Bind(flags, "PRISM_", envNames, "version")
@@ -217,6 +220,7 @@ func run(ctx context.Context, o options) error {
 	var source cdi.EditSource
 	var healthLib gonvml.Interface
 	var slicer plugin.TimeSlicer
+	var migLib mig.Interface
 	if o.fleet != "" {
 		inventory = nvml.NewFleetInventory(o.fleet, o.nodeName)
 		fleet, err := nvml.LoadFleet(o.fleet)
@@ -227,6 +231,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
+		migLib = mig.New(sim)
 		// Simulated GPUs have no scheduler to configure; the setting is kept.
 		slicer = &plugin.RecordedTimeSlices{}
 		lib, faults := nvml.SimulateFaults(sim)
@@ -253,6 +258,9 @@ func run(ctx context.Context, o options) error {
 		if err := cdi.MakeFakeDriverRoot(roots.ContainerDriverRoot, minors); err != nil {
 			return fmt.Errorf("make fake driver root %s: %w", roots.ContainerDriverRoot, err)
 		}
+		if err := cdi.MakeFakeMIGCaps(roots.ContainerDriverRoot, minors); err != nil {
+			return fmt.Errorf("make fake driver root %s: %w", roots.ContainerDriverRoot, err)
+		}
 		source = cdi.NewSimulatedSource(roots)
 	} else {
 		lib, err := nvml.New(ctx, o.driverRoot)
@@ -262,6 +270,7 @@ func run(ctx context.Context, o options) error {
 		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
 		inventory = nvml.NewNVMLInventory(lib, sysfs)
 		healthLib = lib
+		migLib = mig.New(lib)
 		slicer = plugin.NewNvidiaSMI(o.driverRoot)
 		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{Roots: roots, NVIDIACDIHookPath: o.nvidiaCDIHookPath}); err != nil {
 			return err
@@ -305,8 +314,10 @@ func run(ctx context.Context, o options) error {
 		StaleClaimGrace:     o.staleGrace,
 		Profiling:           profilingConfig,
 		Usage:               usage,
+		MIG:                 migLib,
 		ShareMemory:         o.shareMemory,
 		FiguresAsCapacity:   o.figuresAsCapacity,
+		MIGPartitions:       o.logging.FeatureGate().Enabled(features.MIGPartitions),
 		Health:              health,
 		TimeSlicer:          slicer,
 		MPSDriverRoot:       roots.ContainerDriverRoot,

@@ -72,6 +72,9 @@ type Device struct {
 	// Edits are appended to this device's edits, for example a memory
 	// limit for one shared GPU.
 	Edits *cdispec.ContainerEdits
+	// MIG is set for a MIG device: UUID is then the MIG device's and Minor
+	// the parent GPU's.
+	MIG *MIGDevice
 }
 
 // Claim is a claim's share of the node's devices.

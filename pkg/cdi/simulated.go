@@ -158,7 +158,15 @@ func (s *simulatedSource) DeviceEdits(_ context.Context, d Device) (*cdispec.Con
 	if err != nil {
 		return nil, err
 	}
-	return &cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node}}, nil
+	edits := &cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node}}
+	if d.MIG != nil {
+		caps, err := s.migEdits(d)
+		if err != nil {
+			return nil, err
+		}
+		edits.DeviceNodes = append(edits.DeviceNodes, caps.DeviceNodes...)
+	}
+	return edits, nil
 }
 
 // deviceNode describes a node fully, so that the runtime does not need to

@@ -108,6 +108,29 @@ type Device struct {
 	// use at once; empty for a device held exclusively.
 	ShareID string   `json:"shareID,omitempty"`
 	Sharing *Sharing `json:"sharing,omitempty"`
+	// MIG is set for a MIG partition, which prepare creates. Added within
+	// v2, like Taints.
+	MIG *MIGInstance `json:"mig,omitempty"`
+}
+
+// MIGInstance is the GPU instance and compute instance prepare creates for
+// a partition. It is recorded with the placement alone before anything is
+// created, so that a restart after a crash knows where an instance of its
+// own may sit, and again with the IDs once both exist.
+type MIGInstance struct {
+	ParentUUID string `json:"parentUUID"`
+	// ProfileIndex is the NVML_GPU_INSTANCE_PROFILE_* value, ProfileID
+	// NVML's id of the profile.
+	ProfileIndex int `json:"profileIndex"`
+	ProfileID    int `json:"profileID"`
+	Start        int `json:"start"`
+	Size         int `json:"size"`
+	// Created is set once both instances exist and their IDs are recorded.
+	Created           bool `json:"created,omitempty"`
+	GPUInstanceID     int  `json:"gpuInstanceID,omitempty"`
+	ComputeInstanceID int  `json:"computeInstanceID,omitempty"`
+	// UUID is the MIG device's, "MIG-...".
+	UUID string `json:"uuid,omitempty"`
 }
 
 // Sharing is the sharing setup applied to a device.
@@ -153,6 +176,10 @@ func (c Claim) clone() Claim {
 			if d.Sharing != nil {
 				s := *d.Sharing
 				d.Sharing = &s
+			}
+			if d.MIG != nil {
+				m := *d.MIG
+				d.MIG = &m
 			}
 			devs[i] = d
 		}

@@ -36,14 +36,24 @@ type Options struct {
 }
 
 // NewOptions returns the defaults: text format, verbosity 0, contextual
-// logging on (its gate is beta and on by default).
-func NewOptions() *Options {
+// logging on (its gate is beta and on by default). Each of add registers
+// more gates (such as features.AddFeatureGates), so that one --feature-gates
+// flag sets the logging gates and the binary's own.
+func NewOptions(add ...func(featuregate.MutableVersionedFeatureGate) error) *Options {
 	gates := featuregate.NewFeatureGate()
-	// Fails only when a gate is registered twice, which a fresh gate rules out.
-	if err := logsapi.AddFeatureGates(gates); err != nil {
-		panic(fmt.Sprintf("register logging feature gates: %v", err))
+	// Fails only when a gate is registered twice: a programming error.
+	for _, register := range append([]func(featuregate.MutableVersionedFeatureGate) error{logsapi.AddFeatureGates}, add...) {
+		if err := register(gates); err != nil {
+			panic(fmt.Sprintf("register feature gates: %v", err))
+		}
 	}
 	return &Options{config: logsapi.NewLoggingConfiguration(), gates: gates}
+}
+
+// FeatureGate is what --feature-gates set, for reading once the flags are
+// parsed.
+func (o *Options) FeatureGate() featuregate.FeatureGate {
+	return o.gates
 }
 
 // AddFlags adds the logging flags and --feature-gates to fs.

@@ -47,6 +47,7 @@ import (
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/mig"
 	"github.com/prismgpu/prism/pkg/mps"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
@@ -87,6 +88,10 @@ type Config struct {
 	// FiguresAsCapacity publishes the tier figures as capacities too (see
 	// gpu.PublishOptions).
 	FiguresAsCapacity bool
+	// MIGPartitions publishes the partitions of GPUs in MIG mode beside
+	// the whole GPU, all consuming the GPU's shared counters (the
+	// MIGPartitions feature gate). Off, every GPU is published whole.
+	MIGPartitions bool
 	// MPSDriverRoot is the driver root, as the plugin sees it, that holds
 	// nvidia-cuda-mps-control for enforcing GPU shares; empty, or without
 	// the binary, shares run time-sliced.
@@ -95,7 +100,10 @@ type Config struct {
 	Profiling *ProfilingConfig
 	// Usage samples prepared claims' GPUs for their usage profile; nil
 	// turns it off.
-	Usage   *UsageConfig
+	Usage *UsageConfig
+	// MIG creates and destroys the MIG instances of partitions; nil
+	// refuses claims for partitions.
+	MIG     mig.Interface
 	Metrics *Metrics
 	// Probes, when set, answer liveness and readiness for this driver; they
 	// are made before the driver so that the HTTP server can start first.
@@ -147,7 +155,10 @@ type Driver struct {
 	// step, so that a rediscovery cannot publish taints older than those a
 	// health event published in between. It guards published.
 	publishMu sync.Mutex
-	published []resourceapi.Device
+	published []resourceslice.Slice
+	// migNoted holds the UUIDs of MIG-capable GPUs not in MIG mode that
+	// were already reported, so that each gets one log line and one Event.
+	migNoted sync.Map
 	// healthChanged wakes the kubelet's health watchers (healthstatus.go).
 	// Every change to the GPUs or their taints is published, so
 	// publishIfChanged notifies it.
@@ -166,6 +177,9 @@ type Driver struct {
 	mps *mps.Manager
 	// usage samples prepared claims' GPUs; nil when off.
 	usage *usageSampler
+	// crashHook, when set, stands in for crashPoint at the MIG crash
+	// points, so that unit tests can stop a prepare there (mig.go).
+	crashHook func(string)
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -394,65 +408,36 @@ func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error
 	defer d.publishMu.Unlock()
 	// The kubelet learns of a change even when the API server does not.
 	d.healthChanged.notify()
-	resourceDevices, err := d.resourceDevices(ctx)
+	slices, err := d.resourceSlices(ctx)
 	if err != nil {
 		return false, fmt.Errorf("build ResourceSlice devices: %w", err)
 	}
-	if !always && reflect.DeepEqual(resourceDevices, d.published) {
+	if !always && reflect.DeepEqual(slices, d.published) {
 		return false, nil
 	}
 	err = d.slices.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: resourceDevices}}},
+		d.cfg.NodeName: {Slices: slices},
 	}})
 	if err != nil {
 		return false, fmt.Errorf("publish ResourceSlice: %w", err)
 	}
-	d.published = resourceDevices
-	d.metrics.publishedDevices.Set(float64(len(resourceDevices)))
-	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(resourceDevices))
+	d.published = slices
+	devices := sliceDevices(slices)
+	d.metrics.publishedDevices.Set(float64(len(devices)))
+	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(devices), "slices", len(slices))
 	return true, nil
 }
 
 func (d *Driver) publishedDevices() []resourceapi.Device {
 	d.publishMu.Lock()
 	defer d.publishMu.Unlock()
-	return d.published
+	return sliceDevices(d.published)
 }
 
 // slicePublisher is the part of the kubelet plugin helper that publishes
 // ResourceSlices; tests stand in for it.
 type slicePublisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
-}
-
-// resourceDevices renders the known GPUs as slice devices, sorted by index.
-func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, error) {
-	d.devicesMu.RLock()
-	devices := make([]gpu.Device, 0, len(d.devices))
-	for _, dev := range d.devices {
-		devices = append(devices, dev)
-	}
-	sysfs := d.sysfs
-	taints := map[string]resourceapi.DeviceTaint{}
-	for name, u := range d.unhealthy {
-		taints[name] = u.taint
-	}
-	remembered := d.rememberedDevicesLocked()
-	d.devicesMu.RUnlock()
-	gpu.SortByIndex(devices)
-	out, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory, FiguresAsCapacity: d.cfg.FiguresAsCapacity})
-	if err != nil {
-		return nil, err
-	}
-	if out == nil {
-		out = []resourceapi.Device{}
-	}
-	for i := range out {
-		if t, ok := taints[out[i].Name]; ok {
-			out[i].Taints = []resourceapi.DeviceTaint{t}
-		}
-	}
-	return withRemembered(out, remembered), nil
 }
 
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell

@@ -90,17 +90,26 @@ func testConfig(t testing.TB, fleetFile, stateDir string) Config {
 
 // recordingPublisher stands in for the helper's ResourceSlice controller.
 type recordingPublisher struct {
-	mu        sync.Mutex
-	last      []resourceapi.Device
-	publishes int
+	mu         sync.Mutex
+	last       []resourceapi.Device
+	lastSlices []resourceslice.Slice
+	publishes  int
 }
 
 func (p *recordingPublisher) PublishResources(_ context.Context, r resourceslice.DriverResources) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.last = r.Pools[testNode].Slices[0].Devices
+	p.lastSlices = r.Pools[testNode].Slices
 	p.publishes++
 	return nil
+}
+
+// slices is the whole pool last published.
+func (p *recordingPublisher) slices() []resourceslice.Slice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastSlices
 }
 
 func (p *recordingPublisher) count() int {

@@ -29,13 +29,18 @@ import (
 // Event reasons of apiFeatures, named so that operators' alerts and the
 // docs' Event table can rely on them.
 const (
-	EventReasonDeviceTaintsDropped       = "DeviceTaintsDropped"
-	EventReasonConsumableCapacityDropped = "ConsumableCapacityDropped"
+	EventReasonDeviceTaintsDropped         = "DeviceTaintsDropped"
+	EventReasonConsumableCapacityDropped   = "ConsumableCapacityDropped"
+	EventReasonPartitionableDevicesDropped = "PartitionableDevicesDropped"
 )
+
+// partitionableDevicesGate governs the shared counters that keep the MIG
+// partitions of one GPU, and the GPU itself, from being allocated together.
+const partitionableDevicesGate = "DRAPartitionableDevices"
 
 // apiFeature is what the cluster loses when the API server drops, without
 // an error, the fields of a published slice that a feature gate governs.
-// Both gates Prism publishes for are off by default before Kubernetes 1.36,
+// The gates Prism publishes for are off by default before Kubernetes 1.36,
 // so on 1.34 and 1.35 the cluster silently behaves as if the plugin had
 // never published them.
 type apiFeature struct {
@@ -55,6 +60,12 @@ var apiFeatures = map[string]apiFeature{
 	"DRAConsumableCapacity": {
 		reason: EventReasonConsumableCapacityDropped,
 		lost:   "the GPUs' shareable memory (--consumable-capacity), so every claim is given whole GPUs",
+	},
+	// Without its counters every partition and its GPU would look free at
+	// once, so the plugin falls back to publishing whole GPUs only.
+	partitionableDevicesGate: {
+		reason: EventReasonPartitionableDevicesDropped,
+		lost:   "the shared counters of GPUs in MIG mode (--feature-gates=MIGPartitions=true), without which partitions of one GPU could be allocated twice over, so Prism publishes whole GPUs only until it restarts",
 	},
 }
 
@@ -94,5 +105,20 @@ func (d *Driver) reportDroppedFields(ctx context.Context, dropped *resourceslice
 		msg := fmt.Sprintf("The API server dropped %s: enable the %s feature gate on the API server and the scheduler (off by default before Kubernetes 1.36)", f.lost, gate)
 		logger.Error(nil, msg, "featureGate", gate, "pool", dropped.PoolName)
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, f.reason, "%s", msg)
+		if gate == partitionableDevicesGate {
+			// Now, not at the next rediscovery: until then the server holds
+			// partitions without counters. The controller calls this
+			// without its own lock held, so publishing from here is safe.
+			if _, err := d.publishIfChanged(ctx, false); err != nil {
+				logger.Error(err, "Republishing whole GPUs only")
+			}
+		}
 	}
+}
+
+// has reports whether the API server was seen to lack the gate.
+func (f *droppedFeatures) has(gate string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reported[gate]
 }

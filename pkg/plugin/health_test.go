@@ -33,6 +33,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -513,6 +514,7 @@ func TestDroppedFeaturesAreReported(t *testing.T) {
 	}{
 		{"taints dropped", taint, "DRADeviceTaints", EventReasonDeviceTaintsDropped},
 		{"sharing dropped", shareable, "DRAConsumableCapacity", EventReasonConsumableCapacityDropped},
+		{"partition counters dropped", consumesCounters, "DRAPartitionableDevices", EventReasonPartitionableDevicesDropped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -575,3 +577,7 @@ func taint(d *resourceapi.Device) {
 }
 
 func shareable(d *resourceapi.Device) { d.AllowMultipleAllocations = ptr.To(true) }
+
+func consumesCounters(d *resourceapi.Device) {
+	d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: d.Name, Counters: map[string]resourceapi.Counter{"memory-slice-0": {Value: resource.MustParse("1")}}}}
+}

@@ -123,6 +123,13 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
 			results[claim.UID] = kubeletplugin.PrepareResult{Devices: kubeletDevices(prev)}
 			continue
+		} else if ok {
+			// A retried prepare first undoes what its interrupted attempt
+			// made, so that its partitions are free to create again.
+			if err := d.destroyMIG(ctx, prev); err != nil {
+				fail(claim, "mig", err)
+				continue
+			}
 		}
 		rec, err := d.plan(ctx, claim)
 		if err != nil {
@@ -132,6 +139,10 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		// Claims earlier in this call hold their devices as if recorded.
 		if err := d.checkExclusive(uid, rec.Devices, planned); err != nil {
 			fail(claim, "conflict", err)
+			continue
+		}
+		if err := d.checkMIGPlacements(ctx, uid, rec.Devices, planned); err != nil {
+			fail(claim, "mig", err)
 			continue
 		}
 		rec.State = checkpoint.PrepareStarted
@@ -160,18 +171,31 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	var undo []string
 	for _, p := range batch {
 		uid := string(p.claim.UID)
+		if err := d.createMIG(ctx, &p.rec); err != nil {
+			fail(p.claim, "mig", err)
+			if !errors.Is(err, errMIGLeft) {
+				undo = append(undo, uid)
+			}
+			continue
+		}
 		endCDI := span(ctx, StageCDIWrite)
 		err := d.writeSpec(ctx, p.rec)
 		endCDI()
 		if err != nil {
+			err = d.undoMIG(ctx, p.rec, err, true)
 			fail(p.claim, "cdi", err)
-			undo = append(undo, uid)
+			if !errors.Is(err, errMIGLeft) {
+				undo = append(undo, uid)
+			}
 			continue
 		}
 		d.startMPS(ctx, p.claim, p.rec)
 		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
-			fail(p.claim, "timeslice", errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
-			undo = append(undo, uid)
+			err = d.undoMIG(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)), true)
+			fail(p.claim, "timeslice", err)
+			if !errors.Is(err, errMIGLeft) {
+				undo = append(undo, uid)
+			}
 			continue
 		}
 		p.rec.State = checkpoint.PrepareCompleted
@@ -242,6 +266,11 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 		}
 		if err != nil {
 			d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
+			results[claim.UID] = err
+			continue
+		}
+		if err := d.destroyMIG(ctx, rec); err != nil {
+			d.metrics.claimErrors.WithLabelValues("unprepare", "mig").Inc()
 			results[claim.UID] = err
 			continue
 		}
@@ -353,6 +382,13 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 			continue
 		}
 		gpuDev, ok := d.device(result.Device)
+		var migIntent *checkpoint.MIGInstance
+		if !ok {
+			var err error
+			if gpuDev, migIntent, ok, err = d.partitionDevice(result.Device); err != nil {
+				return rec, err
+			}
+		}
 		if !ok {
 			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, d.cfg.NodeName)
 		}
@@ -366,6 +402,10 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 			Pool:         result.Pool,
 			Name:         result.Device,
 			CDIDeviceIDs: []string{cdi.DeviceID(rec.UID, result.Device)},
+			MIG:          migIntent,
+		}
+		if migIntent != nil && (result.ShareID != nil || (cfg.Sharing != nil && cfg.Sharing.Strategy == gpuv1alpha1.TimeSlicingSharing)) {
+			return rec, fmt.Errorf("device %s of request %s is a MIG partition, which cannot be shared; remove the sharing configuration", result.Device, result.Request)
 		}
 		if cfg.Sharing != nil && cfg.Sharing.Strategy != "" {
 			dev.Sharing = &checkpoint.Sharing{Strategy: string(cfg.Sharing.Strategy)}
@@ -531,6 +571,14 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 		spec.Edits = edits
 	}
 	for _, dev := range rec.Devices {
+		if dev.MIG != nil {
+			md, err := d.migCDIDevice(dev)
+			if err != nil {
+				return err
+			}
+			spec.Devices = append(spec.Devices, md)
+			continue
+		}
 		g, ok := d.device(dev.Name)
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)

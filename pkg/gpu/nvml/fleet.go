@@ -53,6 +53,12 @@ type Fleet struct {
 	// UsageFile is a JSON file of what workloads use on the GPUs (see
 	// Usage), read on every NVML call; empty or missing, the GPUs are idle.
 	UsageFile string `json:"usageFile,omitempty"`
+	// MIGRecordFile holds the GPU and compute instances of the GPUs in MIG
+	// mode (see MIGRecord): every create and destroy is appended to it, and
+	// it is replayed on every call, so that instances outlive the plugin
+	// process and another process can check them. Empty, they live in
+	// memory only.
+	MIGRecordFile string `json:"migRecordFile,omitempty"`
 }
 
 // GPUGroup is a run of identical GPUs.

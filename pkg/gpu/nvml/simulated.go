@@ -144,8 +144,13 @@ func NewSimulated(fleet *Fleet, nodeName string) (*Simulated, error) {
 	}
 
 	s := &Simulated{sysfs: sysFS{}}
+	instances := newSimulatedInstances(fleet.MIGRecordFile)
 	for _, sg := range gpus {
-		s.devices = append(s.devices, sg.mock())
+		dev := sg.mock()
+		if sg.mig != nil {
+			instances.wire(dev, sg.uuid, sg.mig)
+		}
+		s.devices = append(s.devices, dev)
 		s.addToSysFS(sg)
 	}
 	s.Interface = &mock.Interface{

@@ -155,6 +155,16 @@ The plugin's probe socket on the host network, in the pod's own /tmp
 {{- if kindIs "invalid" .local -}}{{ .global }}{{- else -}}{{ .local }}{{- end -}}
 {{- end -}}
 
+{{/* A feature-gate map as --feature-gates spells it: A=true,B=false, in
+name order. */}}
+{{- define "prism.featureGates" -}}
+{{- $gates := list -}}
+{{- range $name, $on := . -}}
+{{- $gates = append $gates (printf "%s=%t" $name $on) -}}
+{{- end -}}
+{{- join "," $gates -}}
+{{- end -}}
+
 {{/* Namespaces excluded from both webhooks. */}}
 {{- define "prism.webhook.namespaceSelector" -}}
 namespaceSelector:
