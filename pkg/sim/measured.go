@@ -81,16 +81,19 @@ type Measured struct {
 // Known says whether an optional figure was measured.
 func Known(v float64) bool { return !math.IsNaN(v) }
 
-// ReadMeasured reads the three files; slicesPath may be empty. Errors name
-// the file, the line and the column.
+// ReadMeasured reads the three files; pairsPath or slicesPath may be empty
+// (the packing evaluation needs pairs, the MIG sizing evaluation slices).
+// Errors name the file, the line and the column.
 func ReadMeasured(jobsPath, pairsPath, slicesPath string) (*Measured, error) {
 	var m Measured
 	var err error
 	if m.Jobs, err = readCSVFile(jobsPath, ParseJobs); err != nil {
 		return nil, err
 	}
-	if m.Pairs, err = readCSVFile(pairsPath, ParsePairs); err != nil {
-		return nil, err
+	if pairsPath != "" {
+		if m.Pairs, err = readCSVFile(pairsPath, ParsePairs); err != nil {
+			return nil, err
+		}
 	}
 	if slicesPath != "" {
 		if m.Slices, err = readCSVFile(slicesPath, ParseSlices); err != nil {

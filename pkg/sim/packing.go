@@ -207,18 +207,9 @@ type streamJob struct {
 	noise float64
 }
 
-// stream draws n jobs: types uniformly from the data, work exponential with
-// mean 1 (in seconds alone), Poisson arrivals at rate.
+// stream draws n jobs: types uniformly from the data (drawStream).
 func (d *PackingData) stream(n int, rate float64, seed uint64) []streamJob {
-	rng := rand.New(rand.NewPCG(seed, 0x737472))
-	noise := rand.New(rand.NewPCG(seed, 0x6e6f6973))
-	out := make([]streamJob, n)
-	t := 0.0
-	for i := range out {
-		t += rng.ExpFloat64() / rate
-		out[i] = streamJob{typ: rng.IntN(len(d.Jobs)), arrive: t, work: rng.ExpFloat64(), noise: 2*noise.Float64() - 1}
-	}
-	return out
+	return drawStream(len(d.Jobs), n, rate, seed)
 }
 
 // PackRun is one simulation of the packing evaluation.

@@ -40,27 +40,43 @@ var PackMetrics = []PackMetric{
 // profiled policy once per noise level) with 95 % intervals as error bars,
 // on a linear axis.
 func WritePackingSVG(w io.Writer, title string, rows []*PackRow, m PackMetric) error {
+	pts := make([]loadPoint, len(rows))
+	for i, r := range rows {
+		name := string(r.Policy)
+		if r.Policy.profiled() {
+			name = fmt.Sprintf("%s, %.0f%% noise", r.Policy, 100*r.Noise)
+		}
+		pts[i] = loadPoint{series: name, load: r.Load, v: m.Value(r)}
+	}
+	return writeLoadSVG(w, title, m.Label, pts)
+}
+
+// loadPoint is one series' figure at one load.
+type loadPoint struct {
+	series string
+	load   float64
+	v      Estimate
+}
+
+// writeLoadSVG draws figures against load, one line per series, with 95 %
+// intervals as error bars, on a linear axis.
+func writeLoadSVG(w io.Writer, title, label string, rows []loadPoint) error {
 	const (
 		width, height = 760, 460
 		left, right   = 70, 200
 		top, bottom   = 40, 55
 	)
-	series := map[string][]*PackRow{}
+	series := map[string][]loadPoint{}
 	var names []string
 	lo, hi := 0.0, math.Inf(-1)
 	minLoad, maxLoad := math.Inf(1), math.Inf(-1)
 	for _, r := range rows {
-		name := string(r.Policy)
-		if r.Policy.profiled() {
-			name = fmt.Sprintf("%s, %.0f%% noise", r.Policy, 100*r.Noise)
+		if _, ok := series[r.series]; !ok {
+			names = append(names, r.series)
 		}
-		if _, ok := series[name]; !ok {
-			names = append(names, name)
-		}
-		series[name] = append(series[name], r)
-		v := m.Value(r)
-		hi = math.Max(hi, v.Mean+v.Half)
-		minLoad, maxLoad = math.Min(minLoad, r.Load), math.Max(maxLoad, r.Load)
+		series[r.series] = append(series[r.series], r)
+		hi = math.Max(hi, r.v.Mean+r.v.Half)
+		minLoad, maxLoad = math.Min(minLoad, r.load), math.Max(maxLoad, r.load)
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("no rows to plot")
@@ -86,22 +102,22 @@ func WritePackingSVG(w io.Writer, title string, rows []*PackRow, m PackMetric) e
 	}
 	seen := map[float64]bool{}
 	for _, r := range rows {
-		if !seen[r.Load] {
-			seen[r.Load] = true
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%.0f%%</text>`+"\n", x(r.Load), float64(top)+ph+18, 100*r.Load)
+		if !seen[r.load] {
+			seen[r.load] = true
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%.0f%%</text>`+"\n", x(r.load), float64(top)+ph+18, 100*r.load)
 		}
 	}
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="black"/>`+"\n", left, top, pw, ph)
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">load (arrival rate / what whole-GPU allocation serves)</text>`+"\n", float64(left)+pw/2, height-12)
-	fmt.Fprintf(&b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", float64(top)+ph/2, escape(m.Label))
+	fmt.Fprintf(&b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", float64(top)+ph/2, escape(label))
 	for i, name := range names {
 		color := palette[i%len(palette)]
 		var pts []string
 		for _, r := range series[name] {
-			v := m.Value(r)
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(r.Load), y(v.Mean)))
+			v := r.v
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(r.load), y(v.Mean)))
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n",
-				x(r.Load), y(v.Mean-v.Half), x(r.Load), y(v.Mean+v.Half), color)
+				x(r.load), y(v.Mean-v.Half), x(r.load), y(v.Mean+v.Half), color)
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(pts, " "))
 		ly := top + 10 + 20*i
@@ -111,6 +127,34 @@ func WritePackingSVG(w io.Writer, title string, rows []*PackRow, m PackMetric) e
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// SliceMetric picks the figure of a sizing row that a plot draws.
+type SliceMetric struct {
+	Name, Label string
+	Value       func(*SliceRow) Estimate
+}
+
+// SliceMetrics are the MIG sizing plots simulate writes.
+var SliceMetrics = []SliceMetric{
+	{"goodput", "goodput per busy GPU (sum of speeds / GPUs holding a slice)", func(r *SliceRow) Estimate { return r.Goodput }},
+	{"median-slowdown", "median slowdown (JCT / work alone on a whole GPU)", func(r *SliceRow) Estimate { return r.Median }},
+	{"below80", "share of jobs below 80 % of whole-GPU speed", func(r *SliceRow) Estimate { return r.Below80 }},
+	{"gpus-needed", "GPUs needed (<= 10 % of jobs slowed beyond 2x)", func(r *SliceRow) Estimate { return r.GPUsNeeded }},
+}
+
+// WriteSlicingSVG draws one metric of the sizing evaluation against load,
+// one line per policy (the profiled ones once per noise level).
+func WriteSlicingSVG(w io.Writer, title string, rows []*SliceRow, m SliceMetric) error {
+	pts := make([]loadPoint, len(rows))
+	for i, r := range rows {
+		name := string(r.Policy)
+		if r.Policy.profiled() {
+			name = fmt.Sprintf("%s, %.0f%% noise", r.Policy, 100*r.Noise)
+		}
+		pts[i] = loadPoint{series: name, load: r.Load, v: m.Value(r)}
+	}
+	return writeLoadSVG(w, title, m.Label, pts)
 }
 
 // niceStep rounds a grid step to 1, 2 or 5 times a power of ten.

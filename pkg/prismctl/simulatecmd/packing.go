@@ -39,14 +39,33 @@ type packFlags struct {
 	gpusNeeded                                               bool
 }
 
-func runPacking(cmd *cobra.Command, f packFlags) error {
-	ctx, out := cmd.Context(), cmd.OutOrStdout()
-	if f.jobs == "" || f.pairs == "" {
-		return fmt.Errorf("--jobs and --pairs go together")
+// runMeasured runs the evaluations on measured data the flags name: the
+// packing evaluation with --pairs, the MIG sizing evaluation with --slices,
+// both with both.
+func runMeasured(cmd *cobra.Command, f packFlags) error {
+	if f.jobs == "" || (f.pairs == "" && f.slices == "") {
+		return fmt.Errorf("--jobs needs --pairs (the packing evaluation), --slices (the MIG sizing evaluation) or both")
 	}
 	if f.gpus < 1 || f.jobsPerRun < 10 || f.seeds < 1 || f.workers < 1 {
 		return fmt.Errorf("--gpus, --seeds and --workers must be at least 1 and --stream at least 10")
 	}
+	m, err := sim.ReadMeasured(f.jobs, f.pairs, f.slices)
+	if err != nil {
+		return err
+	}
+	if f.pairs != "" {
+		if err := runPacking(cmd, f, m); err != nil {
+			return err
+		}
+	}
+	if f.slices != "" {
+		return runSlicing(cmd, f, m)
+	}
+	return nil
+}
+
+func runPacking(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	s := sim.PackSweep{Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
 	s.Policies = sim.PackPolicies
 	if f.policies != "" {
@@ -64,10 +83,6 @@ func runPacking(cmd *cobra.Command, f packFlags) error {
 		return err
 	}
 	if s.Noises, err = floats("--noise", f.noise); err != nil {
-		return err
-	}
-	m, err := sim.ReadMeasured(f.jobs, f.pairs, f.slices)
-	if err != nil {
 		return err
 	}
 	mem := f.gpuMemMiB
@@ -120,6 +135,6 @@ func slicesSummary(ss []sim.SliceSpeed) string {
 			}
 		}
 	}
-	return fmt.Sprintf("Slices: %d speeds of %d job types on %s, slices %s (not used by packing; the MIG evaluation reads them).",
+	return fmt.Sprintf("Slices: %d speeds of %d job types on %s, slices %s (not used by packing; the MIG sizing evaluation reads them).",
 		len(ss), len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
 }

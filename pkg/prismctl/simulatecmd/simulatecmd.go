@@ -18,7 +18,8 @@ limitations under the License.
 // Alibaba GPU trace on its own node list under every placement policy,
 // sweeping load and label noise (--nodes, --pods), or pack a job stream
 // onto GPUs by measured use and judge it on measured co-location data
-// (--jobs, --pairs).
+// (--jobs, --pairs), or size MIG slices by measured use and judge them on
+// measured slice speeds (--jobs, --slices).
 package simulatecmd
 
 import (
@@ -65,21 +66,28 @@ of jobs drawn from jobs.csv for one GPU model (--gpu) arrives at each load
 onto --gpus GPUs; each policy places jobs reading only jobs.csv (prism
 through the share-sizing rule, its utilisation figures scaled by a
 multiplicative error of up to --noise), and the judge rates every job from
-pairs.csv. --slices is checked and summarised (the MIG evaluation reads
-it). Prints goodput per GPU, the shares of jobs below 80 and 90 % of their
+pairs.csv. Prints goodput per GPU, the shares of jobs below 80 and 90 % of their
 speed alone, median and p99 slowdown and the GPUs needed, with 95 %
-confidence intervals over seeds, and the acceptance verdict. File formats:
+confidence intervals over seeds, and the acceptance verdict.
+
+With --jobs and --slices, it runs the MIG sizing evaluation on every GPU
+model of slices.csv that has a MIG model (a100-40gb): the stream arrives
+onto --gpus GPUs cut into MIG slices as jobs come; whole-gpu, by-memory
+(smallest slice holding the measured memory), prism (the share-sizing rule
+mapped to the smallest slice covering its memory and compute) and oracle
+(reads slices.csv: the smallest slice at 80 % of whole-GPU speed) are
+judged on slices.csv's speeds. With --pairs too, both run. File formats:
 docs/simulator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
-			if pack.jobs != "" || pack.pairs != "" {
+			if pack.jobs != "" || pack.pairs != "" || pack.slices != "" {
 				pack.loads, pack.noise, pack.svgDir, pack.seeds, pack.workers = loadsFlag, noiseFlag, svgDir, seeds, workers
 				if cmd.Flags().Changed("policies") {
 					pack.policies = policiesFlag
 				}
-				return runPacking(cmd, pack)
+				return runMeasured(cmd, pack)
 			}
 			if nodesPath == "" || podsPath == "" {
 				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns), or --jobs and --pairs for the packing evaluation")
@@ -194,12 +202,12 @@ docs/simulator.md.`,
 	fl.StringVar(&jsonPath, "json", "", "write every run's result as JSON to this file")
 	fl.StringVar(&pack.jobs, "jobs", "", "packing: jobs.csv (job,gpu,throughput,util_pct,sm_pct,dram_pct,mem_mib), what policies read")
 	fl.StringVar(&pack.pairs, "pairs", "", "packing: pairs.csv (job_a,job_b,gpu,speed_a,speed_b), what the judge reads")
-	fl.StringVar(&pack.slices, "slices", "", "packing: slices.csv (job,gpu,slice,speed), checked and summarised")
+	fl.StringVar(&pack.slices, "slices", "", "MIG sizing: slices.csv (job,gpu,slice,speed), what its judge reads")
 	fl.StringVar(&pack.gpu, "gpu", "v100", "packing: the GPU model of jobs.csv to pack")
 	fl.Float64Var(&pack.gpuMemMiB, "gpu-memory", 0, "packing: the GPU's memory in MiB (0: the built-in figure for k80, p100, v100, a100-40gb)")
-	fl.IntVar(&pack.gpus, "gpus", 32, "packing: GPUs the stream runs on")
-	fl.IntVar(&pack.jobsPerRun, "stream", 2000, "packing: jobs per run")
-	fl.BoolVar(&pack.gpusNeeded, "gpus-needed", true, "packing: also search the fewest GPUs that serve each run's stream")
+	fl.IntVar(&pack.gpus, "gpus", 32, "packing and MIG sizing: GPUs the stream runs on")
+	fl.IntVar(&pack.jobsPerRun, "stream", 2000, "packing and MIG sizing: jobs per run")
+	fl.BoolVar(&pack.gpusNeeded, "gpus-needed", true, "packing and MIG sizing: also search the fewest GPUs that serve each run's stream")
 	return cmd
 }
 

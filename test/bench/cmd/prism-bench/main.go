@@ -71,7 +71,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,packing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,packing,mig-sizing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	flag.Set("v", "0")
@@ -183,6 +183,17 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 		if err := phase("packing", func() error {
 			fmt.Println("Packing on measured co-location data (test/bench/data, docs/simulator.md):")
 			rows, err := bench.Packing(ctx, repo, os.Stdout)
+			rep.Rows = append(rep.Rows, rows...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	// Pure computation too: the MIG sizing table on measured slice speeds.
+	if want("mig-sizing") {
+		if err := phase("mig-sizing", func() error {
+			fmt.Println("MIG sizing on measured slice speeds (test/bench/data, docs/simulator.md):")
+			rows, err := bench.MIGSizing(ctx, repo, os.Stdout)
 			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}); err != nil {

@@ -1,0 +1,106 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package simulatecmd
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/prismgpu/prism/pkg/sim"
+)
+
+// runSlicing runs the MIG sizing evaluation on every GPU model of
+// slices.csv with a MIG model. Alongside packing (--pairs), a slices file
+// with no such model is summarised and skipped; alone, it is an error.
+func runSlicing(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	var gpus, unmodelled []string
+	for _, s := range m.Slices {
+		_, ok := sim.MIGModels[s.GPU]
+		switch {
+		case ok && !slices.Contains(gpus, s.GPU):
+			gpus = append(gpus, s.GPU)
+		case !ok && !slices.Contains(unmodelled, s.GPU):
+			unmodelled = append(unmodelled, s.GPU)
+		}
+	}
+	if len(unmodelled) > 0 {
+		fmt.Fprintf(out, "MIG sizing: no MIG model for %s (models: %s); not evaluated.\n", strings.Join(unmodelled, ", "), strings.Join(sim.SlicingGPUs(), ", "))
+	}
+	if len(gpus) == 0 {
+		if f.pairs != "" {
+			return nil
+		}
+		return fmt.Errorf("%s: no GPU model with a MIG model (models: %s)", f.slices, strings.Join(sim.SlicingGPUs(), ", "))
+	}
+	s := sim.SliceSweep{Policies: sim.SlicePolicies, Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
+	if f.policies != "" && f.pairs == "" {
+		s.Policies = nil
+		for p := range strings.SplitSeq(f.policies, ",") {
+			pol, err := sim.ParseSlicePolicy(strings.TrimSpace(p))
+			if err != nil {
+				return err
+			}
+			s.Policies = append(s.Policies, pol)
+		}
+	}
+	var err error
+	if s.Loads, err = floats("--loads", f.loads); err != nil {
+		return err
+	}
+	if s.Noises, err = floats("--noise", f.noise); err != nil {
+		return err
+	}
+	for _, gpu := range gpus {
+		d, err := m.ForSlicing(gpu)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		outs, err := d.Execute(ctx, s)
+		if err != nil {
+			return err
+		}
+		rows := sim.SummariseSlicing(outs)
+		if err := sim.WriteSlicingReport(out, d, s, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%d runs in %s.\n", len(outs), time.Since(start).Round(time.Millisecond))
+		if f.svgDir == "" {
+			continue
+		}
+		if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
+			return err
+		}
+		for _, metric := range sim.SliceMetrics {
+			path := filepath.Join(f.svgDir, "mig-sizing-"+gpu+"-"+metric.Name+".svg")
+			title := fmt.Sprintf("MIG sizing on %s, %s (%d seeds, 95%% CI)", gpu, metric.Name, s.Seeds)
+			if err := writeFile(path, func(w io.Writer) error { return sim.WriteSlicingSVG(w, title, rows, metric) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "wrote %s\n", path)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,250 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"text/tabwriter"
+)
+
+// SliceSweep is a grid of sizing runs.
+type SliceSweep struct {
+	Policies []SlicePolicy
+	Loads    []float64
+	// Noises apply to the policies that read measured figures (by-memory,
+	// prism); the others run once per load.
+	Noises         []float64
+	Seeds          int
+	GPUs, Jobs     int
+	Workers        int
+	WithGPUsNeeded bool
+}
+
+// Runs lists the sweep's runs.
+func (s SliceSweep) Runs() []SliceRun {
+	var runs []SliceRun
+	for _, load := range s.Loads {
+		for _, p := range s.Policies {
+			noises := []float64{0}
+			if p.profiled() {
+				noises = s.Noises
+			}
+			for _, n := range noises {
+				for seed := range s.Seeds {
+					runs = append(runs, SliceRun{Policy: p, Load: load, Noise: n, Seed: uint64(seed), GPUs: s.GPUs, Jobs: s.Jobs})
+				}
+			}
+		}
+	}
+	return runs
+}
+
+// SliceOutcome is one run's result and, when asked for, the GPUs its
+// stream needs.
+type SliceOutcome struct {
+	SliceResult
+	GPUsNeeded float64
+}
+
+// Execute runs the sweep in parallel.
+func (d *SlicingData) Execute(ctx context.Context, s SliceSweep) ([]SliceOutcome, error) {
+	runs := s.Runs()
+	out := make([]SliceOutcome, len(runs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range max(1, s.Workers) {
+		wg.Go(func() {
+			for i := range next {
+				out[i] = SliceOutcome{SliceResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+				if s.WithGPUsNeeded {
+					out[i].GPUsNeeded = d.GPUsNeeded(runs[i])
+				}
+			}
+		})
+	}
+	for i := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out, ctx.Err()
+}
+
+// SliceRow is one policy at one load and noise, over seeds.
+type SliceRow struct {
+	Policy                                              SlicePolicy
+	Load, Noise                                         float64
+	Goodput, Below80, Median, P99, Late, OOMs, Sevenths Estimate
+	// GPUsNeeded is over the seeds whose stream some GPU count served;
+	// Unserved counts the others.
+	GPUsNeeded Estimate
+	Unserved   int
+}
+
+// SummariseSlicing groups outcomes by policy, load and noise, in sweep
+// order.
+func SummariseSlicing(outs []SliceOutcome) []*SliceRow {
+	type key struct {
+		p           SlicePolicy
+		load, noise float64
+	}
+	var order []key
+	vals := map[key][][]float64{}
+	unserved := map[key]int{}
+	for _, o := range outs {
+		k := key{o.Policy, o.Load, o.Noise}
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+			vals[k] = make([][]float64, 8)
+		}
+		v := vals[k]
+		for i, x := range []float64{o.Goodput, o.Below80, o.Median, o.P99, o.Late, o.OOMs, o.Sevenths} {
+			v[i] = append(v[i], x)
+		}
+		if math.IsNaN(o.GPUsNeeded) {
+			unserved[k]++
+		} else {
+			v[7] = append(v[7], o.GPUsNeeded)
+		}
+	}
+	rows := make([]*SliceRow, 0, len(order))
+	for _, k := range order {
+		v := vals[k]
+		rows = append(rows, &SliceRow{Policy: k.p, Load: k.load, Noise: k.noise,
+			Goodput: estimate(v[0]), Below80: estimate(v[1]), Median: estimate(v[2]), P99: estimate(v[3]),
+			Late: estimate(v[4]), OOMs: estimate(v[5]), Sevenths: estimate(v[6]),
+			GPUsNeeded: estimate(v[7]), Unserved: unserved[k]})
+	}
+	return rows
+}
+
+// WriteSlicingTable prints one row per policy, load and noise: means over
+// seeds with 95 % confidence half-widths.
+func WriteSlicingTable(w io.Writer, rows []*SliceRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOAD\tPOLICY\tNOISE\tSLICE (7THS)\tGOODPUT/GPU\t<80%\tMEDIAN SLOWDOWN\tP99 SLOWDOWN\tOOM/1000\tGPUS NEEDED")
+	for _, r := range rows {
+		noise := "-"
+		if r.Policy.profiled() {
+			noise = fmt.Sprintf("%.0f%%", 100*r.Noise)
+		}
+		need := "-"
+		switch {
+		case r.GPUsNeeded.N > 0 && r.Unserved == 0:
+			need = r.GPUsNeeded.String()
+		case r.GPUsNeeded.N > 0:
+			need = fmt.Sprintf("%s (%d seeds never)", r.GPUsNeeded, r.Unserved)
+		case r.Unserved > 0:
+			need = "never"
+		}
+		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noise,
+			r.Sevenths, r.Goodput, pct(r.Below80), r.Median, r.P99, r.OOMs, need)
+	}
+	return tw.Flush()
+}
+
+// SlicingVerdict states, per load, what the issue claims from the public
+// data: sizing by memory near 2.7× median slowdown, sizing by measured use
+// near 1.3×, with about 15 % fewer GPUs than whole-GPU allocation.
+func SlicingVerdict(rows []*SliceRow) []string {
+	var loads []float64
+	for _, r := range rows {
+		if !slices.Contains(loads, r.Load) {
+			loads = append(loads, r.Load)
+		}
+	}
+	find := func(p SlicePolicy, load float64) *SliceRow {
+		for _, r := range rows {
+			if r.Policy == p && r.Load == load && r.Noise == 0 {
+				return r
+			}
+		}
+		return nil
+	}
+	var out []string
+	for _, load := range loads {
+		line := fmt.Sprintf("load %.0f%%: median slowdown", 100*load)
+		for _, p := range SlicePolicies {
+			if r := find(p, load); r != nil {
+				line += fmt.Sprintf(" %s %.2fx,", p, r.Median.Mean)
+			}
+		}
+		whole := find(SliceWhole, load)
+		for _, p := range []SlicePolicy{SlicePrism, SliceOracle, SliceMemory} {
+			r := find(p, load)
+			if r == nil || whole == nil {
+				continue
+			}
+			switch {
+			case r.GPUsNeeded.N == 0 || whole.GPUsNeeded.N == 0:
+				line += fmt.Sprintf(" %s GPUs needed vs whole-gpu: not served;", p)
+			case r.GPUsNeeded.Mean <= whole.GPUsNeeded.Mean:
+				line += fmt.Sprintf(" %s needs %.0f%% fewer GPUs than whole-gpu;", p, 100*(1-r.GPUsNeeded.Mean/whole.GPUsNeeded.Mean))
+			default:
+				line += fmt.Sprintf(" %s needs %.0f%% more GPUs than whole-gpu;", p, 100*(r.GPUsNeeded.Mean/whole.GPUsNeeded.Mean-1))
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// WriteSlicingReport prints what the evaluation ran on, each job type's
+// choices at no noise, the table and the verdict.
+func WriteSlicingReport(w io.Writer, d *SlicingData, s SliceSweep, rows []*SliceRow) error {
+	m := d.Model
+	fmt.Fprintf(w, "MIG sizing on %s: %d job types with slice speeds; profiles %s (%d compute, %d memory slices; placements as NVML gives them, so fragmentation counts).\n",
+		d.GPU, len(d.Jobs), profileNames(m), m.ComputeSlices, m.MemorySlices)
+	fmt.Fprintf(w, "Stream: %d jobs a run (middle 60%% measured) on %d GPUs, each cut as jobs come (best fit); %d seeds; 95%% intervals. A slice the judge has no speed for ran out of memory: the job reruns on a whole GPU.\n",
+		s.Jobs, s.GPUs, s.Seeds)
+	fmt.Fprintf(w, "Oracle: smallest slice at >= %.0f%% of whole-GPU speed. GPUS NEEDED: fewest GPUs serving the same stream with at most %.0f%% of jobs slowed beyond %.0fx (JCT / work alone on a whole GPU, waiting included).\n\n",
+		100*SliceSpeedTarget, 100*SliceLateShare, SliceLateSlowdown)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tUTIL%\tMEM MIB\tBY-MEMORY\tPRISM\tORACLE\tSPEED BY-MEMORY\tSPEED PRISM")
+	for i, j := range d.Jobs {
+		pm, pp, po := d.Choose(SliceMemory, i, 1), d.Choose(SlicePrism, i, 1), d.Choose(SliceOracle, i, 1)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.UtilPct, j.MemMiB,
+			m.Profiles[pm].Name, m.Profiles[pp].Name, m.Profiles[po].Name, speedCell(d.speed[i][pm]), speedCell(d.speed[i][pp]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if err := WriteSlicingTable(w, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, v := range SlicingVerdict(rows) {
+		fmt.Fprintln(w, v)
+	}
+	return nil
+}
+
+func speedCell(v float64) string {
+	if math.IsNaN(v) {
+		return "oom"
+	}
+	return fmt.Sprintf("%.2f", v)
+}

@@ -1,0 +1,454 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"strings"
+)
+
+// MIGProfile is one MIG slice size as the sizing evaluation models it.
+type MIGProfile struct {
+	Name string
+	// Compute is the compute slices it takes of the GPU's ComputeSlices.
+	Compute int
+	// MemSlices is the memory slices its placement covers, from Start.
+	MemSlices int
+	// MemMiB is the memory a job on it may use.
+	MemMiB float64
+	Starts []int
+}
+
+// MIGModel is a GPU model's MIG geometry: its profiles, smallest first,
+// the last being the whole GPU.
+type MIGModel struct {
+	ComputeSlices, MemorySlices int
+	Profiles                    []MIGProfile
+}
+
+// MIGModels are the GPU models the sizing evaluation can cut. A100-40GB's
+// profiles, memory and placements are the ones the simulated NVML answers
+// with (pkg/gpu/nvml/simulated_mig.go, after NVIDIA's MIG User Guide),
+// less 1g.10gb, which slices.csv never measured. A placement covers the
+// memory slices [start, start+MemSlices); two instances fit on one GPU when
+// their placements do not overlap. That is NVML's rule, so fragmentation is
+// modelled: a 4g.20gb needs slices 0-3 free, whatever else is free.
+var MIGModels = map[string]MIGModel{
+	"a100-40gb": {ComputeSlices: 7, MemorySlices: 8, Profiles: []MIGProfile{
+		{Name: "1g.5gb", Compute: 1, MemSlices: 1, MemMiB: 4864, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Name: "2g.10gb", Compute: 2, MemSlices: 2, MemMiB: 9856, Starts: []int{0, 2, 4}},
+		{Name: "3g.20gb", Compute: 3, MemSlices: 4, MemMiB: 19968, Starts: []int{0, 4}},
+		{Name: "4g.20gb", Compute: 4, MemSlices: 4, MemMiB: 19968, Starts: []int{0}},
+		{Name: "7g.40gb", Compute: 7, MemSlices: 8, MemMiB: 40192, Starts: []int{0}},
+	}},
+}
+
+// SliceSpeedTarget is the oracle's bar: the smallest slice keeping a job at
+// or above this fraction of its whole-GPU speed.
+const SliceSpeedTarget = 0.8
+
+// SlicePolicy decides the MIG slice a job of the sizing evaluation asks for.
+type SlicePolicy string
+
+// The sizing policies. Only SliceOracle reads slices.csv.
+const (
+	// SliceWhole gives every job the whole GPU (7g).
+	SliceWhole SlicePolicy = "whole-gpu"
+	// SliceMemory asks for the smallest slice whose memory holds the job's
+	// measured memory: what a user sizing by memory alone would ask for.
+	SliceMemory SlicePolicy = "by-memory"
+	// SlicePrism sizes a share with the admission controller's rule
+	// (SizeShare: peak × 1.2 + 512 MiB, p95 + max(10, p95/4) per cent of
+	// compute) and asks for the smallest slice covering both; a heavy job
+	// keeps the whole GPU.
+	SlicePrism SlicePolicy = "prism"
+	// SliceOracle reads the judge's table: the smallest slice at or above
+	// SliceSpeedTarget of the whole-GPU speed.
+	SliceOracle SlicePolicy = "oracle"
+)
+
+// SlicePolicies is every sizing policy, in table order.
+var SlicePolicies = []SlicePolicy{SliceWhole, SliceMemory, SlicePrism, SliceOracle}
+
+// profiled policies read jobs.csv's measured figures, so noise applies.
+func (p SlicePolicy) profiled() bool { return p == SliceMemory || p == SlicePrism }
+
+// SlicingData is one GPU model's job types and the judge's slice speeds.
+type SlicingData struct {
+	GPU   string
+	Model MIGModel
+	Jobs  []MeasuredJob
+	// speed[i][k] is job type i's speed on profile k, a fraction of the
+	// whole GPU; NaN where it was not measured, which the judge takes as
+	// did not fit (MISO has no 1g.5gb row for jobs that ran out of memory).
+	speed [][]float64
+}
+
+// ForSlicing picks one GPU model's job types that have slice speeds. Every
+// slice named must be a profile of the model.
+func (m *Measured) ForSlicing(gpu string) (*SlicingData, error) {
+	model, ok := MIGModels[gpu]
+	if !ok {
+		return nil, fmt.Errorf("no MIG model for gpu %q (models: %s)", gpu, strings.Join(SlicingGPUs(), ", "))
+	}
+	d := &SlicingData{GPU: gpu, Model: model}
+	index := map[string]int{}
+	for _, s := range m.Slices {
+		if s.GPU != gpu {
+			continue
+		}
+		k := slices.IndexFunc(model.Profiles, func(p MIGProfile) bool { return p.Name == s.Slice })
+		if k < 0 {
+			return nil, fmt.Errorf("slices file line %d: slice %q is not a MIG profile of %s (%s)", s.Line, s.Slice, gpu, profileNames(model))
+		}
+		i, ok := index[s.Job]
+		if !ok {
+			j := slices.IndexFunc(m.Jobs, func(j MeasuredJob) bool { return j.Job == s.Job && j.GPU == gpu })
+			if j < 0 {
+				return nil, fmt.Errorf("slices file line %d: job %q on gpu %q has no row in the jobs file", s.Line, s.Job, gpu)
+			}
+			i = len(d.Jobs)
+			index[s.Job] = i
+			d.Jobs = append(d.Jobs, m.Jobs[j])
+			row := make([]float64, len(model.Profiles))
+			for k := range row {
+				row[k] = math.NaN()
+			}
+			d.speed = append(d.speed, row)
+		}
+		d.speed[i][k] = s.Speed
+	}
+	if len(d.Jobs) == 0 {
+		return nil, fmt.Errorf("no slice speed measured on gpu %q", gpu)
+	}
+	// The whole GPU is the unit of speed, measured or not.
+	for i := range d.speed {
+		d.speed[i][len(model.Profiles)-1] = 1
+	}
+	return d, nil
+}
+
+func profileNames(m MIGModel) string {
+	names := make([]string, len(m.Profiles))
+	for i, p := range m.Profiles {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// SlicingGPUs lists the GPU models with a MIG model, sorted.
+func SlicingGPUs() []string {
+	var out []string
+	for g := range MIGModels {
+		out = append(out, g)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// whole is the index of the whole-GPU profile.
+func (d *SlicingData) whole() int { return len(d.Model.Profiles) - 1 }
+
+// Choose is the profile a policy asks for a job of type typ whose measured
+// figures are scaled by factor (1 + noise). Only the oracle reads the
+// judge's speeds.
+func (d *SlicingData) Choose(p SlicePolicy, typ int, factor float64) int {
+	j := d.Jobs[typ]
+	switch p {
+	case SliceMemory:
+		if !Known(j.MemMiB) {
+			return d.whole()
+		}
+		return d.smallest(j.MemMiB*factor, 0)
+	case SlicePrism:
+		share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true)
+		if !ok {
+			return d.whole()
+		}
+		return d.smallest(share.MemMiB, float64(share.ComputePct))
+	case SliceOracle:
+		for k, s := range d.speed[typ] {
+			if s >= SliceSpeedTarget-1e-9 {
+				return k
+			}
+		}
+	}
+	return d.whole()
+}
+
+// smallest is the first profile with at least memMiB of memory and
+// computePct per cent of the GPU's compute slices.
+func (d *SlicingData) smallest(memMiB, computePct float64) int {
+	for k, p := range d.Model.Profiles {
+		if p.MemMiB >= memMiB && 100*float64(p.Compute)/float64(d.Model.ComputeSlices) >= computePct-1e-9 {
+			return k
+		}
+	}
+	return d.whole()
+}
+
+// SliceRun is one simulation of the sizing evaluation.
+type SliceRun struct {
+	Policy SlicePolicy
+	// Load is the arrival rate as a share of what whole-GPU allocation
+	// serves: rate = Load × GPUs / mean work.
+	Load  float64
+	Noise float64
+	Seed  uint64
+	GPUs  int
+	Jobs  int
+}
+
+// SliceResult is what one run measured over the middle 60 % of arrivals.
+type SliceResult struct {
+	SliceRun
+	// Goodput is the sum of running jobs' speeds (each a fraction of the
+	// whole GPU) over the GPUs holding a job, time-averaged.
+	Goodput float64
+	// Below80 is the share of jobs whose speed while running fell below
+	// 80 % of the whole GPU's; a job that ran out of memory counts.
+	Below80 float64
+	// Median and P99 slowdown: (finish − arrival) / work alone on a whole
+	// GPU, waiting included; Late is the share above SliceLateSlowdown.
+	Median, P99, Late float64
+	// OOMs is out-of-memory starts per 1000 jobs.
+	OOMs float64
+	// Sevenths is the mean compute slices of the slice a job ran on.
+	Sevenths float64
+}
+
+// The serving criterion of GPUS NEEDED: at most SliceLateShare of jobs
+// slowed beyond SliceLateSlowdown, waiting included. Looser than packing's
+// 1.25, because a slice slows a job by design: the question is how many
+// GPUs keep nine jobs in ten within twice their whole-GPU time.
+const (
+	SliceLateSlowdown = 2.0
+	SliceLateShare    = 0.10
+)
+
+type slicedJob struct {
+	sj                 *streamJob
+	idx, prof, gpu, at int
+	remaining, speed   float64
+}
+
+// drawStream draws n jobs of types job types: work exponential with mean 1
+// (seconds alone on a whole GPU), Poisson arrivals at rate, and a noise
+// draw in [-1, 1] per job.
+func drawStream(types, n int, rate float64, seed uint64) []streamJob {
+	rng := rand.New(rand.NewPCG(seed, 0x737472))
+	noise := rand.New(rand.NewPCG(seed, 0x6e6f6973))
+	out := make([]streamJob, n)
+	t := 0.0
+	for i := range out {
+		t += rng.ExpFloat64() / rate
+		out[i] = streamJob{typ: rng.IntN(types), arrive: t, work: rng.ExpFloat64(), noise: 2*noise.Float64() - 1}
+	}
+	return out
+}
+
+// Simulate runs one configuration of the sizing evaluation.
+func (d *SlicingData) Simulate(r SliceRun) SliceResult {
+	return d.simulate(r, drawStream(len(d.Jobs), r.Jobs, r.Load*float64(r.GPUs), r.Seed))
+}
+
+// simulate is event-driven like the packing simulation. Each GPU is cut as
+// jobs come: a job takes a free placement of its profile on the fullest
+// GPU where one is free (best fit), at the highest free start, which keeps
+// slice 0 — the only start of 4g and 7g — free longest. A placement is
+// given back when its job ends (instances are created and destroyed per
+// job, as Prism's prepare and unprepare do). A job that asked for a slice
+// the judge has no speed for ran out of memory: it fails at start and
+// reruns on a whole GPU. Jobs that fit nowhere wait and are retried in
+// arrival order after every event.
+func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
+	used := make([]uint8, r.GPUs) // bit s: memory slice s is taken
+	var running, queue []*slicedJob
+	lo, hi := len(jobs)/5, len(jobs)*4/5
+	winStart, winEnd := jobs[lo].arrive, jobs[hi-1].arrive
+	finish := make([]float64, len(jobs))
+	started := make([]float64, len(jobs))
+	oomed := make([]bool, len(jobs))
+	sevenths := make([]int, len(jobs))
+	var good, busy float64
+	var ooms int
+
+	mask := func(j *slicedJob) uint8 { return placementMask(d.Model.Profiles[j.prof], j.at) }
+	schedule := func(now float64) {
+		kept := queue[:0]
+		for _, j := range queue {
+			if math.IsNaN(d.speed[j.sj.typ][j.prof]) {
+				// Did not fit: the start fails, and the job asks again for
+				// the whole GPU.
+				ooms++
+				oomed[j.idx] = true
+				j.prof = d.whole()
+			}
+			g, at := placeSlice(used, d.Model.Profiles[j.prof])
+			if g < 0 {
+				kept = append(kept, j)
+				continue
+			}
+			j.gpu, j.at, j.speed = g, at, d.speed[j.sj.typ][j.prof]
+			used[g] |= mask(j)
+			started[j.idx] = now
+			sevenths[j.idx] = d.Model.Profiles[j.prof].Compute
+			running = append(running, j)
+		}
+		queue = kept
+	}
+
+	next, now := 0, 0.0
+	for next < len(jobs) || len(queue) > 0 || len(running) > 0 {
+		dt, done := math.Inf(1), -1
+		for k, j := range running {
+			if t := j.remaining / j.speed; t < dt {
+				dt, done = t, k
+			}
+		}
+		arrival := next < len(jobs) && jobs[next].arrive-now <= dt
+		if arrival {
+			dt = jobs[next].arrive - now
+		}
+		from, to := math.Max(now, winStart), math.Min(now+dt, winEnd)
+		for _, j := range running {
+			j.remaining -= j.speed * dt
+			if to > from {
+				good += j.speed * (to - from)
+			}
+		}
+		if to > from {
+			busy += float64(busyGPUs(used)) * (to - from)
+		}
+		now += dt
+		if arrival {
+			sj := &jobs[next]
+			queue = append(queue, &slicedJob{sj: sj, idx: next, remaining: sj.work,
+				prof: d.Choose(r.Policy, sj.typ, 1+r.Noise*sj.noise)})
+			next++
+		} else {
+			j := running[done]
+			finish[j.idx] = now
+			used[j.gpu] &^= mask(j)
+			running = slices.Delete(running, done, done+1)
+		}
+		schedule(now)
+	}
+
+	res := SliceResult{SliceRun: r}
+	var slow []float64
+	var below80, late, sev int
+	for i := lo; i < hi; i++ {
+		j := jobs[i]
+		s := (finish[i] - j.arrive) / j.work
+		slow = append(slow, s)
+		if oomed[i] || j.work/(finish[i]-started[i]) < SliceSpeedTarget-1e-9 {
+			below80++
+		}
+		if s > SliceLateSlowdown+1e-9 {
+			late++
+		}
+		sev += sevenths[i]
+	}
+	n := float64(hi - lo)
+	slices.Sort(slow)
+	res.Below80, res.Late, res.Sevenths = float64(below80)/n, float64(late)/n, float64(sev)/n
+	res.Median = slow[len(slow)/2]
+	res.P99 = slow[min(len(slow)-1, int(math.Ceil(0.99*n))-1)]
+	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
+	if busy > 0 {
+		res.Goodput = good / busy
+	}
+	return res
+}
+
+// placeSlice picks a free placement of p: on the fullest GPU where one is free
+// (best fit, lowest index first), at the highest free start. used holds a
+// bit per memory slice taken. It returns -1 when no GPU has one.
+func placeSlice(used []uint8, p MIGProfile) (gpu, start int) {
+	gpu, start = -1, -1
+	most := -1
+	for g, u := range used {
+		n := bits.OnesCount8(u)
+		if n <= most {
+			continue
+		}
+		for i := len(p.Starts) - 1; i >= 0; i-- {
+			if u&placementMask(p, p.Starts[i]) == 0 {
+				gpu, start, most = g, p.Starts[i], n
+				break
+			}
+		}
+	}
+	return gpu, start
+}
+
+// placementMask is the memory slices a placement of p at start covers.
+func placementMask(p MIGProfile, start int) uint8 {
+	return uint8((1<<p.MemSlices)-1) << start
+}
+
+func busyGPUs(used []uint8) int {
+	n := 0
+	for _, u := range used {
+		if u != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// GPUsNeeded is the fewest GPUs that serve the stream of a run (its rate
+// fixed by Load × GPUs) with at most SliceLateShare of its jobs slowed
+// beyond SliceLateSlowdown; NaN when even 4 × GPUs do not.
+func (d *SlicingData) GPUsNeeded(r SliceRun) float64 {
+	jobs := drawStream(len(d.Jobs), r.Jobs, r.Load*float64(r.GPUs), r.Seed)
+	ok := func(n int) bool {
+		rr := r
+		rr.GPUs = n
+		return d.simulate(rr, slices.Clone(jobs)).Late <= SliceLateShare+1e-9
+	}
+	lo, hi := 1, 4*r.GPUs
+	if !ok(hi) {
+		return math.NaN()
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if ok(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return float64(lo)
+}
+
+// ParseSlicePolicy checks a sizing policy name.
+func ParseSlicePolicy(s string) (SlicePolicy, error) {
+	names := make([]string, len(SlicePolicies))
+	for i, p := range SlicePolicies {
+		if string(p) == s {
+			return p, nil
+		}
+		names[i] = string(p)
+	}
+	return "", fmt.Errorf("unknown MIG sizing policy %q (want one of %s)", s, strings.Join(names, ", "))
+}

@@ -1,0 +1,241 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package sim
+
+import (
+	"context"
+	"math"
+	"math/bits"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const slicing = "testdata/slicing/"
+
+func readSlicing(t *testing.T, slicesFile string) *SlicingData {
+	t.Helper()
+	m, err := ReadMeasured(slicing+"jobs.csv", "", slicing+slicesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.ForSlicing("a100-40gb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// choices names the profile each policy asks for, per job type, with the
+// measured figures scaled by factor.
+func choices(d *SlicingData, factor float64) map[SlicePolicy][]string {
+	out := map[SlicePolicy][]string{}
+	for _, p := range SlicePolicies {
+		for i := range d.Jobs {
+			out[p] = append(out[p], d.Model.Profiles[d.Choose(p, i, factor)].Name)
+		}
+	}
+	return out
+}
+
+func TestSliceChoicesFollowEachPolicysRule(t *testing.T) {
+	d := readSlicing(t, "slices.csv")
+	// Job types in file order: light, medium, heavy, fat.
+	want := map[SlicePolicy][]string{
+		SliceWhole: {"7g.40gb", "7g.40gb", "7g.40gb", "7g.40gb"},
+		// 2000, 6000, 12000 and 4000 MiB: nothing else is read.
+		SliceMemory: {"1g.5gb", "2g.10gb", "3g.20gb", "1g.5gb"},
+		// light 15 % → 25 % compute (2g is 28.6 %), 3 GiB; medium 40 % →
+		// 50 % (4g is 57.1 %), 8 GiB; heavy kept whole; fat 10 % → 20 %,
+		// 4000 × 1.2 + 512 → 6 GiB, more than 1g.5gb holds.
+		SlicePrism: {"2g.10gb", "4g.20gb", "7g.40gb", "2g.10gb"},
+		// The first slice at 80 % or more of the whole GPU.
+		SliceOracle: {"1g.5gb", "3g.20gb", "7g.40gb", "3g.20gb"},
+	}
+	if diff := cmp.Diff(want, choices(d, 1)); diff != "" {
+		t.Errorf("choices (-want +got):\n%s", diff)
+	}
+}
+
+// Only the oracle reads slices.csv: with every slice made slow, the other
+// policies choose exactly as before, at every noise factor, and the
+// oracle keeps everything whole.
+func TestOnlyTheOracleReadsTheSliceSpeeds(t *testing.T) {
+	good, slow := readSlicing(t, "slices.csv"), readSlicing(t, "slices-slow.csv")
+	for _, factor := range []float64{0.6, 0.9, 1, 1.2, 1.4} {
+		g, s := choices(good, factor), choices(slow, factor)
+		for _, p := range []SlicePolicy{SliceWhole, SliceMemory, SlicePrism} {
+			if diff := cmp.Diff(g[p], s[p]); diff != "" {
+				t.Errorf("%s at factor %g changed with the judge's table (-good +slow):\n%s", p, factor, diff)
+			}
+		}
+		if diff := cmp.Diff([]string{"7g.40gb", "7g.40gb", "7g.40gb", "7g.40gb"}, s[SliceOracle]); diff != "" {
+			t.Errorf("oracle on the slow table (-want +got):\n%s", diff)
+		}
+		if cmp.Equal(g[SliceOracle], s[SliceOracle]) {
+			t.Errorf("oracle chose the same on both tables: %v", g[SliceOracle])
+		}
+	}
+}
+
+func TestForSlicingRejectsWhatItCannotModel(t *testing.T) {
+	m, err := ReadMeasured(slicing+"jobs.csv", "", slicing+"slices-unknown-profile.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ gpu, want string }{
+		{"a100-40gb", `slices file line 3: slice "1g.10gb" is not a MIG profile of a100-40gb`},
+		{"h100-80gb", `no MIG model for gpu "h100-80gb" (models: a100-40gb)`},
+	} {
+		if _, err := m.ForSlicing(tc.gpu); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ForSlicing(%s) = %v, want an error with %q", tc.gpu, err, tc.want)
+		}
+	}
+}
+
+// Placements are NVML's: instances fit together only where their memory
+// slices do not overlap, which also keeps compute within seven slices.
+func TestPlacementsFollowTheA100Geometry(t *testing.T) {
+	m := MIGModels["a100-40gb"]
+	prof := map[string]MIGProfile{}
+	for _, p := range m.Profiles {
+		prof[p.Name] = p
+	}
+	for _, tc := range []struct {
+		name  string
+		order []string
+		// want is each instance's start, -1 where it did not fit.
+		want []int
+	}{
+		{"seven 1g, no eighth", []string{"1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb", "1g.5gb"}, []int{6, 5, 4, 3, 2, 1, 0, -1}},
+		{"4g and 3g", []string{"4g.20gb", "3g.20gb", "1g.5gb"}, []int{0, 4, -1}},
+		{"two 3g and nothing more", []string{"3g.20gb", "3g.20gb", "1g.5gb"}, []int{4, 0, -1}},
+		{"a 1g keeps slice 0 free for a 4g", []string{"1g.5gb", "4g.20gb", "3g.20gb", "2g.10gb"}, []int{6, 0, -1, 4}},
+		{"three 2g and a 1g", []string{"2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb", "1g.5gb"}, []int{4, 2, 0, 6, -1}},
+		{"the whole GPU takes everything", []string{"7g.40gb", "1g.5gb"}, []int{0, -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			used := []uint8{0}
+			var got []int
+			compute := 0
+			for _, name := range tc.order {
+				g, at := placeSlice(used, prof[name])
+				got = append(got, at)
+				if g >= 0 {
+					used[g] |= placementMask(prof[name], at)
+					compute += prof[name].Compute
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("starts (-want +got):\n%s", diff)
+			}
+			if compute > m.ComputeSlices || bits.OnesCount8(used[0]) > m.MemorySlices {
+				t.Errorf("%d compute slices and memory %08b placed", compute, used[0])
+			}
+		})
+	}
+}
+
+func TestPlacementPrefersTheFullestGPU(t *testing.T) {
+	one := MIGModels["a100-40gb"].Profiles[0]
+	// GPU 1 holds a 2g at 4: the next 1g goes there, at 6.
+	g, at := placeSlice([]uint8{0, 0b00110000, 0}, one)
+	if g != 1 || at != 6 {
+		t.Errorf("placed at gpu %d start %d, want gpu 1 start 6", g, at)
+	}
+}
+
+func TestSlicingSimulationJudgesBySliceSpeeds(t *testing.T) {
+	good, slow := readSlicing(t, "slices.csv"), readSlicing(t, "slices-slow.csv")
+	run := SliceRun{Load: 0.05, GPUs: 16, Jobs: 400, Seed: 1}
+	at := func(d *SlicingData, p SlicePolicy) SliceResult {
+		r := run
+		r.Policy = p
+		return d.Simulate(r)
+	}
+	whole := at(good, SliceWhole)
+	if math.Abs(whole.Median-1) > 1e-9 || whole.Below80 != 0 || whole.Sevenths != 7 {
+		t.Errorf("whole-gpu at 5%% load: median %g, below 80 %g, sevenths %g; want 1, 0, 7", whole.Median, whole.Below80, whole.Sevenths)
+	}
+	// On the slow table every by-memory job runs on a slice at 0.05 or ran
+	// out of memory: all below 80 %, median 20×.
+	mem := at(slow, SliceMemory)
+	if mem.Below80 != 1 || mem.Median < 19.9 || mem.Median > 20.1 {
+		t.Errorf("by-memory on the slow table: below 80 %g, median %g; want 1 and 20", mem.Below80, mem.Median)
+	}
+	// fat asks for 1g.5gb, which slices.csv lacks: a quarter of starts fail.
+	if o := at(good, SliceMemory).OOMs; o < 150 || o > 350 {
+		t.Errorf("by-memory OOMs per 1000 = %g, want about 250 (one job type in four)", o)
+	}
+	if o := at(good, SlicePrism).OOMs; o != 0 {
+		t.Errorf("prism OOMs per 1000 = %g, want 0 (its margin keeps fat off 1g.5gb)", o)
+	}
+	oracle := at(good, SliceOracle)
+	if oracle.Below80 != 0 || oracle.Goodput <= whole.Goodput {
+		t.Errorf("oracle: below 80 %g, goodput %g (whole-gpu %g); want 0 and more than whole-gpu", oracle.Below80, oracle.Goodput, whole.Goodput)
+	}
+}
+
+func TestSlicingSweepReports(t *testing.T) {
+	d := readSlicing(t, "slices.csv")
+	s := SliceSweep{Policies: SlicePolicies, Loads: []float64{0.5, 0.9}, Noises: []float64{0, 0.2}, Seeds: 3, GPUs: 8, Jobs: 300, Workers: 2, WithGPUsNeeded: true}
+	outs, err := d.Execute(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// whole-gpu and oracle once, by-memory and prism twice, per load.
+	if got, want := len(outs), 2*6*3; got != want {
+		t.Fatalf("%d runs, want %d", got, want)
+	}
+	rows := SummariseSlicing(outs)
+	if len(rows) != 12 {
+		t.Fatalf("%d rows, want 12", len(rows))
+	}
+	for _, r := range rows {
+		if r.Policy == SliceOracle {
+			whole := rows[slicesIndex(rows, SliceWhole, r.Load)]
+			if r.GPUsNeeded.N == 0 || r.GPUsNeeded.Mean > whole.GPUsNeeded.Mean {
+				t.Errorf("load %g: oracle needs %v GPUs, whole-gpu %v; want no more", r.Load, r.GPUsNeeded, whole.GPUsNeeded)
+			}
+		}
+	}
+	var b strings.Builder
+	if err := WriteSlicingReport(&b, d, s, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MIG sizing on a100-40gb: 4 job types", "fat", "oom", "load 90%: median slowdown whole-gpu"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	for _, m := range SliceMetrics {
+		var svg strings.Builder
+		if err := WriteSlicingSVG(&svg, "t", rows, m); err != nil || !strings.Contains(svg.String(), "prism, 20% noise") {
+			t.Errorf("%s plot: %v, lacks the prism line", m.Name, err)
+		}
+	}
+}
+
+func slicesIndex(rows []*SliceRow, p SlicePolicy, load float64) int {
+	for i, r := range rows {
+		if r.Policy == p && r.Load == load {
+			return i
+		}
+	}
+	return -1
+}
