@@ -43,6 +43,9 @@ type Row struct {
 	Node, Pool, Device string
 	// Product and Class are the device's productName and bandwidthClass.
 	Product, Class string
+	// Partition is, for a MIG partition, its profile at its first memory
+	// slice ("3g.20gb@0"); empty for a whole GPU.
+	Partition string
 	// Request is the claim's request.
 	Request string
 	// Matched names the first alternative (the request itself, or a
@@ -83,8 +86,19 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 		}
 	}
 
+	current := currentSlices(resourceSlices)
+	use := newCounterUse(current)
+	// A device that shares counters with one another claim holds (a
+	// partition of the same GPU, or the GPU itself) is blocked; this
+	// claim's own allocation does not block it.
+	heldByOthers := make(map[DeviceID][]Holder, len(holders))
+	for id, hs := range holders {
+		if o := others(hs, claim.Namespace, claim.Name); len(o) > 0 {
+			heldByOthers[id] = o
+		}
+	}
 	var rows []Row
-	for _, s := range currentSlices(resourceSlices) {
+	for _, s := range current {
 		node := sliceNode(s)
 		for _, d := range s.Spec.Devices {
 			device := cel.Device{Driver: s.Spec.Driver, Attributes: d.Attributes, Capacity: d.Capacity, AllowMultipleAllocations: d.AllowMultipleAllocations}
@@ -97,13 +111,21 @@ func Explain(ctx context.Context, claim *resourceapi.ResourceClaim, resourceSlic
 				if d.NodeName != nil {
 					row.Node = *d.NodeName
 				}
+				id := DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}
+				if _, ok := use.profile[id]; ok {
+					row.Partition = use.label(id)
+				}
 				row.Matched, row.Verdict = verdict(ctx, compiler, classByName, alternatives(req), device)
 				if r, ok := allocated[[3]string{s.Spec.Driver, s.Spec.Pool.Name, d.Name}]; ok && parent(r) == req.Name {
 					row.Allocated = r
 				}
-				row.HeldBy = others(onDevice(holders[DeviceID{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name}], d, s.Spec.Driver), claim.Namespace, claim.Name)
+				row.HeldBy = others(onDevice(holders[id], d, s.Spec.Driver), claim.Namespace, claim.Name)
 				if row.Matched != "" {
-					row.Verdict += availability(row.HeldBy, d, s.Spec.Driver)
+					if len(row.HeldBy) > 0 {
+						row.Verdict += availability(row.HeldBy, d, s.Spec.Driver)
+					} else if bs := use.blockers(id, heldByOthers); len(bs) > 0 {
+						row.Verdict += ", but " + use.describe(bs)
+					}
 				}
 				rows = append(rows, row)
 			}

@@ -19,6 +19,7 @@ package explain
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -28,8 +29,8 @@ import (
 const maxVerdict = 110
 
 // WriteTable prints rows as NODE, DEVICE, PRODUCT, CLASS, ALLOCATED,
-// HELD BY and VERDICT columns; REQUEST is added when rows cover several
-// requests. The verdict comes last because it is the long one.
+// HELD BY and VERDICT columns; PARTITION is added when a row is a MIG
+// partition, and REQUEST when rows cover several requests. The verdict comes last because it is the long one.
 // wide prints verdicts without shortening them.
 func WriteTable(w io.Writer, rows []Row, wide bool) error {
 	requests := make(map[string]bool)
@@ -37,14 +38,21 @@ func WriteTable(w io.Writer, rows []Row, wide bool) error {
 		requests[r.Request] = true
 	}
 	multi := len(requests) > 1
+	mig := slices.ContainsFunc(rows, func(r Row) bool { return r.Partition != "" })
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	header := []string{"NODE", "DEVICE", "PRODUCT", "CLASS"}
+	if mig {
+		header = append(header, "PARTITION")
+	}
 	if multi {
 		header = append(header, "REQUEST")
 	}
 	fmt.Fprintln(tw, strings.Join(append(header, "ALLOCATED", "HELD BY", "VERDICT"), "\t"))
 	for _, r := range rows {
 		cols := []string{r.Node, r.Device, dash(r.Product), dash(r.Class)}
+		if mig {
+			cols = append(cols, dash(r.Partition))
+		}
 		if multi {
 			cols = append(cols, r.Request)
 		}
@@ -56,7 +64,11 @@ func WriteTable(w io.Writer, rows []Row, wide bool) error {
 		if r.Allocated != "" {
 			alloc = "* " + r.Allocated
 		}
-		cols = append(cols, alloc, joinHolders(r.HeldBy), v)
+		held := joinHolders(r.HeldBy)
+		if r.Partition != "" {
+			held = partitionHolders(r.HeldBy, r.Partition)
+		}
+		cols = append(cols, alloc, held, v)
 		// Tabs and newlines in attribute values would break the columns.
 		for i := range cols {
 			cols[i] = clean(cols[i])
@@ -83,4 +95,17 @@ func clean(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// partitionHolders is the HELD BY column of a MIG partition, which is
+// never shared: "ml/job-a (3g.20gb@0)".
+func partitionHolders(holders []Holder, partition string) string {
+	if len(holders) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(holders))
+	for i, h := range holders {
+		parts[i] = fmt.Sprintf("%s (%s)", h.Claim(), partition)
+	}
+	return strings.Join(parts, ", ")
 }

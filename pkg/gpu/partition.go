@@ -149,7 +149,7 @@ func (d Device) Partitions() []Partition {
 // reader of the slice sees at a glance what a partition takes; they never
 // bind before the memory slices do on the GPUs NVIDIA ships.
 const (
-	memorySliceCounterPrefix = "memory-slice-"
+	memorySliceCounterPrefix = gpuv1alpha1.MemorySliceCounterPrefix
 	multiprocessorsCounter   = "multiprocessors"
 	copyEnginesCounter       = "copy-engines"
 	decodersCounter          = "decoders"

@@ -116,6 +116,12 @@ func (n CapacityName) Qualified() resourceapi.QualifiedName {
 	return resourceapi.QualifiedName(DriverName + "/" + string(n))
 }
 
+// MemorySliceCounterPrefix begins the name of each memory-slice counter in
+// the counter set of a GPU in MIG mode, "memory-slice-<n>" for slice n.
+// pkg/gpu publishes them and pkg/explain reads them to say which slices a
+// partition occupies and which claim holds them.
+const MemorySliceCounterPrefix = "memory-slice-"
+
 // The values of BandwidthClassAttribute: memoryBandwidthGBps in four
 // buckets, so that a claim can ask for "fast memory" without naming one
 // product's figure.

@@ -147,11 +147,18 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 			fmt.Fprintf(out, "%-9s %s\n", n.Label+":", n.Text)
 		}
 	}
+	rows := explain.Explain(ctx, claim, slices.Items, classes, holders)
 	if claim.Status.Allocation == nil {
 		fmt.Fprintln(out, "Allocated: not yet")
 	}
+	// A partition is named by its profile and where it sits, which the
+	// device name only hints at.
+	for _, r := range rows {
+		if r.Allocated != "" && r.Partition != "" {
+			fmt.Fprintf(out, "Allocated: %s: MIG partition %s of %s on %s (%s)\n", r.Allocated, r.Partition, r.Product, r.Node, r.Device)
+		}
+	}
 	fmt.Fprintln(out)
-	rows := explain.Explain(ctx, claim, slices.Items, classes, holders)
 	if len(rows) == 0 {
 		_, err := fmt.Fprintf(out, "No devices published by %s.\n", gpuv1alpha1.DriverName)
 		return err

@@ -33,6 +33,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/prismgpu/prism/pkg/explain/explaintest"
 )
 
 func TestExplainClaim(t *testing.T) {
@@ -167,6 +169,66 @@ func TestExplainGolden(t *testing.T) {
 			cmd.SetOut(&out)
 			cmd.SetErr(&bytes.Buffer{})
 			cmd.SetArgs(append([]string{"claim"}, tc.args...))
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.golden)
+			if os.Getenv("UPDATE_GOLDEN") != "" {
+				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), out.String()); diff != "" {
+				t.Errorf("explain claim output (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestExplainMIGGolden pins the output on a node with an A100 in MIG mode
+// whose two 3g.20gb partitions ml/job-a and ml/job-b hold, beside an A100
+// not in MIG mode: for job-a, the partition it was allocated; for job-c,
+// asking for a 2g.10gb or else a whole GPU, why each partition and the
+// MIG GPU are out of reach. UPDATE_GOLDEN=1 rewrites the files.
+func TestExplainMIGGolden(t *testing.T) {
+	jobC := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "job-c", Namespace: "ml"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+				{Name: "small", DeviceClassName: "gpu.prism.dev", Selectors: []resourceapi.DeviceSelector{explaintest.ProfileSelector("2g.10gb")}},
+				{Name: "whole", DeviceClassName: "gpu.prism.dev", Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: `!has(device.attributes["gpu.prism.dev"].migProfile)`,
+				}}}},
+			},
+		}}}},
+	}
+	objects := []runtime.Object{jobC}
+	for _, s := range explaintest.MIGSlices(t) {
+		objects = append(objects, &s)
+	}
+	for _, c := range explaintest.MIGClaims() {
+		objects = append(objects, &c)
+	}
+	for _, c := range load[[]resourceapi.DeviceClass](t, "classes.json") {
+		objects = append(objects, &c)
+	}
+	for _, tc := range []struct {
+		claim, golden string
+	}{
+		{claim: "job-a", golden: "explain-mig-allocated.txt"},
+		{claim: "job-c", golden: "explain-mig-blocked.txt"},
+	} {
+		t.Run(tc.claim, func(t *testing.T) {
+			cs := fake.NewClientset(objects...)
+			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SetArgs([]string{"claim", tc.claim, "--wide"})
 			if err := cmd.Execute(); err != nil {
 				t.Fatal(err)
 			}

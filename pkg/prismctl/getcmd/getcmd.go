@@ -59,7 +59,10 @@ func newCommand(newClient func() (kubernetes.Interface, error)) *cobra.Command {
 		Long: `Lists every GPU the ` + gpuv1alpha1.DriverName + ` driver publishes, one row per GPU:
 its node, product, bandwidth class, memory bandwidth, FP32 peak, memory,
 health taint, and the claims it is allocated to (the whole GPU, or their
-share of its memory) with the pods those claims are reserved for.
+share of its memory) with the pods those claims are reserved for. A GPU in
+MIG mode is one row: MODE says how many of its memory slices held devices
+occupy and how many of its partitions are still free, and HELD BY names
+each partition held ("3g.20gb@0" is a 3g.20gb at memory slice 0).
 
 Built from ResourceSlices and ResourceClaims alone; it needs list access to
 both, cluster-wide.`,

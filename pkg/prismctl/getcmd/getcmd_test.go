@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/prismgpu/prism/pkg/explain/explaintest"
 )
 
 func load[T any](t *testing.T, name string) []T {
@@ -47,6 +49,8 @@ func load[T any](t *testing.T, name string) []T {
 // only slices of the Prism driver. The fleet has a GPU held whole on a
 // node whose GPUs are not shareable (node-a), memory shares (node-b), and
 // the default share of a shareable GPU, which is the whole GPU (node-c).
+// The MIG node has an A100 in MIG mode with two 3g.20gb partitions held,
+// one row with its partitions summed up, beside an A100 not in MIG mode.
 // UPDATE_GOLDEN=1 rewrites the golden files.
 func TestGetGPUs(t *testing.T) {
 	var objects []runtime.Object
@@ -56,6 +60,13 @@ func TestGetGPUs(t *testing.T) {
 	for _, c := range load[resourceapi.ResourceClaim](t, "claims.json") {
 		objects = append(objects, &c)
 	}
+	var mig []runtime.Object
+	for _, s := range explaintest.MIGSlices(t) {
+		mig = append(mig, &s)
+	}
+	for _, c := range explaintest.MIGClaims() {
+		mig = append(mig, &c)
+	}
 	tests := []struct {
 		name    string
 		objects []runtime.Object
@@ -63,6 +74,7 @@ func TestGetGPUs(t *testing.T) {
 	}{
 		{name: "fleet", objects: objects, golden: "gpus.txt"},
 		{name: "no GPUs", golden: "no-gpus.txt"},
+		{name: "MIG node", objects: mig, golden: "gpus-mig.txt"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
