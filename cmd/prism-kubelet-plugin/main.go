@@ -115,7 +115,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.BoolVar(&o.health, "health", true, "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice.")
 	flags.StringVar(&o.ignoredXIDs, "ignored-xids", joinXIDs(plugin.DefaultIgnoredXIDs), "Comma-separated Xids that are the application's fault and taint nothing.")
 	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed; a lost GPU stays tainted until NVML reads it again.")
-	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events.")
+	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events; \"gpuInstance\":N names a MIG GPU instance.")
 	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
 	flags.BoolVar(&o.figuresAsCapacity, "figures-as-capacity", false, "Also publish memoryBandwidthGBps, fp32GFLOPS and smVersion (the compute capability as nvcc's sm_XY number) as capacities of GPUs that are not shareable, for the controller's --tier-bounds=capacity. Each capacity adds to what every CEL evaluation of the device builds, so leave it off otherwise.")
 	flags.DurationVar(&o.usageInterval, "usage-interval", plugin.DefaultUsageInterval, "How often NVML is sampled for the GPUs of prepared claims, whose runs are merged into their WorkloadProfile's status.usage at unprepare; 0 disables.")

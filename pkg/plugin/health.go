@@ -18,6 +18,7 @@ package plugin
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,11 +72,14 @@ var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 // GPU again, never by a quiet period: a dead GPU raises no further events.
 const lostValue = "gpu-lost"
 
-// unhealthy is a GPU's current taint.
+// unhealthy is the current taint of a GPU or of one MIG partition of it,
+// kept under the partition's device name ("gpu-0-mig-1g5gb-3"), which
+// names the GPU and the partition: a partition is published with its own
+// taint unless its GPU has one, which covers every part of it.
 type unhealthy struct {
-	// uuid is the GPU the taint is about, so that it is not carried over to
-	// another GPU that later gets the same device name. Empty for a GPU
-	// known only from the claims prepared on it.
+	// uuid is the GPU the taint is about (a partition's parent), so that it
+	// is not carried over to another GPU that later gets the same device
+	// name. Empty for a GPU known only from the claims prepared on it.
 	uuid      string
 	taint     resourceapi.DeviceTaint
 	lastEvent time.Time
@@ -143,6 +147,23 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		d.metrics.healthEvents.WithLabelValues("ignored").Inc()
 		return
 	}
+	// An Xid of a MIG instance taints the partition that holds it, whose
+	// taint record, like its GPU's, is kept under its device name.
+	what, instance := fmt.Sprintf("GPU %s (%s)", name, ev.UUID), []any{}
+	if ev.GPUInstance != nil && ev.XID != nvml.XIDGPULost {
+		if partition, ok := d.partitionOfInstance(ev.UUID, *ev.GPUInstance); ok {
+			name = partition
+			what = fmt.Sprintf("MIG partition %s (GPU instance %d of GPU %s)", name, *ev.GPUInstance, ev.UUID)
+			instance = []any{"gpuInstance", *ev.GPUInstance}
+		} else {
+			// Not an instance Prism created and recorded (an operator's, or
+			// one whose creation a prepare has not recorded yet): the fault
+			// cannot be placed, so the whole GPU and all its partitions are
+			// tainted, the safe side.
+			logger.Info("Xid names a GPU instance that no prepared partition holds; tainting the whole GPU",
+				"device", name, "uuid", ev.UUID, "gpuInstance", *ev.GPUInstance, "xid", ev.XID)
+		}
+	}
 	effect, value, xid := resourceapi.DeviceTaintEffectNoSchedule, "xid-"+strconv.FormatUint(ev.XID, 10), ev.XID
 	if ev.XID == nvml.XIDGPULost {
 		effect, value = resourceapi.DeviceTaintEffectNoExecute, lostValue
@@ -164,8 +185,8 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	if had && prev.taint.Value == value {
 		return
 	}
-	logger.Info("GPU unhealthy, tainting it", "device", name, "xid", ev.XID, "effect", effect)
-	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) reported Xid %d; tainted %s=%s:%s", name, ev.UUID, ev.XID, TaintKey, value, effect)
+	logger.Info("GPU unhealthy, tainting it", append([]any{"device", name, "uuid", ev.UUID, "xid", ev.XID, "effect", effect}, instance...)...)
+	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "%s reported Xid %d; tainted %s=%s:%s", what, ev.XID, TaintKey, value, effect)
 	d.saveTaints(ctx)
 	d.republish(ctx)
 }
@@ -269,6 +290,24 @@ func (d *Driver) restoreTaints(ctx context.Context) {
 	}
 }
 
+// partitionOfInstance is the MIG partition whose GPU instance, as created
+// by a prepared claim and recorded in the checkpoint, has this ID on the
+// GPU with this UUID. Instance IDs are unique on a GPU only while the
+// instance exists, so only records of instances created count.
+func (d *Driver) partitionOfInstance(parentUUID string, gpuInstance uint32) (string, bool) {
+	var name string
+	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		for _, dev := range c.Devices {
+			if m := dev.MIG; m != nil && m.Created && m.ParentUUID == parentUUID && m.GPUInstanceID == int(gpuInstance) {
+				name = dev.Name
+				return false
+			}
+		}
+		return true
+	})
+	return name, name != ""
+}
+
 func (d *Driver) deviceByUUID(uuid string) (string, bool) {
 	d.devicesMu.RLock()
 	defer d.devicesMu.RUnlock()
@@ -280,9 +319,32 @@ func (d *Driver) deviceByUUID(uuid string) (string, bool) {
 	return "", false
 }
 
+// simulatedFault is one line of a simulated faults file: an Xid on the GPU
+// at an NVML index, in one of its MIG GPU instances if GPUInstance is set.
+type simulatedFault struct {
+	GPU         int     `json:"gpu"`
+	XID         uint64  `json:"xid"`
+	GPUInstance *uint32 `json:"gpuInstance,omitempty"`
+}
+
+// parseSimulatedFault reads one line. A field it does not know is an error:
+// a misspelt gpuInstance would otherwise fail the whole GPU.
+func parseSimulatedFault(line []byte) (simulatedFault, error) {
+	var fault simulatedFault
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fault); err != nil {
+		return simulatedFault{}, fmt.Errorf("simulated fault %q: want a JSON object like {\"gpu\":0,\"xid\":48,\"gpuInstance\":1} (gpuInstance optional): %w",
+			bytes.TrimSpace(line), err)
+	}
+	return fault, nil
+}
+
 // FeedSimulatedFaults reads fault lines appended to path, one JSON object
-// per line such as {"gpu": 2, "xid": 48}, and injects them into a simulated
-// node, so that a test or the demo can make a GPU fail from outside.
+// per line such as {"gpu": 2, "xid": 48}, or {"gpu": 2, "xid": 48,
+// "gpuInstance": 1} for an Xid of a MIG GPU instance, and injects them into
+// a simulated node, so that a test or the demo can make a GPU fail from
+// outside.
 func FeedSimulatedFaults(ctx context.Context, path string, uuidOf func(index int) (string, bool), faults *nvml.Faults) {
 	logger := klog.FromContext(ctx)
 	var offset int64
@@ -309,12 +371,9 @@ func FeedSimulatedFaults(ctx context.Context, path string, uuidOf func(index int
 				break // a partial line is read again next time
 			}
 			offset += int64(len(line))
-			var fault struct {
-				GPU int    `json:"gpu"`
-				XID uint64 `json:"xid"`
-			}
-			if err := json.Unmarshal(line, &fault); err != nil {
-				logger.Error(err, "Bad simulated fault line", "line", string(line))
+			fault, err := parseSimulatedFault(line)
+			if err != nil {
+				logger.Error(err, "Bad simulated fault line")
 				continue
 			}
 			uuid, ok := uuidOf(fault.GPU)
@@ -322,7 +381,12 @@ func FeedSimulatedFaults(ctx context.Context, path string, uuidOf func(index int
 				logger.Error(fmt.Errorf("no GPU %d", fault.GPU), "Simulated fault for an unknown GPU")
 				continue
 			}
-			if err := faults.InjectXID(uuid, fault.XID); err != nil {
+			if fault.GPUInstance != nil {
+				err = faults.InjectInstanceXID(uuid, *fault.GPUInstance, fault.XID)
+			} else {
+				err = faults.InjectXID(uuid, fault.XID)
+			}
+			if err != nil {
 				logger.Error(err, "Injecting simulated fault")
 			}
 		}

@@ -37,8 +37,9 @@ const EventReasonMIGModeOff = "MIGModeOff"
 // unless the API server was seen to drop counters, each GPU in MIG mode as
 // its whole self and its partitions in slices of their own, consuming its
 // counter set, published in another slice. A partition carries its GPU's
-// taint: an unhealthy GPU is unhealthy in every part. An empty pool is one
-// empty slice, so that the scheduler sees the node has no GPUs.
+// taint: an unhealthy GPU is unhealthy in every part; else its own, from an
+// Xid of its GPU instance. An empty pool is one empty slice, so that the
+// scheduler sees the node has no GPUs.
 func (d *Driver) resourceSlices(ctx context.Context) ([]resourceslice.Slice, error) {
 	d.devicesMu.RLock()
 	devices := make([]gpu.Device, 0, len(d.devices))
@@ -82,11 +83,14 @@ func (d *Driver) resourceSlices(ctx context.Context) ([]resourceslice.Slice, err
 	for i := range out {
 		for j := range out[i].Devices {
 			dev := &out[i].Devices[j]
-			name := dev.Name
-			if parent, ok := parentOf[name]; ok {
-				name = parent
+			t, ok := taints[dev.Name]
+			if parent, isPartition := parentOf[dev.Name]; isPartition {
+				// The GPU's taint covers its partitions' own.
+				if pt, tainted := taints[parent]; tainted {
+					t, ok = pt, true
+				}
 			}
-			if t, ok := taints[name]; ok {
+			if ok {
 				dev.Taints = []resourceapi.DeviceTaint{t}
 			}
 		}

@@ -33,13 +33,23 @@ import (
 // XIDGPULost is the Xid NVML reports when a GPU has fallen off the bus.
 const XIDGPULost = 79
 
+// noInstance is NVML's GPU and compute instance ID of an event that no MIG
+// instance raised: the GPU is not in MIG mode, or the error is the whole
+// GPU's.
+const noInstance = math.MaxUint32
+
 // HealthEvent is what NVML said about one GPU: an Xid error, or that it
 // cannot be read at all.
 type HealthEvent struct {
 	// UUID is the GPU's; empty when Unreadable says its UUID cannot be read.
+	// For an Xid of a MIG instance it is still the parent GPU's.
 	UUID string
 	// XID is the Xid error code, XIDGPULost for a GPU that is gone.
 	XID uint64
+	// GPUInstance is the ID of the MIG GPU instance that raised the Xid, on
+	// the GPU UUID names; nil when the Xid is the whole GPU's. A pointer,
+	// because 0 is a valid instance ID (the instance that spans the GPU).
+	GPUInstance *uint32
 	// Unreadable says why NVML cannot read the GPU at Index (its handle or
 	// its UUID), so that its health cannot be watched; nil for an Xid.
 	Unreadable error
@@ -104,7 +114,8 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 		case ret == nvml.ERROR_TIMEOUT:
 			continue
 		case ret == nvml.ERROR_GPU_IS_LOST && data.Device != nil:
-			data.EventData = XIDGPULost
+			// The whole GPU is gone, whatever else the data says.
+			data.EventData, data.GpuInstanceId = XIDGPULost, noInstance
 		case ret != nvml.SUCCESS:
 			logger.Error(errors.New(ret.Error()), "Waiting for NVML events")
 			continue
@@ -116,7 +127,11 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		send(ctx, events, HealthEvent{UUID: uuid, XID: data.EventData})
+		ev := HealthEvent{UUID: uuid, XID: data.EventData}
+		if data.GpuInstanceId != noInstance {
+			ev.GPUInstance = &data.GpuInstanceId
+		}
+		send(ctx, events, ev)
 	}
 	return nil
 }
@@ -243,10 +258,25 @@ func (f *Faults) Registered(uuid string) <-chan struct{} {
 	return nil
 }
 
-// InjectXID raises an Xid error on the GPU with this UUID. It is an error
-// to raise one on a GPU not registered for events, which NVML would not
-// deliver.
+// InjectXID raises an Xid error on the GPU with this UUID, as the whole
+// GPU's. It is an error to raise one on a GPU not registered for events,
+// which NVML would not deliver.
 func (f *Faults) InjectXID(uuid string, xid uint64) error {
+	return f.inject(uuid, xid, noInstance)
+}
+
+// InjectInstanceXID raises an Xid error in the MIG GPU instance with this
+// ID on the GPU with this UUID, as NVML reports one: on the parent GPU,
+// naming the instance. The ID is not checked against the GPU's instances,
+// so that a test can raise one for an instance the plugin does not know.
+func (f *Faults) InjectInstanceXID(uuid string, gpuInstance uint32, xid uint64) error {
+	if gpuInstance == noInstance {
+		return fmt.Errorf("GPU instance ID %d is NVML's \"no instance\"; use InjectXID", gpuInstance)
+	}
+	return f.inject(uuid, xid, gpuInstance)
+}
+
+func (f *Faults) inject(uuid string, xid uint64, gpuInstance uint32) error {
 	w, ok := f.byUUID[uuid]
 	if !ok {
 		return fmt.Errorf("no simulated GPU %s", uuid)
@@ -256,6 +286,7 @@ func (f *Faults) InjectXID(uuid string, xid uint64) error {
 	default:
 		return fmt.Errorf("simulated GPU %s is not registered for events; NVML would not report its Xid", uuid)
 	}
-	f.queue <- nvml.EventData{Device: w.device, EventType: nvml.EventTypeXidCriticalError, EventData: xid}
+	f.queue <- nvml.EventData{Device: w.device, EventType: nvml.EventTypeXidCriticalError, EventData: xid,
+		GpuInstanceId: gpuInstance, ComputeInstanceId: noInstance}
 	return nil
 }

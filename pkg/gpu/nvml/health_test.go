@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 )
 
 // hangTimeout turns a watcher that never delivers into a failure.
@@ -204,5 +205,61 @@ func TestUnreadableGPUIsLoggedWithBackoff(t *testing.T) {
 	}
 	if diff := cmp.Diff([]any{1, 2, 4, 8}, logged); diff != "" {
 		t.Errorf("failed attempts logged at verbosity 0 (-want +got):\n%s", diff)
+	}
+}
+
+// TestWatchHealthNamesTheGPUInstance: an Xid that NVML attributes to a MIG
+// GPU instance is sent with that instance's ID, on the parent GPU's UUID;
+// one that is the whole GPU's names none. Instance 0 (the instance that
+// spans the GPU) is an instance like any other.
+func TestWatchHealthNamesTheGPUInstance(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sim := simulate(t, oneOf("NVIDIA A100-SXM4-40GB"), "node-a")
+	uuid, _ := sim.Devices()[0].GetUUID()
+	lib, faults := SimulateFaults(sim)
+	events := make(chan HealthEvent)
+	go func() { _ = WatchHealth(ctx, lib, events, wait.Backoff{}) }()
+	select {
+	case <-faults.Registered(uuid):
+	case <-time.After(hangTimeout):
+		t.Fatal("GPU never registered for events")
+	}
+
+	for _, tc := range []struct {
+		name   string
+		inject func() error
+		want   HealthEvent
+	}{{
+		name:   "whole GPU",
+		inject: func() error { return faults.InjectXID(uuid, 48) },
+		want:   HealthEvent{UUID: uuid, XID: 48},
+	}, {
+		name:   "GPU instance 5",
+		inject: func() error { return faults.InjectInstanceXID(uuid, 5, 94) },
+		want:   HealthEvent{UUID: uuid, XID: 94, GPUInstance: ptr.To[uint32](5)},
+	}, {
+		name:   "GPU instance 0",
+		inject: func() error { return faults.InjectInstanceXID(uuid, 0, 94) },
+		want:   HealthEvent{UUID: uuid, XID: 94, GPUInstance: ptr.To[uint32](0)},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.inject(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-events:
+				if diff := cmp.Diff(tc.want, got, cmpopts.EquateErrors()); diff != "" {
+					t.Errorf("health event (-want +got):\n%s", diff)
+				}
+			case <-time.After(hangTimeout):
+				t.Fatal("no health event")
+			}
+		})
+	}
+
+	if err := faults.InjectInstanceXID(uuid, noInstance, 94); err == nil {
+		t.Error("an Xid was raised on NVML's \"no instance\" ID as if it were an instance")
 	}
 }
