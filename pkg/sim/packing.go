@@ -476,13 +476,20 @@ func (d *PackingData) GPUsNeeded(r PackRun, target float64) float64 {
 		rr.GPUs = n
 		return d.simulate(rr, slices.Clone(jobs)).Late <= target
 	}
-	lo, hi := 1, 4*r.GPUs
-	if !ok(hi) {
+	return fewestGPUs(4*r.GPUs, ok)
+}
+
+// fewestGPUs is the least n in 1..most for which serves(n) holds, by
+// bisection, since more GPUs never serve a stream worse; NaN when even
+// most does not.
+func fewestGPUs(most int, serves func(n int) bool) float64 {
+	if !serves(most) {
 		return math.NaN()
 	}
+	lo, hi := 1, most
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if ok(mid) {
+		if serves(mid) {
 			hi = mid
 		} else {
 			lo = mid + 1

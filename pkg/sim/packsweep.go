@@ -22,7 +22,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sync"
 	"text/tabwriter"
 )
 
@@ -73,26 +72,12 @@ type PackOutcome struct {
 func (d *PackingData) Execute(ctx context.Context, s PackSweep) ([]PackOutcome, error) {
 	runs := s.Runs()
 	out := make([]PackOutcome, len(runs))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range max(1, s.Workers) {
-		wg.Go(func() {
-			for i := range next {
-				out[i] = PackOutcome{PackResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
-				if s.WithGPUsNeeded {
-					out[i].GPUsNeeded = d.GPUsNeeded(runs[i], InterferenceTarget)
-				}
-			}
-		})
-	}
-	for i := range runs {
-		if ctx.Err() != nil {
-			break
+	forEachParallel(ctx, s.Workers, len(runs), func(i int) {
+		out[i] = PackOutcome{PackResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+		if s.WithGPUsNeeded {
+			out[i].GPUsNeeded = d.GPUsNeeded(runs[i], InterferenceTarget)
 		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	})
 	return out, ctx.Err()
 }
 

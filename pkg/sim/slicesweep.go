@@ -22,7 +22,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"sync"
 	"text/tabwriter"
 )
 
@@ -69,26 +68,12 @@ type SliceOutcome struct {
 func (d *SlicingData) Execute(ctx context.Context, s SliceSweep) ([]SliceOutcome, error) {
 	runs := s.Runs()
 	out := make([]SliceOutcome, len(runs))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range max(1, s.Workers) {
-		wg.Go(func() {
-			for i := range next {
-				out[i] = SliceOutcome{SliceResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
-				if s.WithGPUsNeeded {
-					out[i].GPUsNeeded = d.GPUsNeeded(runs[i])
-				}
-			}
-		})
-	}
-	for i := range runs {
-		if ctx.Err() != nil {
-			break
+	forEachParallel(ctx, s.Workers, len(runs), func(i int) {
+		out[i] = SliceOutcome{SliceResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+		if s.WithGPUsNeeded {
+			out[i].GPUsNeeded = d.GPUsNeeded(runs[i])
 		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	})
 	return out, ctx.Err()
 }
 

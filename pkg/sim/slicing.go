@@ -426,19 +426,7 @@ func (d *SlicingData) GPUsNeeded(r SliceRun) float64 {
 		rr.GPUs = n
 		return d.simulate(rr, slices.Clone(jobs)).Late <= SliceLateShare+1e-9
 	}
-	lo, hi := 1, 4*r.GPUs
-	if !ok(hi) {
-		return math.NaN()
-	}
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if ok(mid) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return float64(lo)
+	return fewestGPUs(4*r.GPUs, ok)
 }
 
 // ParseSlicePolicy checks a sizing policy name.

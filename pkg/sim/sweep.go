@@ -61,21 +61,20 @@ func (s Sweep) Runs() []Run {
 	return runs
 }
 
-// Execute runs every configuration of the sweep.
-func (e *Env) Execute(ctx context.Context, s Sweep) ([]*Result, error) {
-	runs := s.Runs()
-	out := make([]*Result, len(runs))
-	errs := make([]error, len(runs))
+// forEachParallel calls f(0) to f(n-1) on workers goroutines (at least
+// one) and returns once every call that started has ended; after ctx is
+// done it starts no more.
+func forEachParallel(ctx context.Context, workers, n int, f func(i int)) {
 	var wg sync.WaitGroup
 	next := make(chan int)
-	for range max(1, s.Workers) {
+	for range max(1, workers) {
 		wg.Go(func() {
 			for i := range next {
-				out[i], errs[i] = e.Simulate(runs[i])
+				f(i)
 			}
 		})
 	}
-	for i := range runs {
+	for i := range n {
 		if ctx.Err() != nil {
 			break
 		}
@@ -83,6 +82,16 @@ func (e *Env) Execute(ctx context.Context, s Sweep) ([]*Result, error) {
 	}
 	close(next)
 	wg.Wait()
+}
+
+// Execute runs every configuration of the sweep.
+func (e *Env) Execute(ctx context.Context, s Sweep) ([]*Result, error) {
+	runs := s.Runs()
+	out := make([]*Result, len(runs))
+	errs := make([]error, len(runs))
+	forEachParallel(ctx, s.Workers, len(runs), func(i int) {
+		out[i], errs[i] = e.Simulate(runs[i])
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
