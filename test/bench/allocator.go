@@ -61,7 +61,7 @@ func GPUClass() *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},
 		Spec: resourceapi.DeviceClassSpec{
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `"`}}},
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `" && !has(device.attributes["` + gpuv1alpha1.DriverName + `"].` + string(gpuv1alpha1.MIGProfileAttribute) + `)`}}},
 		},
 	}
 }

@@ -18,9 +18,14 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // BenchmarkPlainAllocate runs the plain claim alone over the 500-node mixed
@@ -48,6 +53,39 @@ func BenchmarkPlainAllocate(b *testing.B) {
 			if _, err := a.Allocate(ctx, f.Nodes[n], []*resourceapi.ResourceClaim{c}); err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// TestClassesAreTheShippedOnes: the bench measures the DeviceClasses users
+// install, so GPUClass and TierClass must be those of
+// deployments/static/deviceclasses.yaml, selectors and all.
+func TestClassesAreTheShippedOnes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deployments", "static", "deviceclasses.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := map[string]resourceapi.DeviceClassSpec{}
+	for _, doc := range strings.Split(string(data), "\n---") {
+		var c resourceapi.DeviceClass
+		if err := yaml.Unmarshal([]byte(doc), &c); err != nil {
+			t.Fatal(err)
+		}
+		shipped[c.Name] = c.Spec
+	}
+	for _, c := range []*resourceapi.DeviceClass{GPUClass(), TierClass()} {
+		want, ok := shipped[c.Name]
+		if !ok {
+			t.Errorf("no DeviceClass %s in deviceclasses.yaml", c.Name)
+			continue
+		}
+		for i := range want.Selectors {
+			if cel := want.Selectors[i].CEL; cel != nil {
+				cel.Expression = strings.TrimSpace(cel.Expression)
+			}
+		}
+		if diff := cmp.Diff(want, c.Spec); diff != "" {
+			t.Errorf("DeviceClass %s (-shipped +bench):\n%s", c.Name, diff)
 		}
 	}
 }
