@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# Copyright The Prism Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+# Runs Prism's real-hardware checks on this machine's GPU 0 and writes every
+# result into OUT:
+#
+#   hack/gpu-check.sh OUT [STEP...]
+#
+# With STEPs (discovery, cdi, ncu, usage, pairs) it runs only those, to
+# repeat a failed check without the rest.
+#
+# 1. discovery: the published device, datasheet figures, MIG profiles (read-only)
+# 2. cdi: nvcdi's edits on the real driver root
+# 3. ncu: the CUDA kernels profiled under the preload shim by the real ncu
+# 4. usage: the plugin's NVML/GPM sampler against kernels of known shape
+# 5. pairs: each job alone, then every pair time-sliced and under MPS
+#
+# It needs nvcc, ncu and the NVIDIA driver. The Go tests behind the gpu
+# build tag are built here when go is installed; on a machine without Go,
+# build them elsewhere with `hack/gpu-check.sh --build-tests DIR` and name
+# DIR (or a .tar.xz of it) in PRISM_GPU_TESTBINS.
+#
+# It changes no setting of the GPU (MIG mode, clocks, compute and
+# persistence mode): ncu runs with --clock-control none, and the MPS control
+# daemon is an ordinary process under a private pipe directory. The
+# settings are recorded before and after, and a difference fails the run.
+
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PACKAGES=(pkg/gpu/nvml pkg/cdi pkg/profiling pkg/plugin)
+JOBS=(vectoradd fmaloop tinygrid gemm-2048 gemm-8192 copy-16m copy-2g)
+PAIR_SECONDS=${PRISM_GPU_PAIR_SECONDS:-1}
+
+build_tests() {
+  local dir=$1
+  mkdir -p "$dir"
+  for p in "${PACKAGES[@]}"; do
+    echo "building $p"
+    (cd "$ROOT" && go test -c -tags gpu -trimpath -ldflags='-s -w' -o "$dir/$(basename "$p").test" "./$p") || return 1
+  done
+}
+
+if [[ ${1:-} == --build-tests ]]; then
+  [[ $# -eq 2 ]] || { echo "usage: $0 --build-tests DIR" >&2; exit 64; }
+  build_tests "$2"
+  exit
+fi
+[[ $# -ge 1 ]] || { echo "usage: $0 OUT [STEP...] | --build-tests DIR" >&2; exit 64; }
+
+OUT=$(realpath -m "$1")
+shift
+STEPS=("$@")
+((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs)
+wanted() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
+mkdir -p "$OUT"/{logs,bin}
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+failed=0
+
+say() { echo "[$(date -u +%T)] $*" | tee -a "$SUMMARY"; }
+
+# step NAME LIMIT_S CMD...: runs one check with a time limit; its output
+# goes to logs/NAME.log, and the step's result to the summary.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  say "start $name (limit ${limit}s)"
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  local result=ok
+  if ((rc != 0)); then
+    result="FAILED rc=$rc"
+    ((rc == 124)) && result="TIMED OUT after ${limit}s"
+    failed=1
+  elif grep -q -- '^--- SKIP' "$OUT/logs/$name.log"; then
+    result="FAILED: a test skipped"
+    failed=1
+  fi
+  say "end   $name: $result in $((SECONDS - t0))s"
+  grep -E -- '^(--- |=== RUN|ok|FAIL|PASS)' "$OUT/logs/$name.log" | grep -v '=== RUN' | sed 's/^/    /' | tee -a "$SUMMARY" >/dev/null
+}
+
+settings() {
+  nvidia-smi --query-gpu=index,name,mig.mode.current,mig.mode.pending,compute_mode,persistence_mode,clocks.applications.graphics,clocks.applications.memory,power.limit,ecc.mode.current --format=csv ||
+    nvidia-smi --query-gpu=index,name,mig.mode.current,compute_mode,persistence_mode --format=csv
+}
+
+# ---- the machine ---------------------------------------------------------
+say "gpu-check on $(hostname), results in $OUT"
+settings >"$OUT/settings-before.csv" 2>&1 || { say "nvidia-smi failed: no usable GPU"; exit 1; }
+{
+  nvidia-smi
+  echo
+  nvidia-smi -q
+} >"$OUT/nvidia-smi.txt" 2>&1
+{
+  echo "kernel: $(uname -r)"
+  grep PRETTY_NAME /etc/os-release
+  nvcc --version | tail -2
+} >"$OUT/versions.txt" 2>&1
+
+NVML_LIBRARY=$(ldconfig -p | awk '$1 == "libnvidia-ml.so.1" { print $NF; exit }')
+DRIVER_ROOT=/
+for suffix in /usr/lib64 /usr/lib/x86_64-linux-gnu /lib64 /lib/x86_64-linux-gnu /usr/lib; do
+  dir=$(dirname "$NVML_LIBRARY")
+  if [[ $dir == *"$suffix" ]]; then
+    DRIVER_ROOT=${dir%"$suffix"}
+    break
+  fi
+done
+NCU_DIR=${NCU_DIR:-$(ls -d /opt/nvidia/nsight-compute/*/ 2>/dev/null | sort -V | tail -1)}
+NCU_DIR=${NCU_DIR%/}
+if [[ -z $NCU_DIR && -n $(command -v ncu) ]]; then
+  NCU_DIR=$(dirname "$(readlink -f "$(command -v ncu)")")
+fi
+"$NCU_DIR/ncu" --version >>"$OUT/versions.txt" 2>&1
+export PRISM_DRIVER_ROOT=${DRIVER_ROOT:-/} PRISM_NVML_LIBRARY=$NVML_LIBRARY NCU_DIR
+say "NVML $NVML_LIBRARY, driver root $PRISM_DRIVER_ROOT, ncu in $NCU_DIR"
+cat "$OUT/versions.txt" "$OUT/settings-before.csv" | sed 's/^/    /' | tee -a "$SUMMARY"
+
+# ---- build ---------------------------------------------------------------
+KERNELS=$OUT/bin/prism-gpu-kernels
+# The rpath lets the program find cuBLAS under the shim and ncu, whose
+# environment is the claim's alone.
+CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
+step build-kernels 180 nvcc -O3 -std=c++17 -arch=native -o "$KERNELS" "$ROOT/hack/gpu-check/kernels.cu" \
+  -lcublas -Xlinker -rpath -Xlinker "$(realpath -m "$CUDA_LIB")"
+export PRISM_GPU_KERNELS=$KERNELS PRISM_GPU_OUT=$OUT
+
+TESTBINS=$OUT/bin/tests
+if [[ -n ${PRISM_GPU_TESTBINS:-} ]]; then
+  mkdir -p "$TESTBINS"
+  if [[ -d $PRISM_GPU_TESTBINS ]]; then
+    cp "$PRISM_GPU_TESTBINS"/*.test "$TESTBINS"/
+  else
+    tar -xJf "$PRISM_GPU_TESTBINS" -C "$TESTBINS" --strip-components=1 ||
+      python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1]); [setattr(m, "name", m.name.split("/", 1)[-1]) for m in t.getmembers()]; t.extractall(sys.argv[2])' "$PRISM_GPU_TESTBINS" "$TESTBINS"
+  fi
+elif command -v go >/dev/null; then
+  step build-tests 600 build_tests "$TESTBINS"
+else
+  say "FAILED: no go and no PRISM_GPU_TESTBINS: the gpu-tagged tests cannot run"
+  failed=1
+fi
+
+# gotest NAME PACKAGE RUN LIMIT: runs a package's gpu-tagged tests in the
+# package's directory, where they find their testdata.
+gotest() {
+  local name=$1 pkg=$2 run=$3 limit=$4
+  local bin=$TESTBINS/$(basename "$pkg").test
+  if [[ ! -x $bin ]]; then
+    say "FAILED $name: $bin is missing"
+    failed=1
+    return
+  fi
+  step "$name" "$limit" bash -c 'cd "$1" && "$2" -test.run "$3" -test.v -test.count=1 -test.timeout "$4s"' _ \
+    "$ROOT/$pkg" "$bin" "$run" "$((limit - 5))"
+}
+
+# ---- 1-4: the gpu-tagged tests -------------------------------------------
+wanted discovery && gotest discovery pkg/gpu/nvml '^TestRealNVML$' 60
+wanted cdi && gotest cdi pkg/cdi '^TestNVMLSourceOnRealDriver$' 60
+wanted ncu && gotest ncu pkg/profiling '^TestGPUBoundTypes$' 240
+wanted usage && gotest usage pkg/plugin '^TestUsageSamplerOnRealGPU$' 180
+
+# ---- 5: measured pairs ---------------------------------------------------
+# run_together MODE JOB...: starts the jobs at one instant (a barrier in a
+# private directory) for PAIR_SECONDS and prints one JSON line with each
+# job's own report.
+run_together() {
+  local mode=$1
+  shift
+  local sync
+  sync=$(mktemp -d)
+  local pids=() i=0 jobs=("$@")
+  for job in "${jobs[@]}"; do
+    # A client that cannot reach the GPU (or MPS) must not hold the step.
+    timeout -k 5 60 "$KERNELS" "$job" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.$i" 2>"$sync/err.$i" &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  local deadline=$((SECONDS + 60))
+  while (($(ls "$sync" | grep -c '^ready\.') < $#)); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+    if ((alive < $#)) || ((SECONDS > deadline)); then break; fi
+    sleep 0.01
+  done
+  echo $(($(date +%s%N) + 50000000)) >"$sync/go.tmp" && mv "$sync/go.tmp" "$sync/go"
+  local rcs=()
+  for p in "${pids[@]}"; do
+    wait "$p"
+    rcs+=($?)
+  done
+  local reports=()
+  for ((i = 0; i < $#; i++)); do
+    if ((rcs[i] == 0)); then
+      reports+=("$(cat "$sync/out.$i")")
+    else
+      reports+=("{\"job\":\"${jobs[i]}\",\"error\":$(tr -d '"\\' <"$sync/err.$i" | tr '\n' ' ' | sed 's/.*/"&"/')}")
+    fi
+  done
+  local IFS=,
+  echo "{\"mode\":\"$mode\",\"jobs\":[${reports[*]}]}"
+  rm -rf "$sync"
+}
+
+pairs() {
+  local mode=$1 jobs
+  read -ra jobs <<<"$PAIR_JOBS"
+  for a in "${jobs[@]}"; do run_together "$mode" "$a"; done
+  local i j
+  for ((i = 0; i < ${#jobs[@]}; i++)); do
+    for ((j = i; j < ${#jobs[@]}; j++)); do
+      run_together "$mode" "${jobs[i]}" "${jobs[j]}"
+    done
+  done
+}
+
+# The MPS control daemon runs as an ordinary process under a private pipe
+# directory: only this run's clients find it, and no device setting changes.
+MPS_DIR=$OUT/mps
+mps_pairs() {
+  mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+  nvidia-cuda-mps-control -d || return 1
+  if ! timeout -k 5 30 "$KERNELS" tinygrid --seconds 0.2; then
+    echo "a client cannot run under MPS here; no MPS pairs" >&2
+    return 1
+  fi
+  pairs mps
+  echo "MPS servers: $(echo get_server_list | nvidia-cuda-mps-control)" >&2
+}
+
+mps_quit() {
+  echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+  for _ in $(seq 100); do pgrep -f nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
+  cp "$MPS_DIR"/log/*.log "$OUT/logs/" 2>/dev/null
+}
+
+if wanted pairs; then
+  export KERNELS PAIR_SECONDS MPS_DIR PAIR_JOBS="${JOBS[*]}"
+  export -f run_together pairs mps_pairs
+  mkdir -p "$OUT/pairs"
+  step pairs-timesliced 240 bash -c 'pairs timesliced'
+  grep '^{"mode"' "$OUT/logs/pairs-timesliced.log" >"$OUT/pairs/timesliced.jsonl"
+  (
+    export CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log
+    step pairs-mps 240 bash -c 'mps_pairs'
+    mps_quit
+    echo "$failed" >"$OUT/.mps-failed"
+  )
+  [[ $(cat "$OUT/.mps-failed") == 0 ]] || failed=1
+  grep '^{"mode"' "$OUT/logs/pairs-mps.log" >"$OUT/pairs/mps.jsonl"
+  errors=$(cat "$OUT/pairs/"*.jsonl | grep -c '"error"')
+  if ((errors > 0)); then
+    say "FAILED: $errors runs of the pairs had a job fail (pairs/*.jsonl)"
+    failed=1
+  fi
+fi
+
+# ---- the settings are as found -------------------------------------------
+settings >"$OUT/settings-after.csv" 2>&1
+if ! diff -u "$OUT/settings-before.csv" "$OUT/settings-after.csv" >>"$SUMMARY"; then
+  say "FAILED: the GPU's settings changed during the run (diff above)"
+  failed=1
+else
+  say "settings unchanged"
+fi
+say "done: $([[ $failed == 0 ]] && echo ok || echo FAILED)"
+exit $failed
