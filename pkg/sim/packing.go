@@ -130,8 +130,10 @@ type PackingData struct {
 }
 
 // GPUMemoryMiB is the memory of the GPU models the shipped data covers
-// (Gavel's K80 is one GK210 die); other models need it given.
-var GPUMemoryMiB = map[string]float64{"k80": 12 << 10, "p100": 16 << 10, "v100": 16 << 10, "a100-40gb": 40 << 10}
+// (Gavel's K80 is one GK210 die; the H100's is what NVML reported on the
+// card the pairs were measured on); other models need it given.
+var GPUMemoryMiB = map[string]float64{"k80": 12 << 10, "p100": 16 << 10, "v100": 16 << 10, "a100-40gb": 40 << 10,
+	"h100": 81559, "h100-mps": 81559}
 
 // ForGPU picks one GPU model's job types and pairs. Every pair of its job
 // types must be in the pair table: the judge has no way to rate one that

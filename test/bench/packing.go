@@ -26,9 +26,10 @@ import (
 )
 
 // PackingGPUs are the GPU models of the shipped data whose pairs were
-// measured (Gavel's; its K80 shows no gain from sharing for any policy and
-// is left to `prismctl simulate --gpu k80`).
-var PackingGPUs = []string{"v100", "p100"}
+// measured: Gavel's (its K80 shows no gain from sharing for any policy and
+// is left to `prismctl simulate --gpu k80`) and the H100 pairs of
+// hack/gpu-check.sh, time-sliced and under MPS.
+var PackingGPUs = []string{"v100", "p100", "h100", "h100-mps"}
 
 // PackingSweep is the grid `make bench` runs: every policy, four loads,
 // four noise levels for prism, ten seeds.
