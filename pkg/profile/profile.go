@@ -46,9 +46,9 @@ const (
 type Options struct {
 	// NCUVersion is recorded when the report does not carry the version.
 	NCUVersion string
-	// Device fields that are set replace what the report says. The report
-	// holds the device's index, not its product name; the kubelet plugin
-	// knows the name from NVML.
+	// Device fields that are set replace what the report says. The details
+	// page holds only the device's index (the raw page of ncu 2025.3 also
+	// the product name); the kubelet plugin knows the name from NVML.
 	Device v1alpha1.ProfiledDevice
 	// PeakFLOPS (FP32, per second) and PeakDRAMBytesPerSecond place the
 	// roofline's ridge point. When either is zero both are looked up by

@@ -24,7 +24,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
 )
@@ -60,77 +61,116 @@ func TestFromReportGolden(t *testing.T) {
 		GpuTime               int64
 		Flops, DramBytes, Ai  string
 		// Shown is what kubectl's columns print: SM, memory, occupancy.
-		Shown                      [3]string
-		Roofline                   metav1.ConditionStatus
-		RooflineReason             string
-		Top                        []v1alpha1.KernelSummary
-		Version, ComputeCapability string
+		Shown                               [3]string
+		Roofline                            metav1.ConditionStatus
+		RooflineReason                      string
+		Top                                 []v1alpha1.KernelSummary
+		Version, Product, ComputeCapability string
 	}
-	vectorAdd := "vectorAdd(const float *, const float *, float *, int)"
+	const (
+		vectorAdd = "vectorAdd(const float *, const float *, float *, int)"
+		fmaLoop   = "fmaLoop(const float *, float *)"
+		tiny      = "tinyKernel(const float *, float *)"
+	)
+	// product is what the caller says the device is (the kubelet plugin
+	// knows it from NVML); "" leaves it to the report. The raw page names
+	// the product, the details page only the device's index.
 	tests := []struct {
 		file    string
 		product string
 		want    want
 	}{{
-		file: "vectoradd_raw.csv", product: h100,
+		file: "vectoradd_raw.csv", product: "",
 		want: want{
-			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
-			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
-			Waves: "992970m", Launches: 1, GpuTime: 1_068_512,
-			Flops: "268435456", DramBytes: "3221430016", Ai: "83m", // 0.0833 FLOP/byte, far below H100's ridge of 20
+			Shown: [3]string{"33.6%", "82.3%", "76.5%"},
+			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(33_550), Memory: ptr(82_280), Dram: ptr(82_280), Occ: ptr(76_460),
+			Waves: "248240m", Launches: 1, GpuTime: 288_352,
+			// 67108864 FADD over 795293440 bytes: 0.0844 FLOP/byte, far below H100's ridge of 20
+			Flops: "67108864", DramBytes: "795293440", Ai: "84m",
 			Roofline: metav1.ConditionTrue, RooflineReason: v1alpha1.ReasonRooflineAgrees,
-			Top:               []v1alpha1.KernelSummary{{Name: vectorAdd, Launches: 1, TimeShareMilliPercent: 100_000, SMThroughputMilliPercent: 20_410, MemoryThroughputMilliPercent: 90_120}},
-			ComputeCapability: "9.0",
+			Top:     []v1alpha1.KernelSummary{{Name: vectorAdd, Launches: 1, TimeShareMilliPercent: 100_000, SMThroughputMilliPercent: 33_550, MemoryThroughputMilliPercent: 82_280}},
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
 		file: "vectoradd_details.csv", product: h100,
 		want: want{
-			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
-			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
-			Waves: "992970m", Launches: 1, GpuTime: 1_070_000,
-			DramBytes:         "3220700k", // 3.01 Tbyte/s for 1.07 ms
-			ComputeCapability: "9.0",
+			Shown: [3]string{"33.4%", "82.0%", "76.5%"},
+			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(33_440), Memory: ptr(82_040), Dram: ptr(82_040), Occ: ptr(76_480),
+			Waves: "248240m", Launches: 1, GpuTime: 289_184,
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
-		file: "fmaloop_raw.csv", product: h100,
+		file: "fmaloop_raw.csv", product: "",
 		want: want{
-			Shown: [3]string{"91.3%", "9.8%", "97.8%"},
-			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
-			Waves: "1", Launches: 1, GpuTime: 196_830,
-			Flops: "8858370048", DramBytes: "1212420", Ai: "7306354m",
+			Shown: [3]string{"97.4%", "0.4%", "60.7%"},
+			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(97_370), Memory: ptr(400), Dram: ptr(230), Occ: ptr(60_710),
+			Waves: "1", Launches: 1, GpuTime: 140_832,
+			// 4325376 FADD + 2 * 4429185024 FFMA over 1086464 bytes
+			Flops: "8862695424", DramBytes: "1086464", Ai: "8157376m",
 			Roofline: metav1.ConditionTrue, RooflineReason: v1alpha1.ReasonRooflineAgrees,
-			ComputeCapability: "9.0",
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
 		file: "fmaloop_details.csv", product: h100,
 		want: want{
-			Shown: [3]string{"91.3%", "9.8%", "97.8%"},
-			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(91_300), Memory: ptr(9_800), Dram: ptr(610), Occ: ptr(97_840),
-			Waves: "1", Launches: 1, GpuTime: 196_830,
-			ComputeCapability: "9.0",
+			Shown: [3]string{"97.4%", "0.4%", "60.7%"},
+			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(97_390), Memory: ptr(370), Dram: ptr(290), Occ: ptr(60_710),
+			Waves: "1", Launches: 1, GpuTime: 140_704,
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
-		file: "tinygrid_raw.csv", product: h100,
+		file: "tinygrid_raw.csv", product: "",
 		want: want{
-			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
-			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
-			Waves: "10m", Launches: 1, GpuTime: 4_256,
-			// (0.3026 + 2*19.3691) inst/cycle * 1.59 GHz * 4256 ns
-			Flops: "264191", DramBytes: "16380", Ai: "16129m",
-			ComputeCapability: "9.0",
+			Shown: [3]string{"0.2%", "11.5%", "3.1%"},
+			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(180), Memory: ptr(11_530), Dram: ptr(130), Occ: ptr(3_120),
+			Waves: "10m", Launches: 1, GpuTime: 2_784,
+			// 2 * 131072 FFMA over 12032 bytes; a latency-bound report
+			// gets no roofline verdict.
+			Flops: "262144", DramBytes: "12032", Ai: "21787m",
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
 		file: "tinygrid_details.csv", product: h100,
 		want: want{
-			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
-			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
-			Waves: "10m", Launches: 1, GpuTime: 4_260,
-			ComputeCapability: "9.0",
+			Shown: [3]string{"0.2%", "11.7%", "3.1%"},
+			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(180), Memory: ptr(11_700), Dram: ptr(130), Occ: ptr(3_120),
+			Waves: "10m", Launches: 1, GpuTime: 2_784,
+			Product: h100, ComputeCapability: "9.0",
 		},
 	}, {
-		// Weighted by duration: 2 ms of vectorAdd, 0.2 ms of fmaLoop,
-		// 15 us of tinyKernel; the n/a launch is left out.
-		file: "mixed_raw.csv", product: a100,
+		// Weighted by duration over 731840 ns: vectorAdd 289280 + 289184,
+		// fmaLoop 141216, tinyKernel 3136 + 2816 + 3168 + 3040.
+		file: "mixed_raw.csv", product: "",
+		want: want{
+			Shown: [3]string{"45.2%", "65.1%", "72.2%"},
+			Bound: v1alpha1.BoundTypeMemoryBound,
+			// (33.36*289280 + 33.41*289184 + 97.27*141216 + 0.16*3136 + 0.17*2816 + 0.15*3168 + 0.16*3040) / 731840 = 45.1602
+			Sm: ptr(45_160),
+			// (82.00*289280 + 82.03*289184 + 0.37*141216 + 10.23*3136 + 11.33*2816 + 10.15*3168 + 10.48*3040) / 731840 = 65.0729
+			Memory: ptr(65_073),
+			// (82.00*289280 + 82.03*289184 + 0.28*141216 + 0.11*3136 + 0.13*2816 + 0.11*3168 + 0.12*3040) / 731840 = 64.8826
+			Dram: ptr(64_883),
+			// (76.43*289280 + 76.46*289184 + 60.81*141216 + 3.12*12160) / 731840 = 72.2097
+			Occ: ptr(72_210),
+			// (248.24*578464 + 1*141216 + 0.01*12160) / 731840 = 196.4080
+			Waves: "196408m", Launches: 7, GpuTime: 731_840,
+			// 2*67108864 + (4325376 + 2*4429185024) + 4*2*131072 FLOPs over
+			// 795256576 + 795142656 + 1348608 + 11776 + 12032 + 12032 + 11776 bytes
+			Flops: "8997961728", DramBytes: "1591795456", Ai: "5653m",
+			Roofline: metav1.ConditionTrue, RooflineReason: v1alpha1.ReasonRooflineAgrees,
+			Top: []v1alpha1.KernelSummary{
+				// 578464 ns: (33.36*289280 + 33.41*289184) / 578464 = 33.3850
+				{Name: vectorAdd, Launches: 2, TimeShareMilliPercent: 79_042, SMThroughputMilliPercent: 33_385, MemoryThroughputMilliPercent: 82_015},
+				{Name: fmaLoop, Launches: 1, TimeShareMilliPercent: 19_296, SMThroughputMilliPercent: 97_270, MemoryThroughputMilliPercent: 370},
+				// 12160 ns: (10.23*3136 + 11.33*2816 + 10.15*3168 + 10.48*3040) / 12160 = 10.5264
+				{Name: tiny, Launches: 4, TimeShareMilliPercent: 1_662, SMThroughputMilliPercent: 160, MemoryThroughputMilliPercent: 10_526},
+			},
+			Product: h100, ComputeCapability: "9.0",
+		},
+	}, {
+		// Hand-written. Weighted by duration: 2 ms of vectorAdd, 0.2 ms of
+		// fmaLoop, 15 us of tinyKernel; the n/a launch is left out.
+		file: "legacy-metric-names_raw.csv", product: a100,
 		want: want{
 			Shown:  [3]string{"26.2%", "82.2%", "80.9%"},
 			Bound:  v1alpha1.BoundTypeMemoryBound,
@@ -146,7 +186,28 @@ func TestFromReportGolden(t *testing.T) {
 				{Name: "fmaLoop(float *, int)", Launches: 1, TimeShareMilliPercent: 9_029, SMThroughputMilliPercent: 90_000, MemoryThroughputMilliPercent: 10_000},
 				{Name: "tinyKernel(float *)", Launches: 3, TimeShareMilliPercent: 677, SMThroughputMilliPercent: 3_000, MemoryThroughputMilliPercent: 2_000},
 			},
-			Version: "2025.2.1.0", ComputeCapability: "8.0",
+			Version: "2025.2.1.0", Product: a100, ComputeCapability: "8.0",
+		},
+	}, {
+		// Hand-written: FP32 work per elapsed cycle.
+		file: "per-cycle-fp32_raw.csv", product: h100,
+		want: want{
+			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
+			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
+			Waves: "10m", Launches: 1, GpuTime: 4_256,
+			// (0.3026 + 2*19.3691) inst/cycle * 1.59 GHz * 4256 ns
+			Flops: "264191", DramBytes: "16380", Ai: "16129m",
+			Product: h100, ComputeCapability: "9.0",
+		},
+	}, {
+		// Hand-written: DRAM bytes from the Memory Workload Analysis rate.
+		file: "dram-rate_details.csv", product: h100,
+		want: want{
+			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
+			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
+			Waves: "992970m", Launches: 1, GpuTime: 1_070_000,
+			DramBytes: "3220700k", // 3.01 Tbyte/s for 1.07 ms
+			Product:   h100, ComputeCapability: "9.0",
 		},
 	}}
 	for _, tc := range tests {
@@ -170,7 +231,7 @@ func TestFromReportGolden(t *testing.T) {
 				Dram: st.DRAMThroughputMilliPercent, Occ: st.AchievedOccupancyMilliPercent,
 				Waves: qty(st.WavesPerSM), Launches: st.KernelLaunches, GpuTime: st.TotalGPUTimeNanoseconds,
 				Flops: qty(st.FLOPs), DramBytes: qty(st.DRAMBytes), Ai: qty(st.ArithmeticIntensity),
-				Version: st.NCUVersion, ComputeCapability: st.Device.ComputeCapability,
+				Version: st.NCUVersion, Product: st.Device.ProductName, ComputeCapability: st.Device.ComputeCapability,
 				Shown: [3]string{st.SMThroughput, st.MemoryThroughput, st.AchievedOccupancy},
 			}
 			if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRooflineConsistent); c != nil {
@@ -179,14 +240,11 @@ func TestFromReportGolden(t *testing.T) {
 			if w.Top != nil {
 				got.Top = st.TopKernels
 			}
-			if !reflect.DeepEqual(w, got) {
-				t.Errorf("status differs:\n got %s\nwant %s", asJSON(got), asJSON(w))
+			if diff := cmp.Diff(w, got); diff != "" {
+				t.Errorf("status differs (-want +got):\n%s", diff)
 			}
 			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionProfiled) {
 				t.Errorf("Profiled is not True: %+v", st.Conditions)
-			}
-			if st.Device.ProductName != tc.product {
-				t.Errorf("product %q, want %q", st.Device.ProductName, tc.product)
 			}
 			// Re-classifying the stored integers gives the stored class.
 			if c := Classify(*st.SMThroughputMilliPercent, *st.MemoryThroughputMilliPercent); c != st.BoundType {
@@ -231,12 +289,12 @@ func compareGolden(t *testing.T, name string, st v1alpha1.WorkloadProfileStatus)
 }
 
 func TestSummarizeLatencyMessage(t *testing.T) {
-	f, err := os.Open(filepath.Join("..", "ncu", "testdata", "tinygrid_raw.csv"))
+	f, err := os.Open(filepath.Join("..", "ncu", "testdata", "tinygrid_details.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	st, err := FromReport(context.Background(), f, Options{ObservedAt: observedAt, NCUVersion: "2025.2.1.0"})
+	st, err := FromReport(context.Background(), f, Options{ObservedAt: observedAt, NCUVersion: "2025.3.1.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,10 +302,11 @@ func TestSummarizeLatencyMessage(t *testing.T) {
 	if c == nil || !strings.Contains(c.Message, "0.01 waves per SM") {
 		t.Errorf("Profiled condition %+v does not explain the partial wave", c)
 	}
-	if st.NCUVersion != "2025.2.1.0" {
+	if st.NCUVersion != "2025.3.1.0" {
 		t.Errorf("ncu version %q, want the caller's", st.NCUVersion)
 	}
-	// The report names no product, so the roofline cannot be placed.
+	// The details page names no product, only the device's index, so the
+	// roofline cannot be placed.
 	if st.Device.ProductName != "" {
 		t.Errorf("product %q from a device index", st.Device.ProductName)
 	}

@@ -137,7 +137,7 @@ func (e entry) create(t *testing.T, path string) {
 }
 
 func TestCollect(t *testing.T) {
-	version := "NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.2.1.0 (build 1) (public-release)\n"
+	version := "NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2025 NVIDIA Corporation\nVersion 2025.3.1.0 (build 36398880) (public-release)\n"
 	tests := map[string]struct {
 		files      map[string]entry
 		wantReason Reason
@@ -176,7 +176,7 @@ func TestCollect(t *testing.T) {
 		"raw report with version": {
 			files:       map[string]entry{ReportFile: {fixture: "vectoradd_raw.csv"}, VersionFile: {content: version}, LogFile: {content: "==PROF== Disconnected\n"}},
 			wantKernel:  "vectorAdd(const float *",
-			wantVersion: "2025.2.1.0",
+			wantVersion: "2025.3.1.0",
 			wantFile:    ReportFile,
 		},
 		"details report": {

@@ -368,8 +368,8 @@ func TestShimEndToEnd(t *testing.T) {
 			if !strings.Contains(string(raw), "workload-stdout") && tc.wantTarget[0] != "env" {
 				t.Errorf("report lacks the workload's stdout: %q", raw)
 			}
-			if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.2.1.0" {
-				t.Errorf("status: boundType %s, ncuVersion %q; want MemoryBound from fake-ncu's vector-add report, 2025.2.1.0", st.BoundType, st.NCUVersion)
+			if st.BoundType != prismv1alpha1.BoundTypeMemoryBound || st.NCUVersion != "2025.3.1.0" {
+				t.Errorf("status: boundType %s, ncuVersion %q; want MemoryBound from fake-ncu's vector-add report, 2025.3.1.0", st.BoundType, st.NCUVersion)
 			}
 		})
 	}

@@ -61,7 +61,7 @@ func TestImportCreatesThenUpdates(t *testing.T) {
 	c := fakeClient(t)
 	newClient := func() (client.Client, string, error) { return c, "ml", nil }
 
-	out, err := run(t, newClient, "import", "--name", "train", "-f", fixture("vectoradd_raw.csv"), "--ncu-version", "2025.2.1.0", "--device", "NVIDIA H100 80GB HBM3")
+	out, err := run(t, newClient, "import", "--name", "train", "-f", fixture("vectoradd_raw.csv"), "--ncu-version", "2025.3.1.0", "--device", "NVIDIA H100 80GB HBM3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +73,8 @@ func TestImportCreatesThenUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := wp.Status
-	if st.BoundType != v1alpha1.BoundTypeMemoryBound || st.SMThroughputMilliPercent == nil || *st.SMThroughputMilliPercent != 20_410 ||
-		st.NCUVersion != "2025.2.1.0" || st.Source == nil || st.Source.Type != v1alpha1.ProfileSourceImport {
+	if st.BoundType != v1alpha1.BoundTypeMemoryBound || st.SMThroughputMilliPercent == nil || *st.SMThroughputMilliPercent != 33_550 ||
+		st.NCUVersion != "2025.3.1.0" || st.Source == nil || st.Source.Type != v1alpha1.ProfileSourceImport {
 		t.Errorf("status after import: %+v", st)
 	}
 
@@ -135,7 +135,7 @@ func TestImportErrors(t *testing.T) {
 func TestShow(t *testing.T) {
 	c := fakeClient(t)
 	newClient := func() (client.Client, string, error) { return c, "default", nil }
-	if _, err := run(t, newClient, "import", "--name", "mix", "-f", fixture("mixed_raw.csv")); err != nil {
+	if _, err := run(t, newClient, "import", "--name", "mix", "-f", fixture("mixed_raw.csv"), "--ncu-version", "2025.3.1.0"); err != nil {
 		t.Fatal(err)
 	}
 	out, err := run(t, newClient, "show", "mix")
@@ -144,12 +144,12 @@ func TestShow(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Bound:", "MemoryBound",
-		"SM throughput:", "26.205%",
-		"Memory throughput:", "82.181%",
-		"ncu version:", "2025.2.1.0",
-		"GPU time:", "2.215ms",
+		"SM throughput:", "45.16%",
+		"Memory throughput:", "65.073%",
+		"ncu version:", "2025.3.1.0",
+		"GPU time:", "731.84µs",
 		"Top kernels:",
-		"90.293%  2", "vectorAdd(const float *, const float *, float *, int)",
+		"79.042%  2", "vectorAdd(const float *, const float *, float *, int)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show output lacks %q:\n%s", want, out)

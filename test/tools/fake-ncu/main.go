@@ -44,10 +44,11 @@ import (
 //go:embed vectoradd_raw.csv
 var defaultReport []byte
 
-// Version is what "ncu --version" prints, in ncu's format.
+// Version is what "ncu --version" prints: that of the ncu that captured
+// the default report.
 const version = `NVIDIA (R) Nsight Compute Command Line Profiler
 Copyright (c) 2018-2025 NVIDIA Corporation
-Version 2025.2.1.0 (build 35987062) (public-release)
+Version 2025.3.1.0 (build 36398880) (public-release)
 `
 
 // Options that take a value; every other option is a flag.
