@@ -41,7 +41,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
-// h100 is a fully populated device, as discovery would produce it.
+// h100 is a fully populated device, as discovery would produce it: its
+// memory is what NVML reports on a real one.
 func h100() Device {
 	return Device{
 		UUID:                  "GPU-8f6b1c52-3a6e-4bd4-9d22-0c2f1b7e5a10",
@@ -53,7 +54,7 @@ func h100() Device {
 		CUDAComputeCapability: ComputeCapability{9, 0},
 		DriverVersion:         "535.104.05",
 		CUDADriverVersion:     "12.2",
-		MemoryBytes:           80 << 30,
+		MemoryBytes:           81559 << 20,
 		MemoryBusWidthBits:    5120,
 		MaxMemoryClockMHz:     2619,
 		MaxSMClockMHz:         1980,
@@ -362,7 +363,8 @@ func qualified(id string) resourceapi.QualifiedName {
 
 // TestResourceDeviceShareable: a shareable GPU offers its memory in whole
 // GiB and its compute in steps of 5 per cent. A claim that names neither
-// takes all the memory, so that it still gets a whole GPU, and no compute,
+// takes all the memory, rounded down to a whole GiB (79Gi of 81559Mi), so
+// that it still gets a whole GPU, and no compute,
 // so that a claim naming only memory shares the GPU's time as before.
 func TestResourceDeviceShareable(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
@@ -373,11 +375,11 @@ func TestResourceDeviceShareable(t *testing.T) {
 		want map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	}{
 		{"whole GPUs", PublishOptions{}, map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			qualified("memory"): {Value: resource.MustParse("80Gi")},
+			qualified("memory"): {Value: resource.MustParse("81559Mi")},
 		}},
 		{"shareable", PublishOptions{ShareMemory: true}, map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			qualified("memory"): {Value: resource.MustParse("80Gi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
-				Default: q("80Gi"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q("1Gi"), Step: q("1Gi")}}},
+			qualified("memory"): {Value: resource.MustParse("81559Mi"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default: q("79Gi"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q("1Gi"), Step: q("1Gi")}}},
 			qualified("compute"): {Value: resource.MustParse("100"), RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default: q("0"), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q("0"), Max: q("100"), Step: q("5")}}},
 		}},

@@ -29,7 +29,8 @@ type Spec struct {
 	Brand             string
 	ComputeCapability ComputeCapability
 
-	// Datasheet figures (dense, no sparsity).
+	// Datasheet figures (dense, no sparsity). MemoryGB is the marketing
+	// size ("80GB").
 	MemoryGB            int
 	MemoryType          string
 	BandwidthGBps       int
@@ -49,12 +50,21 @@ type Spec struct {
 	// the product cannot join an NVLink domain.
 	NVLinks    int
 	MIGCapable bool
+	// MemoryMiB is the framebuffer size nvmlDeviceGetMemoryInfo reports
+	// on a real board, which is less than the marketing size because
+	// the driver reserves some of it. It is set only for the products
+	// where it was measured; zero means unmeasured.
+	MemoryMiB uint64
 }
 
-// MemoryBytes is the framebuffer size the simulated backend reports. NVML
-// on real boards reports slightly less than the marketing figure; using
-// GiB keeps quantities such as "40Gi" meaningful in examples.
+// MemoryBytes is the framebuffer size the simulated backend reports, and
+// discovery's fallback when NVML cannot answer: MemoryMiB where it was
+// measured, else MemoryGB taken as GiB. Unmeasured products therefore
+// report their marketing size, a little more than a real board does.
 func (s Spec) MemoryBytes() uint64 {
+	if s.MemoryMiB > 0 {
+		return s.MemoryMiB << 20
+	}
 	return uint64(s.MemoryGB) << 30
 }
 
@@ -197,6 +207,9 @@ var specs = []Spec{
 		FP32TFLOPS: 67, FP16TensorTFLOPS: 989, MultiprocessorCount: 132,
 		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 2619, MaxSMClockMHz: 1980,
 		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 18, MIGCapable: true,
+		// NVML on an H100 SXM, driver 580.159.04
+		// (pkg/gpu/nvml/testdata/real/nvidia-h100-80gb-hbm3.golden.json).
+		MemoryMiB: 81559,
 	},
 	{
 		Product: "NVIDIA H200", Architecture: "Hopper", Brand: "NVIDIA",
@@ -205,6 +218,8 @@ var specs = []Spec{
 		FP32TFLOPS: 67, FP16TensorTFLOPS: 989, MultiprocessorCount: 132,
 		MemoryBusWidthBits: 6144, MaxMemoryClockMHz: 3125, MaxSMClockMHz: 1980,
 		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 18, MIGCapable: true,
+		// nvidia-smi's memory.total on an H200.
+		MemoryMiB: 143771,
 	},
 	{
 		// The datasheet gives no SM count for B200; 148 is the enabled SM

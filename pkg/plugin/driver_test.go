@@ -360,7 +360,10 @@ func TestSharedDeviceGuard(t *testing.T) {
 		claims  []*resourceapi.ResourceClaim
 		wantErr string // for the last claim; the others must succeed
 	}{
-		{"shares that fit", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), sharedClaim("b", "20Gi"), sharedClaim("c", "40Gi")}, ""},
+		// An H100 has 81559Mi, as NVML reports on a real one: 79Gi of
+		// whole-GiB shares fit it, 80Gi do not.
+		{"shares that fit", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), sharedClaim("b", "20Gi"), sharedClaim("c", "39Gi")}, ""},
+		{"shares of the marketing size", []*resourceapi.ResourceClaim{sharedClaim("a", "40Gi"), sharedClaim("b", "40Gi")}, "would add up to"},
 		{"shares past the GPU's memory", []*resourceapi.ResourceClaim{sharedClaim("a", "60Gi"), sharedClaim("b", "30Gi")}, "would add up to"},
 		{"whole claim after a share", []*resourceapi.ResourceClaim{sharedClaim("a", "20Gi"), allocatedClaim("b", []string{"gpu-0"})}, "refusing to share"},
 		{"share after a whole claim", []*resourceapi.ResourceClaim{allocatedClaim("a", []string{"gpu-0"}), sharedClaim("b", "20Gi")}, "refusing to share"},

@@ -39,7 +39,7 @@ const (
 func e2eFleet(mixedA100 int) *Fleet {
 	return &Fleet{Models: []Model{
 		{Name: a100, Devices: 8, BandwidthGBps: 1555, FP32GFLOPS: 19500, MemoryBytes: 40 << 30, MixedDevices: mixedA100},
-		{Name: h100, Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 67000, MemoryBytes: 80 << 30},
+		{Name: h100, Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 67000, MemoryBytes: 81559 << 20},
 		{Name: l4, Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30},
 	}}
 }
@@ -130,11 +130,11 @@ func TestExcludedNodes(t *testing.T) {
 		{"a floor every model holds excludes nothing", Profile{BoundType: prismv1alpha1.BoundTypeComputeBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: q("8Gi")}, []Option{WithFleet(e2eFleet(0)), affinity}, nil, nil},
 		{"ladder mode writes no pod terms", needs20Gi, []Option{WithFleet(e2eFleet(0)), WithPreference(PreferLadder)}, nil, nil},
 		{"a model of unknown memory is never excluded", needs20Gi, []Option{WithFleet(&Fleet{Models: []Model{
-			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 80 << 30},
+			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 81559 << 20},
 			{Name: l4, Devices: 4, BandwidthGBps: 300},
 		}}), affinity}, nil, nil},
 		{"a label value shared with a model that fits is not excluded", needs20Gi, []Option{WithFleet(&Fleet{Models: []Model{
-			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 80 << 30},
+			{Name: h100, Devices: 8, BandwidthGBps: 3350, MemoryBytes: 81559 << 20},
 			{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, MemoryBytes: 22 << 30},
 			{Name: "NVIDIA-L4", Devices: 4, BandwidthGBps: 900, MemoryBytes: 48 << 30},
 			{Name: a100, Devices: 8, BandwidthGBps: 1555, MemoryBytes: 20 << 30},

@@ -297,7 +297,7 @@ func computeShareable(f *fleet) *fleet {
 // share and gives the whole GPU through the last tier.
 func TestAllocatorGrantsTheShare(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	// 80Gi of memory hold three 8Gi shares: only compute runs out.
+	// 81559Mi of memory hold three 8Gi shares: only compute runs out.
 	shared := computeShareable(qualifiedCapacity(newFleet(t, "H100", 1, 1)))
 	whole := qualifiedCapacity(newFleet(t, "L4", 1, 1))
 	p := Profile{Name: "p", Usage: usage(32, "6Gi")}

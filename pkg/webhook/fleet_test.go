@@ -33,7 +33,7 @@ import (
 // TestRewriterCutsFromFleet: with a fleet view, the webhook cuts each claim
 // from the fleet as it is at admission, and says so in the annotation.
 func TestRewriterCutsFromFleet(t *testing.T) {
-	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20}
 	l40s := rewrite.Model{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30}
 	fleet := &rewrite.Fleet{Models: []rewrite.Model{h100}}
 	m, err := NewMetrics(nil)

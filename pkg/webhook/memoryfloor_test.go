@@ -93,7 +93,7 @@ func TestMemoryFloorProbe(t *testing.T) {
 // bandwidth tier (the H100) above the fits tier.
 func h100AndL40S() *rewrite.Fleet {
 	return &rewrite.Fleet{Models: []rewrite.Model{
-		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30},
+		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20},
 		{Name: "NVIDIA L40S", Devices: 8, BandwidthGBps: 864, FP32GFLOPS: 91600, MemoryBytes: 45 << 30},
 	}}
 }

@@ -72,7 +72,7 @@ func podObject(t *testing.T, affinity *corev1.Affinity, claims ...corev1.PodReso
 }
 
 func TestPodPreference(t *testing.T) {
-	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30}
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20}
 	l4 := rewrite.Model{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30}
 	a100 := rewrite.Model{Name: "NVIDIA A100-SXM4-80GB", Devices: 8, BandwidthGBps: 2039, FP32GFLOPS: 19500, MemoryBytes: 80 << 30}
 	threeModels := &rewrite.Fleet{Models: []rewrite.Model{h100, a100, l4}}
@@ -203,7 +203,7 @@ func TestPodPreference(t *testing.T) {
 // pod's terms.
 func TestClaimAndPodAgree(t *testing.T) {
 	fleet := &rewrite.Fleet{Models: []rewrite.Model{
-		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 80 << 30},
+		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20},
 		{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30},
 	}}
 	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })

@@ -99,7 +99,7 @@ func TestMemorySharesPackOneGPU(t *testing.T) {
 		t.Errorf("three 20Gi shares spread over %s, %s, %s; want one GPU", devices["share-a"], devices["share-b"], devices["share-c"])
 	}
 	if devices["share-d"] == devices["share-a"] {
-		t.Errorf("the 30Gi share landed on %s next to 60Gi of shares on an 80Gi GPU", devices["share-d"])
+		t.Errorf("the 30Gi share landed on %s next to 60Gi of shares on a GPU of 81559Mi", devices["share-d"])
 	}
 	var shared int
 	for _, c := range readCheckpoint(t, p.StateDir) {

@@ -76,7 +76,7 @@ func TestPublishedSlice(t *testing.T) {
 		for _, want := range []string{
 			"gpu.prism.dev/memoryBandwidthGBps:", "Int:  3352", "gpu.prism.dev/bandwidthClass:", "String:  ultra",
 			"gpu.prism.dev/fp32GFLOPS:", "gpu.prism.dev/nvlinkDomain:", "String:  NVIDIA H100 80GB HBM3", "String:  Tesla T4",
-			"resource.kubernetes.io/pciBusID:", "gpu.prism.dev/memory:", "Value:  80Gi",
+			"resource.kubernetes.io/pciBusID:", "gpu.prism.dev/memory:", "Value:  81559Mi",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("kubectl describe resourceslices lacks %q", want)

@@ -134,3 +134,21 @@ func TestFleetMIGModeNeedsAKnownBoard(t *testing.T) {
 		t.Errorf("Validate() of an A100 in MIG mode = %v", err)
 	}
 }
+
+// No simulated MIG profile holds more memory than its whole GPU reports:
+// on a real H100 the full-GPU profile (7g.80gb, 81152 MiB) is a little
+// less than the 81559 MiB NVML reports for the GPU.
+func TestSimulatedMIGProfilesFitTheirGPU(t *testing.T) {
+	for product, profiles := range simulatedMIGProfiles {
+		spec, ok := gpu.LookupSpec(product)
+		if !ok {
+			t.Errorf("%s: MIG profiles but no spec", product)
+			continue
+		}
+		for _, p := range profiles {
+			if got := p.info.MemorySizeMB << 20; got > spec.MemoryBytes() {
+				t.Errorf("%s: profile index %d has %d MiB, more than the GPU's %d bytes", product, p.index, p.info.MemorySizeMB, spec.MemoryBytes())
+			}
+		}
+	}
+}

@@ -32,11 +32,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
@@ -59,29 +57,6 @@ var realDatasheet = map[string]struct {
 // realDatasheetTolerance is the issue's bound on how far a published figure
 // may be from the datasheet.
 const realDatasheetTolerance = 0.05
-
-// perCardAttributes differ between two cards of one model, between two
-// slots of one host, or between two driver installs: they are blanked in
-// the golden so that the golden of a model pins what every card of that
-// model publishes, whichever driver the next run finds.
-var perCardAttributes = []resourceapi.QualifiedName{
-	gpuv1alpha1.DriverVersionAttribute.Qualified(),
-	gpuv1alpha1.CUDADriverVersionAttribute.Qualified(),
-	gpuv1alpha1.UUIDAttribute.Qualified(),
-	gpuv1alpha1.IndexAttribute.Qualified(),
-	gpuv1alpha1.MinorAttribute.Qualified(),
-	gpuv1alpha1.NUMANodeAttribute.Qualified(),
-	gpuv1alpha1.NVLinkDomainAttribute.Qualified(),
-	deviceattribute.StandardDeviceAttributePCIBusID,
-	deviceattribute.StandardDeviceAttributePCIeRoot,
-}
-
-// perCardString and perCardInt replace blanked values; the type is kept so
-// that the golden still says what kind of value each attribute has.
-const (
-	perCardString = "(per card)"
-	perCardInt    = -1
-)
 
 // TestRealNVML runs discovery against the host's driver:
 //
@@ -219,99 +194,6 @@ func checkPublishedGolden(t *testing.T, out, product string, rd resourceapi.Devi
 	}
 }
 
-// blankPerCard returns a copy of rd without the values that tell two cards
-// of one model apart.
-func blankPerCard(rd resourceapi.Device) resourceapi.Device {
-	out := *rd.DeepCopy()
-	out.Name = perCardString
-	for _, name := range perCardAttributes {
-		v, ok := out.Attributes[name]
-		if !ok {
-			continue
-		}
-		switch {
-		case v.StringValue != nil:
-			v.StringValue = ptr.To(perCardString)
-		case v.IntValue != nil:
-			v.IntValue = ptr.To(int64(perCardInt))
-		case v.VersionValue != nil:
-			v.VersionValue = ptr.To("0.0.0")
-		}
-		out.Attributes[name] = v
-	}
-	return out
-}
-
-// productSlug spells a product name as a file name:
-// "NVIDIA H100 80GB HBM3" is "nvidia-h100-80gb-hbm3".
-func productSlug(product string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(product) {
-		if ('a' <= r && r <= 'z') || ('0' <= r && r <= '9') {
-			b.WriteRune(r)
-			dash = false
-			continue
-		}
-		if !dash && b.Len() > 0 {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	return strings.TrimSuffix(b.String(), "-")
-}
-
-// realMIGRecord is what NVML answers about one GPU's MIG support.
-type realMIGRecord struct {
-	GPU     string `json:"gpu"`
-	Product string `json:"product"`
-	// MigModeReturn is NVML's answer to nvmlDeviceGetMigMode;
-	// ERROR_NOT_SUPPORTED means the GPU cannot do MIG.
-	MigModeReturn string `json:"migModeReturn"`
-	Current       *int   `json:"current,omitempty"`
-	Pending       *int   `json:"pending,omitempty"`
-	// Skipped are the profile indices NVML did not answer, with its return.
-	Skipped  map[int]string         `json:"skipped,omitempty"`
-	Profiles []realMIGProfileRecord `json:"profiles"`
-}
-
-type realMIGProfileRecord struct {
-	Index int `json:"index"`
-	realMIGFields
-	// Name is NVML's own (profile info v3, else v2) with its "MIG " prefix
-	// removed, or empty when neither version answers.
-	Name       string `json:"name,omitempty"`
-	NameSource string `json:"nameSource"`
-	// PrismName is what discovery derives from the v1 figures and publishes.
-	PrismName        string             `json:"prismName"`
-	Placements       []gpu.MIGPlacement `json:"placements,omitempty"`
-	PlacementsReturn string             `json:"placementsReturn"`
-}
-
-// realMIGFields are the figures of a profile that the simulator models
-// (simulated_mig.go), so the ones compared with it.
-type realMIGFields struct {
-	ID            int    `json:"id"`
-	SliceCount    int    `json:"sliceCount"`
-	InstanceCount int    `json:"instanceCount"`
-	SMs           int    `json:"multiprocessorCount"`
-	MemoryMiB     uint64 `json:"memoryMiB"`
-	CopyEngines   int    `json:"copyEngines"`
-	Decoders      int    `json:"decoders"`
-	Encoders      int    `json:"encoders"`
-	JPEGDecoders  int    `json:"jpegDecoders"`
-	OFAs          int    `json:"ofas"`
-}
-
-func migFields(info nvml.GpuInstanceProfileInfo) realMIGFields {
-	return realMIGFields{
-		ID: int(info.Id), SliceCount: int(info.SliceCount), InstanceCount: int(info.InstanceCount),
-		SMs: int(info.MultiprocessorCount), MemoryMiB: info.MemorySizeMB,
-		CopyEngines: int(info.CopyEngineCount), Decoders: int(info.DecoderCount), Encoders: int(info.EncoderCount),
-		JPEGDecoders: int(info.JpegCount), OFAs: int(info.OfaCount),
-	}
-}
-
 // recordMIG reads, and only reads, what NVML says about MIG on each GPU,
 // writes it to mig.json and holds the simulator's profile table for the
 // product to it. It never changes the MIG mode or creates an instance.
@@ -402,66 +284,6 @@ func nvmlProfileName(raw []int8) string {
 		b = append(b, byte(c))
 	}
 	return strings.TrimPrefix(strings.TrimSpace(string(b)), "MIG ")
-}
-
-// compareSimulatedMIG holds the simulator's profile table for the product,
-// if it simulates MIG on it, to what the real GPU answered: the set of
-// profile indices and the figures the table models, and the placements when
-// NVML gave them (it may not while MIG mode is off).
-func compareSimulatedMIG(t *testing.T, d gpu.Device, rec realMIGRecord) {
-	t.Helper()
-	simulated, ok := simulatedMIGProfiles[d.ProductName]
-	if !ok {
-		t.Logf("%s: the simulator does not put %q in MIG mode; nothing to compare", d.Name(), d.ProductName)
-		return
-	}
-	if len(rec.Profiles) == 0 {
-		t.Logf("%s: NVML lists no GPU-instance profile (MIG mode %s, current %v); the simulator's %d profiles for %q cannot be compared on this run",
-			d.Name(), rec.MigModeReturn, derefOr(rec.Current, -1), len(simulated), d.ProductName)
-		return
-	}
-	want := map[int]realMIGFields{}
-	wantPlacements := map[int][]gpu.MIGPlacement{}
-	for _, p := range simulated {
-		want[p.index] = migFields(p.info)
-		for _, pl := range p.placements {
-			wantPlacements[p.index] = append(wantPlacements[p.index], gpu.MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
-		}
-	}
-	got := map[int]realMIGFields{}
-	gotPlacements := map[int][]gpu.MIGPlacement{}
-	for _, p := range rec.Profiles {
-		got[p.Index] = p.realMIGFields
-		if p.PlacementsReturn == nvml.SUCCESS.String() {
-			gotPlacements[p.Index] = p.Placements
-		}
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("%s: the simulator's MIG profiles for %q (simulated_mig.go) differ from the real GPU's, by profile index (-simulated +real):\n%s",
-			d.Name(), d.ProductName, diff)
-	} else {
-		t.Logf("%s: the simulator's %d MIG profiles for %q match the real GPU's", d.Name(), len(simulated), d.ProductName)
-	}
-	if len(gotPlacements) == 0 {
-		t.Logf("%s: NVML gave no placements; the simulator's are not compared", d.Name())
-		return
-	}
-	for index := range wantPlacements {
-		if _, ok := gotPlacements[index]; !ok {
-			delete(wantPlacements, index)
-		}
-	}
-	if diff := cmp.Diff(wantPlacements, gotPlacements); diff != "" {
-		t.Errorf("%s: the simulator's MIG placements for %q differ from the real GPU's, by profile index (-simulated +real):\n%s",
-			d.Name(), d.ProductName, diff)
-	}
-}
-
-func derefOr(p *int, def int) int {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 // realOutDir is where a gpu-tagged test leaves its records:

@@ -90,7 +90,9 @@ func TestUsageFileDrivesTheFigures(t *testing.T) {
 	fleet := loadFleet(t, filepath.Join("..", "..", "..", "demo", "fleets", "mixed.yaml"))
 	fleet.UsageFile = path
 	s := simulate(t, fleet, "node-a")
-	const h100, l4 = 80 << 30, 24 << 30
+	// An H100 reports what NVML reports on a real one; an L4's memory is
+	// its marketing size, unmeasured.
+	const h100, l4 = 81559 << 20, 24 << 30
 	// Before the file exists.
 	idle := figures{MemoryFree: h100, ProcessUtilRet: nvml.ERROR_NOT_FOUND, GPM: true}
 	if diff := cmp.Diff(idle, readFigures(t, s, 0)); diff != "" {
