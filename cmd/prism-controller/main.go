@@ -72,8 +72,8 @@ type options struct {
 	excludeUnfitNodes              bool
 	serviceName, namespace, policy string
 	preference, replicaName        string
-	memoryFloor                    string
-	tierBounds                     string
+	memoryFloor                    rewrite.Form
+	tierBounds                     rewrite.Form
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -104,8 +104,9 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	flags.BoolVar(&o.excludeUnfitNodes, "exclude-unfit-nodes", true, "with --preference=affinity, also give a pod a required node-affinity term that keeps it off single-model nodes whose GPU model is below its claim's memory floor, where the claim cannot allocate anyway; the scheduler then rejects those nodes without running the DRA allocator on them")
-	flags.StringVar(&o.tierBounds, "tier-bounds", "capacity", "how a fleet tier's lower bound on a figure, and a compute-capability floor, are written: cel (a selector) or capacity (a capacity request the allocator checks without CEL; only with --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and where the GPUs publish the figures as capacities, the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
-	flags.StringVar(&o.memoryFloor, "memory-floor", "capacity", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; assumes DRAConsumableCapacity in kube-scheduler wherever the API server has it on, its default since 1.36, which the controller cannot see; it probes the API server in --namespace and keeps CEL until that answers yes, and on fleets with shareable GPUs)")
+	o.tierBounds, o.memoryFloor = rewrite.FormCapacity, rewrite.FormCapacity
+	flags.Var(&o.tierBounds, "tier-bounds", "how a fleet tier's lower bound on a figure, and a compute-capability floor, are written: cel (a selector) or capacity (a capacity request the allocator checks without CEL; only with --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and where the GPUs publish the figures as capacities, the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
+	flags.Var(&o.memoryFloor, "memory-floor", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; assumes DRAConsumableCapacity in kube-scheduler wherever the API server has it on, its default since 1.36, which the controller cannot see; it probes the API server in --namespace and keeps CEL until that answers yes, and on fleets with shareable GPUs)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -156,12 +157,6 @@ func (o *options) validate() error {
 	}
 	if _, err := rewrite.ParsePreference(o.preference); err != nil {
 		errs = append(errs, fmt.Errorf("--preference: %w", err))
-	}
-	if _, err := webhook.ParseForm(o.memoryFloor); err != nil {
-		errs = append(errs, fmt.Errorf("--memory-floor: %w", err))
-	}
-	if _, err := webhook.ParseForm(o.tierBounds); err != nil {
-		errs = append(errs, fmt.Errorf("--tier-bounds: %w", err))
 	}
 	if o.selfSigned && o.namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required with --self-signed"))

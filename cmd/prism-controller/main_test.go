@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prismgpu/prism/pkg/rewrite"
+
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -107,22 +109,30 @@ func TestEnvironment(t *testing.T) {
 func TestCapacityFormsFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args                    []string
-		memoryFloor, tierBounds string
+		memoryFloor, tierBounds rewrite.Form
 		wantErr                 string
 	}{
 		{nil, "capacity", "capacity", ""},
 		{[]string{"--memory-floor=cel"}, "cel", "capacity", ""},
 		{[]string{"--memory-floor=cel", "--tier-bounds=cel"}, "cel", "cel", ""},
-		{[]string{"--tier-bounds=fast"}, "capacity", "fast", `unknown form "fast"`},
+		{[]string{"--tier-bounds=fast"}, "", "", `unknown form "fast"`},
 	} {
 		var o options
-		if err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false }); err != nil {
+		err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false })
+		if tc.memoryFloor == "" {
+			// A form is typed from the flag on: a wrong one fails parsing.
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: parse error %v, want one containing %s", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		if o.memoryFloor != tc.memoryFloor || o.tierBounds != tc.tierBounds {
 			t.Errorf("%q: --memory-floor=%s --tier-bounds=%s, want %s and %s", tc.args, o.memoryFloor, o.tierBounds, tc.memoryFloor, tc.tierBounds)
 		}
-		err := o.validate()
+		err = o.validate()
 		switch {
 		case tc.wantErr == "" && err != nil:
 			t.Errorf("%q: %v", tc.args, err)

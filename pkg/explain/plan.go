@@ -84,11 +84,11 @@ func PlanNotes(annotation string) []PlanNote {
 	}
 	// Where the operator asked for capacity requests, say which form each
 	// need took: a "cel: ..." here is why the claim is not the cheap one.
-	if p.MemoryFloor != "" {
-		notes = append(notes, PlanNote{"Memory floor", p.MemoryFloor})
+	if !p.MemoryFloor.IsZero() {
+		notes = append(notes, PlanNote{"Memory floor", p.MemoryFloor.String()})
 	}
-	if p.TierBounds != "" {
-		notes = append(notes, PlanNote{"Tier bounds", p.TierBounds})
+	if !p.TierBounds.IsZero() {
+		notes = append(notes, PlanNote{"Tier bounds", p.TierBounds.String()})
 	}
 	notes = append(notes, shareNotes(p.Share)...)
 	for _, a := range p.Alternatives {

@@ -258,7 +258,7 @@ func TestTierClassKeepsForeignDevicesOut(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if plan.TierBounds == FormCapacity {
+					if plan.TierBounds.Form == FormCapacity {
 						boundsApplied++
 					}
 					res, err := a.Allocate(context.Background(), f.nodes[0], []*resourceapi.ResourceClaim{claimFor(spec)})
@@ -588,7 +588,7 @@ func TestTierBoundsAllocateWhereCELDoes(t *testing.T) {
 								t.Fatal(err)
 							}
 							what := fmt.Sprintf("%s/%s %s cc %q user %q", bound, policy, peak, cc, user)
-							if plan.TierBounds == FormCapacity {
+							if plan.TierBounds.Form == FormCapacity {
 								exercised++
 								checkBounds(t, what, capacity, len(user) == 0)
 							}

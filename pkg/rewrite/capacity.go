@@ -17,7 +17,9 @@ limitations under the License.
 package rewrite
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -45,26 +47,97 @@ func MemoryFloorAsCapacity() Option {
 	return func(o *options) { o.capacityFloor = true }
 }
 
-// The forms a need can take, as Plan.MemoryFloor and Plan.TierBounds name
-// them; a declined capacity form reads "cel: why".
+// Form is how a need is written into a claim.
+type Form string
+
 const (
-	FormCapacity = "capacity"
-	FormCEL      = "cel"
+	// FormCapacity is a capacity request, which the allocator checks
+	// without CEL.
+	FormCapacity Form = "capacity"
+	// FormCEL is a CEL selector, which holds whatever the feature gates.
+	FormCEL Form = "cel"
 )
+
+// ParseForm reads a form as flags and people spell it.
+func ParseForm(s string) (Form, error) {
+	switch f := Form(s); f {
+	case FormCEL, FormCapacity:
+		return f, nil
+	}
+	return "", fmt.Errorf("unknown form %q: must be %q or %q", s, FormCEL, FormCapacity)
+}
+
+// String, Set and Type make a Form a flag value, so that a flag's form
+// reaches the rewrite typed.
+func (f Form) String() string { return string(f) }
+
+func (f *Form) Set(s string) error {
+	v, err := ParseForm(s)
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
+func (*Form) Type() string { return "form" }
+
+// FormChoice is the form a need took where the caller asked for the
+// capacity form, and why CEL was kept where it was declined. The zero value
+// means the capacity form was not asked for.
+type FormChoice struct {
+	Form Form
+	// Why is set where the capacity form was declined.
+	Why string
+}
+
+func capacityForm() FormChoice { return FormChoice{Form: FormCapacity} }
+
+func celBecause(format string, args ...any) FormChoice {
+	return FormChoice{Form: FormCEL, Why: fmt.Sprintf(format, args...)}
+}
+
+// IsZero lets the plan leave out a choice that was not asked for.
+func (c FormChoice) IsZero() bool { return c == FormChoice{} }
+
+// String is the choice as the plan's JSON and explain show it: "capacity",
+// or "cel: why".
+func (c FormChoice) String() string {
+	if c.Why == "" {
+		return string(c.Form)
+	}
+	return string(c.Form) + ": " + c.Why
+}
+
+func (c FormChoice) MarshalJSON() ([]byte, error) { return json.Marshal(c.String()) }
+
+func (c *FormChoice) UnmarshalJSON(data []byte) error {
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		return err
+	}
+	form, why, _ := strings.Cut(s, ": ")
+	f, err := ParseForm(form)
+	if err != nil {
+		return err
+	}
+	*c = FormChoice{Form: f, Why: why}
+	return nil
+}
 
 // memoryFloorForm decides between the capacity request and the CEL floor
 // where the caller asked for the capacity request, and says why when it is
 // declined.
-func (o *options) memoryFloorForm() (capacity bool, why string) {
+func (o *options) memoryFloorForm() (capacity bool, choice FormChoice) {
 	if !o.capacityFloor {
-		return false, ""
+		return false, FormChoice{}
 	}
 	if o.fleet != nil {
 		if shared := o.fleet.sharedDevices(); shared > 0 {
-			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a floor", FormCEL, shared)
+			return false, celBecause("%d GPUs are published shareable, where a capacity request is a share, not a floor", shared)
 		}
 	}
-	return true, FormCapacity
+	return true, capacityForm()
 }
 
 // TierBoundsAsCapacity writes a fleet tier whose test is a lower bound on a
@@ -98,9 +171,9 @@ const GuardAttribute = resourceapi.FullyQualifiedName(gpuv1alpha1.DriverName + "
 // tierBoundsForm decides, for the whole claim, between capacity requests and
 // CEL for the tier bounds where the caller asked for capacity requests, and
 // says why when they are declined.
-func (o *options) tierBoundsForm() (capacity bool, why string) {
+func (o *options) tierBoundsForm() (capacity bool, choice FormChoice) {
 	if !o.capacityBounds {
-		return false, ""
+		return false, FormChoice{}
 	}
 	if o.fleet != nil {
 		shared, without := o.fleet.sharedDevices(), 0
@@ -111,12 +184,12 @@ func (o *options) tierBoundsForm() (capacity bool, why string) {
 		}
 		switch {
 		case shared > 0:
-			return false, fmt.Sprintf("%s: %d GPUs are published shareable, where a capacity request is a share, not a bound", FormCEL, shared)
+			return false, celBecause("%d GPUs are published shareable, where a capacity request is a share, not a bound", shared)
 		case without > 0:
-			return false, fmt.Sprintf("%s: %d GPUs publish no figures as capacities (the plugin's --figures-as-capacity)", FormCEL, without)
+			return false, celBecause("%d GPUs publish no figures as capacities (the plugin's --figures-as-capacity)", without)
 		}
 	}
-	return true, FormCapacity
+	return true, capacityForm()
 }
 
 // boundsFit says why one request cannot carry tier bounds as capacity

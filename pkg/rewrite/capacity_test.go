@@ -18,11 +18,14 @@ package rewrite
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/google/go-cmp/cmp"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -46,11 +49,11 @@ func TestMemoryFloorForm(t *testing.T) {
 		wantCEL     bool
 	}{
 		{"not asked: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
-		{"no fleet known: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"fleet with shareable GPUs: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, FormCEL + ": 4 GPUs are published shareable", "", true},
-		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, FormCapacity, "39Gi", false},
-		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, FormCEL + ": every rewritten request names its own", "30Gi", true},
+		{"no fleet known: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, string(FormCEL) + ": 4 GPUs are published shareable", "", true},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
+		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCEL) + ": every rewritten request names its own", "30Gi", true},
 		{"a memory share is a share, not a floor", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,7 +65,7 @@ func TestMemoryFloorForm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(plan.MemoryFloor, tc.wantPlan) || (tc.wantPlan == "") != (plan.MemoryFloor == "") {
+			if got := plan.MemoryFloor.String(); !strings.HasPrefix(got, tc.wantPlan) || (tc.wantPlan == "") != plan.MemoryFloor.IsZero() {
 				t.Errorf("plan.MemoryFloor %q, want it to start with %q", plan.MemoryFloor, tc.wantPlan)
 			}
 			subs := out.Devices.Requests[0].FirstAvailable
@@ -79,5 +82,45 @@ func TestMemoryFloorForm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFormChoiceInThePlan: a form choice is one string in the plan's
+// annotation, as people read it, and reads back typed; a choice not asked
+// for is left out.
+func TestFormChoiceInThePlan(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		choice FormChoice
+		// field is the plan's memoryFloor field as written, "" for none.
+		field string
+	}{
+		{"not asked", FormChoice{}, ""},
+		{"capacity", FormChoice{Form: FormCapacity}, `"memoryFloor":"capacity"`},
+		{"declined", FormChoice{Form: FormCEL, Why: "4 GPUs are published shareable: a share"}, `"memoryFloor":"cel: 4 GPUs are published shareable: a share"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := json.Marshal(Plan{MemoryFloor: tc.choice})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.field == "" && strings.Contains(string(data), "memoryFloor"):
+				t.Errorf("plan JSON %s names a memory floor that was not asked for", data)
+			case tc.field != "" && !strings.Contains(string(data), tc.field):
+				t.Errorf("plan JSON %s, want it to hold %s", data, tc.field)
+			}
+			var back Plan
+			if err := json.Unmarshal(data, &back); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.choice, back.MemoryFloor); diff != "" {
+				t.Errorf("read back (-want +got):\n%s", diff)
+			}
+		})
+	}
+	var p Plan
+	if err := json.Unmarshal([]byte(`{"memoryFloor":"fast"}`), &p); err == nil {
+		t.Error("a plan with an unknown form reads back without an error")
 	}
 }

@@ -51,14 +51,13 @@ type Plan struct {
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
 	HardNeeds string `json:"hardNeeds,omitempty"`
 	// MemoryFloor is how the memory floor was written, where the caller
-	// asked for a capacity request (MemoryFloorAsCapacity): "capacity", or
-	// "cel" and why the capacity request was declined.
-	MemoryFloor string `json:"memoryFloor,omitempty"`
+	// asked for a capacity request (MemoryFloorAsCapacity), and why the
+	// capacity request was declined where it was.
+	MemoryFloor FormChoice `json:"memoryFloor,omitzero"`
 	// TierBounds is how the tiers' lower bounds and the compute-capability
 	// floor were written, where the caller asked for capacity requests
-	// (TierBoundsAsCapacity): "capacity", or "cel" and why the capacity
-	// requests were declined.
-	TierBounds string `json:"tierBounds,omitempty"`
+	// (TierBoundsAsCapacity), and why they were declined where they were.
+	TierBounds FormChoice `json:"tierBounds,omitzero"`
 	// Share is what the share step decided, where the caller offered
 	// shares (ShareFromUsage): the share and the measured use it was
 	// sized from, or why the claim keeps whole GPUs.

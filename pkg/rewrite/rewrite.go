@@ -240,7 +240,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 	}
 
-	capacityFloor, floorForm := false, ""
+	capacityFloor, floorForm := false, FormChoice{}
 	if n.floor != nil && n.share == nil {
 		capacityFloor, floorForm = o.memoryFloorForm()
 	}
@@ -250,7 +250,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	// (a ladder with a bound tier is always cut from one).
 	ccBound := n.cc >= 0 && o.fleet != nil
 	if bounds && !ccBound && !slices.ContainsFunc(full, func(t tier) bool { return t.bound != nil }) {
-		bounds, boundsForm = false, FormCEL+": no tier of this ladder is a lower bound on a figure, and there is no compute-capability floor"
+		bounds, boundsForm = false, celBecause("no tier of this ladder is a lower bound on a figure, and there is no compute-capability floor")
 	}
 	logger := klog.FromContext(ctx)
 	optedOut := 0 // requests that keep whole GPUs by their GpuConfig
@@ -278,14 +278,14 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		}
 		// A memory amount the user wrote stays the request; the floor stays
 		// in CEL beside it (see subrequests).
-		if capacityFloor && plan.MemoryFloor == "" && !namesMemory(req.Exactly) {
+		if capacityFloor && plan.MemoryFloor.IsZero() && !namesMemory(req.Exactly) {
 			plan.MemoryFloor = floorForm
 		}
 		requestBounds := bounds
 		if why := boundsFit(req.Exactly, len(out.Devices.Constraints)); bounds && why != "" {
 			requestBounds = false
-			if boundsForm == FormCapacity {
-				boundsForm = fmt.Sprintf("%s: request %s %s", FormCEL, req.Name, why)
+			if boundsForm.Form == FormCapacity {
+				boundsForm = celBecause("request %s %s", req.Name, why)
 			}
 		}
 		subs, err := subrequests(req.Exactly, reqLadder, reqGenerated, n, capacityFloor, requestBounds)
@@ -296,7 +296,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		req.Exactly = nil
 		if requestBounds {
 			out.Devices.Constraints = append(out.Devices.Constraints, guard(req.Name))
-			plan.TierBounds = FormCapacity
+			plan.TierBounds = capacityForm()
 		}
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}
@@ -309,15 +309,15 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	for _, t := range alternatives {
 		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
-	if plan.TierBounds == "" && len(plan.Rewritten) > 0 {
-		plan.TierBounds = boundsForm // declined, and why; "" where not asked
+	if plan.TierBounds.IsZero() && len(plan.Rewritten) > 0 {
+		plan.TierBounds = boundsForm // declined, and why; zero where not asked
 	}
 	switch {
-	case len(plan.Rewritten) == 0 || plan.MemoryFloor != "":
+	case len(plan.Rewritten) == 0 || !plan.MemoryFloor.IsZero():
 	case capacityFloor:
-		plan.MemoryFloor = FormCEL + ": every rewritten request names its own " + string(gpuv1alpha1.MemoryCapacity.Qualified()) + " amount"
+		plan.MemoryFloor = celBecause("every rewritten request names its own %s amount", gpuv1alpha1.MemoryCapacity.Qualified())
 	default:
-		plan.MemoryFloor = floorForm // declined, and why; "" where not asked
+		plan.MemoryFloor = floorForm // declined, and why; zero where not asked
 	}
 	logger.V(5).Info("Rewrote claim spec", "profile", plan.Profile, "boundType", bound, "policy", policy, "rewritten", plan.Rewritten, "untouched", len(plan.Untouched))
 	return out, plan, nil

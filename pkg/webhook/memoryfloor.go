@@ -33,20 +33,6 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// ParseForm checks a --memory-floor or --tier-bounds value: rewrite.FormCEL,
-// a selector that holds whatever the cluster's feature gates, or
-// rewrite.FormCapacity, a capacity request the allocator checks without
-// CEL, which assumes DRAConsumableCapacity on in kube-scheduler wherever the
-// API server has it (the controller checks the API server itself,
-// MemoryFloorProbe, and the fleet per claim).
-func ParseForm(s string) (string, error) {
-	switch s {
-	case rewrite.FormCEL, rewrite.FormCapacity:
-		return s, nil
-	}
-	return "", fmt.Errorf("unknown form %q: must be %q or %q", s, rewrite.FormCEL, rewrite.FormCapacity)
-}
-
 // MemoryFloorProbe finds out whether the API server keeps a ResourceClaim's
 // capacity requests. With DRAConsumableCapacity off it drops them from a new
 // claim without an error, and a floor written as one would be gone: the

@@ -152,8 +152,8 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	if mem, cel := request(8); mem != "" || !cel {
 		t.Errorf("fleet with shareable GPUs: memory request %q, CEL floor %v; want none and CEL", mem, cel)
 	}
-	for form, want := range map[string]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
-		if got := testutil.ToFloat64(m.memoryFloor.WithLabelValues(form)); got != want {
+	for form, want := range map[rewrite.Form]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
+		if got := testutil.ToFloat64(m.memoryFloor.WithLabelValues(string(form))); got != want {
 			t.Errorf("prism_webhook_memory_floor_total{form=%q} = %v, want %v", form, got, want)
 		}
 	}
@@ -194,8 +194,8 @@ func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
 	if b, g := request(3); b || g {
 		t.Errorf("3 GPUs without figure capacities: capacity bound %v, guard %v; want neither", b, g)
 	}
-	for form, want := range map[string]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
-		if got := testutil.ToFloat64(m.tierBounds.WithLabelValues(form)); got != want {
+	for form, want := range map[rewrite.Form]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
+		if got := testutil.ToFloat64(m.tierBounds.WithLabelValues(string(form))); got != want {
 			t.Errorf("prism_webhook_tier_bounds_total{form=%q} = %v, want %v", form, got, want)
 		}
 	}

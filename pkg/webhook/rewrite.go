@@ -265,11 +265,11 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		return outcome{skip: skipEncodeError, message: err.Error()}
 	}
 	r.opts.Metrics.rewrites.WithLabelValues(string(plan.BoundType), string(plan.Policy)).Inc()
-	if form, _, _ := strings.Cut(plan.MemoryFloor, ":"); form != "" {
-		r.opts.Metrics.memoryFloor.WithLabelValues(form).Inc()
+	if f := plan.MemoryFloor.Form; f != "" {
+		r.opts.Metrics.memoryFloor.WithLabelValues(string(f)).Inc()
 	}
-	if form, _, _ := strings.Cut(plan.TierBounds, ":"); form != "" {
-		r.opts.Metrics.tierBounds.WithLabelValues(form).Inc()
+	if f := plan.TierBounds.Form; f != "" {
+		r.opts.Metrics.tierBounds.WithLabelValues(string(f)).Inc()
 	}
 	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
 	if s := shareSummary(plan); s != "" {

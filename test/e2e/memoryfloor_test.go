@@ -78,7 +78,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 		}
 	}
 	var plan rewrite.Plan
-	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.MemoryFloor != rewrite.FormCapacity {
+	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.MemoryFloor.Form != rewrite.FormCapacity {
 		t.Errorf("claim's plan %q does not say the floor is a capacity request (%v)", claim.Annotations[rewrite.AnnotationKey], err)
 	}
 }
