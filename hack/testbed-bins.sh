@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test-bed binaries (etcd, Kubernetes control plane, kubelet, kubectl, helm,
-# containerd with its runc shim and ctr) from the Go module proxy into a cache keyed by
-# each tool module's go.mod and go.sum. A second run with the same key builds nothing.
-# As root it also installs, once, the Debian packages the real-runtime test bed uses
-# (runc, and containernetworking-plugins for the loopback CNI plugin).
+# Kueue and its CRDs, containerd with its runc shim and ctr) from the Go module proxy
+# into a cache keyed by each tool module's go.mod and go.sum. A second run with the same
+# key builds nothing. As root it also installs, once, the Debian packages the
+# real-runtime test bed uses (runc, and containernetworking-plugins for the loopback CNI
+# plugin).
 # Prints the bin directory on stdout's last line so callers can do:
 #   BIN=$(hack/testbed-bins.sh | tail -1)
 # KUBE_VERSION picks another Kubernetes release for the version matrix (make
@@ -71,6 +72,22 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; 
 done
 if [[ -d "$root/hack/tools/helm" ]]; then
 	build helm helm helm.sh/helm/v3/cmd/helm
+fi
+# Kueue's controller manager for the Kueue e2e, with its CRDs copied from the module
+# into the same cache directory (the test bed applies them without a network).
+if [[ -d "$root/hack/tools/kueue" ]]; then
+	kueue_version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/kueue" { print $3 }' "$root/hack/tools/kueue/go.mod")
+	build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+	kueue_crds="$cache/bin/kueue-$(key kueue)/crds"
+	if [[ ! -f "$kueue_crds/.stamp" ]]; then
+		src=$(cd "$root/hack/tools/kueue" && go mod download sigs.k8s.io/kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+		rm -rf "$kueue_crds" && mkdir -p "$kueue_crds"
+		cp "$src"/config/components/crd/bases/*.yaml "$kueue_crds/"
+		chmod u+w "$kueue_crds"/*.yaml
+		date -u +%FT%TZ >"$kueue_crds/.stamp"
+		log "kueue-crds: copied from $src"
+	fi
+	ln -sfn "$kueue_crds" "$out/kueue-crds"
 fi
 # containerd's version as its go.mod pins it, for `containerd --version` and the CRI's
 # RuntimeVersion that the kubelet logs.
