@@ -60,6 +60,7 @@ import (
 	"github.com/prismgpu/prism/pkg/logging"
 	"github.com/prismgpu/prism/pkg/nodelabels"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/servingcert"
 	"github.com/prismgpu/prism/pkg/version"
 	"github.com/prismgpu/prism/pkg/webhook"
 )
@@ -297,17 +298,17 @@ func run(ctx context.Context, o options) error {
 				return fmt.Errorf("reading the hostname, this replica's name: %w", err)
 			}
 		}
-		certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs, Replica: replica})
+		certs, err := servingcert.NewSelfSigned(ctx, servingcert.Options{Dir: o.certDir, ServiceName: o.serviceName, Namespace: o.namespace, ExtraSANs: o.extraSANs, Replica: replica})
 		if err != nil {
 			return fmt.Errorf("creating self-signed certificates: %w", err)
 		}
-		injector := &webhook.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle,
-			Replica: replica, Replicas: webhook.ServiceReplicas(cs, o.namespace, o.serviceName)}
+		injector := &servingcert.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle,
+			Replica: replica, Replicas: servingcert.ServiceReplicas(cs, o.namespace, o.serviceName)}
 		go injector.Run(ctx)
 		go certs.Run(ctx, injector.Sync)
 		getCertificate = certs.GetCertificate
 	} else {
-		w, err := certwatcher.New(filepath.Join(o.certDir, webhook.CertFile), filepath.Join(o.certDir, webhook.KeyFile))
+		w, err := certwatcher.New(filepath.Join(o.certDir, servingcert.CertFile), filepath.Join(o.certDir, servingcert.KeyFile))
 		if err != nil {
 			return fmt.Errorf("loading certificates from %s: %w", o.certDir, err)
 		}

@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/servingcert"
 )
 
 // newBenchRewriter uses client-go's real event recorder, with nothing
@@ -119,7 +120,7 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 	defer cancel()
 
 	dir := b.TempDir()
-	certs, err := NewSelfSignedCerts(ctx, CertOptions{Dir: dir, ServiceName: "prism-controller", Namespace: "prism", ExtraSANs: []string{"127.0.0.1"}})
+	certs, err := servingcert.NewSelfSigned(ctx, servingcert.Options{Dir: dir, ServiceName: "prism-controller", Namespace: "prism", ExtraSANs: []string{"127.0.0.1"}})
 	if err != nil {
 		b.Fatal(err)
 	}

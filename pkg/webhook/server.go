@@ -28,6 +28,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// Names of the webhook configurations the chart installs, which the
+// controller keeps a caBundle in when it signs its own certificates.
+const (
+	MutatingConfigName   = "prism-rewrite"
+	ValidatingConfigName = "prism-validate"
+)
+
 // Paths the webhooks are served on; the webhook configurations must use
 // them.
 const (

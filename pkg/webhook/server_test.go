@@ -24,6 +24,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"math/big"
@@ -38,6 +39,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/servingcert"
 )
 
 // A review in flight at SIGTERM is answered, not cut off: its context
@@ -46,7 +49,7 @@ func TestServeDrainsInFlightReviews(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := newTestCerts(t, "")
+	certs := serverCerts(t)
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,7 +106,7 @@ func TestServeCutsOffATrickledBody(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := newTestCerts(t, "")
+	certs := serverCerts(t)
 
 	// The body would take 5 s to arrive, ten times the read timeout: a
 	// server that reads it to the end has no read timeout at all.
@@ -230,11 +233,11 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := newTestCerts(t, "")
+	certs := serverCerts(t)
 	apiServerCA, otherCA := newTestCA(t, "API server client CA"), newTestCA(t, "another CA")
 	apiServer, other := apiServerCA.client(t, "kube-apiserver"), otherCA.client(t, "someone")
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, pemBundle(apiServerCA.cert))
+	writeFile(t, caFile, apiServerCA.pem())
 	clientCAs, err := LoadClientCAs(ctx, caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +305,7 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 		refused("another CA's", "TLS 1.2"), refused("another CA's", "TLS 1.3"),
 	})
 
-	writeFile(t, caFile, pemBundle(otherCA.cert))
+	writeFile(t, caFile, otherCA.pem())
 	check("the file replaced by another CA", []result{
 		refused("no certificate", "TLS 1.2"), refused("no certificate", "TLS 1.3"),
 		refused("the API server's", "TLS 1.2"), refused("the API server's", "TLS 1.3"),
@@ -343,4 +346,20 @@ func TestLoadClientCAsRefusesAFileWithoutCertificates(t *testing.T) {
 			t.Errorf("LoadClientCAs(%s): no error", filepath.Base(path))
 		}
 	}
+}
+
+// serverCerts is a serving certificate for 127.0.0.1.
+func serverCerts(t *testing.T) *servingcert.SelfSigned {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	certs, err := servingcert.NewSelfSigned(ctx, servingcert.Options{ServiceName: "prism-controller", Namespace: "prism", ExtraSANs: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs
+}
+
+// pem is the CA's certificate as a client-CA file holds it.
+func (c testCA) pem() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.cert.Raw})
 }

@@ -43,6 +43,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/servingcert"
 	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -206,7 +207,7 @@ func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDi
 	if err := waitHTTP(ctx, readyz, w.proc); err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(certDir, webhook.CAFile))
+	caPEM, err := os.ReadFile(filepath.Join(certDir, servingcert.CAFile))
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/servingcert"
 )
 
 // KueueCRDDir is the directory next to the test-bed binaries that
@@ -88,7 +88,7 @@ func (c *Cluster) StartKueue(ctx context.Context, opts KueueOptions) (*Kueue, er
 	certDir := filepath.Join(dir, "certs")
 	// The same self-signed CA and serving certificate as prism-controller
 	// makes for itself; the IP SAN is what a URL webhook on loopback needs.
-	certs, err := webhook.NewSelfSignedCerts(ctx, webhook.CertOptions{
+	certs, err := servingcert.NewSelfSigned(ctx, servingcert.Options{
 		Dir: certDir, ServiceName: "kueue-webhook-service", Namespace: "kueue-system", ExtraSANs: []string{"127.0.0.1"},
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package servingcert
 
 import (
 	"bytes"
@@ -48,8 +48,8 @@ const (
 	CAFile   = "ca.crt"
 )
 
-// CertOptions configure NewSelfSignedCerts.
-type CertOptions struct {
+// Options configure NewSelfSigned.
+type Options struct {
 	// Dir receives tls.crt, tls.key and ca.crt. Empty: not written.
 	Dir string
 	// ServiceName and Namespace give the DNS names the API server uses.
@@ -70,10 +70,10 @@ type CertOptions struct {
 // re-issued; the rest is the margin for a controller that was down.
 const RotateAfter = 0.8
 
-// SelfSignedCerts issues and rotates a private CA and a serving certificate
+// SelfSigned issues and rotates a private CA and a serving certificate
 // for the webhook service. It is meant for clusters without cert-manager.
-type SelfSignedCerts struct {
-	opts CertOptions
+type SelfSigned struct {
+	opts Options
 	now  func() time.Time
 
 	mu     sync.Mutex
@@ -89,9 +89,9 @@ type issuer struct {
 	key  *ecdsa.PrivateKey
 }
 
-// NewSelfSignedCerts creates a CA and a serving certificate and writes them
+// NewSelfSigned creates a CA and a serving certificate and writes them
 // to opts.Dir.
-func NewSelfSignedCerts(ctx context.Context, opts CertOptions) (*SelfSignedCerts, error) {
+func NewSelfSigned(ctx context.Context, opts Options) (*SelfSigned, error) {
 	if opts.ServiceName == "" || opts.Namespace == "" {
 		return nil, errors.New("self-signed certificates need a service name and namespace")
 	}
@@ -104,7 +104,7 @@ func NewSelfSignedCerts(ctx context.Context, opts CertOptions) (*SelfSignedCerts
 	if opts.CertValidity > opts.CAValidity {
 		return nil, fmt.Errorf("certificate validity %s exceeds CA validity %s", opts.CertValidity, opts.CAValidity)
 	}
-	s := &SelfSignedCerts{opts: opts, now: time.Now}
+	s := &SelfSigned{opts: opts, now: time.Now}
 	if err := s.rotateCA(); err != nil {
 		return nil, err
 	}
@@ -115,13 +115,13 @@ func NewSelfSignedCerts(ctx context.Context, opts CertOptions) (*SelfSignedCerts
 }
 
 // GetCertificate is for tls.Config.GetCertificate.
-func (s *SelfSignedCerts) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+func (s *SelfSigned) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return s.cert.Load(), nil
 }
 
 // CABundle returns the PEM certificates clients must trust: the current CA
 // and earlier ones that have not expired, newest first.
-func (s *SelfSignedCerts) CABundle() []byte {
+func (s *SelfSigned) CABundle() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var buf bytes.Buffer
@@ -139,7 +139,7 @@ func (s *SelfSignedCerts) CABundle() []byte {
 // done. publish must make the API server trust CABundle; it is called, and
 // must have succeeded, before a certificate from a new CA is served, so
 // there is no window in which the API server rejects the webhook.
-func (s *SelfSignedCerts) Run(ctx context.Context, publish func(context.Context) error) {
+func (s *SelfSigned) Run(ctx context.Context, publish func(context.Context) error) {
 	logger := klog.FromContext(ctx)
 	for {
 		wait := s.nextRotation().Sub(s.now())
@@ -160,7 +160,7 @@ func (s *SelfSignedCerts) Run(ctx context.Context, publish func(context.Context)
 	}
 }
 
-func (s *SelfSignedCerts) rotate(ctx context.Context, publish func(context.Context) error) error {
+func (s *SelfSigned) rotate(ctx context.Context, publish func(context.Context) error) error {
 	if s.due(s.currentCA()) {
 		if err := s.rotateCA(); err != nil {
 			return err
@@ -172,13 +172,13 @@ func (s *SelfSignedCerts) rotate(ctx context.Context, publish func(context.Conte
 	return s.rotateCert(ctx)
 }
 
-func (s *SelfSignedCerts) currentCA() *x509.Certificate {
+func (s *SelfSigned) currentCA() *x509.Certificate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ca.cert
 }
 
-func (s *SelfSignedCerts) nextRotation() time.Time {
+func (s *SelfSigned) nextRotation() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return earliest(rotationTime(s.ca.cert), rotationTime(s.leaf))
@@ -191,7 +191,7 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func (s *SelfSignedCerts) due(c *x509.Certificate) bool {
+func (s *SelfSigned) due(c *x509.Certificate) bool {
 	return !s.now().Before(rotationTime(c))
 }
 
@@ -200,7 +200,7 @@ func rotationTime(c *x509.Certificate) time.Time {
 	return c.NotBefore.Add(time.Duration(float64(life) * RotateAfter))
 }
 
-func (s *SelfSignedCerts) rotateCA() error {
+func (s *SelfSigned) rotateCA() error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("generating CA key: %w", err)
@@ -257,7 +257,7 @@ func caReplica(c *x509.Certificate) (replica string, ok bool) {
 	return "", true
 }
 
-func (s *SelfSignedCerts) rotateCert(ctx context.Context) error {
+func (s *SelfSigned) rotateCert(ctx context.Context) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("generating serving key: %w", err)
@@ -318,7 +318,7 @@ func (s *SelfSignedCerts) rotateCert(ctx context.Context) error {
 // write stores the files for anything else that needs them (a sidecar, a
 // debugging user). The key is written before the certificate so that a
 // reader never finds a certificate without its key.
-func (s *SelfSignedCerts) write(certPEM, keyPEM []byte, ca *x509.Certificate) error {
+func (s *SelfSigned) write(certPEM, keyPEM []byte, ca *x509.Certificate) error {
 	if s.opts.Dir == "" {
 		return nil
 	}

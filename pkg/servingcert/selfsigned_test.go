@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package servingcert
 
 import (
 	"bytes"
@@ -45,10 +45,16 @@ import (
 	"k8s.io/klog/v2/ktesting"
 )
 
-func newTestCerts(t *testing.T, dir string) *SelfSignedCerts {
+// The webhook configurations the tests keep a caBundle in.
+const (
+	testMutatingName   = "prism-rewrite"
+	testValidatingName = "prism-validate"
+)
+
+func newTestCerts(t *testing.T, dir string) *SelfSigned {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	s, err := NewSelfSignedCerts(ctx, CertOptions{
+	s, err := NewSelfSigned(ctx, Options{
 		Dir: dir, ServiceName: "prism-controller", Namespace: "prism", ExtraSANs: []string{"127.0.0.1", "localhost"},
 		CAValidity: 10 * time.Hour, CertValidity: time.Hour,
 	})
@@ -158,11 +164,11 @@ func webhookConfigs() []runtime.Object {
 	svc := &admissionregistrationv1.ServiceReference{Namespace: "prism", Name: "prism-controller"}
 	return []runtime.Object{
 		&admissionregistrationv1.MutatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: MutatingConfigName},
+			ObjectMeta: metav1.ObjectMeta{Name: testMutatingName},
 			Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "rewrite.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: svc}}},
 		},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: ValidatingConfigName},
+			ObjectMeta: metav1.ObjectMeta{Name: testValidatingName},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{
 				{Name: "claims.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: svc}},
 				{Name: "profiles.prism.dev", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: svc, CABundle: []byte("reset by helm")}},
@@ -174,11 +180,11 @@ func webhookConfigs() []runtime.Object {
 func bundles(t *testing.T, cs *fake.Clientset) [][]byte {
 	t.Helper()
 	ctx := context.Background()
-	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, MutatingConfigName, metav1.GetOptions{})
+	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, testMutatingName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, ValidatingConfigName, metav1.GetOptions{})
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, testValidatingName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,14 +207,14 @@ func TestCABundleInjector(t *testing.T) {
 	other := newTestCerts(t, "") // a second replica
 
 	t.Run("configs missing", func(t *testing.T) {
-		inj := &CABundleInjector{Client: fake.NewClientset(), MutatingName: MutatingConfigName, ValidatingName: ValidatingConfigName, Bundle: s.CABundle}
+		inj := &CABundleInjector{Client: fake.NewClientset(), MutatingName: testMutatingName, ValidatingName: testValidatingName, Bundle: s.CABundle}
 		if err := inj.Sync(ctx); err == nil {
 			t.Error("Sync succeeded without webhook configurations")
 		}
 	})
 
 	cs := fake.NewClientset(webhookConfigs()...)
-	inj := &CABundleInjector{Client: cs, MutatingName: MutatingConfigName, ValidatingName: ValidatingConfigName, Bundle: s.CABundle}
+	inj := &CABundleInjector{Client: cs, MutatingName: testMutatingName, ValidatingName: testValidatingName, Bundle: s.CABundle}
 	if err := inj.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +236,7 @@ func TestCABundleInjector(t *testing.T) {
 	})
 
 	t.Run("reset is undone", func(t *testing.T) {
-		m, _ := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, MutatingConfigName, metav1.GetOptions{})
+		m, _ := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, testMutatingName, metav1.GetOptions{})
 		m.Webhooks[0].ClientConfig.CABundle = nil
 		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
@@ -244,7 +250,7 @@ func TestCABundleInjector(t *testing.T) {
 	})
 
 	t.Run("replicas merge and converge", func(t *testing.T) {
-		inj2 := &CABundleInjector{Client: cs, MutatingName: MutatingConfigName, ValidatingName: ValidatingConfigName, Bundle: other.CABundle}
+		inj2 := &CABundleInjector{Client: cs, MutatingName: testMutatingName, ValidatingName: testValidatingName, Bundle: other.CABundle}
 		if err := inj2.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +289,7 @@ func TestCABundleInjector(t *testing.T) {
 // for the CA and a month for the serving certificate.
 func TestSelfSignedCertsDefaultValidity(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	s, err := NewSelfSignedCerts(ctx, CertOptions{ServiceName: "prism-controller", Namespace: "prism", Replica: "prism-controller-7d9f-abcde"})
+	s, err := NewSelfSigned(ctx, Options{ServiceName: "prism-controller", Namespace: "prism", Replica: "prism-controller-7d9f-abcde"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +309,7 @@ func TestSelfSignedCertsDefaultValidity(t *testing.T) {
 func replicaCA(t *testing.T, replica string) *x509.Certificate {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	s, err := NewSelfSignedCerts(ctx, CertOptions{ServiceName: "prism-controller", Namespace: "prism", Replica: replica, CAValidity: 10 * time.Hour, CertValidity: time.Hour})
+	s, err := NewSelfSigned(ctx, Options{ServiceName: "prism-controller", Namespace: "prism", Replica: replica, CAValidity: 10 * time.Hour, CertValidity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,13 +382,13 @@ func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset(webhookConfigs()...)
-			v, _ := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, ValidatingConfigName, metav1.GetOptions{})
+			v, _ := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, testValidatingName, metav1.GetOptions{})
 			v.Webhooks[0].ClientConfig.CABundle = pemBundle(earlierContainer, peer, gone, untagged, foreign)
 			if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			now := time.Now()
-			inj := &CABundleInjector{Client: cs, ValidatingName: ValidatingConfigName, Bundle: func() []byte { return pemBundle(ours) },
+			inj := &CABundleInjector{Client: cs, ValidatingName: testValidatingName, Bundle: func() []byte { return pemBundle(ours) },
 				Replica: "ctl-a", Replicas: tc.replicas, now: func() time.Time { return now }}
 			for _, step := range []struct {
 				name string

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package servingcert
 
 import (
 	"bytes"
@@ -33,12 +33,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-)
-
-// Names of the webhook configurations the controller keeps a caBundle in.
-const (
-	MutatingConfigName   = "prism-rewrite"
-	ValidatingConfigName = "prism-validate"
 )
 
 // maxBundleCerts bounds the caBundle. Each controller replica in
@@ -64,7 +58,7 @@ type CABundleInjector struct {
 	// Interval between checks; defaults to 30s. Failures are retried
 	// sooner, with backoff.
 	Interval time.Duration
-	// Replica is this replica's name, the CertOptions.Replica its CAs
+	// Replica is this replica's name, the Options.Replica its CAs
 	// carry. A CA that carries it but is not in Bundle was made by an
 	// earlier container of this pod, whose key is gone: it is dropped.
 	Replica string
