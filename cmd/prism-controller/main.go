@@ -70,11 +70,9 @@ type options struct {
 	webhookHost, certDir           string
 	clientCAFile                   string
 	selfSigned, autoProfile        bool
-	excludeUnfitNodes              bool
 	serviceName, namespace, policy string
 	preference, replicaName        string
 	memoryFloor                    rewrite.Form
-	tierBounds                     rewrite.Form
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -104,10 +102,8 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.replicaName, "replica-name", "", "this replica's pod name, which its self-signed CA carries so that the caBundle drops the CAs of replicas no longer behind the Service (empty: the hostname, which is the pod's name except on the host network)")
 	flags.StringVar(&o.policy, "policy", "performance", "cluster-wide allocation policy, performance, economy or load-aware; a WorkloadProfile's spec.policy overrides it")
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
-	flags.BoolVar(&o.excludeUnfitNodes, "exclude-unfit-nodes", true, "with --preference=affinity, also give a pod a required node-affinity term that keeps it off single-model nodes whose GPU model is below its claim's memory floor, where the claim cannot allocate anyway; the scheduler then rejects those nodes without running the DRA allocator on them")
-	o.tierBounds, o.memoryFloor = rewrite.FormCapacity, rewrite.FormCapacity
-	flags.Var(&o.tierBounds, "tier-bounds", "how a fleet tier's lower bound on a figure, and a compute-capability floor, are written: cel (a selector) or capacity (a capacity request the allocator checks without CEL; only with --memory-floor=capacity, under the same probe and the same promise about kube-scheduler, and where the GPUs publish the figures as capacities, the kubelet plugin's --figures-as-capacity; a request for one GPU only, guarded by a matchAttribute constraint on gpu.prism.dev/uuid)")
-	flags.Var(&o.memoryFloor, "memory-floor", "how a profile's memory need is written: cel (a selector, whatever the feature gates) or capacity (a capacity request the allocator checks without CEL; assumes DRAConsumableCapacity in kube-scheduler wherever the API server has it on, its default since 1.36, which the controller cannot see; it probes the API server in --namespace and keeps CEL until that answers yes, and on fleets with shareable GPUs)")
+	o.memoryFloor = rewrite.FormCapacity
+	flags.Var(&o.memoryFloor, "memory-floor", "how a profile's memory floor and its tiers' lower bounds are written: capacity (capacity requests, used once a dry-run claim shows that the API server keeps them) or cel (selectors, for a cluster whose kube-scheduler has DRAConsumableCapacity off while the API server keeps capacity requests, which the controller cannot see)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -266,15 +262,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
-	shares, memoryFloorAsCapacity, tierBoundsAsCapacity := capacityForms(ctx, o, cs)
+	shares, forms := capacityForms(ctx, o, cs)
 	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
-		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, MemoryFloorAsCapacity: memoryFloorAsCapacity,
-		TierBoundsAsCapacity: tierBoundsAsCapacity, Shares: shares})
+		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, CapacityForms: forms, Shares: shares})
 	if err != nil {
 		return err
 	}
 	podPreference, err := webhook.NewPodPreference(webhook.PodPreferenceOptions{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
-		Preference: preference, Fleet: fleetView.Fleet, ExcludeUnfitNodes: o.excludeUnfitNodes, Metrics: metrics})
+		Preference: preference, Fleet: fleetView.Fleet, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -421,29 +416,23 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready
 
 // capacityForms starts the probe the capacity requests rest on, and returns
 // what tells the rewriter whether to offer GPU shares and whether to write
-// the memory floor and the tier bounds as capacity requests (nil: never).
-// Where the API server would drop a claim's capacity requests, or that
-// cannot be checked, shares are not offered and the floors stay CEL, and the
-// log says why once: a degraded form costs the scheduler time, never a
-// placement.
-func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (shares, memoryFloor, tierBounds func() bool) {
-	logger := klog.FromContext(ctx)
+// the memory floor and the tier bounds as capacity requests (nil: never);
+// pkg/rewrite still declines either for a claim where the fleet does not
+// allow it. Where the API server would drop a claim's capacity requests, or
+// that cannot be checked, shares are not offered and the floors stay CEL,
+// and the log says why once: a degraded form costs the scheduler time,
+// never a placement.
+func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (shares, forms func() bool) {
 	if o.namespace == "" {
-		logger.Info("No GPU shares, and memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
-		return nil, nil, nil
+		klog.FromContext(ctx).Info("No GPU shares, and memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
+		return nil, nil
 	}
 	// Probed once the webhooks are served: the dry-run claim passes through
 	// this controller's own admission webhooks.
 	probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
 	go probe.Run(ctx)
-	switch {
-	case o.memoryFloor != rewrite.FormCapacity:
-		if o.tierBounds == rewrite.FormCapacity {
-			logger.Info("Tier bounds stay CEL: a tier that keeps a CEL memory floor is evaluated on every GPU anyway", "memoryFloor", o.memoryFloor)
-		}
-		return probe.Capacity, nil, nil
-	case o.tierBounds == rewrite.FormCapacity:
-		return probe.Capacity, probe.Capacity, probe.Capacity
+	if o.memoryFloor != rewrite.FormCapacity {
+		return probe.Capacity, nil
 	}
-	return probe.Capacity, probe.Capacity, nil
+	return probe.Capacity, probe.Capacity
 }

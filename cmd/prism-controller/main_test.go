@@ -103,19 +103,18 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
-// TestCapacityFormsFlags: the capacity forms are the default, a form is
-// cel or capacity, and tier bounds without the capacity floor are not an
-// error (capacityForms keeps them CEL and says so).
+// TestCapacityFormsFlags: the capacity forms are the default, and a form
+// is cel or capacity.
 func TestCapacityFormsFlags(t *testing.T) {
 	for _, tc := range []struct {
-		args                    []string
-		memoryFloor, tierBounds rewrite.Form
-		wantErr                 string
+		args        []string
+		memoryFloor rewrite.Form
+		wantErr     string
 	}{
-		{nil, "capacity", "capacity", ""},
-		{[]string{"--memory-floor=cel"}, "cel", "capacity", ""},
-		{[]string{"--memory-floor=cel", "--tier-bounds=cel"}, "cel", "cel", ""},
-		{[]string{"--tier-bounds=fast"}, "", "", `unknown form "fast"`},
+		{nil, "capacity", ""},
+		{[]string{"--memory-floor=cel"}, "cel", ""},
+		{[]string{"--memory-floor=capacity"}, "capacity", ""},
+		{[]string{"--memory-floor=fast"}, "", `unknown form "fast"`},
 	} {
 		var o options
 		err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false })
@@ -129,42 +128,37 @@ func TestCapacityFormsFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.memoryFloor != tc.memoryFloor || o.tierBounds != tc.tierBounds {
-			t.Errorf("%q: --memory-floor=%s --tier-bounds=%s, want %s and %s", tc.args, o.memoryFloor, o.tierBounds, tc.memoryFloor, tc.tierBounds)
+		if o.memoryFloor != tc.memoryFloor {
+			t.Errorf("%q: --memory-floor=%s, want %s", tc.args, o.memoryFloor, tc.memoryFloor)
 		}
-		err = o.validate()
-		switch {
-		case tc.wantErr == "" && err != nil:
+		if err := o.validate(); err != nil {
 			t.Errorf("%q: %v", tc.args, err)
-		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-			t.Errorf("%q: error %v, want one containing %s", tc.args, err, tc.wantErr)
 		}
 	}
 }
 
-// TestCapacityFormsStayCELWhereTheyCannotPay: bounds without the capacity
-// floor, and a floor with no namespace to probe in, stay CEL; shares are
-// offered wherever the probe can ask, whatever the floor's form.
+// TestCapacityFormsStayCELWhereTheyCannotPay: the tier bounds go with the
+// memory floor; a CEL floor, and a floor with no namespace to probe in,
+// keep both CEL; shares are offered wherever the probe can ask, whatever
+// the floor's form.
 func TestCapacityFormsStayCELWhereTheyCannotPay(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for _, tc := range []struct {
-		name                                    string
-		o                                       options
-		wantShares, wantMemoryFloor, wantBounds bool
+		name                  string
+		o                     options
+		wantShares, wantForms bool
 	}{
-		{"both capacity", options{memoryFloor: "capacity", tierBounds: "capacity", namespace: "prism"}, true, true, true},
-		{"floor only", options{memoryFloor: "capacity", tierBounds: "cel", namespace: "prism"}, true, true, false},
-		{"bounds without the floor", options{memoryFloor: "cel", tierBounds: "capacity", namespace: "prism"}, true, false, false},
-		{"CEL floor", options{memoryFloor: "cel", tierBounds: "cel", namespace: "prism"}, true, false, false},
-		{"no namespace to probe in", options{memoryFloor: "capacity", tierBounds: "capacity"}, false, false, false},
+		{"capacity floor", options{memoryFloor: "capacity", namespace: "prism"}, true, true},
+		{"CEL floor", options{memoryFloor: "cel", namespace: "prism"}, true, false},
+		{"no namespace to probe in", options{memoryFloor: "capacity"}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			shares, floor, bounds := capacityForms(ctx, tc.o, fake.NewClientset())
-			if (shares != nil) != tc.wantShares || (floor != nil) != tc.wantMemoryFloor || (bounds != nil) != tc.wantBounds {
-				t.Errorf("shares probed %v, memory floor probed %v, tier bounds probed %v; want %v, %v and %v",
-					shares != nil, floor != nil, bounds != nil, tc.wantShares, tc.wantMemoryFloor, tc.wantBounds)
+			shares, forms := capacityForms(ctx, tc.o, fake.NewClientset())
+			if (shares != nil) != tc.wantShares || (forms != nil) != tc.wantForms {
+				t.Errorf("shares probed %v, capacity forms probed %v; want %v and %v",
+					shares != nil, forms != nil, tc.wantShares, tc.wantForms)
 			}
 		})
 	}

@@ -79,7 +79,7 @@ func PlanNotes(annotation string) []PlanNote {
 			notes = append(notes, PlanNote{"Node term", fmt.Sprintf("%s In [%s], weight %d (tier %s)", rewrite.ModelLabel, strings.Join(t.LabelValues(), ", "), t.Weight, t.Tier)})
 		}
 		if r := d.ExcludedNodes(); r != nil {
-			notes = append(notes, PlanNote{"Excluded", fmt.Sprintf("%s NotIn [%s]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false", r.Key, strings.Join(r.Values, ", "))})
+			notes = append(notes, PlanNote{"Excluded", fmt.Sprintf("%s NotIn [%s]: below the memory floor; a required term on the pod", r.Key, strings.Join(r.Values, ", "))})
 		}
 	}
 	// Where the operator asked for capacity requests, say which form each

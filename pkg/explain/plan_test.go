@@ -52,7 +52,7 @@ func TestPlanNotes(t *testing.T) {
 				{"Rewrite", "MemoryBound under the performance policy"},
 				{"Preference", "affinity: every model that holds the workload is on single-model nodes"},
 				{"Node term", "gpu.prism.dev/model In [NVIDIA-H100-80GB-HBM3], weight 100 (tier bandwidth-top)"},
-				{"Excluded", "gpu.prism.dev/model NotIn [NVIDIA-L4]: below the memory floor; required on the pod unless --exclude-unfit-nodes=false"},
+				{"Excluded", "gpu.prism.dev/model NotIn [NVIDIA-L4]: below the memory floor; a required term on the pod"},
 				{"Tier", "fits: hard needs only"},
 			}},
 		{"capacity forms asked for: what each need became, and why not",

@@ -48,7 +48,7 @@ type PublishOptions struct {
 	// smVersion (the compute capability as nvcc's sm_XY number) as
 	// capacities of GPUs that are not shareable, so that a claim can ask
 	// for "at least" a figure with a capacity request, which the allocator
-	// checks without a CEL evaluation (the controller's --tier-bounds). On a
+	// checks without a CEL evaluation (the controller's tier bounds). On a
 	// shareable GPU a capacity is consumed, not compared, so they are not
 	// published there. Each entry adds to what every CEL evaluation of the
 	// device builds, so it is off unless the controller uses it.

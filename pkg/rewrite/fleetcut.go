@@ -370,7 +370,7 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 	default:
 		// No model of the top bandwidth class reaches the lower bound, so
 		// the upper bound selects nothing less on this fleet. Without it the
-		// tier is a lower bound, which --tier-bounds=capacity writes without
+		// tier is a lower bound, which TierBoundsAsCapacity writes without
 		// CEL. A model that has both and joins later is open to claims
 		// written before it, as every fleet change is seen by later claims
 		// only.

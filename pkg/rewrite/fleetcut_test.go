@@ -129,7 +129,7 @@ func TestFleetCut(t *testing.T) {
 		{"demo-mixed", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(3150)}}, {"bandwidth-second", []string{bwAtLeast(1600)}}, fits}},
 		// The bench's fleet: the L40S leads FP32 outside the H100s, and no
 		// H100 reaches its threshold, so the tier needs no upper bound on
-		// bandwidth (and is a lower bound --tier-bounds=capacity can write).
+		// bandwidth (and is a lower bound TierBoundsAsCapacity can write).
 		{"h100-a100-l40s-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-value", []string{fpAtLeast(80000)}}, fits}},
 	} {
 		t.Run(tc.fleet+"/"+string(tc.bound)+"/"+string(tc.policy), func(t *testing.T) {

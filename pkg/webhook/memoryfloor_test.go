@@ -121,12 +121,12 @@ func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o RewriterOptions) (http
 }
 
 // TestRewriterWritesTheMemoryFloorAsAsked: the rewriter asks for the
-// capacity floor while MemoryFloorAsCapacity says yes, and counts the form
-// each floor took.
+// capacity floor while CapacityForms says yes, and counts the form each
+// floor took.
 func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	fleet := h100AndL40S()
 	capacity := false
-	h, m := streamRewriter(t, fleet, RewriterOptions{MemoryFloorAsCapacity: func() bool { return capacity }})
+	h, m := streamRewriter(t, fleet, RewriterOptions{CapacityForms: func() bool { return capacity }})
 	object := readFixture(t, "claim-profiled.json")
 	request := func(shared int) (memory string, hasCEL bool) {
 		fleet.Models[1].SharedDevices = shared
@@ -159,15 +159,15 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	}
 }
 
-// TestRewriterWritesTierBoundsAsAsked: the rewriter writes the tier bound
-// as a capacity request, with the uuid guard, while TierBoundsAsCapacity
-// says yes and the fleet publishes its figures as capacities, and counts
-// the form each claim's bounds took.
-func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
+// TestRewriterWritesTierBoundsWithTheFloor: the rewriter writes the tier
+// bound as a capacity request, with the uuid guard, while CapacityForms says
+// yes and the fleet publishes its figures as capacities, and counts the
+// form each claim's bounds took.
+func TestRewriterWritesTierBoundsWithTheFloor(t *testing.T) {
 	fleet := h100AndL40S()
 	fleet.Models[0].FigureCapacityDevices = 8
-	bounds := false
-	h, m := streamRewriter(t, fleet, RewriterOptions{MemoryFloorAsCapacity: func() bool { return true }, TierBoundsAsCapacity: func() bool { return bounds }})
+	capacity := false
+	h, m := streamRewriter(t, fleet, RewriterOptions{CapacityForms: func() bool { return capacity }})
 	object := readFixture(t, "claim-profiled.json")
 	// request says whether the top tier compares bandwidth as a capacity,
 	// and whether the claim carries the guard.
@@ -185,17 +185,17 @@ func TestRewriterWritesTierBoundsAsAsked(t *testing.T) {
 	}
 
 	if b, g := request(0); b || g {
-		t.Errorf("bounds not asked for: capacity bound %v, guard %v; want neither", b, g)
+		t.Errorf("before the probe answered: capacity bound %v, guard %v; want neither", b, g)
 	}
-	bounds = true
+	capacity = true
 	if b, g := request(0); !b || !g {
-		t.Errorf("bounds asked for: capacity bound %v, guard %v; want both", b, g)
+		t.Errorf("capacity forms: capacity bound %v, guard %v; want both", b, g)
 	}
 	if b, g := request(3); b || g {
 		t.Errorf("3 GPUs without figure capacities: capacity bound %v, guard %v; want neither", b, g)
 	}
 	for form, want := range map[rewrite.Form]float64{rewrite.FormCapacity: 1, rewrite.FormCEL: 1} {
-		if got := testutil.ToFloat64(m.tierBounds.WithLabelValues(string(form))); got != want {
+		if got := testutil.ToFloat64(m.bounds.WithLabelValues(string(form))); got != want {
 			t.Errorf("prism_webhook_tier_bounds_total{form=%q} = %v, want %v", form, got, want)
 		}
 	}

@@ -35,9 +35,9 @@ type Metrics struct {
 	// memoryFloor counts rewrites with --memory-floor=capacity by the form
 	// their floor took.
 	memoryFloor *prometheus.CounterVec
-	// tierBounds counts rewrites with --tier-bounds=capacity by the form
+	// bounds counts rewrites with --memory-floor=capacity by the form
 	// their tier bounds took.
-	tierBounds *prometheus.CounterVec
+	bounds *prometheus.CounterVec
 	// shares counts rewritten claims whose profile the share step looked
 	// at, by its verdict: sized, or why the claim keeps whole GPUs.
 	shares *prometheus.CounterVec
@@ -71,9 +71,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_memory_floor_total",
 			Help: "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.",
 		}, []string{"form"}),
-		tierBounds: prometheus.NewCounterVec(prometheus.CounterOpts{
+		bounds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prism_webhook_tier_bounds_total",
-			Help: "Rewritten claims with --tier-bounds=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
+			Help: "Rewritten claims with --memory-floor=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
 		}, []string{"form"}),
 		shares: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prism_webhook_share_total",
@@ -91,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.tierBounds, m.shares} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.bounds, m.shares} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

@@ -65,21 +65,17 @@ type PodPreferenceOptions struct {
 	// pod is admitted unchanged.
 	Preference rewrite.PreferenceMode
 	// Fleet returns the published fleet (pkg/fleet).
-	Fleet func() *rewrite.Fleet
-	// ExcludeUnfitNodes also adds a required term that keeps the pod off
-	// the single-model nodes whose GPUs are below its claims' memory
-	// floors (rewrite.Decision.ExcludedNodes): the claims cannot allocate
-	// there, and the scheduler then rejects those nodes without running
-	// the allocator on them.
-	ExcludeUnfitNodes bool
-	Metrics           *Metrics
+	Fleet   func() *rewrite.Fleet
+	Metrics *Metrics
 }
 
 // NewPodPreference returns the mutating webhook for Pod CREATE that adds
 // preferred node-affinity terms for the pod's profiled claims, where
 // rewrite.NodePreference decides for affinity. It always admits. The only
-// required term it adds (with ExcludeUnfitNodes) excludes nodes where one of
-// the pod's claims cannot allocate anyway.
+// required term it adds keeps the pod off the single-model nodes whose GPUs
+// are below one of its claims' memory floors (rewrite.Decision.ExcludedNodes):
+// the claim cannot allocate there, and the scheduler then rejects those nodes
+// without running the allocator on them.
 func NewPodPreference(opts PodPreferenceOptions) (http.Handler, error) {
 	if opts.Templates == nil || opts.Claims == nil || opts.Profiles == nil || opts.Fleet == nil || opts.Metrics == nil {
 		return nil, errors.New("pod preference webhook needs template, claim and profile readers, a fleet and metrics")
@@ -139,7 +135,7 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 			continue
 		}
 		terms = append(terms, d.PreferredTerms()...)
-		if d.ExcludedNodes() != nil && p.opts.ExcludeUnfitNodes {
+		if d.ExcludedNodes() != nil {
 			exclude = append(exclude, d.Exclude...)
 		}
 	}

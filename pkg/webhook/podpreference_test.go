@@ -116,9 +116,7 @@ func TestPodPreference(t *testing.T) {
 		fleet      *rewrite.Fleet
 		affinity   *corev1.Affinity
 		claims     []corev1.PodResourceClaim
-		// exclude is --exclude-unfit-nodes.
-		exclude bool
-		outcome string
+		outcome    string
 		// want is the pod's preferred terms after the patch; nil: no patch.
 		want []corev1.PreferredSchedulingTerm
 		// required is the pod's required node selector after the patch;
@@ -126,33 +124,31 @@ func TestPodPreference(t *testing.T) {
 		required *corev1.NodeSelector
 	}{
 		{"a memory floor keeps the pod off the nodes below it", rewrite.PreferAffinity, threeModels, nil,
-			[]corev1.PodResourceClaim{withFloor}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
+			[]corev1.PodResourceClaim{withFloor}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
 		{"the exclusion is ANDed into each of the pod's own required terms", rewrite.PreferAffinity, threeModels, twoTerms,
-			[]corev1.PodResourceClaim{withFloor}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			[]corev1.PodResourceClaim{withFloor}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
 				{MatchExpressions: []corev1.NodeSelectorRequirement{zoneA, notL4}},
 				{MatchExpressions: []corev1.NodeSelectorRequirement{notL4}, MatchFields: []corev1.NodeSelectorRequirement{nodeOne}}}}},
 		{"a named claim's plan gives the exclusion", rewrite.PreferAffinity, threeModels, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared-big")}}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
-		{"without --exclude-unfit-nodes the terms are preferred only", rewrite.PreferAffinity, threeModels, nil,
-			[]corev1.PodResourceClaim{withFloor}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared-big")}}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, onlyNotL4},
 		{"no memory floor, no exclusion", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, true, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"template's profile prefers the H100 nodes", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"the pod's own affinity stays, required terms too", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, required,
-			[]corev1.PodResourceClaim{fromTemplate}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"a named claim's plan gives the terms", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}, false, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("shared")}}, podAffinityAdded, []corev1.PreferredSchedulingTerm{h100Term}, nil},
 		{"ladder mode admits unchanged", rewrite.PreferLadder, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, false, podLadderMode, nil, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, podLadderMode, nil, nil},
 		{"a mixed fleet keeps the ladder", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, mixedL4}}, nil,
-			[]corev1.PodResourceClaim{fromTemplate}, false, podNoPreference, nil, nil},
+			[]corev1.PodResourceClaim{fromTemplate}, podNoPreference, nil, nil},
 		{"a template not in the cache costs the preference only", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, false, podNotCached, nil, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, podNotCached, nil, nil},
 		{"an unmeasured profile is profiled, not preferred", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, false, podProfileUnmeasured, nil, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, podProfileUnmeasured, nil, nil},
 		{"a template without a profile", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
-			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, false, podNoProfiledClaim, nil, nil},
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, podNoProfiledClaim, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewMetrics(nil)
@@ -160,7 +156,7 @@ func TestPodPreference(t *testing.T) {
 				t.Fatal(err)
 			}
 			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
-				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, ExcludeUnfitNodes: tc.exclude, Metrics: m})
+				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -87,14 +87,13 @@ type RewriterOptions struct {
 	// Preference is the controller's --preference. Empty: ladders, and
 	// the plan names no mode.
 	Preference rewrite.PreferenceMode
-	// MemoryFloorAsCapacity reports, per claim, whether the memory floor
-	// may be a capacity request (--memory-floor=capacity, once
-	// MemoryFloorProbe has found the API server keeps them). Nil: CEL.
-	MemoryFloorAsCapacity func() bool
-	// TierBoundsAsCapacity reports, per claim, whether the tiers' lower
-	// bounds may be capacity requests (--tier-bounds=capacity, under the
-	// same probe). Nil: CEL.
-	TierBoundsAsCapacity func() bool
+	// CapacityForms reports, per claim, whether the memory floor and the
+	// tiers' lower bounds may be capacity requests (--memory-floor=capacity,
+	// once MemoryFloorProbe has found the API server keeps them). Nil: CEL.
+	// pkg/rewrite still decides per claim: the floor stays CEL on fleets
+	// with shareable GPUs, the bounds where GPUs publish no figures as
+	// capacities (rewrite.MemoryFloorAsCapacity, TierBoundsAsCapacity).
+	CapacityForms func() bool
 	// Shares reports, per claim, whether a claim for one whole GPU may get
 	// a share sized from its profile's usage first (capacity requests on
 	// gpu.prism.dev/compute and memory): only once MemoryFloorProbe has
@@ -225,11 +224,8 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
 		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
 	}
-	if r.opts.MemoryFloorAsCapacity != nil && r.opts.MemoryFloorAsCapacity() {
-		opts = append(opts, rewrite.MemoryFloorAsCapacity())
-	}
-	if r.opts.TierBoundsAsCapacity != nil && r.opts.TierBoundsAsCapacity() {
-		opts = append(opts, rewrite.TierBoundsAsCapacity())
+	if r.opts.CapacityForms != nil && r.opts.CapacityForms() {
+		opts = append(opts, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
 	}
 	if r.shares() {
 		opts = append(opts, rewrite.ShareFromUsage(), rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...))
@@ -269,7 +265,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		r.opts.Metrics.memoryFloor.WithLabelValues(string(f)).Inc()
 	}
 	if f := plan.TierBounds.Form; f != "" {
-		r.opts.Metrics.tierBounds.WithLabelValues(string(f)).Inc()
+		r.opts.Metrics.bounds.WithLabelValues(string(f)).Inc()
 	}
 	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
 	if s := shareSummary(plan); s != "" {

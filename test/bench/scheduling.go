@@ -281,8 +281,8 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		kinds = append(kinds, kind{"ladder-bounds", bounds, nil})
 	}
 	// With a memory floor some models cannot hold the workload: the pod
-	// webhook's required term (--exclude-unfit-nodes) keeps the pod off
-	// their nodes before the allocator runs there.
+	// webhook's required term keeps the pod off their nodes before the
+	// allocator runs there.
 	if exclude := decision.ExcludedNodes(); exclude != nil {
 		excluding := preferred.DeepCopy()
 		excluding.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{

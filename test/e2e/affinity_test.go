@@ -88,8 +88,7 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 				t.Errorf("pod annotation %q does not say affinity (%v)", pod.Annotations[rewrite.AnnotationKey], err)
 			}
 			// The only required term is the exclusion of the models below
-			// the claim's memory floor (--exclude-unfit-nodes), never the
-			// model the pod landed on.
+			// the claim's memory floor, never the model the pod landed on.
 			var wantRequired *corev1.NodeSelector
 			if exclude := note.Claims["gpu"].ExcludedNodes(); exclude != nil {
 				excluded++

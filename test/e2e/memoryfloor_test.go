@@ -83,7 +83,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 	}
 }
 
-// TestTierBoundsPlaceAsCEL runs placement cases with --tier-bounds=capacity
+// TestTierBoundsPlaceAsCEL runs placement cases with --memory-floor=capacity
 // on a plugin that publishes its figures as capacities: the fleet tiers
 // become capacity requests on gpu.prism.dev/memoryBandwidthGBps and
 // fp32GFLOPS, guarded by a uuid constraint, and the real API server and
@@ -93,8 +93,8 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 func TestTierBoundsPlaceAsCEL(t *testing.T) {
 	e := newControllerEnvWith(t, func(o *bed.Options) {
 		o.PluginFlags = []string{"--consumable-capacity=false", "--figures-as-capacity"}
-		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity", "rewrite.tierBounds=capacity")
-		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity", "--tier-bounds=capacity")
+		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity")
+		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity")
 	})
 	if e.minor < 36 {
 		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
@@ -102,7 +102,7 @@ func TestTierBoundsPlaceAsCEL(t *testing.T) {
 	e.placementProfiles(t)
 	e.waitForPlan(t, "stream", `"tierBounds":"capacity"`)
 
-	for _, tc := range []tierBoundsCase{
+	for _, tc := range []boundCase{
 		{"stream-1", "stream", "", "gpu/bandwidth-top", gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified()},
 		{"gemm-1", "gemm", h100, "gpu/fits", ""},
 	} {
@@ -127,7 +127,7 @@ func (e *controllerEnv) waitForPlan(t *testing.T, profile, fragment string) {
 	})
 }
 
-type tierBoundsCase struct {
+type boundCase struct {
 	pod, template, hog string
 	// through is the subrequest the job must be allocated through, and
 	// bound the figure capacity that subrequest compares ("": none).
@@ -135,7 +135,7 @@ type tierBoundsCase struct {
 	bound   resourceapi.QualifiedName
 }
 
-func (e *controllerEnv) checkTierBounds(t *testing.T, tc tierBoundsCase) {
+func (e *controllerEnv) checkTierBounds(t *testing.T, tc boundCase) {
 	if tc.hog != "" {
 		e.hog(t, tc.hog)
 	}

@@ -139,8 +139,8 @@ func publishMIG(t *testing.T) []node {
 }
 
 // Both ways the plugin can publish memory: whole GPUs with the figures as
-// capacities too (--figures-as-capacity, for the controller's
-// --tier-bounds=capacity), and GPUs shareable by memory
+// capacities too (--figures-as-capacity, for the controller's tier bounds
+// as capacity requests), and GPUs shareable by memory
 // (--consumable-capacity).
 var (
 	figuresAsCapacity = gpu.PublishOptions{FiguresAsCapacity: true}
