@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -529,7 +530,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 			list, err := b.Cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 				FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node.Name,
 			})
-			return err == nil && len(list.Items) > 0 && len(list.Items[0].Spec.Devices) > 0, nil
+			// A node with MIG partitions also publishes slices that hold
+			// only counter sets.
+			return err == nil && slices.ContainsFunc(list.Items, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) > 0 }), nil
 		},
 	}
 	b.plugins[node.Name] = p

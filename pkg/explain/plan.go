@@ -91,6 +91,7 @@ func PlanNotes(annotation string) []PlanNote {
 		notes = append(notes, PlanNote{"Tier bounds", p.TierBounds.String()})
 	}
 	notes = append(notes, shareNotes(p.Share)...)
+	notes = append(notes, partitionNotes(p.Partition, p.Share == nil || p.Share.Usage == "")...)
 	for _, a := range p.Alternatives {
 		notes = append(notes, PlanNote{"Tier", a.Name + ": " + a.Reason})
 	}
@@ -119,6 +120,28 @@ func shareNotes(s *rewrite.SharePlan) []PlanNote {
 		notes = append(notes, PlanNote{"Share", "none, " + s.Verdict + ": " + s.Reason})
 	}
 	for _, w := range s.Whole {
+		notes = append(notes, PlanNote{"Whole GPU", w.Request + ": " + w.Reason})
+	}
+	return notes
+}
+
+// partitionNotes spell out the partition step: the MIG profiles a claim
+// asks for first and from which figures, or why it keeps whole GPUs. The
+// measured use is given where the share step did not give it already.
+func partitionNotes(p *rewrite.PartitionPlan, usage bool) []PlanNote {
+	if p == nil {
+		return nil
+	}
+	var notes []PlanNote
+	if usage && p.Usage != "" {
+		notes = append(notes, PlanNote{"Usage", p.Usage})
+	}
+	if p.Verdict == rewrite.PartitionSized.String() {
+		notes = append(notes, PlanNote{"Partition", fmt.Sprintf("%s first, for %s: %s", strings.Join(p.Profiles, ", then "), strings.Join(p.Requests, ", "), p.Reason)})
+	} else {
+		notes = append(notes, PlanNote{"Partition", "none, " + p.Verdict + ": " + p.Reason})
+	}
+	for _, w := range p.Whole {
 		notes = append(notes, PlanNote{"Whole GPU", w.Request + ": " + w.Reason})
 	}
 	return notes

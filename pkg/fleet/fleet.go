@@ -32,6 +32,7 @@ limitations under the License.
 package fleet
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strings"
@@ -82,7 +83,12 @@ type sliceSummary struct {
 	generation int64
 	models     map[string]rewrite.Model
 	devices    map[string]string // device name -> model
+	// partitions are the MIG partitions, keyed by model and profile; they
+	// are not devices of models.
+	partitions map[partitionKey]rewrite.PartitionModel
 }
+
+type partitionKey struct{ model, profile string }
 
 // claimSummary is what one claim contributes: the Prism devices it holds,
 // or, while it has none and a pod's template made it, what it waits for.
@@ -234,6 +240,7 @@ func (v *View) publish() {
 		}
 	}
 	models := map[string]rewrite.Model{}
+	partitions := map[partitionKey]rewrite.PartitionModel{}
 	v.deviceModel = map[deviceKey]string{}
 	for _, s := range v.slices {
 		if s.generation < newest[s.pool] {
@@ -248,12 +255,21 @@ func (v *View) publish() {
 		for device, model := range s.devices {
 			v.deviceModel[deviceKey{s.pool, device}] = model
 		}
+		for k, p := range s.partitions {
+			partitions[k] = mergePartition(partitions[k], p)
+		}
 	}
 	f := &rewrite.Fleet{Models: make([]rewrite.Model, 0, len(models))}
 	for _, m := range models {
 		f.Models = append(f.Models, m)
 	}
 	slices.SortFunc(f.Models, func(a, b rewrite.Model) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range partitions {
+		f.Partitions = append(f.Partitions, p)
+	}
+	slices.SortFunc(f.Partitions, func(a, b rewrite.PartitionModel) int {
+		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.Profile, b.Profile))
+	})
 	v.nodeModels = map[string][]string{}
 	for node, ms := range nodeModels {
 		if len(ms) > 0 {
@@ -283,6 +299,20 @@ func merge(a, b rewrite.Model) rewrite.Model {
 	a.BandwidthGBps = minKnown(a.BandwidthGBps, b.BandwidthGBps)
 	a.FP32GFLOPS = minKnown(a.FP32GFLOPS, b.FP32GFLOPS)
 	a.MemoryBytes = max(a.MemoryBytes, b.MemoryBytes)
+	a.Multiprocessors = minKnown(a.Multiprocessors, b.Multiprocessors)
+	return a
+}
+
+// mergePartition adds b's devices to a; the profile counts with its
+// smallest figures, so that a partition chosen from them holds what it
+// was chosen for on every GPU.
+func mergePartition(a, b rewrite.PartitionModel) rewrite.PartitionModel {
+	if a.Devices == 0 {
+		return b
+	}
+	a.Devices += b.Devices
+	a.MemoryBytes = minKnown(a.MemoryBytes, b.MemoryBytes)
+	a.Multiprocessors = minKnown(a.Multiprocessors, b.Multiprocessors)
 	return a
 }
 
@@ -302,13 +332,26 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 	if s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
 		node = *s.Spec.NodeName
 	}
-	sum := sliceSummary{pool: s.Spec.Pool.Name, node: node, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{}}
+	sum := sliceSummary{pool: s.Spec.Pool.Name, node: node, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{},
+		partitions: map[partitionKey]rewrite.PartitionModel{}}
 	for _, d := range s.Spec.Devices {
 		name := stringAttr(d, gpuv1alpha1.ProductNameAttribute)
 		if name == "" {
 			continue
 		}
-		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, gpuv1alpha1.MemoryBandwidthGBpsAttribute), FP32GFLOPS: intAttr(d, gpuv1alpha1.FP32GFLOPSAttribute)}
+		if profile := stringAttr(d, gpuv1alpha1.MIGProfileAttribute); profile != "" {
+			// A partition is not a GPU of its model: counting it would add
+			// devices and, through minKnown, a partition's figures.
+			p := rewrite.PartitionModel{Model: name, Profile: profile, Devices: 1, Multiprocessors: intAttr(d, gpuv1alpha1.MultiprocessorCountAttribute)}
+			if q, ok := d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
+				p.MemoryBytes = q.Value.Value()
+			}
+			k := partitionKey{name, profile}
+			sum.partitions[k] = mergePartition(sum.partitions[k], p)
+			continue
+		}
+		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, gpuv1alpha1.MemoryBandwidthGBpsAttribute), FP32GFLOPS: intAttr(d, gpuv1alpha1.FP32GFLOPSAttribute),
+			Multiprocessors: intAttr(d, gpuv1alpha1.MultiprocessorCountAttribute)}
 		if q, ok := d.Capacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
 			m.MemoryBytes = q.Value.Value()
 		}
@@ -402,13 +445,14 @@ func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
 // summarisedAttributes are the device attributes summarise reads.
 var summarisedAttributes = []gpuv1alpha1.AttributeName{
 	gpuv1alpha1.ProductNameAttribute, gpuv1alpha1.MemoryBandwidthGBpsAttribute, gpuv1alpha1.FP32GFLOPSAttribute, gpuv1alpha1.CUDAComputeCapabilityAttribute,
+	gpuv1alpha1.MIGProfileAttribute, gpuv1alpha1.MultiprocessorCountAttribute,
 }
 
 // TrimSlice is the transform for the ResourceSlice informer that feeds the
 // View: it keeps what summarise reads (the pool, the node, and of each
 // device its name, the attributes summarisedAttributes names, its
 // capacities and whether it may be shared). A device publishes 20
-// attributes and the view reads 4: at 5,000 nodes of 8 GPUs the whole
+// attributes and the view reads 6: at 5,000 nodes of 8 GPUs the whole
 // slices held about 266 MiB in the informer's store.
 func TrimSlice(obj any) (any, error) {
 	s, ok := obj.(*resourceapi.ResourceSlice)

@@ -18,9 +18,13 @@ package fleet
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+
 	"slices"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,6 +35,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/explain/explaintest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -279,5 +284,49 @@ func TestViewLoad(t *testing.T) {
 	want = &rewrite.Load{Free: map[string]int{h100.product: 2, l4.product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}
 	if got := v.Load(); !reflect.DeepEqual(got, want) {
 		t.Errorf("after the allocation\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// A GPU in MIG mode, as the plugin publishes it: its partitions are not
+// devices of its model (they would add devices and, through the slowest
+// figure, a partition's bandwidth), but partitions of the fleet, which the
+// rewrite sizes a slice from.
+func TestViewKeepsPartitionsApart(t *testing.T) {
+	v := NewView()
+	for _, s := range explaintest.MIGSlices(t) {
+		s.UID = types.UID(s.Name)
+		trimmed, err := TrimSlice(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.OnAdd(trimmed, true)
+	}
+	f := v.Fleet()
+	if len(f.Models) != 1 || f.Models[0].Devices != 2 || f.Models[0].Multiprocessors != 108 || f.Models[0].BandwidthGBps < 1500 {
+		t.Fatalf("models: want the two whole A100-40GB with 108 SMs and their own bandwidth, got %+v", f.Models)
+	}
+	got := map[string]rewrite.PartitionModel{}
+	for _, p := range f.Partitions {
+		got[p.Profile] = p
+	}
+	want := rewrite.PartitionModel{Model: "NVIDIA A100-SXM4-40GB", Profile: "2g.10gb", Devices: 3, MemoryBytes: 9856 << 20, Multiprocessors: 28}
+	if diff := cmp.Diff(want, got["2g.10gb"]); diff != "" {
+		t.Errorf("2g.10gb (-want +got):\n%s", diff)
+	}
+	if len(got) != 7 {
+		t.Errorf("want the A100-40GB's 7 profiles, got %v", slices.Collect(maps.Keys(got)))
+	}
+
+	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
+	}}}}
+	p95, peak := int32(5_000), resource.MustParse("3Gi")
+	p := rewrite.Profile{Name: "light", Usage: &prismv1alpha1.UsageProfile{Runs: 3, DutyCycleP95MilliPercent: &p95, PeakMemory: &peak}}
+	out, plan, err := rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(f), rewrite.PartitionsFromUsage())
+	if err != nil || plan.Partition == nil || plan.Partition.Verdict != "sized" {
+		t.Fatalf("want a partition, got %v, %+v", err, plan.Partition)
+	}
+	if sub := out.Devices.Requests[0].FirstAvailable[0]; sub.Name != "mig-2g10gb" || sub.DeviceClassName != rewrite.MIGDeviceClassName {
+		t.Errorf("first tier %s of %s, want mig-2g10gb of %s", sub.Name, sub.DeviceClassName, rewrite.MIGDeviceClassName)
 	}
 }

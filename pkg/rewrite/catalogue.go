@@ -112,8 +112,12 @@ var catalogue = func() []string {
 	for _, cc := range ccFloors {
 		c = append(c, ccAtLeast(cc.major, cc.minor))
 	}
-	return append(c, thresholdExpressions()...)
+	c = append(c, thresholdExpressions()...)
+	return append(c, migProfileExpressions()...)
 }()
+
+// selMIGFirst is the first of len(migProfileNames) MIG profile tests.
+var selMIGFirst = selectorID(len(catalogue) - len(migProfileNames))
 
 // Catalogue returns every selector expression Rewrite can generate. The
 // list is fixed at build time; it is small because kube-scheduler keeps only

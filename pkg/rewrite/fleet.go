@@ -22,6 +22,27 @@ package rewrite
 // something there (see docs/rewrite.md, "Fleet-relative ladders").
 type Fleet struct {
 	Models []Model `json:"models"`
+	// Partitions are the MIG partitions the fleet publishes (devices with a
+	// migProfile attribute), one entry per GPU model and profile. They are
+	// not devices of Models: a claim for a whole GPU never gets one unless
+	// the rewrite asks for it (PartitionsFromUsage).
+	Partitions []PartitionModel `json:"partitions,omitempty"`
+}
+
+// PartitionModel is one MIG profile of one GPU model, as published.
+type PartitionModel struct {
+	// Model is the parent's gpu.prism.dev/productName.
+	Model string `json:"model"`
+	// Profile is gpu.prism.dev/migProfile, such as "1g.10gb".
+	Profile string `json:"profile"`
+	// Devices is how many placements of the profile are published.
+	Devices int `json:"devices"`
+	// MemoryBytes is the smallest gpu.prism.dev/memory capacity published
+	// for the profile on the model.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// Multiprocessors is the smallest gpu.prism.dev/multiprocessorCount
+	// published for the profile on the model.
+	Multiprocessors int64 `json:"multiprocessors,omitempty"`
 }
 
 // Model is one GPU model of the fleet. Figures are the plugin's attributes
@@ -38,6 +59,9 @@ type Model struct {
 	// MemoryBytes is the largest gpu.prism.dev/memory capacity published
 	// for the model.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// Multiprocessors is the smallest gpu.prism.dev/multiprocessorCount
+	// published for the model: what a MIG partition's SMs are a share of.
+	Multiprocessors int64 `json:"multiprocessors,omitempty"`
 	// MixedDevices is how many of the devices sit on nodes that publish
 	// more than one model. A preferred node does not choose the device on
 	// such a node, so the node-affinity preference is not used for them.
@@ -71,6 +95,8 @@ type options struct {
 	preference PreferenceMode
 	// shares: see ShareFromUsage.
 	shares bool
+	// partitions: see PartitionsFromUsage.
+	partitions bool
 	// exclusive: see ExclusiveRequests.
 	exclusive map[string]bool
 }

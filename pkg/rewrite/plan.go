@@ -61,8 +61,13 @@ type Plan struct {
 	// Share is what the share step decided, where the caller offered
 	// shares (ShareFromUsage): the share and the measured use it was
 	// sized from, or why the claim keeps whole GPUs.
-	Share        *SharePlan    `json:"share,omitempty"`
-	Alternatives []Alternative `json:"alternatives,omitempty"`
+	Share *SharePlan `json:"share,omitempty"`
+	// Partition is what the partition step decided, where the caller
+	// offered MIG partitions (PartitionsFromUsage): the profiles asked for
+	// and the measured use they were sized from, or why the claim keeps
+	// whole GPUs.
+	Partition    *PartitionPlan `json:"partition,omitempty"`
+	Alternatives []Alternative  `json:"alternatives,omitempty"`
 	// Rewritten names the requests that became firstAvailable lists.
 	Rewritten []string    `json:"rewritten,omitempty"`
 	Untouched []Untouched `json:"untouched,omitempty"`
@@ -114,6 +119,12 @@ func (p *Plan) Annotation() (string, error) {
 		share.Whole = append([]Untouched(nil), p.Share.Whole...)
 		c.Share = &share
 	}
+	if p.Partition != nil {
+		part := *p.Partition
+		part.Requests = append([]string(nil), p.Partition.Requests...)
+		part.Whole = append([]Untouched(nil), p.Partition.Whole...)
+		c.Partition = &part
+	}
 	for {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -132,10 +143,14 @@ func (p *Plan) Annotation() (string, error) {
 			c.Untouched = c.Untouched[:len(c.Untouched)-1]
 		case c.Share != nil && len(c.Share.Whole) > 0:
 			c.Share.Whole = c.Share.Whole[:len(c.Share.Whole)-1]
+		case c.Partition != nil && len(c.Partition.Whole) > 0:
+			c.Partition.Whole = c.Partition.Whole[:len(c.Partition.Whole)-1]
 		case len(c.Rewritten) > 0:
 			c.Rewritten = c.Rewritten[:len(c.Rewritten)-1]
 		case c.Share != nil && len(c.Share.Requests) > 0:
 			c.Share.Requests = c.Share.Requests[:len(c.Share.Requests)-1]
+		case c.Partition != nil && len(c.Partition.Requests) > 0:
+			c.Partition.Requests = c.Partition.Requests[:len(c.Partition.Requests)-1]
 		default:
 			return "", fmt.Errorf("rewrite plan is %d bytes without request lists, limit %d", len(data), MaxAnnotationSize)
 		}

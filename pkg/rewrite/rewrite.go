@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -188,8 +189,17 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 
 	share, sharePlan := o.shareStep(profile)
 	plan.Share = sharePlan
+	parts, partitionPlan := o.partitionStep(profile)
+	plan.Partition = partitionPlan
+	// head are the tiers sized from the profile's usage, ahead of the
+	// whole-GPU ladder: the share, then the partitions.
+	var head []tier
+	if share != nil {
+		head = append(head, *share)
+	}
+	head = append(head, parts...)
 	noPreference := bound == prismv1alpha1.BoundTypeBalanced || bound == prismv1alpha1.BoundTypeUnknown
-	if noPreference && share == nil {
+	if noPreference && len(head) == 0 {
 		reason := fmt.Sprintf("bound type %s: no hardware preference to express", bound)
 		for _, r := range spec.Devices.Requests {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: r.Name, Reason: reason})
@@ -198,8 +208,8 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	}
 
 	// A profile without a bound type has no hard needs either: they come
-	// from the same measurement. Its share, where it has one, is offered
-	// ahead of the request as written.
+	// from the same measurement. Its share or partition, where it has one,
+	// is offered ahead of the request as written.
 	n := needs{memory: -1, cc: -1}
 	var ladder []tier
 	if !noPreference {
@@ -213,7 +223,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		if o.preference != "" {
 			plan.Preference = &decision
 		}
-		if len(ladder) == 0 && share == nil {
+		if len(ladder) == 0 && len(head) == 0 {
 			reason := fmt.Sprintf("the fleet offers no choice that matters to a %s workload (%s)", bound, plan.Fleet)
 			if decision.Mode == PreferAffinity {
 				reason = "no hard needs; the preference is the pod's node affinity"
@@ -224,16 +234,17 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			return out, plan, nil
 		}
 	}
-	// full is the ladder of a request that gets the share: the share, then
-	// the whole-GPU ladder, which ends in fits, the request as written
-	// plus the hard needs. A request that keeps whole GPUs gets full[1:].
+	// full is the ladder of a request that gets the share and the
+	// partitions: those, then the whole-GPU ladder, which ends in fits,
+	// the request as written plus the hard needs. A request that cannot
+	// take the share or a partition gets full without them.
 	full := ladder
-	if share != nil {
+	if len(head) > 0 {
 		whole := ladder
 		if len(whole) == 0 {
 			whole = []tier{fits}
 		}
-		full = append([]tier{*share}, whole...)
+		full = append(head, whole...)
 	}
 	generated, err := tierSelectors(full, n)
 	if err != nil {
@@ -253,27 +264,52 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		bounds, boundsForm = false, celBecause("no tier of this ladder is a lower bound on a figure, and there is no compute-capability floor")
 	}
 	logger := klog.FromContext(ctx)
-	optedOut := 0 // requests that keep whole GPUs by their GpuConfig
+	optedOut := 0          // requests that keep whole GPUs by their GpuConfig
+	partitionOptedOut := 0 // the same, for partitions
 	for i := range out.Devices.Requests {
 		req := &out.Devices.Requests[i]
 		if reason := ineligible(req, generated); reason != "" {
 			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: reason})
 			continue
 		}
-		reqLadder, reqGenerated := full, generated
-		if share != nil {
+		takesShare, takesPartition := share != nil, len(parts) > 0
+		var whole []string // why the request keeps whole GPUs
+		if takesShare {
 			if why, byUser := o.shareIneligible(req.Exactly, req.Name); why != "" {
 				plan.Share.Whole = append(plan.Share.Whole, Untouched{Request: req.Name, Reason: why})
 				if byUser {
 					optedOut++
 				}
-				if len(ladder) == 0 {
-					plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: "keeps a whole GPU (" + why + "), and the profile prefers none"})
+				takesShare, whole = false, append(whole, why)
+			}
+		}
+		if takesPartition {
+			if why, byUser := o.partitionIneligible(spec, req.Exactly, req.Name); why != "" {
+				plan.Partition.Whole = append(plan.Partition.Whole, Untouched{Request: req.Name, Reason: why})
+				if byUser {
+					partitionOptedOut++
+				}
+				takesPartition, whole = false, append(whole, why)
+			}
+		}
+		if !takesShare && !takesPartition && len(head) > 0 && len(ladder) == 0 {
+			plan.Untouched = append(plan.Untouched, Untouched{Request: req.Name, Reason: "keeps a whole GPU (" + strings.Join(slices.Compact(whole), "; ") + "), and the profile prefers none"})
+			continue
+		}
+		if takesShare {
+			plan.Share.Requests = append(plan.Share.Requests, req.Name)
+		}
+		if takesPartition {
+			plan.Partition.Requests = append(plan.Partition.Requests, req.Name)
+		}
+		reqLadder, reqGenerated := full, generated
+		if len(head) > 0 {
+			reqLadder, reqGenerated = nil, nil
+			for i, t := range full {
+				if t.share != nil && !takesShare || t.partition != "" && !takesPartition {
 					continue
 				}
-				reqLadder, reqGenerated = full[1:], generated[1:]
-			} else {
-				plan.Share.Requests = append(plan.Share.Requests, req.Name)
+				reqLadder, reqGenerated = append(reqLadder, t), append(reqGenerated, generated[i])
 			}
 		}
 		// A memory amount the user wrote stays the request; the floor stays
@@ -282,7 +318,11 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 			plan.MemoryFloor = floorForm
 		}
 		requestBounds := bounds
-		if why := boundsFit(req.Exactly, len(out.Devices.Constraints)); bounds && why != "" {
+		why := boundsFit(req.Exactly, len(out.Devices.Constraints))
+		if why == "" && takesPartition {
+			why = "may get a MIG partition, which has no uuid for the guard"
+		}
+		if bounds && why != "" {
 			requestBounds = false
 			if boundsForm.Form == FormCapacity {
 				boundsForm = celBecause("request %s %s", req.Name, why)
@@ -300,13 +340,23 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 		}
 		plan.Rewritten = append(plan.Rewritten, req.Name)
 	}
-	alternatives := full
-	if share != nil && len(plan.Share.Requests) == 0 {
+	shareTaken := share != nil && len(plan.Share.Requests) > 0
+	if share != nil && !shareTaken {
 		plan.Share.Verdict, plan.Share.Reason = noShare(plan.Share.Whole, optedOut)
 		plan.Share.ComputePercent, plan.Share.Memory = 0, nil
-		alternatives = ladder
 	}
-	for _, t := range alternatives {
+	partitionTaken := len(parts) > 0 && len(plan.Partition.Requests) > 0
+	if len(parts) > 0 && !partitionTaken {
+		plan.Partition.Verdict, plan.Partition.Reason = noPartition(plan.Partition.Whole, partitionOptedOut)
+		plan.Partition.Profiles, plan.Partition.ComputePercent, plan.Partition.MemoryBytes = nil, 0, 0
+	}
+	for _, t := range full {
+		if t.share != nil && !shareTaken || t.partition != "" && !partitionTaken {
+			continue
+		}
+		if t.name == fits.name && len(ladder) == 0 && !shareTaken && !partitionTaken {
+			continue // no request took the head: the ladder is empty
+		}
 		plan.Alternatives = append(plan.Alternatives, Alternative{Name: t.name, Reason: t.reason})
 	}
 	if plan.TierBounds.IsZero() && len(plan.Rewritten) > 0 {
@@ -330,7 +380,9 @@ func tierSelectors(ladder []tier, n needs) ([][]string, error) {
 	out := make([][]string, len(ladder))
 	for i, t := range ladder {
 		for _, id := range append(slices.Clone(t.selectors), n.memory, n.cc) {
-			if id < 0 {
+			// A partition's memory is its profile's, chosen to hold the
+			// workload; the floors are cut for whole cards.
+			if id < 0 || t.partition != "" && id == n.memory {
 				continue
 			}
 			s, err := verifiedSelector(id)
@@ -387,6 +439,9 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 		e := exact.DeepCopy()
 		exprs := generated[i]
 		switch {
+		case t.partition != "":
+			// No capacity requests: the partition is the amount, and a
+			// partition publishes no figures as capacities.
 		case t.share != nil:
 			// The hard needs stay CEL here: the memory floor says how large
 			// a GPU the workload needs, the share how much of it the claim
@@ -403,7 +458,7 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 				exprs = without(exprs, catalogue[id])
 			}
 		}
-		if bounds && t.share == nil && n.cc >= 0 && requestCapacity(e, gpuv1alpha1.SMVersionCapacity.Qualified(), *resource.NewQuantity(n.sm, resource.DecimalSI)) {
+		if bounds && t.share == nil && t.partition == "" && n.cc >= 0 && requestCapacity(e, gpuv1alpha1.SMVersionCapacity.Qualified(), *resource.NewQuantity(n.sm, resource.DecimalSI)) {
 			exprs = without(exprs, catalogue[n.cc])
 		}
 		var sels []resourceapi.DeviceSelector
@@ -417,7 +472,7 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 		sels = append(sels, e.Selectors...)
 		subs[i] = resourceapi.DeviceSubRequest{
 			Name:            t.name,
-			DeviceClassName: subrequestClass(e, len(exprs) > 0, bounds),
+			DeviceClassName: subrequestClass(e, t, len(exprs) > 0, bounds),
 			Selectors:       sels,
 			AllocationMode:  e.AllocationMode,
 			Count:           e.Count,
@@ -438,7 +493,13 @@ func subrequests(exact *resourceapi.ExactDeviceRequest, ladder []tier, generated
 // it, and the subrequest would then match every driver's devices. Where the
 // request is guarded by the uuid constraint (TierBoundsAsCapacity), a
 // subrequest with no selector at all needs no class selector either.
-func subrequestClass(e *resourceapi.ExactDeviceRequest, generatedFirst, guarded bool) string {
+//
+// A partition's tier uses MIGDeviceClassName, whose own selector keeps it
+// to Prism's partitions.
+func subrequestClass(e *resourceapi.ExactDeviceRequest, t tier, generatedFirst, guarded bool) string {
+	if t.partition != "" {
+		return MIGDeviceClassName
+	}
 	if generatedFirst || guarded && len(e.Selectors) == 0 {
 		return TierDeviceClassName
 	}

@@ -39,6 +39,9 @@ type tier struct {
 	// share is the share of one GPU the tier asks for, as capacity
 	// requests; nil: whole GPUs.
 	share *Share
+	// partition is the MIG profile the tier asks for, of class
+	// MIGDeviceClassName; "": a whole GPU or a share of one.
+	partition string
 }
 
 // lowerBound is the tier test "fig >= at".
@@ -74,32 +77,32 @@ func preferred(ladder []tier) []tier {
 var ladders = map[prismv1alpha1.BoundType]map[prismv1alpha1.Policy][]tier{
 	prismv1alpha1.BoundTypeMemoryBound: {
 		prismv1alpha1.PolicyPerformance: {
-			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil, nil, nil},
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil, nil, nil},
+			{"ultra", []selectorID{selBandwidthUltra}, "bandwidth class ultra (>2500 GB/s): H100, H200", nil, nil, nil, ""},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high (1200-2500 GB/s): A100", nil, nil, nil, ""},
 			fits,
 		},
 		prismv1alpha1.PolicyEconomy: {
-			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil, nil, nil},
+			{"high", []selectorID{selBandwidthHigh}, "bandwidth class high: HBM without taking ultra devices", nil, nil, nil, ""},
 			fits,
 		},
 	},
 	prismv1alpha1.BoundTypeComputeBound: {
 		prismv1alpha1.PolicyPerformance: {
-			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil, nil, nil},
+			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil, nil, nil, ""},
 			fits,
 		},
 		prismv1alpha1.PolicyEconomy: {
-			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil, nil, nil},
+			{"fp32-value", []selectorID{selFP32Value}, "low/mid bandwidth class with fp32 >= 25 TFLOPS: L4, A10, L40S", nil, nil, nil, ""},
 			fits,
 		},
 	},
 	prismv1alpha1.BoundTypeLatencyBound: {
 		prismv1alpha1.PolicyPerformance: {
-			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil, nil, nil},
+			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil, nil, nil, ""},
 			fits,
 		},
 		prismv1alpha1.PolicyEconomy: {
-			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil, nil, nil},
+			{"low", []selectorID{selBandwidthLow}, "bandwidth class low: smallest cards (L4, T4), keeps big ones free", nil, nil, nil, ""},
 			fits,
 		},
 	},

@@ -205,7 +205,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 		return r.autoProfile(claim, name, nil)
 	case err != nil:
 		return outcome{skip: skipLookupError, message: fmt.Sprintf("getting WorkloadProfile %s/%s: %v", claim.Namespace, name, err)}
-	case wp.Status.BoundType == "" && !r.sharesFrom(wp):
+	case wp.Status.BoundType == "" && !r.sharesFrom(wp) && !r.partitionsFrom(wp):
 		return r.autoProfile(claim, name, wp)
 	}
 	return r.rewrite(ctx, claim, wp)
@@ -219,7 +219,8 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		opts = append(opts, rewrite.WithPreference(r.opts.Preference))
 	}
 	if r.opts.Fleet != nil {
-		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()))
+		// Partitions are offered only where the fleet publishes them.
+		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()), rewrite.PartitionsFromUsage())
 	}
 	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
 		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
@@ -284,6 +285,16 @@ func (r *rewriter) shares() bool {
 func (r *rewriter) sharesFrom(wp *prismv1alpha1.WorkloadProfile) bool {
 	return r.shares() && wp.Spec.Sharing != prismv1alpha1.SharingExclusive &&
 		rewrite.SizeShare(wp.Status.Usage).Verdict == rewrite.ShareSized
+}
+
+// partitionsFrom says the same of MIG partitions: the fleet publishes
+// some, and the profile's usage gives a share a partition could hold.
+func (r *rewriter) partitionsFrom(wp *prismv1alpha1.WorkloadProfile) bool {
+	if r.opts.Fleet == nil || wp.Spec.Sharing == prismv1alpha1.SharingExclusive {
+		return false
+	}
+	f := r.opts.Fleet()
+	return f != nil && len(f.Partitions) > 0 && rewrite.SizeShare(wp.Status.Usage).Verdict == rewrite.ShareSized
 }
 
 // autoProfileNote is the annotation written when a claim is profiled

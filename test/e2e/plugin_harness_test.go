@@ -308,13 +308,18 @@ func allocatedDevice(ctx context.Context, t *testing.T, client kubernetes.Interf
 		t.Fatalf("claim %s: want one allocated device, got %+v", claim.Name, claim.Status.Allocation)
 	}
 	r := claim.Status.Allocation.Devices.Results[0]
-	slice, err := nodeSlice(ctx, client, r.Pool)
-	if err != nil || slice == nil {
-		t.Fatalf("slice of pool %s: %v", r.Pool, err)
+	// A pool of MIG partitions spans several slices.
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + r.Pool,
+	})
+	if err != nil {
+		t.Fatalf("slices of pool %s: %v", r.Pool, err)
 	}
-	for _, d := range slice.Spec.Devices {
-		if d.Name == r.Device {
-			return d
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			if d.Name == r.Device {
+				return d
+			}
 		}
 	}
 	t.Fatalf("device %s not in pool %s", r.Device, r.Pool)

@@ -1,0 +1,355 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package rewrite
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+// MIGDeviceClassName is the DeviceClass of MIG partitions, which the chart
+// installs with the MIGPartitions gate. gpu.prism.dev and
+// rewrite.gpu.prism.dev leave partitions out.
+const MIGDeviceClassName = "mig." + gpuv1alpha1.DriverName
+
+// PartitionTierPrefix starts the name of a subrequest that asks for a MIG
+// partition: "mig-1g10gb" for 1g.10gb.
+const PartitionTierPrefix = "mig-"
+
+// PartitionVerdict is what the partition step decided for a claim: a MIG
+// partition first, or why the claim keeps whole GPUs. Its String is the
+// plan's partition.verdict.
+type PartitionVerdict int
+
+const (
+	// PartitionSized: the claim's first choice is the smallest partition
+	// the fleet publishes that holds the share its usage gives.
+	PartitionSized PartitionVerdict = iota
+	// PartitionNoUsage: the profile has no usage figures (see ShareNoUsage).
+	PartitionNoUsage
+	// PartitionNoPeakMemory: the duty cycle is known, the peak memory is
+	// not; a partition's memory is fixed, so it is not guessed.
+	PartitionNoPeakMemory
+	// PartitionHeavy: the share would be 80 % of a GPU or more.
+	PartitionHeavy
+	// PartitionOptedOut: the profile's spec.sharing is Exclusive (whole GPUs
+	// only), or every request that could take one says so in its GpuConfig.
+	PartitionOptedOut
+	// PartitionNoneFits: no published partition smaller than the whole GPU
+	// holds the share.
+	PartitionNoneFits
+	// PartitionNoEligibleRequest: no request asks for exactly one whole GPU
+	// of gpu.prism.dev without selectors, capacity amounts or a GpuConfig.
+	PartitionNoEligibleRequest
+)
+
+var partitionVerdicts = [...]string{"sized", "no-usage", "no-peak-memory", "heavy", "opted-out", "none-fits", "no-eligible-request"}
+
+func (v PartitionVerdict) String() string {
+	if v < 0 || int(v) >= len(partitionVerdicts) {
+		return fmt.Sprintf("PartitionVerdict(%d)", int(v))
+	}
+	return partitionVerdicts[v]
+}
+
+// PartitionVerdicts lists every verdict, for metrics that are initialised
+// with each label.
+func PartitionVerdicts() []PartitionVerdict {
+	out := make([]PartitionVerdict, len(partitionVerdicts))
+	for i := range out {
+		out[i] = PartitionVerdict(i)
+	}
+	return out
+}
+
+// PartitionPlan is the partition step's part of a plan.
+type PartitionPlan struct {
+	// Verdict is a PartitionVerdict's String.
+	Verdict string `json:"verdict"`
+	// Profiles are the MIG profiles asked for, first choice first, for
+	// "sized"; one per GPU model where the models' smallest fitting
+	// profiles differ.
+	Profiles []string `json:"profiles,omitempty"`
+	// ComputePercent and MemoryBytes are what a partition had to hold
+	// (SizeShare on the usage, memory at least the profile's minMemory).
+	ComputePercent int64 `json:"computePercent,omitempty"`
+	MemoryBytes    int64 `json:"memoryBytes,omitempty"`
+	// Usage is the measured use the decision came from (UsageSummary).
+	Usage string `json:"usage,omitempty"`
+	// Reason is how the figures chose the profiles, or why there is none.
+	Reason string `json:"reason"`
+	// Requests are those whose first choice is a partition.
+	Requests []string `json:"requests,omitempty"`
+	// Whole are the requests that keep whole GPUs although the profile
+	// got a partition, and why.
+	Whole []Untouched `json:"whole,omitempty"`
+}
+
+// PartitionsFromUsage lets Rewrite offer a request for one whole GPU a MIG
+// partition first, where the fleet (WithFleet) publishes partitions: the
+// smallest published profile whose memory holds the share SizeShare gives
+// the profile's usage and whose SMs are at least its compute share of the
+// parent GPU's. The whole-GPU ladder follows and ends in fits, so the pod
+// is never less schedulable. A heavy job, or one without usage, gets no
+// partition; where the fleet publishes no partition, the plan says
+// nothing of them. See docs/mig.md, "How sizing works".
+func PartitionsFromUsage() Option {
+	return func(o *options) { o.partitions = true }
+}
+
+// migProfileNames are the MIG profiles the catalogue can select: NVIDIA's
+// profiles below the whole GPU of the A30, A100, H100, H200 and B200, as
+// Prism names them (pkg/gpu/nvml). Variants with or without media engines
+// ("+me", "-me") are left out: a "+me" takes the GPU's one optical-flow
+// accelerator, and a job sized from its usage has no need of it. A profile
+// the fleet publishes but this list lacks is never asked for.
+var migProfileNames = [...]string{
+	// A30
+	"1g.6gb", "2g.12gb", "4g.24gb",
+	// A100 40GB
+	"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb",
+	// A100 80GB, H100 80GB (and 1g.10gb of the A100 40GB)
+	"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb",
+	// H100 NVL 94GB, GH200 96GB
+	"1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "3g.48gb", "4g.48gb",
+	// H200 141GB, GH200 144GB
+	"1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb",
+	// B200
+	"1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb",
+}
+
+// plainProfile is a profile name without a media-engine variant.
+var plainProfile = regexp.MustCompile(`^[0-9]+g\.[0-9]+gb$`)
+
+func migProfileIs(name string) string {
+	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s == %[3]q`, gpuv1alpha1.MIGProfileAttribute, attrs, name)
+}
+
+func migProfileExpressions() []string {
+	out := make([]string, len(migProfileNames))
+	for i, n := range migProfileNames {
+		out[i] = migProfileIs(n)
+	}
+	return out
+}
+
+// migProfileSelector is the catalogue entry for a profile name.
+func migProfileSelector(name string) (selectorID, bool) {
+	i := slices.Index(migProfileNames[:], name)
+	if i < 0 {
+		return -1, false
+	}
+	return selMIGFirst + selectorID(i), true
+}
+
+// partitionStep decides the partitions the profile gets, if the caller
+// offers them: the tiers (one per distinct profile, smallest first), or
+// none and why not in the plan.
+func (o options) partitionStep(p Profile) ([]tier, *PartitionPlan) {
+	if !o.partitions {
+		return nil, nil
+	}
+	if !o.fleetSet || o.fleet == nil || len(o.fleet.Partitions) == 0 {
+		return nil, nil // nothing to say where no GPU publishes partitions
+	}
+	plan := &PartitionPlan{Usage: UsageSummary(p.Usage)}
+	if p.Exclusive {
+		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
+		return nil, plan
+	}
+	size := SizeShare(p.Usage)
+	switch size.Verdict {
+	case ShareSized:
+	case ShareNoUsage:
+		plan.Verdict, plan.Reason = PartitionNoUsage.String(), size.Reason
+		return nil, plan
+	case ShareNoPeakMemory:
+		plan.Verdict, plan.Reason = PartitionNoPeakMemory.String(), size.Reason
+		return nil, plan
+	default:
+		plan.Verdict, plan.Reason = PartitionHeavy.String(), size.Reason
+		return nil, plan
+	}
+	memory := size.Share.MemoryBytes
+	why := size.Reason
+	if p.MinMemory != nil {
+		// needs() has bounded it already, where a bound type asked for it;
+		// a profile without one is bounded here.
+		if v, err := prismv1alpha1.BoundedValue(field.NewPath("minMemory"), *p.MinMemory, prismv1alpha1.MaxDeviceMemory); err == nil && v > memory {
+			memory = v
+			why += "; memory at least the profile's minMemory " + bytesText(v)
+		}
+	}
+	plan.ComputePercent, plan.MemoryBytes = size.Share.ComputePercent, memory
+	names, fits := o.fleet.smallestPartitions(size.Share.ComputePercent, memory)
+	if len(names) == 0 {
+		plan.Verdict, plan.Reason = PartitionNoneFits.String(), why+"; but "+fits
+		return nil, plan
+	}
+	plan.Verdict, plan.Profiles, plan.Reason = PartitionSized.String(), names, why+"; "+fits
+	tiers := make([]tier, len(names))
+	for i, n := range names {
+		id, _ := migProfileSelector(n)
+		tiers[i] = tier{name: PartitionTierPrefix + profileToken(n), selectors: []selectorID{id}, partition: n,
+			reason: fmt.Sprintf("MIG partition %s, the smallest published that holds %d%% compute and %s memory", n, size.Share.ComputePercent, bytesText(memory))}
+	}
+	return tiers, plan
+}
+
+// profileToken spells a profile name as a subrequest name: "1g.10gb" is
+// "1g10gb" (pkg/gpu names partition devices the same way).
+func profileToken(name string) string {
+	return strings.ReplaceAll(name, ".", "")
+}
+
+// smallestPartitions returns, for each GPU model that publishes partitions,
+// the smallest profile below the whole GPU that the catalogue can select,
+// whose memory is at least memory bytes and whose SMs are at least
+// computePercent of the parent's; the distinct names, smallest first. A
+// name qualifies only if it does so on every model that publishes it, so
+// that a selector on the name alone is honest in a mixed fleet. The string
+// says which profiles were chosen, or why none was.
+func (f *Fleet) smallestPartitions(computePercent, memory int64) ([]string, string) {
+	byName := map[string][]PartitionModel{}
+	byModel := map[string][]PartitionModel{}
+	for _, p := range f.Partitions {
+		byName[p.Profile] = append(byName[p.Profile], p)
+		byModel[p.Model] = append(byModel[p.Model], p)
+	}
+	parentSMs := func(model string) int64 {
+		for _, m := range f.Models {
+			if m.Name == model && m.Multiprocessors > 0 {
+				return m.Multiprocessors
+			}
+		}
+		var most int64
+		for _, p := range byModel[model] {
+			most = max(most, p.Multiprocessors)
+		}
+		return most
+	}
+	// whole says whether p is its model's largest profile, the whole GPU
+	// as a partition: it offers no more than the whole GPU tier after it.
+	whole := func(p PartitionModel) bool {
+		for _, q := range byModel[p.Model] {
+			if q.Multiprocessors > p.Multiprocessors || q.Multiprocessors == p.Multiprocessors && q.MemoryBytes > p.MemoryBytes {
+				return false
+			}
+		}
+		return true
+	}
+	holds := func(p PartitionModel) bool {
+		parent := parentSMs(p.Model)
+		return !whole(p) && p.MemoryBytes >= memory && parent > 0 && p.Multiprocessors*100 >= computePercent*parent
+	}
+	qualifies := func(name string) bool {
+		if _, ok := migProfileSelector(name); !ok || !plainProfile.MatchString(name) {
+			return false
+		}
+		return !slices.ContainsFunc(byName[name], func(p PartitionModel) bool { return !holds(p) })
+	}
+	order := func(a, b PartitionModel) int {
+		return cmp.Or(cmp.Compare(a.MemoryBytes, b.MemoryBytes), cmp.Compare(a.Multiprocessors, b.Multiprocessors), strings.Compare(a.Profile, b.Profile))
+	}
+	var chosen []PartitionModel
+	var models []string
+	for _, model := range slices.Sorted(maps.Keys(byModel)) {
+		ps := slices.Clone(byModel[model])
+		slices.SortFunc(ps, order)
+		for _, p := range ps {
+			if qualifies(p.Profile) {
+				if !slices.ContainsFunc(chosen, func(c PartitionModel) bool { return c.Profile == p.Profile }) {
+					chosen = append(chosen, p)
+				}
+				models = append(models, fmt.Sprintf("%s on %s (%d of %d SMs, %s)", p.Profile, model, p.Multiprocessors, parentSMs(model), bytesText(p.MemoryBytes)))
+				break
+			}
+		}
+	}
+	if len(chosen) == 0 {
+		return nil, fmt.Sprintf("no published MIG profile below the whole GPU has %s of memory and %d%% of its GPU's SMs", bytesText(memory), computePercent)
+	}
+	slices.SortFunc(chosen, order)
+	names := make([]string, len(chosen))
+	for i, c := range chosen {
+		names[i] = c.Profile
+	}
+	return names, "smallest fitting: " + strings.Join(models, ", ")
+}
+
+// partitionIneligible says why a request keeps whole GPUs although the
+// profile got a partition, or "", and whether that is the user's choice.
+// Only a request for one GPU, as plain as the tier can copy safely, gets
+// one: the user's selectors were written for whole GPUs and may read
+// attributes a partition lacks (a CEL error stops the pod's scheduling on
+// every node), capacity amounts name whole-GPU capacities, and a GpuConfig
+// may set sharing, which the plugin refuses on a partition at prepare.
+func (o options) partitionIneligible(spec *resourceapi.ResourceClaimSpec, e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
+	switch {
+	case e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.Count > 1:
+		return "asks for more than one GPU; a partition is a part of one", false
+	case len(e.Selectors) > 0:
+		return "has its own selectors, written for whole GPUs", false
+	case e.Capacity != nil && len(e.Capacity.Requests) > 0:
+		return "names its own capacity amounts, which are kept", false
+	case o.exclusive[request]:
+		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
+	case configured(spec, request):
+		return "a " + gpuv1alpha1.DriverName + " config applies to it, and the plugin refuses sharing settings on a partition", false
+	}
+	return "", false
+}
+
+// configured says whether an opaque config of the driver applies to request.
+func configured(spec *resourceapi.ResourceClaimSpec, request string) bool {
+	for _, c := range spec.Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.DriverName {
+			continue
+		}
+		if len(c.Requests) == 0 || slices.Contains(c.Requests, request) {
+			return true
+		}
+	}
+	return false
+}
+
+// noPartition is the plan's verdict when the profile got a partition but no
+// request took it.
+func noPartition(whole []Untouched, optedOut int) (string, string) {
+	if len(whole) == 0 {
+		return PartitionNoEligibleRequest.String(), "no request for one GPU of class " + DeviceClassName + " could be rewritten"
+	}
+	reasons := make([]string, len(whole))
+	for i, w := range whole {
+		reasons[i] = w.Request + ": " + w.Reason
+	}
+	verdict := PartitionNoEligibleRequest
+	if optedOut == len(whole) {
+		verdict = PartitionOptedOut
+	}
+	return verdict.String(), "no request takes a partition (" + strings.Join(reasons, "; ") + ")"
+}

@@ -1,0 +1,254 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package rewrite
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+)
+
+// migModel is a GPU model in MIG mode as the fleet view sees it: the whole
+// GPUs, and the partitions the kubelet plugin publishes for them, with the
+// figures of pkg/gpu/nvml's simulated MIG tables (the H100's match
+// testdata/real/nvidia-h100-80gb-hbm3.mig.json).
+func migModel(name string, gpus int, whole Model, profiles ...PartitionModel) (Model, []PartitionModel) {
+	whole.Name, whole.Devices = name, gpus
+	out := make([]PartitionModel, len(profiles))
+	for i, p := range profiles {
+		p.Model = name
+		p.Devices *= gpus
+		out[i] = p
+	}
+	return whole, out
+}
+
+func mib(n int64) int64 { return n << 20 }
+
+var (
+	h100Whole, h100Partitions = migModel("NVIDIA H100 80GB HBM3", 2,
+		Model{BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: mib(81559), Multiprocessors: 132},
+		PartitionModel{Profile: "1g.10gb", Devices: 7, MemoryBytes: mib(9984), Multiprocessors: 16},
+		PartitionModel{Profile: "1g.10gb+me", Devices: 7, MemoryBytes: mib(9984), Multiprocessors: 16},
+		PartitionModel{Profile: "1g.20gb", Devices: 4, MemoryBytes: mib(20096), Multiprocessors: 26},
+		PartitionModel{Profile: "2g.20gb", Devices: 3, MemoryBytes: mib(20096), Multiprocessors: 32},
+		PartitionModel{Profile: "3g.40gb", Devices: 2, MemoryBytes: mib(40448), Multiprocessors: 60},
+		PartitionModel{Profile: "4g.40gb", Devices: 1, MemoryBytes: mib(40448), Multiprocessors: 64},
+		PartitionModel{Profile: "7g.80gb", Devices: 1, MemoryBytes: mib(81152), Multiprocessors: 132})
+	a100Whole, a100Partitions = migModel("NVIDIA A100-SXM4-40GB", 2,
+		Model{BandwidthGBps: 1555, FP32GFLOPS: 19500, MemoryBytes: mib(40960), Multiprocessors: 108},
+		PartitionModel{Profile: "1g.5gb", Devices: 7, MemoryBytes: mib(4864), Multiprocessors: 14},
+		PartitionModel{Profile: "1g.5gb+me", Devices: 7, MemoryBytes: mib(4864), Multiprocessors: 14},
+		PartitionModel{Profile: "1g.10gb", Devices: 4, MemoryBytes: mib(9856), Multiprocessors: 14},
+		PartitionModel{Profile: "2g.10gb", Devices: 3, MemoryBytes: mib(9856), Multiprocessors: 28},
+		PartitionModel{Profile: "3g.20gb", Devices: 2, MemoryBytes: mib(19968), Multiprocessors: 42},
+		PartitionModel{Profile: "4g.20gb", Devices: 1, MemoryBytes: mib(19968), Multiprocessors: 56},
+		PartitionModel{Profile: "7g.40gb", Devices: 1, MemoryBytes: mib(40192), Multiprocessors: 98})
+	l4Whole = Model{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: mib(23034), Multiprocessors: 58}
+)
+
+func migFleet(models []Model, partitions ...[]PartitionModel) *Fleet {
+	f := &Fleet{Models: models}
+	for _, p := range partitions {
+		f.Partitions = append(f.Partitions, p...)
+	}
+	return f
+}
+
+// tierSummary is a subrequest as these tests read it.
+type tierSummary struct {
+	Name, Class string
+}
+
+func tierSummaries(r resourceapi.DeviceRequest) []tierSummary {
+	var out []tierSummary
+	for _, sub := range r.FirstAvailable {
+		out = append(out, tierSummary{sub.Name, sub.DeviceClassName})
+	}
+	return out
+}
+
+// A request for one whole GPU gets the smallest published partition that
+// holds its share ahead of the whole-GPU ladder; a heavy job, a fleet
+// without partitions, a claim with its own selectors keep what they had.
+func TestRewriteOffersThePartitionFirst(t *testing.T) {
+	h100 := migFleet([]Model{h100Whole, l4Whole}, h100Partitions)
+	a100 := migFleet([]Model{a100Whole, l4Whole}, a100Partitions)
+	mixed := migFleet([]Model{a100Whole, h100Whole, l4Whole}, a100Partitions, h100Partitions)
+	wholeOnly := migFleet([]Model{h100Whole, l4Whole})
+	// light: p95 5 %, peak 3Gi: SizeShare gives 15 % compute, 5Gi memory.
+	light := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi"), Usage: usage(5, "3Gi")}
+	// memoryHeavy: p95 20 %, peak 30Gi: 30 % compute, 37Gi memory.
+	memoryHeavy := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("30Gi"), Usage: usage(20, "30Gi")}
+	// heavy: p95 70 %: 90 % compute, a whole GPU.
+	heavy := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("6Gi"), Usage: usage(70, "6Gi")}
+	whole := func(names ...string) []tierSummary {
+		var out []tierSummary
+		for _, n := range names {
+			out = append(out, tierSummary{n, TierDeviceClassName})
+		}
+		return out
+	}
+	mig := func(name string) tierSummary { return tierSummary{name, MIGDeviceClassName} }
+	// The latency-bound ladder of these fleets keeps off the top bandwidth
+	// class; fits carries the memory floor.
+	ladder := whole("bandwidth-not-top", "fits")
+	configured := gpuSpec(exactGPU("gpu", 1))
+	configured.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+		Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{}`)}}}}}
+
+	for _, tc := range []struct {
+		name     string
+		profile  Profile
+		fleet    *Fleet
+		spec     *resourceapi.ResourceClaimSpec
+		want     []tierSummary // the request "gpu"; nil: untouched
+		verdict  string        // "": no partition plan
+		profiles []string
+	}{
+		{"light on an H100: its 1g.20gb (1g.10gb has 12% of the SMs, below 15%)", light, h100, gpuSpec(exactGPU("gpu", 1)),
+			append([]tierSummary{mig("mig-1g20gb")}, ladder...), "sized", []string{"1g.20gb"}},
+		{"light on an A100-40GB: its 2g.10gb (a 1g has 13% of the SMs)", light, a100, gpuSpec(exactGPU("gpu", 1)),
+			append([]tierSummary{mig("mig-2g10gb")}, ladder...), "sized", []string{"2g.10gb"}},
+		{"light on both: each model's smallest, smallest memory first", light, mixed, gpuSpec(exactGPU("gpu", 1)),
+			append([]tierSummary{mig("mig-2g10gb"), mig("mig-1g20gb")}, ladder...), "sized", []string{"2g.10gb", "1g.20gb"}},
+		{"memory-heavy but light: a slice with 37Gi", memoryHeavy, h100, gpuSpec(exactGPU("gpu", 1)),
+			// 30Gi needs the 39Gi floor: only the H100 holds it, so no
+			// whole-GPU preference is left, only fits.
+			append([]tierSummary{mig("mig-3g40gb")}, whole("fits")...), "sized", []string{"3g.40gb"}},
+		{"too much memory for any slice below the whole A100-40GB", memoryHeavy, a100, gpuSpec(exactGPU("gpu", 1)),
+			whole("fits"), "none-fits", nil},
+		{"heavy: no slice", heavy, h100, gpuSpec(exactGPU("gpu", 1)), ladder, "heavy", nil},
+		{"no partitions in the fleet: as before", light, wholeOnly, gpuSpec(exactGPU("gpu", 1)), ladder, "", nil},
+		{"the user's selectors: as before", light, h100, gpuSpec(exactGPU("gpu", 1, userSelector)),
+			[]tierSummary{{"bandwidth-not-top", TierDeviceClassName}, {"fits", TierDeviceClassName}}, "no-eligible-request", nil},
+		{"two GPUs: as before", light, h100, gpuSpec(exactGPU("gpu", 2)), ladder, "no-eligible-request", nil},
+		{"a GpuConfig applies: as before", light, h100, configured, ladder, "no-eligible-request", nil},
+		{"the profile says Exclusive", Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi"), Usage: usage(5, "3Gi"), Exclusive: true},
+			h100, gpuSpec(exactGPU("gpu", 1)), ladder, "opted-out", nil},
+		{"no usage", Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi")}, h100, gpuSpec(exactGPU("gpu", 1)),
+			ladder, "no-usage", nil},
+		{"no bound type: the slice, then the request as written", Profile{Name: "p", Usage: usage(5, "3Gi")}, h100, gpuSpec(exactGPU("gpu", 1)),
+			[]tierSummary{mig("mig-1g20gb"), {"fits", DeviceClassName}}, "sized", []string{"1g.20gb"}},
+		{"no bound type, heavy: untouched", Profile{Name: "p", Usage: usage(70, "6Gi")}, h100, gpuSpec(exactGPU("gpu", 1)), nil, "heavy", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			out, plan, err := Rewrite(ctx, tc.spec, tc.profile, WithFleet(tc.fleet), PartitionsFromUsage())
+			if err != nil {
+				t.Fatalf("Rewrite: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, tierSummaries(out.Devices.Requests[0])); diff != "" {
+				t.Errorf("tiers (-want +got):\n%s", diff)
+			}
+			if tc.verdict == "" {
+				if plan.Partition != nil {
+					t.Errorf("a plan for partitions where none are published: %+v", plan.Partition)
+				}
+				return
+			}
+			if plan.Partition == nil {
+				t.Fatal("the plan says nothing of partitions")
+			}
+			if plan.Partition.Verdict != tc.verdict {
+				t.Errorf("verdict %q (%s), want %q", plan.Partition.Verdict, plan.Partition.Reason, tc.verdict)
+			}
+			if diff := cmp.Diff(tc.profiles, plan.Partition.Profiles); diff != "" {
+				t.Errorf("profiles (-want +got):\n%s", diff)
+			}
+			for _, a := range plan.Alternatives {
+				if tc.verdict != "sized" && a.Name[:len(PartitionTierPrefix)] == PartitionTierPrefix {
+					t.Errorf("alternatives list a partition no request got: %+v", plan.Alternatives)
+				}
+			}
+		})
+	}
+}
+
+// The partition tier asks for the profile by a catalogue selector, in the
+// class of partitions, with nothing copied that a partition lacks; the
+// last tier accepts what the request as written accepted.
+func TestPartitionTierShape(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	p := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi"), MinComputeCapability: "8.0", Usage: usage(5, "3Gi")}
+	out, plan, err := Rewrite(ctx, gpuSpec(exactGPU("gpu", 1)), p, WithFleet(migFleet([]Model{h100Whole, l4Whole}, h100Partitions)), PartitionsFromUsage(),
+		MemoryFloorAsCapacity(), TierBoundsAsCapacity())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, _ := verifiedSelector(selCCFirst + 1)
+	want := resourceapi.DeviceSubRequest{
+		Name:            "mig-1g20gb",
+		DeviceClassName: MIGDeviceClassName,
+		Selectors:       []resourceapi.DeviceSelector{selector("(" + migProfileIs("1g.20gb") + joinSeparator + cc + ")")},
+		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
+		Count:           1,
+	}
+	subs := out.Devices.Requests[0].FirstAvailable
+	if diff := cmp.Diff(want, subs[0]); diff != "" {
+		t.Errorf("partition tier (-want +got):\n%s", diff)
+	}
+	if conj, ok := Conjuncts(subs[0].Selectors[0].CEL.Expression); !ok || len(conj) != 2 {
+		t.Errorf("the partition selector is not made of catalogue entries: %v", conj)
+	}
+	// Partitions have no uuid: the guard would refuse them.
+	if len(out.Devices.Constraints) != 0 || plan.TierBounds.Form != FormCEL {
+		t.Errorf("constraints %v, tier bounds %v: want no uuid guard where a partition may be allocated", out.Devices.Constraints, plan.TierBounds)
+	}
+	if last := subs[len(subs)-1]; last.Name != "fits" {
+		t.Errorf("last tier %s, want fits", last.Name)
+	}
+	s, err := plan.Annotation()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal([]byte(s), &back); err != nil || back.Partition == nil || back.Partition.Verdict != "sized" || back.Partition.Requests[0] != "gpu" {
+		t.Errorf("the annotation loses the partition decision: %s (%v)", s, err)
+	}
+}
+
+// Every name of the catalogue is one NVIDIA spells without a media-engine
+// variant, and each has its own entry.
+func TestMIGProfileCatalogue(t *testing.T) {
+	for _, n := range migProfileNames {
+		if !plainProfile.MatchString(n) {
+			t.Errorf("%q is not a plain profile name", n)
+		}
+		id, ok := migProfileSelector(n)
+		if !ok {
+			t.Fatalf("%q has no selector", n)
+		}
+		got, err := verifiedSelector(id)
+		if err != nil || got != migProfileIs(n) {
+			t.Errorf("%q: selector %q, %v", n, got, err)
+		}
+	}
+	if _, ok := migProfileSelector("1g.10gb+me"); ok {
+		t.Error("a media-engine variant has a selector")
+	}
+	if got := PartitionVerdict(len(partitionVerdicts)).String(); got != "PartitionVerdict(7)" {
+		t.Errorf("an unknown verdict reads %q", got)
+	}
+}
