@@ -260,7 +260,7 @@ var celName = regexp.MustCompile(`(?:"(\w+)" in )?device\.(attributes|capacity)\
 // Every attribute and capacity a selector of rewrite's catalogue reads is
 // published.
 func TestRewriteCatalogueReadsPublishedNames(t *testing.T) {
-	published := namesOf(publish(t, figuresAsCapacity), publish(t, shareMemory))
+	published := namesOf(publish(t, figuresAsCapacity), publish(t, shareMemory), publishMIG(t))
 	var unknown []string
 	for _, expr := range rewrite.Catalogue() {
 		matches := celName.FindAllStringSubmatch(expr, -1)
@@ -384,6 +384,7 @@ func TestFleetViewReadsPublishedNames(t *testing.T) {
 			m.BandwidthGBps = int64(g.MemoryBandwidthGBps())
 			m.FP32GFLOPS = int64(g.FP32GFLOPS())
 			m.MemoryBytes = max(m.MemoryBytes, int64(g.MemoryBytes))
+			m.Multiprocessors = int64(g.MultiprocessorCount)
 			models[g.ProductName] = m
 		}
 	}
