@@ -55,6 +55,10 @@ func New(ctx context.Context, driverRoot string) (nvml.Interface, error) {
 	logger := klog.FromContext(ctx)
 	path, searched := findLibrary(driverRoot)
 	if path == "" {
+		if alt := otherDriverRoot(driverRoot); alt != "" {
+			return nil, fmt.Errorf("%w: %s not found under driver root %q (searched %s), but there is one under its %s: make that directory the driver root (for a driver root of /, --driver-root=/%s, or the chart's kubeletPlugin.driverRoot: /%s)",
+				ErrNoNVML, libraryName, driverRoot, strings.Join(searched, ", "), alt, alt, alt)
+		}
 		return nil, fmt.Errorf("%w: %s not found under driver root %q (searched %s); install the NVIDIA driver on this node, point the driver root at where it is installed, or pass --fleet to run a simulated node",
 			ErrNoNVML, libraryName, driverRoot, strings.Join(searched, ", "))
 	}
@@ -68,6 +72,26 @@ func New(ctx context.Context, driverRoot string) (nvml.Interface, error) {
 	}
 	logger.V(2).Info("Using NVML", "path", path)
 	return lib, nil
+}
+
+// otherDriverRoots are where some installs keep the whole driver under a
+// root of its own: GKE's installer and CUDA images use /usr/local/nvidia
+// (lib64/libnvidia-ml.so.1), as did the H100 Prism was run on; the GPU
+// Operator's driver container uses /run/nvidia/driver.
+var otherDriverRoots = []string{"usr/local/nvidia", "run/nvidia/driver"}
+
+// otherDriverRoot is a directory under driverRoot (one of
+// otherDriverRoots) where NVML is installed after all, for the error that
+// says where to point the driver root; "" if none. It is advice, not a
+// fallback: the driver root also names the host paths of the CDI specs,
+// which a guess here could get wrong.
+func otherDriverRoot(driverRoot string) string {
+	for _, alt := range otherDriverRoots {
+		if p, _ := findLibrary(filepath.Join(driverRoot, alt)); p != "" {
+			return alt
+		}
+	}
+	return ""
 }
 
 func findLibrary(driverRoot string) (string, []string) {

@@ -39,6 +39,22 @@ func TestNewTellsTheUserWhatToDo(t *testing.T) {
 				"install the NVIDIA driver", "--fleet",
 			},
 		},
+		"the driver under a root of its own": {
+			setup: func(t *testing.T, root string) {
+				dir := filepath.Join(root, "usr", "local", "nvidia", "lib64")
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "libnvidia-ml.so.1"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantErrs: []string{
+				"libnvidia-ml.so.1 not found under driver root",
+				"but there is one under its usr/local/nvidia",
+				"--driver-root=/usr/local/nvidia", "kubeletPlugin.driverRoot: /usr/local/nvidia",
+			},
+		},
 		"a library that does not load": {
 			setup: func(t *testing.T, root string) {
 				dir := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
