@@ -41,6 +41,9 @@ type Metrics struct {
 	// shares counts rewritten claims whose profile the share step looked
 	// at, by its verdict: sized, or why the claim keeps whole GPUs.
 	shares *prometheus.CounterVec
+	// partitions counts rewritten claims whose profile the partition step
+	// looked at, by its verdict: sized, or why no MIG partition comes first.
+	partitions *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -79,6 +82,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "prism_webhook_share_total",
 			Help: "Rewritten claims the share step looked at (the API server keeps capacity requests), by verdict: sized (a share of a GPU first), or why not (no-usage, no-peak-memory, heavy, opted-out, no-shareable-gpu, no-eligible-request).",
 		}, []string{"verdict"}),
+		partitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_partition_total",
+			Help: "Rewritten claims the MIG partition step looked at (the fleet publishes partitions), by verdict: sized (a partition first), or why not (no-usage, no-peak-memory, heavy, opted-out, none-fits, no-eligible-request).",
+		}, []string{"verdict"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -91,7 +98,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.bounds, m.shares} {
+	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.bounds, m.shares, m.partitions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

@@ -241,6 +241,9 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if plan.Share != nil {
 		r.opts.Metrics.shares.WithLabelValues(plan.Share.Verdict).Inc()
 	}
+	if plan.Partition != nil {
+		r.opts.Metrics.partitions.WithLabelValues(plan.Partition.Verdict).Inc()
+	}
 	switch {
 	case len(plan.Rewritten) == 0 && wp.Status.BoundType == "":
 		// Measured by NVML only, and its share declined for this claim:

@@ -18,10 +18,12 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -128,15 +130,7 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 			if !strings.Contains(event, " "+tc.event+" ") {
 				t.Errorf("event %q, want reason %s", event, tc.event)
 			}
-			for _, v := range rewrite.ShareVerdicts() {
-				want := 0.0
-				if v.String() == tc.verdict {
-					want = 1
-				}
-				if got := testutil.ToFloat64(m.shares.WithLabelValues(v.String())); got != want {
-					t.Errorf("prism_webhook_share_total{verdict=%q} = %v, want %v", v, got, want)
-				}
-			}
+			checkVerdicts(t, "prism_webhook_share_total", m.shares, rewrite.ShareVerdicts(), tc.verdict)
 			if tc.verdict == "" {
 				return
 			}
@@ -204,5 +198,81 @@ func TestExclusiveRequests(t *testing.T) {
 				t.Errorf("exclusive requests (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRewriterCountsPartitionVerdicts: on a fleet that publishes MIG
+// partitions, a claim whose usage fits one gets the partition first, and the
+// metric counts the partition step's verdict, sized or why not.
+func TestRewriterCountsPartitionVerdicts(t *testing.T) {
+	const mib = 1 << 20
+	fleet := &rewrite.Fleet{
+		Models: []rewrite.Model{{Name: "NVIDIA H100 80GB HBM3", Devices: 2, BandwidthGBps: 3352, FP32GFLOPS: 66908, MemoryBytes: 81559 * mib, Multiprocessors: 132}},
+		Partitions: []rewrite.PartitionModel{
+			{Model: "NVIDIA H100 80GB HBM3", Profile: "1g.10gb", Devices: 7, MemoryBytes: 9984 * mib, Multiprocessors: 16},
+			{Model: "NVIDIA H100 80GB HBM3", Profile: "1g.20gb", Devices: 4, MemoryBytes: 20096 * mib, Multiprocessors: 26},
+			{Model: "NVIDIA H100 80GB HBM3", Profile: "3g.40gb", Devices: 2, MemoryBytes: 40448 * mib, Multiprocessors: 60},
+		},
+	}
+	light := measured(func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.Usage.DutyCycleP95MilliPercent = ptr.To(int32(5_000))
+		wp.Status.Usage.PeakMemory = ptr.To(resource.MustParse("3Gi"))
+	})
+	// Heavy and measured by ncu too, so that the rewrite runs (a heavy
+	// profile that NVML alone measured is profiled instead).
+	heavy := measured(func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+		wp.Status.Usage.DutyCycleP95MilliPercent = ptr.To(int32(95_000))
+	})
+	for _, tc := range []struct {
+		name    string
+		profile *prismv1alpha1.WorkloadProfile
+		// first is the gpu request's first subrequest; "": not rewritten.
+		first   string
+		verdict string
+	}{
+		{"light use: the smallest partition with 15 % of the SMs", light, "mig-1g20gb", "sized"},
+		{"heavy use: whole GPUs", heavy, "", "heavy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
+				Recorder: record.NewFakeRecorder(10), Metrics: m, Fleet: func() *rewrite.Fleet { return fleet }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// One whole GPU and nothing else: what a partition can stand in for.
+			object := []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"name":"light-0-gpu","namespace":"ml","annotations":{"prism.dev/profile":"train"}},
+ "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev"}}]}}}`)
+			first := ""
+			if resp := call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)); resp.Patch != nil {
+				if subs := applyPatch(t, object, resp).Spec.Devices.Requests[0].FirstAvailable; len(subs) > 0 {
+					first = subs[0].Name
+				}
+			}
+			if first != tc.first {
+				t.Errorf("first subrequest %q, want %q", first, tc.first)
+			}
+			checkVerdicts(t, "prism_webhook_partition_total", m.partitions, rewrite.PartitionVerdicts(), tc.verdict)
+		})
+	}
+}
+
+// checkVerdicts: the counter of verdict want is 1 and every other is 0;
+// want "" means none was counted.
+func checkVerdicts[V fmt.Stringer](t *testing.T, name string, vec *prometheus.CounterVec, all []V, want string) {
+	t.Helper()
+	for _, v := range all {
+		n := 0.0
+		if v.String() == want {
+			n = 1
+		}
+		if got := testutil.ToFloat64(vec.WithLabelValues(v.String())); got != n {
+			t.Errorf("%s{verdict=%q} = %v, want %v", name, v, got, n)
+		}
 	}
 }
