@@ -29,13 +29,14 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
 // migClass is the chart's class of MIG partitions (rendered with the
 // MIGPartitions gate), made here since the static manifests are rendered
 // without it.
-const migClass = "mig." + gpuv1alpha1.DriverName
+const migClass = rewrite.MIGDeviceClassName
 
 // TestMIGPartitionsCreatedAtPrepare runs the MIGPartitions gate on a node
 // with two A100-40GBs, the first in MIG mode: the real API server takes the
