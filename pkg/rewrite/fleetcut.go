@@ -294,7 +294,10 @@ func fleetLadder(fleet *Fleet, bound prismv1alpha1.BoundType, policy prismv1alph
 	case prismv1alpha1.BoundTypeComputeBound:
 		return rankedLadder(fleet, cutFleet(fleet.Models, figFP32), bw, policy)
 	case prismv1alpha1.BoundTypeLatencyBound:
-		return latencyLadder(bw, policy)
+		if policy == prismv1alpha1.PolicyEconomy {
+			return economyLatencyLadder(bw)
+		}
+		return rankedLadder(fleet, cutFleet(fleet.Models, figFP32), bw, policy)
 	}
 	return nil, ""
 }
@@ -381,21 +384,19 @@ func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {
 	return t, true
 }
 
-// latencyLadder serves workloads bound by launch latency and clocks, which
-// differ little between models: a bigger card buys them nothing, so the
-// tiers keep them off the scarce big cards. Bandwidth ranks card size (and
-// price) better than FP32 does: it separates HBM parts from GDDR ones.
-// Performance avoids the top bandwidth class, economy takes the bottom one.
-func latencyLadder(bw fleetCut, policy prismv1alpha1.Policy) ([]tier, string) {
+// economyLatencyLadder serves workloads bound by launch latency and clocks
+// under economy: they take the bottom bandwidth class, the smallest (and
+// cheapest) cards, since bandwidth separates HBM parts from GDDR ones
+// better than FP32 does. Under the other policies they rank by FP32 as
+// compute-bound jobs do: in the placement sweep, keeping them off the top
+// class left fast GPUs idle while they ran 2-5x slower.
+func economyLatencyLadder(bw fleetCut) ([]tier, string) {
 	if len(bw.classes) < 2 {
 		return nil, "one class: " + bw.summaryOrNone()
 	}
-	i := 0
-	if policy == prismv1alpha1.PolicyEconomy {
-		i = len(bw.cuts) - 1
-	}
+	i := len(bw.cuts) - 1
 	return []tier{{
-		name:      tierName(figBandwidth, map[bool]string{true: "bottom", false: "not-top"}[policy == prismv1alpha1.PolicyEconomy]),
+		name:      tierName(figBandwidth, "bottom"),
 		selectors: []selectorID{bw.below(i)},
 		reason:    fmt.Sprintf("%s < %d %s: %s; keeps bigger cards free", bw.fig.attribute(), bw.threshold(i), bw.fig.unit(), bw.share(i+1, len(bw.classes)-1)),
 		models:    bw.modelNames(i+1, len(bw.classes)-1),

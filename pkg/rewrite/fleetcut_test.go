@@ -103,7 +103,9 @@ func TestFleetCut(t *testing.T) {
 		// no middle tier; economy takes the L4 (45 % of the best, no HBM).
 		{"h100-a100-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, fits}},
 		{"h100-a100-l4", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-value", []string{fpAtLeast(25000), bwBelow(3150)}}, fits}},
-		{"h100-a100-l4", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(3150)}}, fits}},
+		// Latency-bound jobs rank by FP32 as compute-bound ones do: a big
+		// card is not wasted on them while it is free.
+		{"h100-a100-l4", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(63000)}}, fits}},
 		{"h100-a100-l4", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(1250)}}, fits}},
 
 		// V100 900, P100 732, A10 600 GB/s are within 30 % of each other;
@@ -116,8 +118,8 @@ func TestFleetCut(t *testing.T) {
 		// fp32-fast tier matched nothing here; the A10s lead now.
 		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
 		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
-		// Latency-bound goes to the T4s, not to the big HBM cards.
-		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-not-top", []string{bwBelow(500)}}, fits}},
+		// Latency-bound: the fastest cards first; only economy takes the T4s.
+		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
 		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(500)}}, fits}},
 
 		{"l4-only", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, nil},

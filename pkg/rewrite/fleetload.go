@@ -65,10 +65,10 @@ const moreGain = 1.1
 //
 // Yielding means preferring the second class; fits keeps the top class as
 // the last resort, so the job is never less schedulable than under
-// performance. Latency-bound ladders never prefer the top class anyway.
+// performance.
 func loadAwareLadder(fleet *Fleet, load *Load, bound prismv1alpha1.BoundType, devices int) ([]tier, string, string) {
 	perf, summary := fleetLadder(fleet, bound, prismv1alpha1.PolicyPerformance)
-	if perf == nil || bound == prismv1alpha1.BoundTypeLatencyBound {
+	if perf == nil {
 		return perf, summary, "performance: no top class to yield"
 	}
 	if load == nil {
@@ -116,10 +116,10 @@ func loadAwareLadder(fleet *Fleet, load *Load, bound prismv1alpha1.BoundType, de
 }
 
 func figureOf(bound prismv1alpha1.BoundType) figure {
-	if bound == prismv1alpha1.BoundTypeComputeBound {
-		return figFP32
+	if bound == prismv1alpha1.BoundTypeMemoryBound {
+		return figBandwidth
 	}
-	return figBandwidth
+	return figFP32
 }
 
 // gain is how much faster a workload of bound runs on the slowest model of

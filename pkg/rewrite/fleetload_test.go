@@ -92,19 +92,27 @@ func TestLoadAwareWithoutFleet(t *testing.T) {
 	}
 }
 
-// TestLoadAwareLatencyBound: latency-bound ladders already leave the top
-// class alone, so there is nothing to yield.
+// TestLoadAwareLatencyBound: a latency-bound job prefers the fastest class
+// as any other does, and gives it up only while a waiting claim needs it.
 func TestLoadAwareLatencyBound(t *testing.T) {
-	load := &Load{Pending: []Pending{{Devices: 8}}}
-	perf, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound}, WithFleet(loadFleet(t, "demo-mixed")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	la, _, err := Rewrite(context.Background(), oneGPU(), Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyLoadAware}, WithFleet(loadFleet(t, "demo-mixed")), WithLoad(load))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equalSpecs(perf, la) {
-		t.Errorf("latency-bound load-aware differs from performance:\n%+v\n%+v", la.Devices.Requests, perf.Devices.Requests)
+	fleet := loadFleet(t, "demo-mixed")
+	latency := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyLoadAware}
+	for _, tc := range []struct {
+		name  string
+		load  *Load
+		first string
+	}{
+		{"nothing pending: the top class", &Load{}, "fp32-top"},
+		{"a multi-GPU claim pending: yields", &Load{Pending: []Pending{{Devices: 8}}}, "fp32-yield"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := Rewrite(context.Background(), oneGPU(), latency, WithFleet(fleet), WithLoad(tc.load))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := out.Devices.Requests[0].FirstAvailable[0].Name; got != tc.first {
+				t.Errorf("first tier %s, want %s", got, tc.first)
+			}
+		})
 	}
 }

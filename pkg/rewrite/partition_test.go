@@ -113,7 +113,7 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 	mig := func(name string) tierSummary { return tierSummary{name, MIGDeviceClassName} }
 	// The latency-bound ladder of these fleets keeps off the top bandwidth
 	// class; fits carries the memory floor.
-	ladder := whole("bandwidth-not-top", "fits")
+	ladder := whole("fp32-top", "fits")
 	configured := gpuSpec(exactGPU("gpu", 1))
 	configured.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 		Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{}`)}}}}}
@@ -142,7 +142,7 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 		{"heavy: no slice", heavy, h100, gpuSpec(exactGPU("gpu", 1)), ladder, "heavy", nil},
 		{"no partitions in the fleet: as before", light, wholeOnly, gpuSpec(exactGPU("gpu", 1)), ladder, "", nil},
 		{"the user's selectors: as before", light, h100, gpuSpec(exactGPU("gpu", 1, userSelector)),
-			[]tierSummary{{"bandwidth-not-top", TierDeviceClassName}, {"fits", TierDeviceClassName}}, "no-eligible-request", nil},
+			[]tierSummary{{"fp32-top", TierDeviceClassName}, {"fits", TierDeviceClassName}}, "no-eligible-request", nil},
 		{"two GPUs: as before", light, h100, gpuSpec(exactGPU("gpu", 2)), ladder, "no-eligible-request", nil},
 		{"a GpuConfig applies: as before", light, h100, configured, ladder, "no-eligible-request", nil},
 		{"the profile says Exclusive", Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi"), Usage: usage(5, "3Gi"), Exclusive: true},

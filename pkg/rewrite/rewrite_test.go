@@ -83,8 +83,8 @@ func TestRewriteLadders(t *testing.T) {
 		},
 		"latency-bound performance": {
 			profile: Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: qty("4Gi")},
-			tiers:   []string{"mid", "fits"},
-			first:   []string{bandwidthIs("mid"), ""},
+			tiers:   []string{"fp32-fast", "fits"},
+			first:   []string{fp32AtLeast(60000), ""},
 			needs:   []string{mem(7)},
 		},
 		"latency-bound economy without hard needs": {
@@ -328,7 +328,7 @@ func TestAnnotation(t *testing.T) {
 
 	_, small, _ := Rewrite(context.Background(), gpuSpec(exactGPU("gpu", 1)), Profile{Name: "llm", BoundType: prismv1alpha1.BoundTypeLatencyBound})
 	s, err = small.Annotation()
-	want := `{"profile":"llm","boundType":"LatencyBound","policy":"performance","alternatives":[{"name":"mid","reason":"bandwidth class mid: fastest small cards, keeps HBM devices free"},{"name":"fits","reason":"hard needs only: never less schedulable than the plain claim"}],"rewritten":["gpu"]}`
+	want := `{"profile":"llm","boundType":"LatencyBound","policy":"performance","alternatives":[{"name":"fp32-fast","reason":"fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200"},{"name":"fits","reason":"hard needs only: never less schedulable than the plain claim"}],"rewritten":["gpu"]}`
 	if err != nil || s != want {
 		t.Errorf("got %s, %v\nwant %s", s, err, want)
 	}

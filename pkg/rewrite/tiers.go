@@ -98,7 +98,7 @@ var ladders = map[prismv1alpha1.BoundType]map[prismv1alpha1.Policy][]tier{
 	},
 	prismv1alpha1.BoundTypeLatencyBound: {
 		prismv1alpha1.PolicyPerformance: {
-			{"mid", []selectorID{selBandwidthMid}, "bandwidth class mid: fastest small cards, keeps HBM devices free", nil, nil, nil, ""},
+			{"fp32-fast", []selectorID{selFP32Fast}, "fp32 >= 60 TFLOPS: L40S, RTX 4090, H100, H200", nil, nil, nil, ""},
 			fits,
 		},
 		prismv1alpha1.PolicyEconomy: {

@@ -150,8 +150,8 @@ func WriteSlicingTable(w io.Writer, rows []*SliceRow) error {
 	return tw.Flush()
 }
 
-// SlicingVerdict states, per load, what the issue claims from the public
-// data: sizing by memory near 2.7× median slowdown, sizing by measured use
+// SlicingVerdict states, per load, what the public MIG measurements
+// predict: sizing by memory near 2.7× median slowdown, sizing by measured use
 // near 1.3×, with about 15 % fewer GPUs than whole-GPU allocation.
 func SlicingVerdict(rows []*SliceRow) []string {
 	var loads []float64

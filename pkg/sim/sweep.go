@@ -253,7 +253,8 @@ const tolerance = 1.005
 
 func noWorse(a, b float64) bool { return a <= b*tolerance }
 
-// Verdict checks the goal on the summarised rows at loads of at
+// Verdict checks the placement goal (a median slowdown 1.3x better than
+// the best profile-free policy's) on the summarised rows at loads of at
 // least minLoad and returns one line per load: the best Prism policy's
 // median slowdown against the best profile-free one (kube, blind,
 // fastest-free, prefer-hbm), its p99 slowdown and multi-GPU wait against

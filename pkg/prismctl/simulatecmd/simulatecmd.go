@@ -58,8 +58,10 @@ classifier's bound type (wrong for --noise of the pods) through the
 admission controller's rewrite.Rewrite. See docs/simulator.md.
 
 Prints median and p99 slowdown, mean JCT, multi-GPU wait and fragmentation
-with 95 % confidence intervals over seeds, and the issue-17 verdict at
-loads of 70 % and more.
+with 95 % confidence intervals over seeds, and a verdict at loads of 70 %
+and more: whether the best Prism policy's median slowdown is 1.3x better
+than the best profile-free policy's, with a p99 and a multi-GPU wait no
+worse than a profile-blind placement's.
 
 With --jobs and --pairs instead, it runs the packing evaluation: a stream
 of jobs drawn from jobs.csv for one GPU model (--gpu) arrives at each load
