@@ -64,6 +64,10 @@ type View struct {
 	// deviceModel maps the devices of current pool generations to their
 	// model.
 	deviceModel map[deviceKey]string
+	// partitionParent maps the MIG partitions of current pool generations
+	// to the GPU they are cut from: a claim that holds a partition keeps
+	// the whole GPU from every other claim that asks for one.
+	partitionParent map[deviceKey]deviceKey
 	load        *rewrite.Load // nil: rebuild on the next Load
 	// nodeModels maps each node with Prism GPUs to the models it
 	// publishes, sorted.
@@ -83,6 +87,8 @@ type sliceSummary struct {
 	generation int64
 	models     map[string]rewrite.Model
 	devices    map[string]string // device name -> model
+	uuids      map[string]string // a GPU's uuid -> its device name
+	parents    map[string]string // a partition's device name -> its GPU's uuid
 	// partitions are the MIG partitions, keyed by model and profile; they
 	// are not devices of models.
 	partitions map[partitionKey]rewrite.PartitionModel
@@ -148,6 +154,9 @@ func (v *View) Load() *rewrite.Load {
 	held := map[deviceKey]bool{}
 	for _, c := range v.claims {
 		for _, k := range c.held {
+			if parent, ok := v.partitionParent[k]; ok {
+				k = parent
+			}
 			if model, ok := v.deviceModel[k]; ok && !held[k] {
 				held[k] = true
 				l.Free[model]--
@@ -242,6 +251,18 @@ func (v *View) publish() {
 	models := map[string]rewrite.Model{}
 	partitions := map[partitionKey]rewrite.PartitionModel{}
 	v.deviceModel = map[deviceKey]string{}
+	v.partitionParent = map[deviceKey]deviceKey{}
+	// A pool may put partitions and their GPUs in different slices.
+	gpuByUUID := map[string]map[string]string{} // pool -> uuid -> device
+	for _, s := range v.slices {
+		if s.generation < newest[s.pool] {
+			continue
+		}
+		if gpuByUUID[s.pool] == nil {
+			gpuByUUID[s.pool] = map[string]string{}
+		}
+		maps.Copy(gpuByUUID[s.pool], s.uuids)
+	}
 	for _, s := range v.slices {
 		if s.generation < newest[s.pool] {
 			continue
@@ -254,6 +275,11 @@ func (v *View) publish() {
 		}
 		for device, model := range s.devices {
 			v.deviceModel[deviceKey{s.pool, device}] = model
+		}
+		for device, uuid := range s.parents {
+			if parent, ok := gpuByUUID[s.pool][uuid]; ok {
+				v.partitionParent[deviceKey{s.pool, device}] = deviceKey{s.pool, parent}
+			}
 		}
 		for k, p := range s.partitions {
 			partitions[k] = mergePartition(partitions[k], p)
@@ -333,7 +359,7 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 		node = *s.Spec.NodeName
 	}
 	sum := sliceSummary{pool: s.Spec.Pool.Name, node: node, generation: s.Spec.Pool.Generation, models: map[string]rewrite.Model{}, devices: map[string]string{},
-		partitions: map[partitionKey]rewrite.PartitionModel{}}
+		uuids: map[string]string{}, parents: map[string]string{}, partitions: map[partitionKey]rewrite.PartitionModel{}}
 	for _, d := range s.Spec.Devices {
 		name := stringAttr(d, gpuv1alpha1.ProductNameAttribute)
 		if name == "" {
@@ -348,6 +374,9 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 			}
 			k := partitionKey{name, profile}
 			sum.partitions[k] = mergePartition(sum.partitions[k], p)
+			if parent := stringAttr(d, gpuv1alpha1.ParentUUIDAttribute); parent != "" {
+				sum.parents[d.Name] = parent
+			}
 			continue
 		}
 		m := rewrite.Model{Name: name, Devices: 1, BandwidthGBps: intAttr(d, gpuv1alpha1.MemoryBandwidthGBpsAttribute), FP32GFLOPS: intAttr(d, gpuv1alpha1.FP32GFLOPSAttribute),
@@ -363,6 +392,9 @@ func summarise(s *resourceapi.ResourceSlice) sliceSummary {
 		}
 		sum.models[name] = merge(sum.models[name], m)
 		sum.devices[d.Name] = name
+		if uuid := stringAttr(d, gpuv1alpha1.UUIDAttribute); uuid != "" {
+			sum.uuids[uuid] = d.Name
+		}
 	}
 	return sum
 }
@@ -445,14 +477,14 @@ func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
 // summarisedAttributes are the device attributes summarise reads.
 var summarisedAttributes = []gpuv1alpha1.AttributeName{
 	gpuv1alpha1.ProductNameAttribute, gpuv1alpha1.MemoryBandwidthGBpsAttribute, gpuv1alpha1.FP32GFLOPSAttribute, gpuv1alpha1.CUDAComputeCapabilityAttribute,
-	gpuv1alpha1.MIGProfileAttribute, gpuv1alpha1.MultiprocessorCountAttribute,
+	gpuv1alpha1.MIGProfileAttribute, gpuv1alpha1.MultiprocessorCountAttribute, gpuv1alpha1.UUIDAttribute, gpuv1alpha1.ParentUUIDAttribute,
 }
 
 // TrimSlice is the transform for the ResourceSlice informer that feeds the
 // View: it keeps what summarise reads (the pool, the node, and of each
 // device its name, the attributes summarisedAttributes names, its
 // capacities and whether it may be shared). A device publishes 20
-// attributes and the view reads 6: at 5,000 nodes of 8 GPUs the whole
+// attributes and the view reads 8: at 5,000 nodes of 8 GPUs the whole
 // slices held about 266 MiB in the informer's store.
 func TrimSlice(obj any) (any, error) {
 	s, ok := obj.(*resourceapi.ResourceSlice)

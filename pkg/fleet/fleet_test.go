@@ -330,3 +330,62 @@ func TestViewKeepsPartitionsApart(t *testing.T) {
 		t.Errorf("first tier %s of %s, want mig-2g10gb of %s", sub.Name, sub.DeviceClassName, rewrite.MIGDeviceClassName)
 	}
 }
+
+// TestLoadCountsHeldPartitions: a claim that holds a MIG partition keeps
+// the GPU it is cut from out of every whole-GPU claim's reach, so that GPU
+// is not free; two partitions of one GPU take it once.
+func TestLoadCountsHeldPartitions(t *testing.T) {
+	migSlices := explaintest.MIGSlices(t)
+	// parentOf maps each partition to its GPU's device name, from the
+	// published uuids, as the plugin wrote them.
+	gpuByUUID, parentOf := map[string]string{}, map[string]string{}
+	for _, s := range migSlices {
+		for _, d := range s.Spec.Devices {
+			if u := d.Attributes["gpu.prism.dev/uuid"].StringValue; u != nil && d.Attributes["gpu.prism.dev/migProfile"].StringValue == nil {
+				gpuByUUID[*u] = d.Name
+			}
+		}
+	}
+	var partitions []string
+	for _, s := range migSlices {
+		for _, d := range s.Spec.Devices {
+			if p := d.Attributes["gpu.prism.dev/parentUUID"].StringValue; p != nil {
+				parentOf[d.Name] = gpuByUUID[*p]
+				partitions = append(partitions, d.Name)
+			}
+		}
+	}
+	if len(partitions) < 2 || parentOf[partitions[0]] != parentOf[partitions[1]] || parentOf[partitions[0]] == "" {
+		t.Fatalf("the fixture's first two partitions should share a published GPU: %v", parentOf)
+	}
+	const a100 = "NVIDIA A100-SXM4-40GB"
+	for _, tc := range []struct {
+		name  string
+		holds [][]string // devices held, one claim each
+		free  int
+	}{
+		{"nothing held", nil, 2},
+		{"a partition holds its GPU", [][]string{{partitions[0]}}, 1},
+		{"two partitions of one GPU hold it once", [][]string{{partitions[0]}, {partitions[1]}}, 1},
+		{"a partition and the GPU it is cut from count once", [][]string{{partitions[0]}, {parentOf[partitions[0]]}}, 1},
+		{"a partition and the other GPU", [][]string{{partitions[0]}, {"gpu-1"}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := NewView()
+			for _, s := range migSlices {
+				s.UID = types.UID(s.Name)
+				trimmed, err := TrimSlice(&s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v.OnAdd(trimmed, true)
+			}
+			for i, devices := range tc.holds {
+				v.OnAdd(allocated(fmt.Sprintf("claim-%d", i), explaintest.MIGNode, devices...), true)
+			}
+			if diff := cmp.Diff(map[string]int{a100: tc.free}, v.Load().Free); diff != "" {
+				t.Errorf("free devices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
