@@ -63,6 +63,10 @@ import (
 	"github.com/prismgpu/prism/pkg/servingcert"
 	"github.com/prismgpu/prism/pkg/version"
 	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/claimrewrite"
+	"github.com/prismgpu/prism/pkg/webhook/podaffinity"
+	"github.com/prismgpu/prism/pkg/webhook/profilewrites"
+	"github.com/prismgpu/prism/pkg/webhook/validate"
 )
 
 type options struct {
@@ -195,7 +199,7 @@ func run(ctx context.Context, o options) error {
 	preference, _ := rewrite.ParsePreference(o.preference)
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
-		&resourceapi.ResourceClaim{}:     {Transform: webhook.TrimClaim},
+		&resourceapi.ResourceClaim{}:     {Transform: profilewrites.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
 	}
 	if preference == rewrite.PreferAffinity {
@@ -212,7 +216,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
 	}
-	profileClaims := webhook.NewProfileClaims()
+	profileClaims := profilewrites.NewProfileClaims()
 	claimInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaim{})
 	if err != nil {
 		return fmt.Errorf("starting ResourceClaim informer: %w", err)
@@ -261,23 +265,31 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	rewriteMetrics, err := claimrewrite.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	podMetrics, err := podaffinity.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
 	shares, forms := capacityForms(ctx, o, cs)
-	rewriter, err := webhook.NewRewriter(webhook.RewriterOptions{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: metrics,
+	rewriter, err := claimrewrite.New(claimrewrite.Options{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: rewriteMetrics,
 		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, CapacityForms: forms, Shares: shares})
 	if err != nil {
 		return err
 	}
-	podPreference, err := webhook.NewPodPreference(webhook.PodPreferenceOptions{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
-		Preference: preference, Fleet: fleetView.Fleet, Metrics: metrics})
+	podPreference, err := podaffinity.New(podaffinity.Options{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
+		Preference: preference, Fleet: fleetView.Fleet, Metrics: podMetrics})
 	if err != nil {
 		return err
 	}
-	validator, err := webhook.NewValidator(metrics)
+	validator, err := validate.New(metrics)
 	if err != nil {
 		return err
 	}
-	profileWrites, err := webhook.NewProfileWriteCheck(profileClaims, metrics)
+	profileWrites, err := profilewrites.New(profileClaims, metrics)
 	if err != nil {
 		return err
 	}
@@ -334,7 +346,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}
-	return webhook.Serve(ctx, l, webhook.ServerTLS(getCertificate, clientCAs), webhook.NewMux(rewriter, validator, profileWrites, podPreference))
+	return webhook.Serve(ctx, l, webhook.ServerTLS(getCertificate, clientCAs), webhook.NewMux(metrics, rewriter, validator, profileWrites, podPreference))
 }
 
 // startLabeller labels single-model GPU nodes from the fleet view, on
@@ -429,7 +441,7 @@ func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (sha
 	}
 	// Probed once the webhooks are served: the dry-run claim passes through
 	// this controller's own admission webhooks.
-	probe := &webhook.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
+	probe := &claimrewrite.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
 	go probe.Run(ctx)
 	if o.memoryFloor != rewrite.FormCapacity {
 		return probe.Capacity, nil

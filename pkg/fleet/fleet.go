@@ -24,7 +24,7 @@ limitations under the License.
 // The load is read from what tenants write, so it trusts little of it. A
 // claim without an allocation counts as waiting only when a pod's claim
 // template made it (the pod is its controlling owner, which
-// webhook.TrimClaim keeps): a
+// profilewrites.TrimClaim keeps): a
 // claim made by hand counts only once it is allocated, when it holds
 // devices. A waiting claim counts with the bound type of the
 // WorkloadProfile its prism.dev/profile annotation names in its namespace,
@@ -50,7 +50,7 @@ import (
 )
 
 // View is a cache.ResourceEventHandler for a ResourceSlice, a ResourceClaim
-// (claims as webhook.TrimClaim keeps them) and a
+// (claims as profilewrites.TrimClaim keeps them) and a
 // WorkloadProfile informer. Fleet and Load are safe to call from any
 // goroutine; they are on the path of every admitted claim, so Fleet is one
 // atomic load and Load is rebuilt only after a change.

@@ -18,74 +18,30 @@ package webhook
 
 import (
 	"fmt"
+	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 )
 
-// Metrics are the webhook's Prometheus collectors. One value is shared by
-// all handlers of a process.
+// Metrics are the Prometheus collectors that the webhooks share: review
+// latency and denials. One value is shared by all handlers of a process;
+// the mutating handlers count what they did in metrics of their own
+// (claimrewrite.Metrics, podaffinity.Metrics).
 type Metrics struct {
-	skipped   *prometheus.CounterVec
-	rewrites  *prometheus.CounterVec
-	profiling prometheus.Counter
-	denied    *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
-	// podPreference counts pods by what the pod webhook did.
-	podPreference *prometheus.CounterVec
-	// memoryFloor counts rewrites with --memory-floor=capacity by the form
-	// their floor took.
-	memoryFloor *prometheus.CounterVec
-	// bounds counts rewrites with --memory-floor=capacity by the form
-	// their tier bounds took.
-	bounds *prometheus.CounterVec
-	// shares counts rewritten claims whose profile the share step looked
-	// at, by its verdict: sized, or why the claim keeps whole GPUs.
-	shares *prometheus.CounterVec
-	// partitions counts rewritten claims whose profile the partition step
-	// looked at, by its verdict: sized, or why no MIG partition comes first.
-	partitions *prometheus.CounterVec
+	denied   *prometheus.CounterVec
+	duration *prometheus.HistogramVec
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
 // leaves them unregistered, which is what tests and benchmarks want.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_rewrite_skipped_total",
-			Help: "ResourceClaims the rewrite webhook admitted unchanged, by reason.",
-		}, []string{"reason"}),
-		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_rewrites_total",
-			Help: "ResourceClaims whose GPU requests were rewritten into prioritized lists.",
-		}, []string{"bound_type", "policy"}),
-		profiling: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "prism_webhook_profiling_requested_total",
-			Help: "ResourceClaims that got a profiling GpuConfig because their profile had no measurements.",
-		}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "prism_webhook_validation_denied_total",
 			Help: "Objects rejected by the validating webhook, by kind.",
 		}, []string{"kind"}),
-		podPreference: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_pod_preference_total",
-			Help: "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).",
-		}, []string{"outcome"}),
-		memoryFloor: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_memory_floor_total",
-			Help: "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.",
-		}, []string{"form"}),
-		bounds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_tier_bounds_total",
-			Help: "Rewritten claims with --memory-floor=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
-		}, []string{"form"}),
-		shares: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_share_total",
-			Help: "Rewritten claims the share step looked at (the API server keeps capacity requests), by verdict: sized (a share of a GPU first), or why not (no-usage, no-peak-memory, heavy, opted-out, no-shareable-gpu, no-eligible-request).",
-		}, []string{"verdict"}),
-		partitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_partition_total",
-			Help: "Rewritten claims the MIG partition step looked at (the fleet publishes partitions), by verdict: sized (a partition first), or why not (no-usage, no-peak-memory, heavy, opted-out, none-fits, no-eligible-request).",
-		}, []string{"verdict"}),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -95,35 +51,38 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"webhook"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.skipped, m.rewrites, m.profiling, m.denied, m.duration, m.podPreference, m.memoryFloor, m.bounds, m.shares, m.partitions} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("registering webhook metrics: %w", err)
-		}
+	if err := Register(reg, m.denied, m.duration); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
-// Skip reasons. They are metric label values, so the set is closed.
-const (
-	skipUnsupported         = "unsupported-request"
-	skipDecodeError         = "decode-error"
-	skipNoAnnotation        = "no-annotation"
-	skipInvalidProfileName  = "invalid-profile-name"
-	skipNotGPU              = "not-a-gpu-claim"
-	skipLookupError         = "profile-lookup-error"
-	skipNotFoundAutoOff     = "profile-not-found-autoprofile-off"
-	skipNotProfiledAutoOff  = "profile-not-profiled-autoprofile-off"
-	skipOptOut              = "auto-profile-opt-out"
-	skipProfileDisablesAuto = "auto-profile-disabled-by-profile"
-	skipGPUConfigPresent    = "gpu-config-present"
-	skipConfigLimit         = "config-limit"
-	skipBalancedUnknown     = "balanced-or-unknown"
-	skipNoEligible          = "no-eligible-request"
-	skipInvalidProfile      = "invalid-profile"
-	skipRewriteError        = "rewrite-error"
-	skipUnexpectedSelector  = "unexpected-selector"
-	skipEncodeError         = "encode-error"
-)
+// Register registers the collectors of a webhook's metrics with reg; a nil
+// reg registers nothing.
+func Register(reg prometheus.Registerer, collectors ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering webhook metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Denied counts an object a validating webhook rejected; kind is the label
+// value.
+func (m *Metrics) Denied(kind string) {
+	m.denied.WithLabelValues(kind).Inc()
+}
+
+// named gives the webhook's reviews a logger of its name, and times them
+// under that name.
+func (m *Metrics) named(name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		defer func() { m.duration.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
+		h.ServeHTTP(w, r.WithContext(klog.NewContext(r.Context(), klog.FromContext(r.Context()).WithName(name))))
+	})
+}

@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,24 +32,23 @@ import (
 // anything larger did not come from it.
 const maxReviewSize = 4 << 20
 
-// reviewFunc answers one admission request. It must return a response; the
+// ReviewFunc answers one admission request. It must return a response; the
 // UID is filled in by the caller.
-type reviewFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+type ReviewFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-// reviewHandler is the HTTP side of a webhook: it decodes the
+// ReviewHandler is the HTTP side of a webhook: it decodes the
 // AdmissionReview, calls review and encodes the answer. It is written
 // against net/http and encoding/json directly because the webhook sits on
 // the claim creation path and every allocation shows up in its latency.
-type reviewHandler struct {
-	name    string
-	metrics *Metrics
-	review  reviewFunc
+// NewMux names each webhook's logger and times its reviews.
+func ReviewHandler(review ReviewFunc) http.Handler {
+	return reviewHandler(review)
 }
 
-func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	defer func() { h.metrics.duration.WithLabelValues(h.name).Observe(time.Since(start).Seconds()) }()
-	logger := klog.FromContext(r.Context()).WithName(h.name)
+type reviewHandler ReviewFunc
+
+func (review reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	logger := klog.FromContext(r.Context())
 
 	if r.Method != http.MethodPost {
 		http.Error(w, "only POST is supported", http.StatusMethodNotAllowed)
@@ -72,7 +70,7 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := in.Request
 	logger = logger.WithValues("uid", req.UID, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
-	resp := h.review(klog.NewContext(r.Context(), logger), req)
+	resp := review(klog.NewContext(r.Context(), logger), req)
 	resp.UID = req.UID
 
 	out := admissionv1.AdmissionReview{
@@ -87,25 +85,26 @@ func (h *reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// allowed admits without changes.
-func allowed() *admissionv1.AdmissionResponse {
+// Allowed admits without changes.
+func Allowed() *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true}
 }
 
-// patchOp is one RFC 6902 operation.
-type patchOp struct {
+// PatchOp is one RFC 6902 operation.
+type PatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
 	Value any    `json:"value,omitempty"`
 }
 
-// escapePointer escapes one JSON pointer token (RFC 6901).
-func escapePointer(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+// AnnotationPath is the JSON pointer (RFC 6901) to the annotation key of
+// the reviewed object.
+func AnnotationPath(key string) string {
+	return "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }
 
-// patched admits with a JSON patch.
-func patched(ops []patchOp) (*admissionv1.AdmissionResponse, error) {
+// Patched admits with a JSON patch.
+func Patched(ops []PatchOp) (*admissionv1.AdmissionResponse, error) {
 	data, err := json.Marshal(ops)
 	if err != nil {
 		return nil, fmt.Errorf("encoding JSON patch: %w", err)

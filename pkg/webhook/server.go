@@ -40,15 +40,23 @@ const (
 const (
 	RewritePath  = "/rewrite-resourceclaims"
 	ValidatePath = "/validate"
+	// ProfileWritesPath is where the API server sends the kubelet plugin's
+	// WorkloadProfile writes (the webhook configuration matches on its
+	// ServiceAccount). Every request here is checked against the writer's
+	// node.
+	ProfileWritesPath = "/validate-profile-writes"
+	// PodPreferencePath is where the pod webhook is served.
+	PodPreferencePath = "/mutate-pods"
 )
 
-// NewMux routes the webhooks.
-func NewMux(rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
+// NewMux routes the webhooks. Each gets a logger of its name, and its
+// reviews are timed under that name in metrics.
+func NewMux(metrics *Metrics, rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle(PodPreferencePath, podPreference)
-	mux.Handle(RewritePath, rewriter)
-	mux.Handle(ValidatePath, validator)
-	mux.Handle(ProfileWritesPath, profileWrites)
+	mux.Handle(PodPreferencePath, metrics.named("pod-preference", podPreference))
+	mux.Handle(RewritePath, metrics.named("rewrite", rewriter))
+	mux.Handle(ValidatePath, metrics.named("validate", validator))
+	mux.Handle(ProfileWritesPath, metrics.named("profile-writes", profileWrites))
 	return mux
 }
 

@@ -30,6 +30,8 @@ import (
 
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/claimrewrite"
+	"github.com/prismgpu/prism/pkg/webhook/podaffinity"
 )
 
 // registeredMetrics are the names of every metric the plugin and the
@@ -38,6 +40,12 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	controller := prometheus.NewRegistry()
 	if _, err := webhook.NewMetrics(controller); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claimrewrite.NewMetrics(controller); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := podaffinity.NewMetrics(controller); err != nil {
 		t.Fatal(err)
 	}
 	// Desc has no name accessor; its String form is stable and quotes it.

@@ -28,7 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/podaffinity"
 )
 
 // TestAffinityPlacesAsTheLadder runs the placement cases with
@@ -83,7 +83,7 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 			if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.Preference == nil || plan.Preference.Mode != rewrite.PreferAffinity {
 				t.Errorf("claim's plan %q does not say affinity (%v)", claim.Annotations[rewrite.AnnotationKey], err)
 			}
-			var note webhook.PodPreferenceNote
+			var note podaffinity.Note
 			if err := json.Unmarshal([]byte(pod.Annotations[rewrite.AnnotationKey]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
 				t.Errorf("pod annotation %q does not say affinity (%v)", pod.Annotations[rewrite.AnnotationKey], err)
 			}

@@ -14,15 +14,13 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package profilewrites
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -31,6 +29,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
 func profiledClaim(uid types.UID, namespace, profile string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
@@ -114,11 +116,11 @@ func TestProfileClaims(t *testing.T) {
 func TestProfileWriteCheck(t *testing.T) {
 	claims := NewProfileClaims()
 	claims.OnAdd(profiledClaim("a", "ml", "train", gpuOn("node-a")), true)
-	m, err := NewMetrics(nil)
+	m, err := webhook.NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewProfileWriteCheck(claims, m)
+	h, err := New(claims, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func TestProfileWriteCheck(t *testing.T) {
 			body, err := json.Marshal(admissionv1.AdmissionReview{
 				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 				Request: &admissionv1.AdmissionRequest{
-					UID: "3c1f7a0e", Kind: profileGVK, Operation: tc.op, SubResource: tc.subresource, UserInfo: user,
+					UID: webhooktest.UID, Kind: webhooktest.ProfileGVK, Operation: tc.op, SubResource: tc.subresource, UserInfo: user,
 					Resource:  metav1.GroupVersionResource{Group: "prism.dev", Version: "v1alpha1", Resource: "workloadprofiles"},
 					Namespace: ns, Name: "train", Object: runtime.RawExtension{Raw: []byte(tc.object)},
 				},
@@ -167,7 +169,7 @@ func TestProfileWriteCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp := call(t, h, body)
+			resp := webhooktest.Call(t, h, body)
 			switch {
 			case tc.wantDenied == "" && !resp.Allowed:
 				t.Errorf("denied: %s", resp.Result.Message)

@@ -14,7 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+// Package podaffinity is the mutating webhook for Pods that, with
+// --preference=affinity, gives a pod preferred node affinity for its
+// profiled claims: the preference that the claim webhook would otherwise
+// put into a prioritized list.
+package podaffinity
 
 import (
 	"context"
@@ -33,10 +37,8 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 )
-
-// PodPreferencePath is where the pod webhook is served.
-const PodPreferencePath = "/mutate-pods"
 
 // Outcomes of the pod webhook, as metric label values.
 const (
@@ -52,14 +54,13 @@ const (
 	podProfileUnmeasured = "profile-unmeasured"
 )
 
-// PodPreferenceOptions configure NewPodPreference. The readers must be
-// informer-backed caches: the webhook is on the path of every pod with
-// resource claims.
-type PodPreferenceOptions struct {
+// Options configure New. The readers must be informer-backed caches: the
+// webhook is on the path of every pod with resource claims.
+type Options struct {
 	// Templates reads ResourceClaimTemplates, Claims ResourceClaims (as
-	// TrimClaim keeps them), Profiles WorkloadProfiles.
+	// profilewrites.TrimClaim keeps them), Profiles WorkloadProfiles.
 	Templates, Claims, Profiles client.Reader
-	// Policy is the cluster default, as for the rewriter.
+	// Policy is the cluster default, as for the claim webhook.
 	Policy prismv1alpha1.Policy
 	// Preference is the controller's --preference; with PreferLadder every
 	// pod is admitted unchanged.
@@ -69,14 +70,14 @@ type PodPreferenceOptions struct {
 	Metrics *Metrics
 }
 
-// NewPodPreference returns the mutating webhook for Pod CREATE that adds
-// preferred node-affinity terms for the pod's profiled claims, where
+// New returns the mutating webhook for Pod CREATE that adds preferred
+// node-affinity terms for the pod's profiled claims, where
 // rewrite.NodePreference decides for affinity. It always admits. The only
 // required term it adds keeps the pod off the single-model nodes whose GPUs
 // are below one of its claims' memory floors (rewrite.Decision.ExcludedNodes):
 // the claim cannot allocate there, and the scheduler then rejects those nodes
 // without running the allocator on them.
-func NewPodPreference(opts PodPreferenceOptions) (http.Handler, error) {
+func New(opts Options) (http.Handler, error) {
 	if opts.Templates == nil || opts.Claims == nil || opts.Profiles == nil || opts.Fleet == nil || opts.Metrics == nil {
 		return nil, errors.New("pod preference webhook needs template, claim and profile readers, a fleet and metrics")
 	}
@@ -84,24 +85,24 @@ func NewPodPreference(opts PodPreferenceOptions) (http.Handler, error) {
 		return nil, err
 	}
 	p := &podPreference{opts: opts}
-	return &reviewHandler{name: "pod-preference", metrics: opts.Metrics, review: p.review}, nil
+	return webhook.ReviewHandler(p.review), nil
 }
 
 type podPreference struct {
-	opts PodPreferenceOptions
+	opts Options
 }
 
-// PodPreferenceNote is what the webhook writes under prism.dev/rewrite on a
-// pod it gave terms: per claim, the decision.
-type PodPreferenceNote struct {
+// Note is what the webhook writes under prism.dev/rewrite on a pod it gave
+// terms: per claim, the decision.
+type Note struct {
 	Claims map[string]rewrite.Decision `json:"claims"`
 }
 
 func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	logger := klog.FromContext(ctx)
 	count := func(outcome string) *admissionv1.AdmissionResponse {
-		p.opts.Metrics.podPreference.WithLabelValues(outcome).Inc()
-		return allowed()
+		p.opts.Metrics.outcomes.WithLabelValues(outcome).Inc()
+		return webhook.Allowed()
 	}
 	if p.opts.Preference != rewrite.PreferAffinity {
 		return count(podLadderMode)
@@ -117,7 +118,7 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
 	}
-	note := PodPreferenceNote{Claims: map[string]rewrite.Decision{}}
+	note := Note{Claims: map[string]rewrite.Decision{}}
 	var terms []corev1.PreferredSchedulingTerm
 	var exclude []string
 	outcome := podNoProfiledClaim
@@ -150,13 +151,13 @@ func (p *podPreference) review(ctx context.Context, req *admissionv1.AdmissionRe
 		logger.Error(err, "Encoding the pod's preference note, admitting it unchanged")
 		return count(podEncodeError)
 	}
-	resp, err := patched(append(affinityOps(pod, terms, rewrite.ExcludeModels(exclude...)), podAnnotationOp(pod, string(ann))))
+	resp, err := webhook.Patched(append(affinityOps(pod, terms, rewrite.ExcludeModels(exclude...)), podAnnotationOp(pod, string(ann))))
 	if err != nil {
 		logger.Error(err, "Admitting pod unchanged")
 		return count(podEncodeError)
 	}
 	logger.V(2).Info("Adding preferred node affinity", "pod", klog.KObj(pod), "generateName", pod.GenerateName, "terms", len(terms), "excludedModels", exclude, "preference", string(ann))
-	p.opts.Metrics.podPreference.WithLabelValues(podAffinityAdded).Inc()
+	p.opts.Metrics.outcomes.WithLabelValues(podAffinityAdded).Inc()
 	return resp
 }
 
@@ -176,7 +177,7 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 			return nil, podLookupError
 		}
 		name := tmpl.Spec.ObjectMeta.Annotations[prismv1alpha1.ProfileAnnotation]
-		if name == "" || !hasGPURequest(&tmpl.Spec.Spec) {
+		if name == "" || !webhook.HasGPURequest(&tmpl.Spec.Spec) {
 			return nil, ""
 		}
 		wp := &prismv1alpha1.WorkloadProfile{}
@@ -190,7 +191,7 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 		case wp.Status.BoundType == "":
 			return nil, podProfileUnmeasured
 		}
-		d, err := rewrite.NodePreference(profileOf(wp, p.opts.Policy), rewrite.WithFleet(p.opts.Fleet()), rewrite.WithPreference(p.opts.Preference))
+		d, err := rewrite.NodePreference(webhook.ProfileOf(wp, p.opts.Policy), rewrite.WithFleet(p.opts.Fleet()), rewrite.WithPreference(p.opts.Preference))
 		if err != nil {
 			// The claim webhook skips it too, with an event on the claim.
 			return nil, podNoPreference
@@ -206,7 +207,7 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 			return nil, podLookupError
 		}
 		var plan rewrite.Plan
-		if json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan) != nil || plan.Preference == nil {
+		if json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan) != nil || plan.Preference == nil {
 			return nil, ""
 		}
 		return plan.Preference, ""
@@ -214,31 +215,11 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 	return nil, ""
 }
 
-// profileOf is what the rewrite needs of a WorkloadProfile, with the
-// cluster's policy where the profile sets none.
-func profileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy prismv1alpha1.Policy) rewrite.Profile {
-	policy := clusterPolicy
-	if wp.Spec.Policy != "" {
-		policy = wp.Spec.Policy
-	}
-	return rewrite.Profile{
-		Name:                 wp.Name,
-		BoundType:            wp.Status.BoundType,
-		MinMemory:            wp.Spec.MinMemory,
-		PeakMemory:           wp.Status.PeakMemory,
-		MinComputeCapability: wp.Spec.MinComputeCapability,
-		Policy:               policy,
-		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
-		Usage:                wp.Status.Usage,
-		Exclusive:            wp.Spec.Sharing == prismv1alpha1.SharingExclusive,
-	}
-}
-
 // affinityOps appends terms to the pod's preferred node affinity and, when
 // exclude is set, ANDs it into each of the pod's required terms (one term
 // of its own if the pod has none), creating what is missing. The pod's own
 // affinity stays.
-func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm, exclude *corev1.NodeSelectorRequirement) []patchOp {
+func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm, exclude *corev1.NodeSelectorRequirement) []webhook.PatchOp {
 	const nodeAffinity = "/spec/affinity/nodeAffinity"
 	var ownRequired *corev1.NodeSelector
 	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
@@ -253,40 +234,40 @@ func affinityOps(pod *corev1.Pod, terms []corev1.PreferredSchedulingTerm, exclud
 	a := pod.Spec.Affinity
 	switch {
 	case a == nil:
-		return []patchOp{{Op: "add", Path: "/spec/affinity", Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		return []webhook.PatchOp{{Op: "add", Path: "/spec/affinity", Value: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: required, PreferredDuringSchedulingIgnoredDuringExecution: terms}}}}
 	case a.NodeAffinity == nil:
-		return []patchOp{{Op: "add", Path: nodeAffinity, Value: &corev1.NodeAffinity{
+		return []webhook.PatchOp{{Op: "add", Path: nodeAffinity, Value: &corev1.NodeAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: required, PreferredDuringSchedulingIgnoredDuringExecution: terms}}}
 	}
-	var ops []patchOp
+	var ops []webhook.PatchOp
 	if a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil {
-		ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution", Value: terms})
+		ops = append(ops, webhook.PatchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution", Value: terms})
 	} else {
 		for _, t := range terms {
-			ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+			ops = append(ops, webhook.PatchOp{Op: "add", Path: nodeAffinity + "/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
 		}
 	}
 	switch {
 	case exclude == nil:
 	case required != nil:
-		ops = append(ops, patchOp{Op: "add", Path: nodeAffinity + "/requiredDuringSchedulingIgnoredDuringExecution", Value: required})
+		ops = append(ops, webhook.PatchOp{Op: "add", Path: nodeAffinity + "/requiredDuringSchedulingIgnoredDuringExecution", Value: required})
 	default:
 		for i, t := range ownRequired.NodeSelectorTerms {
 			path := fmt.Sprintf("%s/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/%d/matchExpressions", nodeAffinity, i)
 			if t.MatchExpressions == nil {
-				ops = append(ops, patchOp{Op: "add", Path: path, Value: []corev1.NodeSelectorRequirement{*exclude}})
+				ops = append(ops, webhook.PatchOp{Op: "add", Path: path, Value: []corev1.NodeSelectorRequirement{*exclude}})
 			} else {
-				ops = append(ops, patchOp{Op: "add", Path: path + "/-", Value: *exclude})
+				ops = append(ops, webhook.PatchOp{Op: "add", Path: path + "/-", Value: *exclude})
 			}
 		}
 	}
 	return ops
 }
 
-func podAnnotationOp(pod *corev1.Pod, value string) patchOp {
+func podAnnotationOp(pod *corev1.Pod, value string) webhook.PatchOp {
 	if pod.Annotations == nil {
-		return patchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{RewriteAnnotation: value}}
+		return webhook.PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{rewrite.AnnotationKey: value}}
 	}
-	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(RewriteAnnotation), Value: value}
+	return webhook.PatchOp{Op: "add", Path: webhook.AnnotationPath(rewrite.AnnotationKey), Value: value}
 }

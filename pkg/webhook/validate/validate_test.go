@@ -14,12 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package validate
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -35,34 +37,34 @@ func TestValidator(t *testing.T) {
 		wantDenied  []string
 		wantWarning string
 	}{
-		{name: "claim without config", fixture: "claim-plain.json", kind: claimGVK},
-		{name: "claim with valid GpuConfig", fixture: "claim-good-config.json", kind: claimGVK},
+		{name: "claim without config", fixture: "claim-plain.json", kind: webhooktest.ClaimGVK},
+		{name: "claim with valid GpuConfig", fixture: "claim-good-config.json", kind: webhooktest.ClaimGVK},
 		{
-			name: "claim with invalid GpuConfig", fixture: "claim-bad-config.json", kind: claimGVK,
+			name: "claim with invalid GpuConfig", fixture: "claim-bad-config.json", kind: webhooktest.ClaimGVK,
 			wantDenied: []string{`ResourceClaim.resource.k8s.io "" is invalid`, "spec.devices.config[1].opaque.parameters", `sharing.strategy: Unsupported value: "Sometimes"`},
 		},
 		{
-			name: "claim update is validated too", fixture: "claim-bad-config.json", kind: claimGVK, op: admissionv1.Update,
+			name: "claim update is validated too", fixture: "claim-bad-config.json", kind: webhooktest.ClaimGVK, op: admissionv1.Update,
 			wantDenied: []string{"spec.devices.config[1].opaque.parameters"},
 		},
-		{name: "claim delete is not validated", fixture: "claim-bad-config.json", kind: claimGVK, op: admissionv1.Delete},
+		{name: "claim delete is not validated", fixture: "claim-bad-config.json", kind: webhooktest.ClaimGVK, op: admissionv1.Delete},
 		{
-			name: "template with invalid GpuConfig", fixture: "template-bad-config.json", kind: tmplGVK,
+			name: "template with invalid GpuConfig", fixture: "template-bad-config.json", kind: webhooktest.TemplateGVK,
 			wantDenied: []string{"ResourceClaimTemplate.resource.k8s.io", "spec.spec.devices.config[0].opaque.parameters", "profiling.launchCount", "between 1 and 1000"},
 		},
 		{
-			name: "profile annotation on a template's own metadata is a warning", fixture: "template-profile-on-metadata.json", kind: tmplGVK,
+			name: "profile annotation on a template's own metadata is a warning", fixture: "template-profile-on-metadata.json", kind: webhooktest.TemplateGVK,
 			wantWarning: "prism: prism.dev/profile=train on ResourceClaimTemplate trainer-gpu's own metadata is ignored",
 		},
-		{name: "profile annotation under a template's spec.metadata", fixture: "template-profile-in-spec.json", kind: tmplGVK},
+		{name: "profile annotation under a template's spec.metadata", fixture: "template-profile-in-spec.json", kind: webhooktest.TemplateGVK},
 		{
 			name: "profile annotation on a pod is a warning", fixture: "pod-profile.json", kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 			wantWarning: "prism: prism.dev/profile=train on Pod trainer-0 is ignored",
 		},
-		{name: "valid profile", fixture: "profile-good.json", kind: profileGVK},
-		{name: "load-aware profile", fixture: "profile-load-aware.json", kind: profileGVK},
+		{name: "valid profile", fixture: "profile-good.json", kind: webhooktest.ProfileGVK},
+		{name: "load-aware profile", fixture: "profile-load-aware.json", kind: webhooktest.ProfileGVK},
 		{
-			name: "invalid profile", fixture: "profile-bad.json", kind: profileGVK,
+			name: "invalid profile", fixture: "profile-bad.json", kind: webhooktest.ProfileGVK,
 			wantDenied: []string{
 				`WorkloadProfile.prism.dev "" is invalid`,
 				`spec.minMemory: Invalid value: "2Ti": must be at most 1Ti`,
@@ -72,25 +74,25 @@ func TestValidator(t *testing.T) {
 			},
 		},
 		{
-			name: "zero memory", fixture: "profile-zero-memory.json", kind: profileGVK,
+			name: "zero memory", fixture: "profile-zero-memory.json", kind: webhooktest.ProfileGVK,
 			wantDenied: []string{`spec.minMemory: Invalid value: "0": must be greater than zero`},
 		},
 		{
 			// Issue 31: Cmp on this ran for more than ten minutes.
-			name: "memory with a huge exponent", fixture: "profile-huge-exponent.json", kind: profileGVK,
+			name: "memory with a huge exponent", fixture: "profile-huge-exponent.json", kind: webhooktest.ProfileGVK,
 			wantDenied: []string{`spec.minMemory: Invalid value: "100e1111011108": must be at most 1Ti`},
 		},
 		{
-			name: "memory above the largest GPU is a warning", fixture: "profile-too-big.json", kind: profileGVK,
+			name: "memory above the largest GPU is a warning", fixture: "profile-too-big.json", kind: webhooktest.ProfileGVK,
 			wantWarning: "claims that use this profile will not be rewritten",
 		},
 		{name: "other kinds pass", fixture: "profile-bad.json", kind: metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}},
 	}
-	m, err := NewMetrics(nil)
+	m, err := webhook.NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewValidator(m)
+	h, err := New(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func TestValidator(t *testing.T) {
 			if op == "" {
 				op = admissionv1.Create
 			}
-			resp := call(t, h, reviewBody(t, op, tc.kind, readFixture(t, tc.fixture)))
+			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, op, tc.kind, webhooktest.ReadFixture(t, tc.fixture)))
 			if len(tc.wantDenied) == 0 {
 				if !resp.Allowed {
 					t.Fatalf("denied: %s", resp.Result.Message)

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package podaffinity
 
 import (
 	"encoding/json"
@@ -27,34 +27,17 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
-
-var podGVK = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
 
 func gpuRequestSpec() resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}}
-}
-
-func objectsReader(t *testing.T, objs ...client.Object) client.Reader {
-	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := resourceapi.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 }
 
 func podObject(t *testing.T, affinity *corev1.Affinity, claims ...corev1.PodResourceClaim) []byte {
@@ -78,9 +61,9 @@ func TestPodPreference(t *testing.T) {
 	threeModels := &rewrite.Fleet{Models: []rewrite.Model{h100, a100, l4}}
 	mixedL4 := l4
 	mixedL4.MixedDevices = 4
-	stream := profile("stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
-	unmeasured := profile("new", func(*prismv1alpha1.WorkloadProfile) {})
-	big := profile("big", func(wp *prismv1alpha1.WorkloadProfile) {
+	stream := webhooktest.Profile("stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	unmeasured := webhooktest.Profile("new", func(*prismv1alpha1.WorkloadProfile) {})
+	big := webhooktest.Profile("big", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.PeakMemory = ptr.To(resource.MustParse("20Gi"))
 	})
@@ -91,12 +74,12 @@ func TestPodPreference(t *testing.T) {
 	// A claim the claim webhook rewrote in affinity mode before the pod came.
 	plan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}}})
-	named := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(plan)}}}
+	named := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{rewrite.AnnotationKey: string(plan)}}}
 	// A claim rewritten with a memory floor the L4 is below.
 	floorPlan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}, Exclude: []string{l4.Name}}})
-	namedFloor := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-big", Namespace: "ml", Annotations: map[string]string{RewriteAnnotation: string(floorPlan)}}}
-	reader := objectsReader(t, stream, unmeasured, big, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"), named, namedFloor)
+	namedFloor := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-big", Namespace: "ml", Annotations: map[string]string{rewrite.AnnotationKey: string(floorPlan)}}}
+	reader := webhooktest.Reader(t, stream, unmeasured, big, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"), named, namedFloor)
 	h100Term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}
 	required := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -155,17 +138,17 @@ func TestPodPreference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := NewPodPreference(PodPreferenceOptions{Templates: reader, Claims: reader, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
+			h, err := New(Options{Templates: reader, Claims: reader, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
 				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, Metrics: m})
 			if err != nil {
 				t.Fatal(err)
 			}
 			object := podObject(t, tc.affinity, tc.claims...)
-			resp := call(t, h, reviewBody(t, admissionv1.Create, podGVK, object))
+			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.PodGVK, object))
 			if !resp.Allowed {
 				t.Fatal("pod denied")
 			}
-			if got := testutil.ToFloat64(m.podPreference.WithLabelValues(tc.outcome)); got != 1 {
+			if got := testutil.ToFloat64(m.outcomes.WithLabelValues(tc.outcome)); got != 1 {
 				t.Errorf("outcome %s counted %v times, want 1", tc.outcome, got)
 			}
 			if tc.want == nil {
@@ -174,7 +157,7 @@ func TestPodPreference(t *testing.T) {
 				}
 				return
 			}
-			pod := patchedAs[corev1.Pod](t, object, resp)
+			pod := webhooktest.PatchedAs[corev1.Pod](t, object, resp)
 			na := pod.Spec.Affinity.NodeAffinity
 			if !reflect.DeepEqual(na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want) {
 				t.Errorf("preferred terms %+v, want %+v", na.PreferredDuringSchedulingIgnoredDuringExecution, tc.want)
@@ -186,46 +169,10 @@ func TestPodPreference(t *testing.T) {
 			if !reflect.DeepEqual(na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired) {
 				t.Errorf("required terms %+v, want %+v", na.RequiredDuringSchedulingIgnoredDuringExecution, wantRequired)
 			}
-			var note PodPreferenceNote
-			if err := json.Unmarshal([]byte(pod.Annotations[RewriteAnnotation]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
-				t.Errorf("pod annotation %q does not say affinity for claim gpu (%v)", pod.Annotations[RewriteAnnotation], err)
+			var note Note
+			if err := json.Unmarshal([]byte(pod.Annotations[rewrite.AnnotationKey]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
+				t.Errorf("pod annotation %q does not say affinity for claim gpu (%v)", pod.Annotations[rewrite.AnnotationKey], err)
 			}
 		})
-	}
-}
-
-// The claim webhook, in affinity mode, reaches the pod webhook's decision:
-// no hard needs, so the claim stays as written, and its plan carries the
-// pod's terms.
-func TestClaimAndPodAgree(t *testing.T) {
-	fleet := &rewrite.Fleet{Models: []rewrite.Model{
-		{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20},
-		{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30},
-	}}
-	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
-	m, err := NewMetrics(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m,
-		Fleet: func() *rewrite.Fleet { return fleet }, Preference: rewrite.PreferAffinity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	object := readFixture(t, "claim-profiled.json")
-	claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
-	if claim.Spec.Devices.Requests[0].FirstAvailable != nil {
-		t.Errorf("claim got a ladder in affinity mode: %+v", claim.Spec.Devices.Requests[0])
-	}
-	var plan rewrite.Plan
-	if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
-		t.Fatal(err)
-	}
-	want, err := rewrite.NodePreference(profileOf(stream, prismv1alpha1.PolicyPerformance), rewrite.WithFleet(fleet), rewrite.WithPreference(rewrite.PreferAffinity))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plan.Preference == nil || !reflect.DeepEqual(*plan.Preference, *want) || want.Mode != rewrite.PreferAffinity {
-		t.Errorf("claim's plan preference %+v, pod webhook's %+v", plan.Preference, want)
 	}
 }

@@ -14,14 +14,12 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package profilewrites
 
 import (
 	"slices"
 	"sync"
 	"time"
-
-	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +28,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // claimMemory is how long a profile stays writable by a node after the
@@ -158,17 +158,17 @@ func TrimClaim(obj any) (any, error) {
 }
 
 // keepPending keeps what is read of a claim that waits for devices: its
-// rewrite plan (for the pods that name it, see PodPreference), and for the
+// rewrite plan (for the pods that name it, see podaffinity), and for the
 // fleet view's load how many devices of which class it asks for and the
 // pod whose template made it (its controlling owner), since a claim no pod
 // uses does not count (see fleet.View). Once allocated, a claim drops them
 // again.
 func keepPending(c, out *resourceapi.ResourceClaim) {
-	if plan, ok := c.Annotations[RewriteAnnotation]; ok {
+	if plan, ok := c.Annotations[rewrite.AnnotationKey]; ok {
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}
-		out.Annotations[RewriteAnnotation] = plan
+		out.Annotations[rewrite.AnnotationKey] = plan
 	}
 	if owner := metav1.GetControllerOfNoCopy(c); owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" {
 		out.OwnerReferences = []metav1.OwnerReference{*owner}

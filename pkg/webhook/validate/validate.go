@@ -14,7 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+// Package validate is the validating webhook for GpuConfig parameters in
+// ResourceClaims and ResourceClaimTemplates and for WorkloadProfile specs,
+// with warnings for a prism.dev/profile annotation where nothing reads it.
+package validate
 
 import (
 	"context"
@@ -38,6 +41,7 @@ import (
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/explain"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 )
 
 // MaxProfileMinMemory bounds spec.minMemory. No GPU comes close; a larger
@@ -58,27 +62,27 @@ var (
 	sharings = sets.New(string(prismv1alpha1.SharingExclusive), string(prismv1alpha1.SharingFractional))
 )
 
-// NewValidator returns the validating webhook for GpuConfig parameters in
+// New returns the validating webhook for GpuConfig parameters in
 // ResourceClaims and ResourceClaimTemplates, and for WorkloadProfile specs.
 // Catching a bad GpuConfig here turns a pod stuck in ContainerCreating into
 // an error at kubectl apply. It also warns, without denying, about a
 // prism.dev/profile annotation where nothing reads it: on a template's own
 // metadata or on a Pod.
-func NewValidator(metrics *Metrics) (http.Handler, error) {
+func New(metrics *webhook.Metrics) (http.Handler, error) {
 	if metrics == nil {
 		return nil, errors.New("validator needs metrics")
 	}
 	v := &validator{metrics: metrics}
-	return &reviewHandler{name: "validate", metrics: metrics, review: v.review}, nil
+	return webhook.ReviewHandler(v.review), nil
 }
 
 type validator struct {
-	metrics *Metrics
+	metrics *webhook.Metrics
 }
 
 func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return allowed()
+		return webhook.Allowed()
 	}
 	gk := schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind}
 	var (
@@ -109,7 +113,7 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 			errs, warnings = validateProfileSpec(ctx, &wp.Spec, field.NewPath("spec"))
 		}
 	default:
-		return allowed()
+		return webhook.Allowed()
 	}
 	if err != nil {
 		// The API server decoded the object before us, so this is a
@@ -121,7 +125,7 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 	if len(errs) == 0 {
 		return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
 	}
-	v.metrics.denied.WithLabelValues(gk.Kind).Inc()
+	v.metrics.Denied(gk.Kind)
 	status := apierrors.NewInvalid(gk, req.Name, errs).Status()
 	klog.FromContext(ctx).V(2).Info("Denying object", "message", status.Message)
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &status, Warnings: warnings}

@@ -14,7 +14,11 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+// Package claimrewrite is the mutating webhook for ResourceClaims: it
+// rewrites the GPU requests of a claim annotated with a WorkloadProfile
+// into the prioritized list that pkg/rewrite cuts for the profile, or turns
+// profiling on where the profile has no measurements yet.
+package claimrewrite
 
 import (
 	"context"
@@ -38,15 +42,12 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 )
 
-const (
-	// AutoProfileAnnotation set to "false" on a claim keeps the webhook
-	// from turning profiling on when the profile has no measurements.
-	AutoProfileAnnotation = "prism.dev/auto-profile"
-	// RewriteAnnotation holds what the webhook did, as compact JSON.
-	RewriteAnnotation = rewrite.AnnotationKey
-)
+// AutoProfileAnnotation set to "false" on a claim keeps the webhook from
+// turning profiling on when the profile has no measurements.
+const AutoProfileAnnotation = "prism.dev/auto-profile"
 
 // Event reasons recorded on claims.
 const (
@@ -64,8 +65,8 @@ type EventRecorder interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
 
-// RewriterOptions configure NewRewriter.
-type RewriterOptions struct {
+// Options configure New.
+type Options struct {
 	// Profiles reads WorkloadProfiles. It is called on every annotated
 	// claim, so it should be an informer-backed cache.
 	Profiles client.Reader
@@ -102,10 +103,10 @@ type RewriterOptions struct {
 	Shares func() bool
 }
 
-// NewRewriter returns the mutating webhook for ResourceClaim CREATE. It
-// always admits: a broken or hostile profile costs the claim its rewrite,
-// never its creation.
-func NewRewriter(opts RewriterOptions) (http.Handler, error) {
+// New returns the mutating webhook for ResourceClaim CREATE. It always
+// admits: a broken or hostile profile costs the claim its rewrite, never
+// its creation.
+func New(opts Options) (http.Handler, error) {
 	if opts.Profiles == nil || opts.Metrics == nil {
 		return nil, errors.New("rewriter needs a profile reader and metrics")
 	}
@@ -113,7 +114,7 @@ func NewRewriter(opts RewriterOptions) (http.Handler, error) {
 		return nil, err
 	}
 	r := &rewriter{opts: opts}
-	return &reviewHandler{name: "rewrite", metrics: opts.Metrics, review: r.review}, nil
+	return webhook.ReviewHandler(r.review), nil
 }
 
 // warningSkips are the skips the claim's author or the profile's owner can
@@ -124,14 +125,14 @@ var warningSkips = map[string]bool{
 }
 
 type rewriter struct {
-	opts RewriterOptions
+	opts Options
 }
 
 // outcome is what review decided, before it is turned into a response.
 type outcome struct {
 	skip    string // skip reason; "" when ops are set
 	message string // for the log and the event
-	ops     []patchOp
+	ops     []webhook.PatchOp
 	event   string // event reason, "" for none
 }
 
@@ -139,13 +140,13 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 	logger := klog.FromContext(ctx)
 	if req.Operation != admissionv1.Create || req.Resource.Group != resourceapi.GroupName || req.Resource.Resource != "resourceclaims" || req.SubResource != "" {
 		r.opts.Metrics.skipped.WithLabelValues(skipUnsupported).Inc()
-		return allowed()
+		return webhook.Allowed()
 	}
 	claim := &resourceapi.ResourceClaim{}
 	if err := json.Unmarshal(req.Object.Raw, claim); err != nil {
 		logger.Error(err, "Decoding ResourceClaim, admitting it unchanged")
 		r.opts.Metrics.skipped.WithLabelValues(skipDecodeError).Inc()
-		return allowed()
+		return webhook.Allowed()
 	}
 	if claim.Namespace == "" {
 		claim.Namespace = req.Namespace
@@ -171,13 +172,13 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 			}
 			record(ctx, claim, eventType, EventReasonNotRewritten, out.skip+": "+out.message)
 		}
-		return allowed()
+		return webhook.Allowed()
 	}
-	resp, err := patched(out.ops)
+	resp, err := webhook.Patched(out.ops)
 	if err != nil {
 		logger.Error(err, "Admitting claim unchanged")
 		r.opts.Metrics.skipped.WithLabelValues(skipEncodeError).Inc()
-		return allowed()
+		return webhook.Allowed()
 	}
 	logger.V(2).Info("Patching claim", "action", out.event, "detail", out.message)
 	record(ctx, claim, corev1.EventTypeNormal, out.event, out.message)
@@ -194,7 +195,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", prismv1alpha1.ProfileAnnotation, name, strings.Join(errs, "; "))}
 	}
-	if !hasGPURequest(&claim.Spec) {
+	if !webhook.HasGPURequest(&claim.Spec) {
 		return outcome{skip: skipNotGPU, message: "no request for device class " + rewrite.DeviceClassName}
 	}
 
@@ -212,7 +213,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 }
 
 func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
-	profile := profileOf(wp, r.opts.Policy)
+	profile := webhook.ProfileOf(wp, r.opts.Policy)
 	policy := profile.Policy
 	var opts []rewrite.Option
 	if r.opts.Preference != "" {
@@ -348,15 +349,15 @@ func (r *rewriter) autoProfile(claim *resourceapi.ResourceClaim, name string, wp
 	if err != nil {
 		return outcome{skip: skipEncodeError, message: err.Error()}
 	}
-	var op patchOp
+	var op webhook.PatchOp
 	if claim.Spec.Devices.Config == nil {
-		op = patchOp{Op: "add", Path: "/spec/devices/config", Value: []resourceapi.DeviceClaimConfiguration{config}}
+		op = webhook.PatchOp{Op: "add", Path: "/spec/devices/config", Value: []resourceapi.DeviceClaimConfiguration{config}}
 	} else {
-		op = patchOp{Op: "add", Path: "/spec/devices/config/-", Value: config}
+		op = webhook.PatchOp{Op: "add", Path: "/spec/devices/config/-", Value: config}
 	}
 	r.opts.Metrics.profiling.Inc()
 	return outcome{
-		ops:     []patchOp{op, annotationOp(string(note))},
+		ops:     []webhook.PatchOp{op, annotationOp(string(note))},
 		event:   EventReasonProfiling,
 		message: fmt.Sprintf("%s; profiling enabled for %s", reason, strings.Join(refs, ", ")),
 	}
@@ -385,23 +386,23 @@ func (r *rewriter) event(ctx context.Context, claim *resourceapi.ResourceClaim, 
 
 // annotationOp adds or replaces the rewrite annotation. The annotations map
 // exists: the profile annotation brought the claim here.
-func annotationOp(value string) patchOp {
-	return patchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(RewriteAnnotation), Value: value}
+func annotationOp(value string) webhook.PatchOp {
+	return webhook.PatchOp{Op: "add", Path: webhook.AnnotationPath(rewrite.AnnotationKey), Value: value}
 }
 
 // specOps replaces only the requests that changed, so that fields of the
 // claim this binary does not know (from a newer API server) survive. If
 // anything else differs the whole spec is replaced.
-func specOps(orig, out *resourceapi.ResourceClaimSpec) []patchOp {
+func specOps(orig, out *resourceapi.ResourceClaimSpec) []webhook.PatchOp {
 	a, b := orig.Devices, out.Devices
 	a.Requests, b.Requests = nil, nil
 	if len(orig.Devices.Requests) != len(out.Devices.Requests) || !equality.Semantic.DeepEqual(a, b) {
-		return []patchOp{{Op: "replace", Path: "/spec", Value: out}}
+		return []webhook.PatchOp{{Op: "replace", Path: "/spec", Value: out}}
 	}
-	var ops []patchOp
+	var ops []webhook.PatchOp
 	for i := range out.Devices.Requests {
 		if !equality.Semantic.DeepEqual(orig.Devices.Requests[i], out.Devices.Requests[i]) {
-			ops = append(ops, patchOp{Op: "replace", Path: fmt.Sprintf("/spec/devices/requests/%d", i), Value: out.Devices.Requests[i]})
+			ops = append(ops, webhook.PatchOp{Op: "replace", Path: fmt.Sprintf("/spec/devices/requests/%d", i), Value: out.Devices.Requests[i]})
 		}
 	}
 	return ops
@@ -451,20 +452,6 @@ func forEachSelector(spec *resourceapi.ResourceClaimSpec, f func(resourceapi.Dev
 		}
 	}
 	return ""
-}
-
-func hasGPURequest(spec *resourceapi.ResourceClaimSpec) bool {
-	for _, r := range spec.Devices.Requests {
-		if r.Exactly != nil && r.Exactly.DeviceClassName == rewrite.DeviceClassName {
-			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if rewrite.IsGPUClass(sub.DeviceClassName) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // unconfiguredGPURequests returns the GPU requests (subrequests as

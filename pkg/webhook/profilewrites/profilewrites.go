@@ -14,7 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+// Package profilewrites is the validating webhook for the kubelet plugin's
+// WorkloadProfile writes, and the index of which node runs claims of which
+// profile that it checks them against.
+package profilewrites
 
 import (
 	"context"
@@ -29,41 +32,37 @@ import (
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/webhook"
 )
-
-// ProfileWritesPath is where the API server sends the kubelet plugin's
-// WorkloadProfile writes (the webhook configuration matches on its
-// ServiceAccount). Every request here is checked against the writer's node.
-const ProfileWritesPath = "/validate-profile-writes"
 
 // NodeNameExtra is the user extra a pod's bound ServiceAccount token
 // carries: the node the pod runs on.
 const NodeNameExtra = "authentication.kubernetes.io/node-name"
 
-// NewProfileWriteCheck returns the validating webhook for the kubelet
+// New returns the validating webhook for the kubelet
 // plugin's WorkloadProfile writes. A plugin may create a profile with an
 // empty spec and write its status, and only for a profile that a claim on
 // its own node names: a compromised node can then misreport the workloads
 // it runs, but not steer the rewrite of anyone else's claims.
-func NewProfileWriteCheck(claims *ProfileClaims, metrics *Metrics) (http.Handler, error) {
+func New(claims *ProfileClaims, metrics *webhook.Metrics) (http.Handler, error) {
 	if claims == nil || metrics == nil {
 		return nil, errors.New("profile write check needs the claims and metrics")
 	}
 	c := &profileWriteCheck{claims: claims, metrics: metrics}
-	return &reviewHandler{name: "profile-writes", metrics: metrics, review: c.review}, nil
+	return webhook.ReviewHandler(c.review), nil
 }
 
 type profileWriteCheck struct {
 	claims  *ProfileClaims
-	metrics *Metrics
+	metrics *webhook.Metrics
 }
 
 func (c *profileWriteCheck) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	reason := c.deny(req)
 	if reason == "" {
-		return allowed()
+		return webhook.Allowed()
 	}
-	c.metrics.denied.WithLabelValues("WorkloadProfile/plugin").Inc()
+	c.metrics.Denied("WorkloadProfile/plugin")
 	klog.FromContext(ctx).Info("Denying WorkloadProfile write by the kubelet plugin", "user", req.UserInfo.Username, "reason", reason)
 	status := apierrors.NewForbidden(prismv1alpha1.GroupVersion.WithResource("workloadprofiles").GroupResource(), req.Name, errors.New(reason)).Status()
 	return &admissionv1.AdmissionResponse{Allowed: false, Result: &status}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package claimrewrite
 
 import (
 	"context"
@@ -36,6 +36,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
 // TestMemoryFloorProbe: the capacity request is used only once the API
@@ -100,20 +101,20 @@ func h100AndL40S() *rewrite.Fleet {
 
 // streamRewriter is a rewriter for a memory-bound profile of 20Gi on fleet,
 // with the capacity switches given in o.
-func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o RewriterOptions) (http.Handler, *Metrics) {
+func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o Options) (http.Handler, *Metrics) {
 	t.Helper()
 	m, err := NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	peak := resource.MustParse("20Gi")
-	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+	stream := webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.PeakMemory = &peak
 	})
 	o.Profiles, o.Policy, o.Recorder, o.Metrics = fakeReader(t, stream), prismv1alpha1.PolicyPerformance, record.NewFakeRecorder(10), m
 	o.Fleet = func() *rewrite.Fleet { return fleet }
-	h, err := NewRewriter(o)
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +127,11 @@ func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o RewriterOptions) (http
 func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	fleet := h100AndL40S()
 	capacity := false
-	h, m := streamRewriter(t, fleet, RewriterOptions{CapacityForms: func() bool { return capacity }})
-	object := readFixture(t, "claim-profiled.json")
+	h, m := streamRewriter(t, fleet, Options{CapacityForms: func() bool { return capacity }})
+	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 	request := func(shared int) (memory string, hasCEL bool) {
 		fleet.Models[1].SharedDevices = shared
-		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+		claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
 		fits := claim.Spec.Devices.Requests[0].FirstAvailable[1]
 		if fits.Capacity != nil {
 			q := fits.Capacity.Requests[gpuv1alpha1.MemoryCapacity.Qualified()]
@@ -167,13 +168,13 @@ func TestRewriterWritesTierBoundsWithTheFloor(t *testing.T) {
 	fleet := h100AndL40S()
 	fleet.Models[0].FigureCapacityDevices = 8
 	capacity := false
-	h, m := streamRewriter(t, fleet, RewriterOptions{CapacityForms: func() bool { return capacity }})
-	object := readFixture(t, "claim-profiled.json")
+	h, m := streamRewriter(t, fleet, Options{CapacityForms: func() bool { return capacity }})
+	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 	// request says whether the top tier compares bandwidth as a capacity,
 	// and whether the claim carries the guard.
 	request := func(withoutFigures int) (capacityBound, guarded bool) {
 		fleet.Models[1].FigureCapacityDevices = 8 - withoutFigures
-		claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+		claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
 		top := claim.Spec.Devices.Requests[0].FirstAvailable[0]
 		if top.Capacity != nil {
 			_, capacityBound = top.Capacity.Requests[gpuv1alpha1.MemoryBandwidthGBpsCapacity.Qualified()]

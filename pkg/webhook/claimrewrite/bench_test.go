@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package claimrewrite
 
 import (
 	"bytes"
@@ -37,6 +37,8 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/servingcert"
+	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
 // newBenchRewriter uses client-go's real event recorder, with nothing
@@ -50,7 +52,7 @@ func newBenchRewriter(b *testing.B) http.Handler {
 	}
 	broadcaster := record.NewBroadcaster()
 	b.Cleanup(broadcaster.Shutdown)
-	h, err := NewRewriter(RewriterOptions{
+	h, err := New(Options{
 		Profiles: fakeReader(b, memoryBound), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true, Metrics: m,
 		Recorder: broadcaster.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "prism-controller"}),
 	})
@@ -88,14 +90,14 @@ func BenchmarkAdmission(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newBenchRewriter(b)
-			body := reviewBody(b, admissionv1.Create, claimGVK, readFixture(b, bc.fixture))
+			body := webhooktest.ReviewBody(b, admissionv1.Create, webhooktest.ClaimGVK, webhooktest.ReadFixture(b, bc.fixture))
 			samples := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				start := time.Now()
 				rec := httptest.NewRecorder()
-				req := httptest.NewRequest(http.MethodPost, RewritePath, bytes.NewReader(body))
+				req := httptest.NewRequest(http.MethodPost, webhook.RewritePath, bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				h.ServeHTTP(rec, req)
 				samples = append(samples, time.Since(start))
@@ -125,16 +127,19 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 		b.Fatal(err)
 	}
 	rw := newBenchRewriter(b)
-	m, _ := NewMetrics(nil)
-	val, _ := NewValidator(m)
-	writes, _ := NewProfileWriteCheck(NewProfileClaims(), m)
+	m, err := webhook.NewMetrics(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() {
-		served <- Serve(ctx, l, ServerTLS(certs.GetCertificate, nil), NewMux(rw, val, writes, http.NotFoundHandler()))
+		// Only the rewrite webhook is asked.
+		other := http.NotFoundHandler()
+		served <- webhook.Serve(ctx, l, webhook.ServerTLS(certs.GetCertificate, nil), webhook.NewMux(m, rw, other, other, other))
 	}()
 
 	pool := x509.NewCertPool()
@@ -143,8 +148,8 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 		Timeout:   10 * time.Second, // the API server's webhook timeout
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true},
 	}
-	url := "https://" + l.Addr().String() + RewritePath
-	body := reviewBody(b, admissionv1.Create, claimGVK, readFixture(b, "claim-profiled.json"))
+	url := "https://" + l.Addr().String() + webhook.RewritePath
+	body := webhooktest.ReviewBody(b, admissionv1.Create, webhooktest.ClaimGVK, webhooktest.ReadFixture(b, "claim-profiled.json"))
 	post := func() (time.Duration, error) {
 		start := time.Now()
 		resp, err := client.Post(url, "application/json", bytes.NewReader(body))

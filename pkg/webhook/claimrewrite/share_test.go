@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package claimrewrite
 
 import (
 	"encoding/json"
@@ -34,12 +34,13 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
 // measured is a profile NVML measured at a p95 duty cycle of 32 % and a
 // 6Gi peak over three runs: a share of 45 % and 8Gi.
 func measured(mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.WorkloadProfile {
-	return profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+	return webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.Usage = &prismv1alpha1.UsageProfile{
 			DutyCycleP50MilliPercent: ptr.To(int32(20_000)),
 			DutyCycleP95MilliPercent: ptr.To(int32(32_000)),
@@ -54,7 +55,7 @@ func measured(mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.Worklo
 func withConfig(t *testing.T, parameters string) []byte {
 	t.Helper()
 	var claim resourceapi.ResourceClaim
-	if err := json.Unmarshal(readFixture(t, "claim-profiled.json"), &claim); err != nil {
+	if err := json.Unmarshal(webhooktest.ReadFixture(t, "claim-profiled.json"), &claim); err != nil {
 		t.Fatal(err)
 	}
 	claim.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
@@ -100,7 +101,7 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 		{"a GpuConfig that only defaults to Exclusive", measured(memoryBound), func(t *testing.T) []byte {
 			return withConfig(t, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
 		}, true, []string{"share", "ultra", "high", "fits"}, EventReasonShared, "sized"},
-		{"no usage", profile("train", memoryBound), nil, true,
+		{"no usage", webhooktest.Profile("train", memoryBound), nil, true,
 			[]string{"ultra", "high", "fits"}, EventReasonRewritten, "no-usage"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,16 +110,16 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := record.NewFakeRecorder(10)
-			h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
+			h, err := New(Options{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
 				Recorder: rec, Metrics: m, Shares: func() bool { return tc.shares }})
 			if err != nil {
 				t.Fatal(err)
 			}
-			object := readFixture(t, "claim-profiled.json")
+			object := webhooktest.ReadFixture(t, "claim-profiled.json")
 			if tc.claim != nil {
 				object = tc.claim(t)
 			}
-			claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+			claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
 			var tiers []string
 			for _, sub := range claim.Spec.Devices.Requests[0].FirstAvailable {
 				tiers = append(tiers, sub.Name)
@@ -135,8 +136,8 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 				return
 			}
 			var plan rewrite.Plan
-			if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil || plan.Share == nil {
-				t.Fatalf("plan without a share decision (%v): %s", err, claim.Annotations[RewriteAnnotation])
+			if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.Share == nil {
+				t.Fatalf("plan without a share decision (%v): %s", err, claim.Annotations[rewrite.AnnotationKey])
 			}
 			if plan.Share.Verdict != tc.verdict || (plan.Share.Usage == "") != (tc.profile.Status.Usage == nil) {
 				t.Errorf("plan share %+v, want verdict %s and the measured use", plan.Share, tc.verdict)
@@ -239,7 +240,7 @@ func TestRewriterCountsPartitionVerdicts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
+			h, err := New(Options{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
 				Recorder: record.NewFakeRecorder(10), Metrics: m, Fleet: func() *rewrite.Fleet { return fleet }})
 			if err != nil {
 				t.Fatal(err)
@@ -249,7 +250,7 @@ func TestRewriterCountsPartitionVerdicts(t *testing.T) {
  "metadata":{"name":"light-0-gpu","namespace":"ml","annotations":{"prism.dev/profile":"train"}},
  "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev"}}]}}}`)
 			first := ""
-			if resp := call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)); resp.Patch != nil {
+			if resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)); resp.Patch != nil {
 				if subs := applyPatch(t, object, resp).Spec.Devices.Requests[0].FirstAvailable; len(subs) > 0 {
 					first = subs[0].Name
 				}

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package claimrewrite
 
 import (
 	"encoding/json"
@@ -28,6 +28,7 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
 // TestRewriterCutsFromFleet: with a fleet view, the webhook cuts each claim
@@ -42,21 +43,21 @@ func TestRewriterCutsFromFleet(t *testing.T) {
 	}
 	// No memory need: with one, an H100-only fleet would still get the
 	// fits tier for its floor.
-	stream := profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
-	h, err := NewRewriter(RewriterOptions{Profiles: fakeReader(t, stream), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m,
+	stream := webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	h, err := New(Options{Profiles: fakeReader(t, stream), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m,
 		Fleet: func() *rewrite.Fleet { return fleet }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	object := readFixture(t, "claim-profiled.json")
+	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 
-	resp := call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object))
+	resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object))
 	if resp.Patch != nil || testutil.ToFloat64(m.skipped.WithLabelValues(skipNoEligible)) != 1 {
 		t.Fatalf("an H100-only fleet: want the claim unchanged (%s), got patch %s", skipNoEligible, resp.Patch)
 	}
 
 	fleet = &rewrite.Fleet{Models: []rewrite.Model{h100, l40s}}
-	claim := applyPatch(t, object, call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object)))
+	claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
 	var names []string
 	for _, s := range claim.Spec.Devices.Requests[0].FirstAvailable {
 		names = append(names, s.Name)
@@ -65,7 +66,7 @@ func TestRewriterCutsFromFleet(t *testing.T) {
 		t.Errorf("after L40S nodes joined: alternatives %v, want [bandwidth-top fits]", names)
 	}
 	var plan rewrite.Plan
-	if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
+	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(plan.Fleet, "NVIDIA L40S 864 x8") || !strings.Contains(plan.Alternatives[0].Reason, "1 of 2 models, 8 of 16 devices") {

@@ -14,97 +14,33 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package webhook
+package claimrewrite
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
-
-var (
-	claimGVR   = metav1.GroupVersionResource{Group: "resource.k8s.io", Version: "v1", Resource: "resourceclaims"}
-	claimGVK   = metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"}
-	tmplGVK    = metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaimTemplate"}
-	profileGVK = metav1.GroupVersionKind{Group: "prism.dev", Version: "v1alpha1", Kind: "WorkloadProfile"}
-)
-
-func readFixture(t testing.TB, name string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
-func reviewBody(t testing.TB, op admissionv1.Operation, kind metav1.GroupVersionKind, object []byte) []byte {
-	t.Helper()
-	resource := claimGVR
-	resource.Resource = strings.ToLower(kind.Kind) + "s"
-	resource.Group = kind.Group
-	body, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID: "3c1f7a0e", Kind: kind, Resource: resource, Operation: op,
-			Namespace: "ml", Object: runtime.RawExtension{Raw: object},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return body
-}
-
-func call(t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body)
-	}
-	var out admissionv1.AdmissionReview
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatalf("decoding response: %v", err)
-	}
-	if out.Response == nil || out.Response.UID != "3c1f7a0e" {
-		t.Fatalf("response missing or UID not echoed: %+v", out.Response)
-	}
-	return out.Response
-}
-
-func profile(name string, mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.WorkloadProfile {
-	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}}
-	mutate(wp)
-	return wp
-}
 
 func newTestRewriter(t testing.TB, auto bool, reader client.Reader) (http.Handler, *Metrics, *record.FakeRecorder) {
 	t.Helper()
@@ -113,64 +49,39 @@ func newTestRewriter(t testing.TB, auto bool, reader client.Reader) (http.Handle
 		t.Fatal(err)
 	}
 	rec := record.NewFakeRecorder(10)
-	h, err := NewRewriter(RewriterOptions{Profiles: reader, Policy: prismv1alpha1.PolicyPerformance, AutoProfile: auto, Recorder: rec, Metrics: m})
+	h, err := New(Options{Profiles: reader, Policy: prismv1alpha1.PolicyPerformance, AutoProfile: auto, Recorder: rec, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h, m, rec
 }
 
+// fakeReader reads profiles.
 func fakeReader(t testing.TB, profiles ...*prismv1alpha1.WorkloadProfile) client.WithWatch {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	objs := make([]client.Object, 0, len(profiles))
 	for _, p := range profiles {
 		objs = append(objs, p)
 	}
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	return webhooktest.Reader(t, objs...)
 }
 
 func applyPatch(t *testing.T, object []byte, resp *admissionv1.AdmissionResponse) *resourceapi.ResourceClaim {
 	t.Helper()
-	return patchedAs[resourceapi.ResourceClaim](t, object, resp)
-}
-
-// patchedAs applies the response's JSON patch to object and decodes the
-// result as a T.
-func patchedAs[T any](t *testing.T, object []byte, resp *admissionv1.AdmissionResponse) *T {
-	t.Helper()
-	if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
-		t.Fatalf("patch type %v, want JSONPatch", resp.PatchType)
-	}
-	p, err := jsonpatch.DecodePatch(resp.Patch)
-	if err != nil {
-		t.Fatalf("decoding patch %s: %v", resp.Patch, err)
-	}
-	out, err := p.Apply(object)
-	if err != nil {
-		t.Fatalf("applying patch %s: %v", resp.Patch, err)
-	}
-	obj := new(T)
-	if err := json.Unmarshal(out, obj); err != nil {
-		t.Fatal(err)
-	}
-	return obj
+	return webhooktest.PatchedAs[resourceapi.ResourceClaim](t, object, resp)
 }
 
 var (
-	memoryBound = profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+	memoryBound = webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		q := resource.MustParse("30Gi")
 		wp.Status.PeakMemory = &q
 	})
-	balanced = profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+	balanced = webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeBalanced
 	})
-	unprofiled = profile("new-job", func(wp *prismv1alpha1.WorkloadProfile) {})
-	noAuto     = profile("new-job", func(wp *prismv1alpha1.WorkloadProfile) { wp.Spec.DisableAutoProfiling = true })
+	unprofiled = webhooktest.Profile("new-job", func(wp *prismv1alpha1.WorkloadProfile) {})
+	noAuto     = webhooktest.Profile("new-job", func(wp *prismv1alpha1.WorkloadProfile) { wp.Spec.DisableAutoProfiling = true })
 )
 
 func TestRewriter(t *testing.T) {
@@ -211,7 +122,7 @@ func TestRewriter(t *testing.T) {
 					t.Errorf("nic request changed: %+v", nic)
 				}
 				var plan rewrite.Plan
-				if err := json.Unmarshal([]byte(claim.Annotations[RewriteAnnotation]), &plan); err != nil {
+				if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil {
 					t.Fatalf("rewrite annotation: %v", err)
 				}
 				if plan.Profile != "train" || plan.BoundType != prismv1alpha1.BoundTypeMemoryBound || !slices.Equal(plan.Rewritten, []string{"gpu"}) {
@@ -221,7 +132,7 @@ func TestRewriter(t *testing.T) {
 		},
 		{
 			name: "profile policy overrides the cluster policy", fixture: "claim-profiled.json",
-			profiles: []*prismv1alpha1.WorkloadProfile{profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+			profiles: []*prismv1alpha1.WorkloadProfile{webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 				wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 				wp.Spec.Policy = prismv1alpha1.PolicyEconomy
 			})},
@@ -252,7 +163,7 @@ func TestRewriter(t *testing.T) {
 					t.Errorf("profiling not enabled: %+v", cfg.Profiling)
 				}
 				want := `{"profile":"new-job","action":"profile","reason":"profile not found: this run is profiled"}`
-				if got := claim.Annotations[RewriteAnnotation]; got != want {
+				if got := claim.Annotations[rewrite.AnnotationKey]; got != want {
 					t.Errorf("annotation %s, want %s", got, want)
 				}
 			},
@@ -289,7 +200,7 @@ func TestRewriter(t *testing.T) {
 		{name: "profile name is not a name", fixture: "claim-bad-name.json", wantSkip: skipInvalidProfileName},
 		{name: "lookup error", fixture: "claim-profiled.json", getErr: errors.New("cache not synced"), wantSkip: skipLookupError},
 		{name: "memory above every bucket", fixture: "claim-profiled.json", wantSkip: skipInvalidProfile,
-			profiles: []*prismv1alpha1.WorkloadProfile{profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
+			profiles: []*prismv1alpha1.WorkloadProfile{webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 				wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 				q := resource.MustParse("200Gi")
 				wp.Spec.MinMemory = &q
@@ -310,8 +221,8 @@ func TestRewriter(t *testing.T) {
 			if op == "" {
 				op = admissionv1.Create
 			}
-			object := readFixture(t, tc.fixture)
-			resp := call(t, h, reviewBody(t, op, claimGVK, object))
+			object := webhooktest.ReadFixture(t, tc.fixture)
+			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, op, webhooktest.ClaimGVK, object))
 			if !resp.Allowed {
 				t.Fatalf("claim denied: %+v", resp.Result)
 			}
@@ -391,7 +302,7 @@ func TestRewriterHostileProfile(t *testing.T) {
 			wp.Spec.MinComputeCapability = "10.0"
 		},
 	}
-	object := readFixture(t, "claim-profiled.json")
+	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 	orig := &resourceapi.ResourceClaim{}
 	if err := json.Unmarshal(object, orig); err != nil {
 		t.Fatal(err)
@@ -402,8 +313,8 @@ func TestRewriterHostileProfile(t *testing.T) {
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
-			h, _, _ := newTestRewriter(t, true, fakeReader(t, profile("train", mutate)))
-			resp := call(t, h, reviewBody(t, admissionv1.Create, claimGVK, object))
+			h, _, _ := newTestRewriter(t, true, fakeReader(t, webhooktest.Profile("train", mutate)))
+			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object))
 			if !resp.Allowed {
 				t.Fatalf("claim denied: %+v", resp.Result)
 			}
@@ -494,7 +405,7 @@ func TestRewriterHTTPErrors(t *testing.T) {
 func TestUnnamedGeneratedClaimExplainsOnItsPod(t *testing.T) {
 	h, _, rec := newTestRewriter(t, true, fakeReader(t, memoryBound))
 	var claim map[string]any
-	if err := json.Unmarshal(readFixture(t, "claim-profiled.json"), &claim); err != nil {
+	if err := json.Unmarshal(webhooktest.ReadFixture(t, "claim-profiled.json"), &claim); err != nil {
 		t.Fatal(err)
 	}
 	meta := claim["metadata"].(map[string]any)
@@ -505,7 +416,7 @@ func TestUnnamedGeneratedClaimExplainsOnItsPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := call(t, h, reviewBody(t, admissionv1.Create, metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"}, object))
+	resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: "ResourceClaim"}, object))
 	if !resp.Allowed || len(resp.Patch) == 0 {
 		t.Fatalf("claim not rewritten: %+v", resp)
 	}
@@ -534,7 +445,7 @@ func TestDryRunRecordsNoEvents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _, rec := newTestRewriter(t, true, fakeReader(t, tc.profiles...))
 			var review admissionv1.AdmissionReview
-			if err := json.Unmarshal(reviewBody(t, admissionv1.Create, claimGVK, readFixture(t, "claim-profiled.json")), &review); err != nil {
+			if err := json.Unmarshal(webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, webhooktest.ReadFixture(t, "claim-profiled.json")), &review); err != nil {
 				t.Fatal(err)
 			}
 			review.Request.DryRun = ptr.To(true)
@@ -542,7 +453,7 @@ func TestDryRunRecordsNoEvents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp := call(t, h, body)
+			resp := webhooktest.Call(t, h, body)
 			if !resp.Allowed || (len(resp.Patch) > 0) != tc.wantPatch {
 				t.Fatalf("response %+v, want patch: %v", resp, tc.wantPatch)
 			}

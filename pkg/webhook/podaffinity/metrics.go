@@ -1,0 +1,43 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package podaffinity
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/prismgpu/prism/pkg/webhook"
+)
+
+// Metrics count pods by what the pod webhook did.
+type Metrics struct {
+	outcomes *prometheus.CounterVec
+}
+
+// NewMetrics creates the collector and registers it with reg. A nil reg
+// leaves it unregistered, which is what tests want.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "prism_webhook_pod_preference_total",
+			Help: "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).",
+		}, []string{"outcome"}),
+	}
+	if err := webhook.Register(reg, m.outcomes); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
