@@ -51,14 +51,25 @@ import (
 type NodeSpec struct {
 	Name  string
 	Fleet string // file name in demo/fleets
+	// MIGPartitions starts the node's plugin with the MIGPartitions gate,
+	// so that it publishes the partitions of its GPUs in MIG mode. The bed
+	// then installs the DeviceClasses the chart renders with that gate.
+	MIGPartitions bool
 }
 
-// DefaultNodes is the demo's heterogeneous fleet.
+// DefaultNodes are the demo's nodes of whole GPUs, one per model; the
+// controller's e2e tests run on them.
 var DefaultNodes = []NodeSpec{
 	{Name: "gpu-h100", Fleet: "h100-sxm-8.yaml"},
 	{Name: "gpu-a100", Fleet: "a100-40gb-8.yaml"},
 	{Name: "gpu-l4", Fleet: "l4-4.yaml"},
 }
+
+// DemoNodes are the nodes of `make demo` and TestDemo: DefaultNodes, and
+// gpu-mig, whose two A100s are in MIG mode. Partitions need Kubernetes
+// 1.36 or later (DRAPartitionableDevices); on older releases gpu-mig
+// publishes whole GPUs only.
+var DemoNodes = append(slices.Clip(DefaultNodes), NodeSpec{Name: "gpu-mig", Fleet: "a100-40gb-mig-2.yaml", MIGPartitions: true})
 
 // Options configure Setup.
 type Options struct {
@@ -165,7 +176,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 	if err != nil {
 		return nil, err
 	}
-	if err := b.installManifests(ctx, opts.RepoRoot, docs); err != nil {
+	if err := b.installManifests(ctx, opts.RepoRoot, docs, slices.ContainsFunc(opts.Nodes, func(n NodeSpec) bool { return n.MIGPartitions })); err != nil {
 		return nil, err
 	}
 	for _, n := range opts.Nodes {
@@ -178,7 +189,7 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 		if err != nil {
 			return nil, err
 		}
-		if err := b.startPlugin(ctx, node, fleet, opts); err != nil {
+		if err := b.startPlugin(ctx, node, fleet, n.MIGPartitions, opts); err != nil {
 			return nil, err
 		}
 		b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
@@ -300,12 +311,30 @@ const (
 	ControllerServiceAccount = "prism-controller"
 )
 
-func (b *Bed) installManifests(ctx context.Context, repoRoot string, docs []staticDoc) error {
-	static := filepath.Join(repoRoot, "deployments", "static")
-	if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", filepath.Join(static, "deviceclasses.yaml")); err != nil {
-		return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
+// migGate is the chart value that turns the plugin's MIGPartitions gate on
+// and renders the DeviceClasses that go with it.
+const migGate = "kubeletPlugin.featureGates.MIGPartitions=true"
+
+func (b *Bed) installManifests(ctx context.Context, repoRoot string, docs []staticDoc, partitions bool) error {
+	if partitions {
+		// The static file is rendered without the gate: it lacks the class
+		// of partitions, and its rewrite class would let the rewrite's
+		// tiers take one.
+		classes, err := renderDeviceClasses(ctx, b.Cluster, repoRoot, migGate)
+		if err != nil {
+			return err
+		}
+		if err := applyDocs(ctx, b.Cluster, "prism-deviceclasses.yaml", [][]byte{classes}); err != nil {
+			return fmt.Errorf("apply DeviceClasses: %w", err)
+		}
+		b.logf("applied CRDs from deployments/crds and DeviceClasses from the chart rendered with %s", migGate)
+	} else {
+		static := filepath.Join(repoRoot, "deployments", "static")
+		if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", filepath.Join(static, "deviceclasses.yaml")); err != nil {
+			return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
+		}
+		b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
 	}
-	b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
 	applied, skipped, err := installIdentities(ctx, b.Cluster, docs)
 	if err != nil {
 		return err
@@ -371,18 +400,13 @@ func manifest(ctx context.Context, c *testbed.Cluster, repoRoot string, sets []s
 	if len(sets) == 0 {
 		return staticDocs(repoRoot)
 	}
-	args := []string{"template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"), "--namespace", Namespace, "--kube-version", "1.34.0",
-		"--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"),
+	args := []string{"--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"),
 		"--set-file", "simulation.fleet=" + filepath.Join(repoRoot, "demo", "fleets", "mixed.yaml")}
 	for _, s := range sets {
 		args = append(args, "--set", s)
 	}
-	out, err := exec.CommandContext(ctx, c.BinPath("helm"), args...).Output()
+	out, err := helmTemplate(ctx, c, repoRoot, args...)
 	if err != nil {
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			err = fmt.Errorf("%w: %s", err, exit.Stderr)
-		}
 		return nil, fmt.Errorf("rendering the chart with %v: %w", sets, err)
 	}
 	// helm template renders no Namespace; hack/helm-check.sh puts it first
@@ -398,6 +422,29 @@ func manifest(ctx context.Context, c *testbed.Cluster, repoRoot string, sets []s
 		}
 	}
 	return append(docs, splitDocs(out)...), nil
+}
+
+// renderDeviceClasses renders the chart's DeviceClasses as
+// hack/helm-check.sh renders deployments/static/deviceclasses.yaml, with
+// the --set value set.
+func renderDeviceClasses(ctx context.Context, c *testbed.Cluster, repoRoot, set string) ([]byte, error) {
+	out, err := helmTemplate(ctx, c, repoRoot, "--set", set, "--show-only", "templates/deviceclasses.yaml")
+	if err != nil {
+		return nil, fmt.Errorf("rendering the chart's DeviceClasses with %s: %w", set, err)
+	}
+	return out, nil
+}
+
+// helmTemplate runs the test bed's helm template on the chart, for the
+// release and namespace of deployments/static, with args added.
+func helmTemplate(ctx context.Context, c *testbed.Cluster, repoRoot string, args ...string) ([]byte, error) {
+	args = append([]string{"template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"), "--namespace", Namespace, "--kube-version", "1.34.0"}, args...)
+	out, err := exec.CommandContext(ctx, c.BinPath("helm"), args...).Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		err = fmt.Errorf("%w: %s", err, exit.Stderr)
+	}
+	return out, err
 }
 
 func splitDocs(data []byte) []staticDoc {
@@ -474,7 +521,7 @@ func installMPSControl(stateDir, bin string) error {
 	return os.WriteFile(dst, data, 0o755)
 }
 
-func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string, opts Options) error {
+func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string, partitions bool, opts Options) error {
 	port, err := testbed.FreePort()
 	if err != nil {
 		return err
@@ -507,6 +554,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 		if err := installMPSControl(stateDir, opts.MPSControl); err != nil {
 			return fmt.Errorf("install %s on node %s: %w", opts.MPSControl, node.Name, err)
 		}
+	}
+	if partitions {
+		args = append(args, "--feature-gates=MIGPartitions=true")
 	}
 	if len(opts.PluginFlags) > 0 {
 		args = append(args, opts.PluginFlags...)

@@ -46,36 +46,42 @@ type fault struct {
 
 func (f *fault) id() string { return f.pool + "/" + f.device }
 
-// nodeSlice is the Prism ResourceSlice of a node.
-func (r *runner) nodeSlice(ctx context.Context, node string) (*resourceapi.ResourceSlice, error) {
+// nodeDevices are the devices of a node's Prism ResourceSlices and their
+// pool. A node with GPUs in MIG mode publishes several slices: its whole
+// GPUs, its counter sets, and each partitioned GPU's devices.
+func (r *runner) nodeDevices(ctx context.Context, node string) (string, []resourceapi.Device, error) {
 	list, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName + "," + resourceapi.ResourceSliceSelectorNodeName + "=" + node,
 	})
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if len(list.Items) == 0 {
-		return nil, fmt.Errorf("no %s ResourceSlice for node %s", gpuv1alpha1.DriverName, node)
+		return "", nil, fmt.Errorf("no %s ResourceSlice for node %s", gpuv1alpha1.DriverName, node)
 	}
-	return &list.Items[0], nil
+	var devices []resourceapi.Device
+	for _, s := range list.Items {
+		devices = append(devices, s.Spec.Devices...)
+	}
+	return list.Items[0].Spec.Pool.Name, devices, nil
 }
 
-// prismTaint is the health taint of a device in the node's slice, if any.
+// prismTaint is the health taint of a device in the node's slices, if any.
 func (r *runner) prismTaint(ctx context.Context, node, device string) (string, *resourceapi.DeviceTaint, error) {
-	s, err := r.nodeSlice(ctx, node)
+	pool, devices, err := r.nodeDevices(ctx, node)
 	if err != nil {
 		return "", nil, err
 	}
-	for _, d := range s.Spec.Devices {
+	for _, d := range devices {
 		if d.Name != device {
 			continue
 		}
 		for i := range d.Taints {
 			if d.Taints[i].Key == plugin.TaintKey {
-				return s.Spec.Pool.Name, &d.Taints[i], nil
+				return pool, &d.Taints[i], nil
 			}
 		}
-		return s.Spec.Pool.Name, nil, nil
+		return pool, nil, nil
 	}
 	return "", nil, fmt.Errorf("node %s publishes no device %s", node, device)
 }
@@ -196,9 +202,10 @@ func (r *runner) makeRoom(ctx context.Context, spec string, mine map[string]bool
 	}
 }
 
-// freeGPUs counts the node's Prism devices no claim has allocated.
+// freeGPUs counts the node's whole GPUs that no claim holds, neither the
+// GPU nor any of its MIG partitions.
 func (r *runner) freeGPUs(ctx context.Context, node string) (free, total int, err error) {
-	s, err := r.nodeSlice(ctx, node)
+	pool, devices, err := r.nodeDevices(ctx, node)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -206,18 +213,34 @@ func (r *runner) freeGPUs(ctx context.Context, node string) (free, total int, er
 	if err != nil {
 		return 0, 0, err
 	}
+	byName := map[string]resourceapi.Device{}
+	gpuOf := map[string]string{} // a whole GPU's uuid → its device name
+	for _, d := range devices {
+		byName[d.Name] = d
+		if u := attr(d, gpuv1alpha1.UUIDAttribute); u != "" && attr(d, gpuv1alpha1.MIGProfileAttribute) == "" {
+			gpuOf[u] = d.Name
+		}
+	}
 	busy := map[string]bool{}
 	for _, c := range claims.Items {
 		if c.Status.Allocation == nil {
 			continue
 		}
 		for _, res := range c.Status.Allocation.Devices.Results {
-			if res.Driver == gpuv1alpha1.DriverName && res.Pool == s.Spec.Pool.Name {
-				busy[res.Device] = true
+			if res.Driver != gpuv1alpha1.DriverName || res.Pool != pool {
+				continue
 			}
+			name := res.Device
+			if parent, ok := gpuOf[attr(byName[name], gpuv1alpha1.ParentUUIDAttribute)]; ok {
+				name = parent
+			}
+			busy[name] = true
 		}
 	}
-	for _, d := range s.Spec.Devices {
+	for _, d := range devices {
+		if attr(d, gpuv1alpha1.MIGProfileAttribute) != "" {
+			continue
+		}
 		total++
 		if !busy[d.Name] {
 			free++

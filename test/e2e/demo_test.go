@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 	}
 	var log bytes.Buffer
 	b, err := bed.Setup(ctx, cluster, bed.Options{
-		RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary, NCUDir: ncuDir, Log: &log,
+		RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary, NCUDir: ncuDir, Nodes: bed.DemoNodes, Log: &log,
 	})
 	t.Log(strings.TrimSpace(log.String()))
 	if err != nil {
@@ -56,8 +56,8 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run scenarios: %v", err)
 	}
-	if len(res.Scenarios) < 13 {
-		t.Errorf("ran %d scenarios, want the 13 of demo/specs", len(res.Scenarios))
+	if len(res.Scenarios) < 14 {
+		t.Errorf("ran %d scenarios, want the 14 of demo/specs", len(res.Scenarios))
 	}
 	if failed := res.Failed(); len(failed) > 0 {
 		t.Errorf("scenarios missed their expectation: %s", strings.Join(failed, ", "))

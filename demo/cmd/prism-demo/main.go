@@ -296,6 +296,7 @@ func daemon() (err error) {
 		PluginBin:     filepath.Join(out, "bin", "prism-kubelet-plugin"),
 		ControllerBin: filepath.Join(out, "bin", "prism-controller"),
 		NCUDir:        filepath.Join(out, "bin", "ncu"),
+		Nodes:         bed.DemoNodes,
 		Log:           os.Stdout,
 	})
 	if err != nil {
