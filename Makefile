@@ -52,7 +52,7 @@ test: verify unit e2e ## Every test: static checks, unit tests, test-bed integra
 # default is a cold build of its control plane and kubelet (v1.34.2: 472 s on 2 cores),
 # which CI's budget does not hold.
 KUBE_VERSIONS ?= v1.34.2 v1.35.1 v1.36.1 v1.37.1
-VERSION_TESTS ?= TestSmokeDRAPodRunsOnRealKubelet|TestPublishedSlice|TestPrepareUnprepareLifecycle|TestProfileAwarePlacement|TestAffinityPlacesAsTheLadder|TestProfiledClaimBecomesWorkloadProfile
+VERSION_TESTS ?= TestSmokeDRAPodRunsOnRealKubelet|TestPublishedSlice|TestPrepareUnprepareLifecycle|TestProfileAwarePlacement|TestAffinityPlacesAsTheLadder|TestProfiledClaimBecomesWorkloadProfile|TestMIGPartitionsCreatedAtPrepare
 
 .PHONY: test-versions
 test-versions: ## The core e2e on each Kubernetes release in KUBE_VERSIONS (root; builds each release once, then cached).

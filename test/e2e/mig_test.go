@@ -17,8 +17,12 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +33,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -44,42 +49,16 @@ const migClass = rewrite.MIGDeviceClassName
 // 3g.20gb partitions of the first GPU and sends a plain claim to the second
 // GPU, prepare creates a GPU and a compute instance for each partition at
 // its placement (the simulated NVML records them) and unprepare destroys
-// them.
+// them. Before Kubernetes 1.36 DRAPartitionableDevices is off by default and
+// the API server drops the counters; the plugin must then fall back to whole
+// GPUs and say so on the node.
 func TestMIGPartitionsCreatedAtPrepare(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	if minor := serverMinor(t, cluster); minor < 36 {
-		t.Skipf("DRAPartitionableDevices is off by default on Kubernetes 1.%d", minor)
+	m := newMIGNode(t)
+	ctx, cluster, record := m.ctx, m.cluster, m.record
+	if m.minor < 36 {
+		checkWholeGPUFallback(ctx, t, cluster)
+		return
 	}
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	createPrismDeviceClass(ctx, t, cluster)
-	if _, err := cluster.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: migClass},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpu.prism.dev" && has(device.attributes["gpu.prism.dev"].migProfile)`,
-		}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	dir := t.TempDir()
-	record := filepath.Join(dir, "mig-record.jsonl")
-	fleet := filepath.Join(dir, "mig-fleet.yaml")
-	if err := os.WriteFile(fleet, []byte(`driverVersion: "550.54.15"
-cudaDriverVersion: 12040
-migRecordFile: `+record+`
-gpus:
-- product: NVIDIA A100-SXM4-40GB
-  count: 1
-  migMode: true
-- product: NVIDIA A100-SXM4-40GB
-  count: 1
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	startPluginWithFlags(ctx, t, cluster, node, fleet, []string{"--feature-gates=MIGPartitions=true"})
 
 	var partitions []string
 	waitFor(t, "the MIG partitions published", func() bool {
@@ -145,16 +124,172 @@ gpus:
 	})
 }
 
-// migOps lists the simulated NVML's MIG operations, in order.
-func migOps(t *testing.T, record string) []string {
+// migNode is a test-bed node with two A100-40GBs, the first in MIG mode,
+// and its plugin running with the MIGPartitions gate; the simulated NVML
+// appends every MIG operation to record.
+type migNode struct {
+	ctx     context.Context
+	cluster *testbed.Cluster
+	plugin  *pluginProc
+	record  string
+	minor   int
+}
+
+func newMIGNode(t *testing.T) *migNode {
+	t.Helper()
+	ctx, cluster := testbed.ForTest(t, testbed.Options{})
+	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPrismDeviceClass(ctx, t, cluster)
+	if _, err := cluster.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: migClass},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.driver == "gpu.prism.dev" && has(device.attributes["gpu.prism.dev"].migProfile)`,
+		}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	record := filepath.Join(dir, "mig-record.jsonl")
+	fleet := filepath.Join(dir, "mig-fleet.yaml")
+	if err := os.WriteFile(fleet, []byte(`driverVersion: "550.54.15"
+cudaDriverVersion: 12040
+migRecordFile: `+record+`
+gpus:
+- product: NVIDIA A100-SXM4-40GB
+  count: 1
+  migMode: true
+- product: NVIDIA A100-SXM4-40GB
+  count: 1
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startPluginWithFlags(ctx, t, cluster, node, fleet, []string{"--feature-gates=MIGPartitions=true"})
+	return &migNode{ctx: ctx, cluster: cluster, plugin: p, record: record, minor: serverMinor(t, cluster)}
+}
+
+// TestMIGCrashLeavesNoOrphan kills the plugin with SIGKILL at each point of
+// a MIG prepare between creating the instances and finishing the claim,
+// restarts it, and checks that the instance the crash left is destroyed,
+// that the kubelet's retry prepares the claim afresh, and that nothing is
+// left once the pod is gone.
+func TestMIGCrashLeavesNoOrphan(t *testing.T) {
+	m := newMIGNode(t)
+	if m.minor < 36 {
+		t.Skipf("DRAPartitionableDevices is off by default on Kubernetes 1.%d: no partitions to prepare", m.minor)
+	}
+	createTemplate(m.ctx, t, m.cluster.Client, "mig-3g", resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: migClass, Count: 1, AllocationMode: resourceapi.DeviceAllocationModeExactCount,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.prism.dev"].migProfile == "3g.20gb"`}}}},
+	}}}})
+	for i, point := range plugin.MIGCrashPoints {
+		t.Run(point, func(t *testing.T) {
+			_ = m.plugin.Stop(5 * time.Second)
+			m.plugin.restart(m.ctx, t, "PRISM_CRASH_AT="+point)
+			pod := fmt.Sprintf("mig-crash-%d", i)
+			createPod(m.ctx, t, m.cluster.Client, podWithClaim(pod, "mig-3g", ""))
+			select {
+			case <-m.plugin.Done():
+			case <-time.After(time.Minute):
+				t.Fatalf("plugin did not reach crash point %s", point)
+			}
+			live := liveGPUInstances(t, m.record)
+			if len(live) != 1 {
+				t.Fatalf("GPU instances at the crash: %v, want the one prepare created", live)
+			}
+			orphan, atCrash := live[0], len(readMIGRecords(t, m.record))
+
+			m.plugin.restart(m.ctx, t)
+			if _, err := testbed.WaitForPod(m.ctx, m.cluster.Client, "default", pod, 2*time.Minute, testbed.PodRunning); err != nil {
+				t.Fatal(err)
+			}
+			if live := liveGPUInstances(t, m.record); len(live) != 1 {
+				t.Errorf("GPU instances with the pod running: %v, want one", live)
+			}
+			// The restart destroys the crash's instance; the retry may be
+			// given the same id again.
+			since := readMIGRecords(t, m.record)[atCrash:]
+			if !slices.ContainsFunc(since, func(r nvml.MIGRecord) bool { return r.Op == nvml.MIGDestroyGPUInstance && instanceKey(r) == orphan }) {
+				t.Errorf("the instance left by the crash, %s, was not destroyed after the restart: %+v", orphan, since)
+			}
+
+			deletePod(m.ctx, t, m.cluster.Client, pod)
+			waitFor(t, "no GPU instance left after the pod", func() bool { return len(liveGPUInstances(t, m.record)) == 0 })
+		})
+	}
+}
+
+// liveGPUInstances replays the simulated NVML's record: the GPU instances
+// created and not destroyed.
+func liveGPUInstances(t *testing.T, record string) []string {
+	t.Helper()
+	var live []string
+	for _, r := range readMIGRecords(t, record) {
+		switch r.Op {
+		case nvml.MIGCreateGPUInstance:
+			live = append(live, instanceKey(r))
+		case nvml.MIGDestroyGPUInstance:
+			live = slices.DeleteFunc(live, func(k string) bool { return k == instanceKey(r) })
+		}
+	}
+	return live
+}
+
+func instanceKey(r nvml.MIGRecord) string { return fmt.Sprintf("%s/%d", r.UUID, r.GPUInstance) }
+
+func readMIGRecords(t *testing.T, record string) []nvml.MIGRecord {
 	t.Helper()
 	records, err := nvml.ReadMIGRecords(record)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return records
+}
+
+// migOps lists the simulated NVML's MIG operations, in order.
+func migOps(t *testing.T, record string) []string {
+	t.Helper()
 	var ops []string
-	for _, r := range records {
+	for _, r := range readMIGRecords(t, record) {
 		ops = append(ops, r.Op)
 	}
 	return ops
+}
+
+// checkWholeGPUFallback checks what a cluster without DRAPartitionableDevices
+// gets from a plugin with the MIGPartitions gate: a PartitionableDevicesDropped
+// Event on the node, a slice of whole GPUs only (partitions without their
+// counters could be allocated twice over), and a plain claim that runs.
+func checkWholeGPUFallback(ctx context.Context, t *testing.T, cluster *testbed.Cluster) {
+	t.Helper()
+	waitFor(t, "a PartitionableDevicesDropped event on the node", func() bool {
+		evs, err := cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{
+			FieldSelector: "reason=" + plugin.EventReasonPartitionableDevicesDropped + ",involvedObject.kind=Node",
+		})
+		return err == nil && len(evs.Items) > 0
+	})
+	var devices []string
+	waitFor(t, "the slice republished with whole GPUs only", func() bool {
+		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+			FieldSelector: resourceapi.ResourceSliceSelectorDriver + "=" + gpuv1alpha1.DriverName,
+		})
+		if err != nil {
+			return false
+		}
+		devices = nil
+		for _, s := range list.Items {
+			for _, d := range s.Spec.Devices {
+				devices = append(devices, d.Name)
+			}
+		}
+		sort.Strings(devices)
+		return cmp.Equal(devices, []string{"gpu-0", "gpu-1"})
+	})
+	createTemplate(ctx, t, cluster.Client, "whole", gpuClaimSpec(1))
+	createPod(ctx, t, cluster.Client, podWithClaim("whole", "whole", ""))
+	if _, err := testbed.WaitForPod(ctx, cluster.Client, "default", "whole", time.Minute, testbed.PodRunning); err != nil {
+		t.Fatalf("a plain claim on the fallback's whole GPUs: %v", err)
+	}
 }
