@@ -338,13 +338,7 @@ func (s *Store) Update(ctx context.Context, fn func(*Data) error) error {
 	if err := next.validate(); err != nil {
 		return fmt.Errorf("refusing to persist invalid checkpoint: %w", err)
 	}
-	if err := s.compact(ctx, next); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.data = next
-	s.mu.Unlock()
-	return nil
+	return s.replace(ctx, next)
 }
 
 // PutClaims records claims, replacing those with the same UIDs, as one
@@ -396,13 +390,7 @@ func (s *Store) change(ctx context.Context, sync bool, set map[string]*Claim) er
 	if s.journal == nil || s.journalBytes >= max(compactFloor, s.snapshotBytes) {
 		next := &Data{Claims: maps.Clone(s.data.Claims), Taints: s.data.Taints, MPSDaemons: s.data.MPSDaemons}
 		apply(next.Claims, set)
-		if err := s.compact(ctx, next); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		s.data = next
-		s.mu.Unlock()
-		return nil
+		return s.replace(ctx, next)
 	}
 	if err := s.append(ctx, set, sync); err != nil {
 		// The file may now end in part of the change: rewrite it whole next
@@ -456,6 +444,18 @@ func (s *Store) append(ctx context.Context, set map[string]*Claim, sync bool) er
 	s.seq++
 	s.journalBytes += int64(len(line))
 	klog.FromContext(ctx).V(5).Info("Appended to checkpoint", "claims", len(set), "seq", s.seq, "synced", sync)
+	return nil
+}
+
+// replace rewrites the file with next, and makes next what readers see
+// only once the write has succeeded: a failed write leaves memory as it was.
+func (s *Store) replace(ctx context.Context, next *Data) error {
+	if err := s.compact(ctx, next); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.data = next
+	s.mu.Unlock()
 	return nil
 }
 

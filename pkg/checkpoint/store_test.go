@@ -494,6 +494,19 @@ func TestUpdateRejectsBadChanges(t *testing.T) {
 			wantErr: `unknown state ""`,
 		},
 		{
+			name:    "taint without an effect",
+			fn:      func(d *Data) error { d.Taints = map[string]Taint{"gpu-0": {UUID: "GPU-0", Key: "k"}}; return nil },
+			wantErr: `taint of device "gpu-0" lacks a device name, key or effect`,
+		},
+		{
+			name: "MPS daemon without a pipe directory",
+			fn: func(d *Data) error {
+				d.MPSDaemons = map[string]MPSDaemon{"GPU-1": {UUID: "GPU-1", LogDir: "/log"}}
+				return nil
+			},
+			wantErr: `MPS daemon of GPU "GPU-1" lacks a UUID matching its key, a pipe or a log directory`,
+		},
+		{
 			name: "in-place mutation of shared slices then error",
 			fn: func(d *Data) error {
 				d.Claims["uid-a"].Devices[0].Requests[0] = "changed"
@@ -515,6 +528,12 @@ func TestUpdateRejectsBadChanges(t *testing.T) {
 			}
 			if got := s.List(); !reflect.DeepEqual(got, []Claim{orig}) {
 				t.Errorf("state changed: %+v", got)
+			}
+			if got := s.Taints(); len(got) != 0 {
+				t.Errorf("taints after the refused update: %+v", got)
+			}
+			if got := s.MPSDaemons(); len(got) != 0 {
+				t.Errorf("MPS daemons after the refused update: %+v", got)
 			}
 		})
 	}

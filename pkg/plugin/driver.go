@@ -444,7 +444,26 @@ type slicePublisher interface {
 // off the bus, a driver upgrade, or an edited simulated fleet.
 func (d *Driver) rediscoverLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	ticker := d.clock.NewTicker(d.cfg.RediscoverInterval)
+	d.every(ctx, d.cfg.RediscoverInterval, func() {
+		if err := d.rediscover(ctx); err != nil {
+			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
+			return
+		}
+		before := len(d.publishedDevices())
+		published, err := d.publishIfChanged(ctx, false)
+		if err != nil {
+			logger.Error(err, "Republishing")
+			return
+		}
+		if published {
+			logger.Info("GPUs changed, republished", "before", before, "after", len(d.publishedDevices()))
+		}
+	})
+}
+
+// every calls fn each interval, on the driver's clock, until ctx ends.
+func (d *Driver) every(ctx context.Context, interval time.Duration, fn func()) {
+	ticker := d.clock.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -452,19 +471,7 @@ func (d *Driver) rediscoverLoop(ctx context.Context) {
 			return
 		case <-ticker.C():
 		}
-		if err := d.rediscover(ctx); err != nil {
-			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
-			continue
-		}
-		before := len(d.publishedDevices())
-		published, err := d.publishIfChanged(ctx, false)
-		if err != nil {
-			logger.Error(err, "Republishing")
-			continue
-		}
-		if published {
-			logger.Info("GPUs changed, republished", "before", before, "after", len(d.publishedDevices()))
-		}
+		fn()
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -43,7 +44,6 @@ import (
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 const testNode = "node-a"
@@ -52,6 +52,24 @@ const testNode = "node-a"
 func newTestDriver(t testing.TB, fleetFile, stateDir string) *Driver {
 	t.Helper()
 	return newTestDriverWith(t, fleetFile, stateDir, nil)
+}
+
+// simulatedNVML is a simulated NVML of a fleet under demo/fleets on
+// testNode; usageFile, where set, is the file its GPUs' use is read from.
+func simulatedNVML(t testing.TB, fleetFile, usageFile string) *nvml.Simulated {
+	t.Helper()
+	fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", fleetFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if usageFile != "" {
+		fleet.UsageFile = usageFile
+	}
+	sim, err := nvml.NewSimulated(fleet, testNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim
 }
 
 // newTestDriverWith is newTestDriver with a chance to change the Config,
@@ -433,19 +451,9 @@ func TestProfilingNotPermittedIsExplained(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			ncuDir := filepath.Join(dir, "ncu")
-			shim := filepath.Join(dir, "libprism-profile.so")
-			for _, f := range []string{filepath.Join(ncuDir, "ncu"), shim} {
-				if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(f, nil, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
 			d := newTestDriver(t, "t4-2.yaml", dir)
 			d.cfg.Profiling = &ProfilingConfig{
-				Options:  profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
+				Options:  fakeProfilingHost(t, dir),
 				ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
 			}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trainer", Namespace: "ns"},
@@ -483,9 +491,7 @@ func TestProfilingNotPermittedIsExplained(t *testing.T) {
 // or both could hand out the same GPU.
 func TestRollingUpdateInstancesShareTheCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	old := newTestDriver(t, "t4-2.yaml", dir)
-	updated := newTestDriver(t, "t4-2.yaml", dir)
-	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+	old, updated := rollingUpdateInstances(t, dir)
 
 	if r := prepare(t, old, allocatedClaim("a", []string{"gpu-0"}))["a"]; r.Err != nil {
 		t.Fatal(r.Err)
@@ -501,13 +507,30 @@ func TestRollingUpdateInstancesShareTheCheckpoint(t *testing.T) {
 	if _, err := old.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "a"}}); err != nil {
 		t.Fatal(err)
 	}
-	reopened := newTestDriver(t, "t4-2.yaml", dir)
-	if _, ok := reopened.checkpoint.Get("c"); !ok {
-		t.Error("the old instance's write lost the claim the new instance prepared")
+	if diff := cmp.Diff([]string{"c"}, checkpointedClaims(t, dir)); diff != "" {
+		t.Errorf("claims recorded after the old instance unprepared a (-want +got):\n%s", diff)
 	}
-	if _, ok := reopened.checkpoint.Get("a"); ok {
-		t.Error("claim a is still recorded after its unprepare")
+}
+
+// rollingUpdateInstances is the old and the new plugin instance of a
+// rolling update, sharing dir's checkpoint.
+func rollingUpdateInstances(t *testing.T, dir string) (old, updated *Driver) {
+	t.Helper()
+	old = newTestDriver(t, "t4-2.yaml", dir)
+	updated = newTestDriver(t, "t4-2.yaml", dir)
+	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+	return old, updated
+}
+
+// checkpointedClaims is the UIDs of the claims a plugin starting on dir
+// finds in its checkpoint, sorted.
+func checkpointedClaims(t *testing.T, dir string) []string {
+	t.Helper()
+	var uids []string
+	for _, c := range newTestDriver(t, "t4-2.yaml", dir).checkpoint.List() {
+		uids = append(uids, c.UID)
 	}
+	return uids
 }
 
 func TestNvidiaSMISetsTheTimeSlice(t *testing.T) {

@@ -284,14 +284,7 @@ func TestHealthWatchOutlivesAnUnreadableGPU(t *testing.T) {
 			d, _ := healthDriver(t, t.TempDir(), nil)
 			published := newSignallingPublisher()
 			d.slices = published
-			fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "t4-2.yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			sim, err := nvml.NewSimulated(fleet, testNode)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sim := simulatedNVML(t, "t4-2.yaml", "")
 			lib, faults := nvml.SimulateFaults(sim)
 			var broken atomic.Bool
 			broken.Store(true)

@@ -355,15 +355,7 @@ func TestKubeletWatchesGPUHealth(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	cfg := testConfig(t, "t4-2.yaml", filepath.Join(dir, "state"))
-	fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "t4-2.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sim, err := nvml.NewSimulated(fleet, testNode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lib, faults := nvml.SimulateFaults(sim)
+	lib, faults := nvml.SimulateFaults(simulatedNVML(t, "t4-2.yaml", ""))
 	cfg.Health = &HealthConfig{NVML: lib, RecoverAfter: time.Hour}
 	cfg.RegistrarDir, cfg.PluginDir = filepath.Join(dir, "registry"), filepath.Join(dir, "plugin")
 	if err := os.MkdirAll(cfg.RegistrarDir, 0o750); err != nil {

@@ -32,26 +32,16 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/gpu"
-	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // profilingDriver is a test driver that can profile: an ncu install and a
 // shim exist, and the driver restricts counters to admins.
 func profilingDriver(t *testing.T, dir string) *Driver {
 	t.Helper()
-	ncuDir := filepath.Join(dir, "ncu")
-	shim := filepath.Join(dir, "libprism-profile.so")
-	for _, f := range []string{filepath.Join(ncuDir, "ncu"), shim} {
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f, nil, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	host := fakeProfilingHost(t, dir)
 	return newTestDriverWith(t, "h100-sxm-8.yaml", dir, func(c *Config) {
 		c.Profiling = &ProfilingConfig{
-			Options:  profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim},
+			Options:  host,
 			ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
 		}
 	})

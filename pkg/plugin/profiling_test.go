@@ -257,21 +257,13 @@ func TestProfiledClaimWritesIntoABoundedDirectory(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
-	ncuDir := filepath.Join(dir, "ncu")
-	shim := filepath.Join(dir, profiling.ShimName)
-	for _, f := range []string{filepath.Join(ncuDir, "ncu"), shim} {
-		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f, nil, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	host := fakeProfilingHost(t, dir)
 	const size = 1 << 20
+	host.DirSize = size
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d := newTestDriverWith(t, "t4-2.yaml", dir, func(cfg *Config) {
-		cfg.Profiling = &ProfilingConfig{Options: profiling.Options{StateDir: dir, NCUDir: ncuDir, ShimPath: shim, DirSize: size}, Retention: 5}
+		cfg.Profiling = &ProfilingConfig{Options: host, Retention: 5}
 	})
 	reportDir := profiling.ClaimDir(dir, "p1")
 	t.Cleanup(func() {

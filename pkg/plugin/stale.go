@@ -34,16 +34,7 @@ import (
 // the kubelet restarts is cleaned up as an orphan without NodeUnprepareResources,
 // and the device would stay blocked on this node for good.
 func (d *Driver) collectStaleLoop(ctx context.Context, interval, grace time.Duration) {
-	ticker := d.clock.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-		}
-		d.collectStale(ctx, grace)
-	}
+	d.every(ctx, interval, func() { d.collectStale(ctx, grace) })
 }
 
 func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -39,9 +40,7 @@ import (
 func TestStaleCollectorKeepsTheOtherInstancesClaims(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
-	old := newTestDriver(t, "t4-2.yaml", dir)
-	updated := newTestDriver(t, "t4-2.yaml", dir)
-	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+	old, updated := rollingUpdateInstances(t, dir)
 
 	// Claim a is in neither instance's API: stale.
 	if r := prepare(t, old, allocatedClaim("a", []string{"gpu-0"}))["a"]; r.Err != nil {
@@ -52,12 +51,8 @@ func TestStaleCollectorKeepsTheOtherInstancesClaims(t *testing.T) {
 	}
 	old.collectStale(ctx, 0)
 
-	reopened := newTestDriver(t, "t4-2.yaml", dir)
-	if _, ok := reopened.checkpoint.Get("c"); !ok {
-		t.Error("releasing a stale claim lost the claim the other instance prepared")
-	}
-	if _, ok := reopened.checkpoint.Get("a"); ok {
-		t.Error("the stale claim is still recorded")
+	if diff := cmp.Diff([]string{"c"}, checkpointedClaims(t, dir)); diff != "" {
+		t.Errorf("claims recorded after the old instance released stale claim a (-want +got):\n%s", diff)
 	}
 }
 

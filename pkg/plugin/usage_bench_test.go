@@ -52,16 +52,7 @@ func BenchmarkUsageSampling(b *testing.B) {
 				if !tc.sampling {
 					return
 				}
-				fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "h100-sxm-8.yaml"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				fleet.UsageFile = usageFile
-				sim, err := nvml.NewSimulated(fleet, testNode)
-				if err != nil {
-					b.Fatal(err)
-				}
-				c.Usage = &UsageConfig{NVML: sim, ProcRoot: procRoot}
+				c.Usage = &UsageConfig{NVML: simulatedNVML(b, "h100-sxm-8.yaml", usageFile), ProcRoot: procRoot}
 			})
 			bed := &usageBed{dir: dir, usageFile: usageFile, procRoot: procRoot}
 			var gpus []nvml.GPUUsage

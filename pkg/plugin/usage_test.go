@@ -64,16 +64,7 @@ func newUsageBed(t *testing.T) *usageBed {
 func (b *usageBed) driver(t *testing.T) *Driver {
 	t.Helper()
 	return newTestDriverWith(t, "h100-sxm-8.yaml", b.dir, func(c *Config) {
-		fleet, err := nvml.LoadFleet(filepath.Join("..", "..", "demo", "fleets", "h100-sxm-8.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fleet.UsageFile = b.usageFile
-		sim, err := nvml.NewSimulated(fleet, testNode)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Usage = &UsageConfig{NVML: sim, Profiles: profilingtest.WorkloadProfiles(b.api), ProcRoot: b.procRoot}
+		c.Usage = &UsageConfig{NVML: simulatedNVML(t, "h100-sxm-8.yaml", b.usageFile), Profiles: profilingtest.WorkloadProfiles(b.api), ProcRoot: b.procRoot}
 	})
 }
 
@@ -150,15 +141,6 @@ func sample(t *testing.T, d *Driver, times int) {
 	}
 }
 
-func uuidOfGPU(t *testing.T, d *Driver, name string) string {
-	t.Helper()
-	g, ok := d.device(name)
-	if !ok {
-		t.Fatalf("no device %s", name)
-	}
-	return g.UUID
-}
-
 // TestUsageIsSampledAndPublishedAtUnprepare: a claim alone on an H100 is
 // sampled from the whole GPU's figures, exported per pod, and merged into
 // its WorkloadProfile after unprepare.
@@ -172,7 +154,7 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	}
 	sample(t, d, 3)
 
-	gpu0 := uuidOfGPU(t, d, "gpu-0")
+	gpu0 := uuidOf(t, d, "gpu-0")
 	want := map[string][]string{
 		"prism_plugin_gpu_duty_cycle_percent":    {"ns/pod-a claim-a " + gpu0 + " = 40"},
 		"prism_plugin_gpu_memory_used_bytes":     {fmt.Sprintf("ns/pod-a claim-a %s = %d", gpu0, 10<<30)},
@@ -312,7 +294,7 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 		t.Fatalf("prepare: %v, %v", res["a"].Err, res["b"].Err)
 	}
 	sample(t, d, 3)
-	gpu0 := uuidOfGPU(t, d, "gpu-0")
+	gpu0 := uuidOf(t, d, "gpu-0")
 	for _, tc := range []struct {
 		pod, claim   string
 		duty, memory float64
@@ -434,7 +416,7 @@ func TestPerPodSeriesGoWithTheClaim(t *testing.T) {
 				t.Fatalf("prepare: %v, %v", res["a"].Err, res["b"].Err)
 			}
 			sample(t, d, 2)
-			gpu0, gpu1, gpu2 := uuidOfGPU(t, d, "gpu-0"), uuidOfGPU(t, d, "gpu-1"), uuidOfGPU(t, d, "gpu-2")
+			gpu0, gpu1, gpu2 := uuidOf(t, d, "gpu-0"), uuidOf(t, d, "gpu-1"), uuidOf(t, d, "gpu-2")
 			want := map[string][]string{
 				"prism_plugin_gpu_duty_cycle_percent": {"ns/pod-a claim-a " + gpu0 + " = 10", "ns/pod-a claim-a " + gpu1 + " = 20", "ns/pod-b claim-b " + gpu2 + " = 30"},
 				"prism_plugin_gpu_memory_used_bytes": {
