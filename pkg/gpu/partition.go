@@ -21,12 +21,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
@@ -298,52 +298,19 @@ func (p Partition) resourceDevice(ctx context.Context, opts PublishOptions, tota
 	}
 	f := p.Figures()
 
-	var attrs []namedAttribute
-	str := func(id gpuv1alpha1.AttributeName, v string) {
-		if v != "" {
-			attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{StringValue: ptr.To(v)}})
-		}
-	}
-	integer := func(id gpuv1alpha1.AttributeName, v int) {
-		attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}})
-	}
-	version := func(id gpuv1alpha1.AttributeName, v string) {
-		if sv, err := semverFromDotted(v); v != "" && err == nil {
-			attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{VersionValue: ptr.To(sv)}})
-		}
-	}
 	// Order is priority, as in ResourceDevice. A partition has no uuid or
 	// minor of its own until prepare creates it, so it carries its
 	// parent's uuid under another name and its parent's index, and the
 	// figures a selector compares are its own share.
-	str(gpuv1alpha1.MIGProfileAttribute, p.Profile.Name)
-	str(gpuv1alpha1.ParentUUIDAttribute, p.Parent.UUID)
-	str(gpuv1alpha1.ProductNameAttribute, p.Parent.ProductName)
-	integer(gpuv1alpha1.IndexAttribute, p.Parent.Index)
-	str(gpuv1alpha1.ArchitectureAttribute, p.Parent.Architecture)
-	version(gpuv1alpha1.CUDAComputeCapabilityAttribute, p.Parent.CUDAComputeCapability.String())
-	version(gpuv1alpha1.DriverVersionAttribute, p.Parent.DriverVersion)
-	version(gpuv1alpha1.CUDADriverVersionAttribute, p.Parent.CUDADriverVersion)
-	if bw := f.MemoryBandwidthGBps(); bw > 0 {
-		integer(gpuv1alpha1.MemoryBandwidthGBpsAttribute, bw)
-		str(gpuv1alpha1.BandwidthClassAttribute, f.BandwidthClass())
-	}
-	if f.MultiprocessorCount > 0 {
-		integer(gpuv1alpha1.MultiprocessorCountAttribute, f.MultiprocessorCount)
-	}
-	if v := f.FP32GFLOPS(); v > 0 {
-		integer(gpuv1alpha1.FP32GFLOPSAttribute, v)
-	}
-	if v, ok := p.fp16TensorTFLOPS(); ok {
-		integer(gpuv1alpha1.FP16TensorTFLOPSAttribute, v)
-	}
-	if p.Parent.NUMANode != nil {
-		integer(gpuv1alpha1.NUMANodeAttribute, *p.Parent.NUMANode)
-	}
-	if p.Parent.NVLinkDomain != nil {
-		integer(gpuv1alpha1.NVLinkDomainAttribute, *p.Parent.NVLinkDomain)
-	}
-	str(gpuv1alpha1.BrandAttribute, p.Parent.Brand)
+	// The parent's own device reports a version that does not parse.
+	attrs := attributeList{logger: logr.Discard()}
+	attrs.str(gpuv1alpha1.MIGProfileAttribute, p.Profile.Name)
+	attrs.str(gpuv1alpha1.ParentUUIDAttribute, p.Parent.UUID)
+	attrs.str(gpuv1alpha1.ProductNameAttribute, p.Parent.ProductName)
+	attrs.integer(gpuv1alpha1.IndexAttribute, p.Parent.Index)
+	fp16, ok := p.fp16TensorTFLOPS()
+	attrs.figures(f, fp16, ok)
+	attrs.str(gpuv1alpha1.BrandAttribute, p.Parent.Brand)
 	// pcieRoot lets a claim align a partition with a NIC as it can a whole
 	// GPU; pciBusID is left out, since it names the parent, not this device.
 	if p.Parent.PCIBusID != "" && opts.SysFS != nil {
@@ -351,7 +318,7 @@ func (p Partition) resourceDevice(ctx context.Context, opts PublishOptions, tota
 		if err != nil {
 			logger.V(4).Info("Dropping device attribute", "attribute", deviceattribute.StandardDeviceAttributePCIeRoot, "reason", err.Error())
 		} else {
-			attrs = append(attrs, namedAttribute{a.Name, a.Value})
+			attrs.add(a.Name, a.Value)
 		}
 	}
 
@@ -361,7 +328,7 @@ func (p Partition) resourceDevice(ctx context.Context, opts PublishOptions, tota
 	}
 	return resourceapi.Device{
 		Name:       name,
-		Attributes: enforceLimits(logger, attrs, len(capacity)),
+		Attributes: enforceLimits(logger, attrs.attrs, len(capacity)),
 		Capacity:   capacity,
 		ConsumesCounters: []resourceapi.DeviceCounterConsumption{{
 			CounterSet: p.Parent.CounterSetName(),

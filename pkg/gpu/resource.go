@@ -72,11 +72,6 @@ var (
 	computeNone  = resource.MustParse("0")
 )
 
-type namedAttribute struct {
-	name  resourceapi.QualifiedName
-	value resourceapi.DeviceAttribute
-}
-
 // ResourceDevice builds the device as it is published in a ResourceSlice.
 // Values that would break API validation are truncated or dropped and the
 // reason is logged, because one odd GPU must not stop the whole node from
@@ -87,77 +82,36 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 		return resourceapi.Device{}, fmt.Errorf("building device %s: UUID is empty", d.Name())
 	}
 
-	var attrs []namedAttribute
-	str := func(id gpuv1alpha1.AttributeName, v string) {
-		if v != "" {
-			attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{StringValue: ptr.To(v)}})
-		}
-	}
-	integer := func(id gpuv1alpha1.AttributeName, v int) {
-		attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}})
-	}
-	version := func(id gpuv1alpha1.AttributeName, v string) {
-		if v == "" {
-			return
-		}
-		sv, err := semverFromDotted(v)
-		if err != nil {
-			logger.Info("Dropping device attribute", "attribute", id, "value", v, "reason", err.Error())
-			return
-		}
-		attrs = append(attrs, namedAttribute{id.Qualified(), resourceapi.DeviceAttribute{VersionValue: ptr.To(sv)}})
-	}
-
 	// Order is priority: if the API limit on attributes is ever reached,
 	// the ones at the end are dropped first.
-	str(gpuv1alpha1.UUIDAttribute, d.UUID)
-	str(gpuv1alpha1.ProductNameAttribute, d.ProductName)
-	integer(gpuv1alpha1.IndexAttribute, d.Index)
-	integer(gpuv1alpha1.MinorAttribute, d.Minor)
-	str(gpuv1alpha1.ArchitectureAttribute, d.Architecture)
-	version(gpuv1alpha1.CUDAComputeCapabilityAttribute, d.CUDAComputeCapability.String())
-	version(gpuv1alpha1.DriverVersionAttribute, d.DriverVersion)
-	version(gpuv1alpha1.CUDADriverVersionAttribute, d.CUDADriverVersion)
-	if bw := d.MemoryBandwidthGBps(); bw > 0 {
-		integer(gpuv1alpha1.MemoryBandwidthGBpsAttribute, bw)
-		str(gpuv1alpha1.BandwidthClassAttribute, d.BandwidthClass())
-	}
-	if d.MultiprocessorCount > 0 {
-		integer(gpuv1alpha1.MultiprocessorCountAttribute, d.MultiprocessorCount)
-	}
-	if f := d.FP32GFLOPS(); f > 0 {
-		integer(gpuv1alpha1.FP32GFLOPSAttribute, f)
-	}
-	if f, ok := d.FP16TensorTFLOPS(); ok {
-		integer(gpuv1alpha1.FP16TensorTFLOPSAttribute, f)
-	}
-	if d.NUMANode != nil {
-		integer(gpuv1alpha1.NUMANodeAttribute, *d.NUMANode)
-	}
-	if d.NVLinkDomain != nil {
-		integer(gpuv1alpha1.NVLinkDomainAttribute, *d.NVLinkDomain)
-	}
-	attrs = append(attrs, namedAttribute{gpuv1alpha1.MIGCapableAttribute.Qualified(), resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIGCapable)}})
-	str(gpuv1alpha1.BrandAttribute, d.Brand)
+	attrs := attributeList{logger: logger}
+	attrs.str(gpuv1alpha1.UUIDAttribute, d.UUID)
+	attrs.str(gpuv1alpha1.ProductNameAttribute, d.ProductName)
+	attrs.integer(gpuv1alpha1.IndexAttribute, d.Index)
+	attrs.integer(gpuv1alpha1.MinorAttribute, d.Minor)
+	fp16, ok := d.FP16TensorTFLOPS()
+	attrs.figures(d, fp16, ok)
+	attrs.add(gpuv1alpha1.MIGCapableAttribute.Qualified(), resourceapi.DeviceAttribute{BoolValue: ptr.To(d.MIGCapable)})
+	attrs.str(gpuv1alpha1.BrandAttribute, d.Brand)
 	if d.PCIeGeneration > 0 {
-		integer(gpuv1alpha1.PCIeGenerationAttribute, d.PCIeGeneration)
+		attrs.integer(gpuv1alpha1.PCIeGenerationAttribute, d.PCIeGeneration)
 	}
 	if d.PCIeLinkWidth > 0 {
-		integer(gpuv1alpha1.PCIeLinkWidthAttribute, d.PCIeLinkWidth)
+		attrs.integer(gpuv1alpha1.PCIeLinkWidthAttribute, d.PCIeLinkWidth)
 	}
 	if d.PCIBusID != "" {
 		a, err := deviceattribute.GetPCIBusIDAttribute(d.PCIBusID)
 		if err != nil {
 			logger.Info("Dropping device attribute", "attribute", deviceattribute.StandardDeviceAttributePCIBusID, "reason", err.Error())
 		} else {
-			attrs = append(attrs, namedAttribute{a.Name, a.Value})
+			attrs.add(a.Name, a.Value)
 		}
 		if opts.SysFS != nil {
 			a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(d.PCIBusID, deviceattribute.WithFS(opts.SysFS))
 			if err != nil {
 				logger.Info("Dropping device attribute", "attribute", deviceattribute.StandardDeviceAttributePCIeRoot, "reason", err.Error())
 			} else {
-				attrs = append(attrs, namedAttribute{a.Name, a.Value})
+				attrs.add(a.Name, a.Value)
 			}
 		}
 	}
@@ -206,7 +160,7 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 	}
 	return resourceapi.Device{
 		Name:                     d.Name(),
-		Attributes:               enforceLimits(logger, attrs, len(capacity)),
+		Attributes:               enforceLimits(logger, attrs.attrs, len(capacity)),
 		Capacity:                 capacity,
 		AllowMultipleAllocations: shareable,
 	}, nil

@@ -70,20 +70,13 @@ const (
 var partitionVerdicts = [...]string{"sized", "no-usage", "no-peak-memory", "heavy", "opted-out", "none-fits", "no-eligible-request"}
 
 func (v PartitionVerdict) String() string {
-	if v < 0 || int(v) >= len(partitionVerdicts) {
-		return fmt.Sprintf("PartitionVerdict(%d)", int(v))
-	}
-	return partitionVerdicts[v]
+	return verdictName(v, partitionVerdicts[:], "PartitionVerdict")
 }
 
 // PartitionVerdicts lists every verdict, for metrics that are initialised
 // with each label.
 func PartitionVerdicts() []PartitionVerdict {
-	out := make([]PartitionVerdict, len(partitionVerdicts))
-	for i := range out {
-		out[i] = PartitionVerdict(i)
-	}
-	return out
+	return allVerdicts[PartitionVerdict](len(partitionVerdicts))
 }
 
 // PartitionPlan is the partition step's part of a plan.
@@ -335,21 +328,4 @@ func configured(spec *resourceapi.ResourceClaimSpec, request string) bool {
 		}
 	}
 	return false
-}
-
-// noPartition is the plan's verdict when the profile got a partition but no
-// request took it.
-func noPartition(whole []Untouched, optedOut int) (string, string) {
-	if len(whole) == 0 {
-		return PartitionNoEligibleRequest.String(), "no request for one GPU of class " + DeviceClassName + " could be rewritten"
-	}
-	reasons := make([]string, len(whole))
-	for i, w := range whole {
-		reasons[i] = w.Request + ": " + w.Reason
-	}
-	verdict := PartitionNoEligibleRequest
-	if optedOut == len(whole) {
-		verdict = PartitionOptedOut
-	}
-	return verdict.String(), "no request takes a partition (" + strings.Join(reasons, "; ") + ")"
 }

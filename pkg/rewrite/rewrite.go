@@ -342,12 +342,12 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	}
 	shareTaken := share != nil && len(plan.Share.Requests) > 0
 	if share != nil && !shareTaken {
-		plan.Share.Verdict, plan.Share.Reason = noShare(plan.Share.Whole, optedOut)
+		plan.Share.Verdict, plan.Share.Reason = noTaker(plan.Share.Whole, optedOut, ShareNoEligibleRequest, ShareOptedOut, "the share")
 		plan.Share.ComputePercent, plan.Share.Memory = 0, nil
 	}
 	partitionTaken := len(parts) > 0 && len(plan.Partition.Requests) > 0
 	if len(parts) > 0 && !partitionTaken {
-		plan.Partition.Verdict, plan.Partition.Reason = noPartition(plan.Partition.Whole, partitionOptedOut)
+		plan.Partition.Verdict, plan.Partition.Reason = noTaker(plan.Partition.Whole, partitionOptedOut, PartitionNoEligibleRequest, PartitionOptedOut, "a partition")
 		plan.Partition.Profiles, plan.Partition.ComputePercent, plan.Partition.MemoryBytes = nil, 0, 0
 	}
 	for _, t := range full {

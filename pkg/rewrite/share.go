@@ -60,22 +60,11 @@ const (
 
 var shareVerdicts = [...]string{"sized", "no-usage", "no-peak-memory", "heavy", "opted-out", "no-shareable-gpu", "no-eligible-request"}
 
-func (v ShareVerdict) String() string {
-	if v < 0 || int(v) >= len(shareVerdicts) {
-		return fmt.Sprintf("ShareVerdict(%d)", int(v))
-	}
-	return shareVerdicts[v]
-}
+func (v ShareVerdict) String() string { return verdictName(v, shareVerdicts[:], "ShareVerdict") }
 
 // ShareVerdicts lists every verdict, for metrics that are initialised with
 // each label.
-func ShareVerdicts() []ShareVerdict {
-	out := make([]ShareVerdict, len(shareVerdicts))
-	for i := range out {
-		out[i] = ShareVerdict(i)
-	}
-	return out
-}
+func ShareVerdicts() []ShareVerdict { return allVerdicts[ShareVerdict](len(shareVerdicts)) }
 
 // The share-sizing rule (docs/sharing.md). Compute gets the measured p95
 // duty cycle plus headroom, because MPS caps the threads a share may use
@@ -380,21 +369,4 @@ func (o options) shareIneligible(e *resourceapi.ExactDeviceRequest, request stri
 		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
 	}
 	return "", false
-}
-
-// noShare is the plan's verdict when the profile got a share but no
-// request took it: opted out where each request that could have said so.
-func noShare(whole []Untouched, optedOut int) (string, string) {
-	if len(whole) == 0 {
-		return ShareNoEligibleRequest.String(), "no request for one GPU of class " + DeviceClassName + " could be rewritten"
-	}
-	reasons := make([]string, len(whole))
-	for i, w := range whole {
-		reasons[i] = w.Request + ": " + w.Reason
-	}
-	verdict := ShareNoEligibleRequest
-	if optedOut == len(whole) {
-		verdict = ShareOptedOut
-	}
-	return verdict.String(), "no request takes the share (" + strings.Join(reasons, "; ") + ")"
 }

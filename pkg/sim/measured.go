@@ -152,10 +152,9 @@ func ParseJobs(r io.Reader, name string) ([]MeasuredJob, error) {
 		if c.err == nil && j.Throughput == 0 {
 			c.fail(2, "is not a throughput above 0")
 		}
-		if prev, ok := seen[[2]string{j.Job, j.GPU}]; ok && c.err == nil {
-			return fmt.Errorf("%s:%d: job %q on gpu %q repeats line %d", name, c.line, j.Job, j.GPU, prev)
+		if err := firstLine(c, seen, [2]string{j.Job, j.GPU}, fmt.Sprintf("job %q on gpu %q", j.Job, j.GPU)); err != nil {
+			return err
 		}
-		seen[[2]string{j.Job, j.GPU}] = c.line
 		out = append(out, j)
 		return c.err
 	})
@@ -175,10 +174,9 @@ func ParsePairs(r io.Reader, name string) ([]PairSpeed, error) {
 		if b < a {
 			a, b = b, a
 		}
-		if prev, ok := seen[[3]string{a, b, p.GPU}]; ok && c.err == nil {
-			return fmt.Errorf("%s:%d: pair %q, %q on gpu %q repeats line %d", name, c.line, p.JobA, p.JobB, p.GPU, prev)
+		if err := firstLine(c, seen, [3]string{a, b, p.GPU}, fmt.Sprintf("pair %q, %q on gpu %q", p.JobA, p.JobB, p.GPU)); err != nil {
+			return err
 		}
-		seen[[3]string{a, b, p.GPU}] = c.line
 		out = append(out, p)
 		return c.err
 	})
@@ -192,10 +190,9 @@ func ParseSlices(r io.Reader, name string) ([]SliceSpeed, error) {
 	err := parseCSV(r, name, slicesHeader, func(c *cells) error {
 		s := SliceSpeed{Job: c.text(0), GPU: c.text(1), Slice: c.text(2), Line: c.line}
 		s.Speed = c.number(3, false, 0, 10)
-		if prev, ok := seen[[3]string{s.Job, s.GPU, s.Slice}]; ok && c.err == nil {
-			return fmt.Errorf("%s:%d: job %q on gpu %q slice %q repeats line %d", name, c.line, s.Job, s.GPU, s.Slice, prev)
+		if err := firstLine(c, seen, [3]string{s.Job, s.GPU, s.Slice}, fmt.Sprintf("job %q on gpu %q slice %q", s.Job, s.GPU, s.Slice)); err != nil {
+			return err
 		}
-		seen[[3]string{s.Job, s.GPU, s.Slice}] = c.line
 		out = append(out, s)
 		return c.err
 	})
@@ -209,6 +206,16 @@ type cells struct {
 	rec    []string
 	line   int
 	err    error
+}
+
+// firstLine records that key stands on c's line and fails when it stood on
+// an earlier one of the file; what names the key in the error.
+func firstLine[K comparable](c *cells, seen map[K]int, key K, what string) error {
+	if prev, ok := seen[key]; ok && c.err == nil {
+		return fmt.Errorf("%s:%d: %s repeats line %d", c.name, c.line, what, prev)
+	}
+	seen[key] = c.line
+	return nil
 }
 
 func (c *cells) fail(col int, format string, args ...any) {

@@ -448,10 +448,8 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 		}
 	}
 	n := float64(hi - lo)
-	slices.Sort(slow)
 	res.Below80, res.Below90, res.Late = float64(below80)/n, float64(below90)/n, float64(late)/n
-	res.Median = slow[len(slow)/2]
-	res.P99 = slow[min(len(slow)-1, int(math.Ceil(0.99*n))-1)]
+	res.Median, res.P99 = medianP99(slow)
 	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
 	if busy > 0 {
 		res.Goodput, res.Paired = good/busy, paired/busy
@@ -479,6 +477,14 @@ func (d *PackingData) GPUsNeeded(r PackRun, target float64) float64 {
 		return d.simulate(rr, slices.Clone(jobs)).Late <= target
 	}
 	return fewestGPUs(4*r.GPUs, ok)
+}
+
+// medianP99 is the median and the 99th percentile of the slowdowns of a
+// run's measured jobs. It sorts slow.
+func medianP99(slow []float64) (median, p99 float64) {
+	slices.Sort(slow)
+	n := len(slow)
+	return slow[n/2], slow[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
 }
 
 // fewestGPUs is the least n in 1..most for which serves(n) holds, by

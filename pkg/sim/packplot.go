@@ -42,11 +42,7 @@ var PackMetrics = []PackMetric{
 func WritePackingSVG(w io.Writer, title string, rows []*PackRow, m PackMetric) error {
 	pts := make([]loadPoint, len(rows))
 	for i, r := range rows {
-		name := string(r.Policy)
-		if r.Policy.profiled() {
-			name = fmt.Sprintf("%s, %.0f%% noise", r.Policy, 100*r.Noise)
-		}
-		pts[i] = loadPoint{series: name, load: r.Load, v: m.Value(r)}
+		pts[i] = loadPoint{series: seriesName(r.Policy, r.Noise), load: r.Load, v: m.Value(r)}
 	}
 	return writeLoadSVG(w, title, m.Label, pts)
 }
@@ -148,11 +144,7 @@ var SliceMetrics = []SliceMetric{
 func WriteSlicingSVG(w io.Writer, title string, rows []*SliceRow, m SliceMetric) error {
 	pts := make([]loadPoint, len(rows))
 	for i, r := range rows {
-		name := string(r.Policy)
-		if r.Policy.profiled() {
-			name = fmt.Sprintf("%s, %.0f%% noise", r.Policy, 100*r.Noise)
-		}
-		pts[i] = loadPoint{series: name, load: r.Load, v: m.Value(r)}
+		pts[i] = loadPoint{series: seriesName(r.Policy, r.Noise), load: r.Load, v: m.Value(r)}
 	}
 	return writeLoadSVG(w, title, m.Label, pts)
 }

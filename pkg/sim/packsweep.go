@@ -44,21 +44,9 @@ type PackSweep struct {
 
 // Runs lists the sweep's runs.
 func (s PackSweep) Runs() []PackRun {
-	var runs []PackRun
-	for _, load := range s.Loads {
-		for _, p := range s.Policies {
-			noises := []float64{0}
-			if p.profiled() {
-				noises = s.Noises
-			}
-			for _, n := range noises {
-				for seed := range s.Seeds {
-					runs = append(runs, PackRun{Policy: p, Load: load, Noise: n, Seed: uint64(seed), GPUs: s.GPUs, Jobs: s.Jobs})
-				}
-			}
-		}
-	}
-	return runs
+	return gridRuns(s.Policies, s.Loads, s.Noises, s.Seeds, func(c gridCell[PackPolicy], seed uint64) PackRun {
+		return PackRun{Policy: c.policy, Load: c.load, Noise: c.noise, Seed: seed, GPUs: s.GPUs, Jobs: s.Jobs}
+	})
 }
 
 // PackOutcome is one run's result and, when asked for, the GPUs its stream
@@ -70,15 +58,13 @@ type PackOutcome struct {
 
 // Execute runs the sweep in parallel.
 func (d *PackingData) Execute(ctx context.Context, s PackSweep) ([]PackOutcome, error) {
-	runs := s.Runs()
-	out := make([]PackOutcome, len(runs))
-	forEachParallel(ctx, s.Workers, len(runs), func(i int) {
-		out[i] = PackOutcome{PackResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+	return mapParallel(ctx, s.Workers, s.Runs(), func(r PackRun) PackOutcome {
+		o := PackOutcome{PackResult: d.Simulate(r), GPUsNeeded: math.NaN()}
 		if s.WithGPUsNeeded {
-			out[i].GPUsNeeded = d.GPUsNeeded(runs[i], InterferenceTarget)
+			o.GPUsNeeded = d.GPUsNeeded(r, InterferenceTarget)
 		}
+		return o
 	})
-	return out, ctx.Err()
 }
 
 // PackRow is one policy at one load and noise, over seeds.
@@ -100,36 +86,15 @@ func (r *PackRow) MeetsTarget() bool { return r.Below80.Mean <= InterferenceTarg
 // SummarisePacking groups outcomes by policy, load and noise, in sweep
 // order.
 func SummarisePacking(outs []PackOutcome) []*PackRow {
-	type key struct {
-		p           PackPolicy
-		load, noise float64
-	}
-	var order []key
-	vals := map[key][][]float64{}
-	unserved := map[key]int{}
-	for _, o := range outs {
-		k := key{o.Policy, o.Load, o.Noise}
-		if _, ok := vals[k]; !ok {
-			order = append(order, k)
-			vals[k] = make([][]float64, 9)
-		}
-		v := vals[k]
-		for i, x := range []float64{o.Goodput, o.Below80, o.Below90, o.Median, o.P99, o.OOMs, o.Paired, o.Late} {
-			v[i] = append(v[i], x)
-		}
-		if math.IsNaN(o.GPUsNeeded) {
-			unserved[k]++
-		} else {
-			v[8] = append(v[8], o.GPUsNeeded)
-		}
-	}
-	rows := make([]*PackRow, 0, len(order))
-	for _, k := range order {
-		v := vals[k]
-		rows = append(rows, &PackRow{Policy: k.p, Load: k.load, Noise: k.noise,
-			Goodput: estimate(v[0]), Below80: estimate(v[1]), Below90: estimate(v[2]), Median: estimate(v[3]),
-			P99: estimate(v[4]), OOMs: estimate(v[5]), Paired: estimate(v[6]), Late: estimate(v[7]),
-			GPUsNeeded: estimate(v[8]), Unserved: unserved[k]})
+	sums := summariseGrid(outs, func(o PackOutcome) (gridCell[PackPolicy], []float64, float64) {
+		return gridCell[PackPolicy]{o.Policy, o.Load, o.Noise}, []float64{o.Goodput, o.Below80, o.Below90, o.Median, o.P99, o.OOMs, o.Paired, o.Late}, o.GPUsNeeded
+	})
+	rows := make([]*PackRow, len(sums))
+	for i, c := range sums {
+		f := c.figures
+		rows[i] = &PackRow{Policy: c.cell.policy, Load: c.cell.load, Noise: c.cell.noise,
+			Goodput: f[0], Below80: f[1], Below90: f[2], Median: f[3], P99: f[4], OOMs: f[5], Paired: f[6], Late: f[7],
+			GPUsNeeded: c.gpusNeeded, Unserved: c.unserved}
 	}
 	return rows
 }
@@ -140,25 +105,12 @@ func WritePackingTable(w io.Writer, rows []*PackRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOAD\tPOLICY\tNOISE\tGOODPUT/GPU\t<80%\t<90%\tMEDIAN SLOWDOWN\tP99 SLOWDOWN\tPAIRED\tOOM/1000\tGPUS NEEDED\tTARGET")
 	for _, r := range rows {
-		noise := "-"
-		if r.Policy.profiled() {
-			noise = fmt.Sprintf("%.0f%%", 100*r.Noise)
-		}
-		need := "-"
-		switch {
-		case r.GPUsNeeded.N > 0 && r.Unserved == 0:
-			need = r.GPUsNeeded.String()
-		case r.GPUsNeeded.N > 0:
-			need = fmt.Sprintf("%s (%d seeds never)", r.GPUsNeeded, r.Unserved)
-		case r.Unserved > 0:
-			need = "never"
-		}
 		target := "misses"
 		if r.MeetsTarget() {
 			target = "meets"
 		}
-		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noise,
-			r.Goodput, pct(r.Below80), pct(r.Below90), r.Median, r.P99, pct(r.Paired), r.OOMs, need, target)
+		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noiseCell(r.Policy, r.Noise),
+			r.Goodput, pct(r.Below80), pct(r.Below90), r.Median, r.P99, pct(r.Paired), r.OOMs, gpusNeededCell(r.GPUsNeeded, r.Unserved), target)
 	}
 	return tw.Flush()
 }

@@ -40,21 +40,9 @@ type SliceSweep struct {
 
 // Runs lists the sweep's runs.
 func (s SliceSweep) Runs() []SliceRun {
-	var runs []SliceRun
-	for _, load := range s.Loads {
-		for _, p := range s.Policies {
-			noises := []float64{0}
-			if p.profiled() {
-				noises = s.Noises
-			}
-			for _, n := range noises {
-				for seed := range s.Seeds {
-					runs = append(runs, SliceRun{Policy: p, Load: load, Noise: n, Seed: uint64(seed), GPUs: s.GPUs, Jobs: s.Jobs})
-				}
-			}
-		}
-	}
-	return runs
+	return gridRuns(s.Policies, s.Loads, s.Noises, s.Seeds, func(c gridCell[SlicePolicy], seed uint64) SliceRun {
+		return SliceRun{Policy: c.policy, Load: c.load, Noise: c.noise, Seed: seed, GPUs: s.GPUs, Jobs: s.Jobs}
+	})
 }
 
 // SliceOutcome is one run's result and, when asked for, the GPUs its
@@ -66,15 +54,13 @@ type SliceOutcome struct {
 
 // Execute runs the sweep in parallel.
 func (d *SlicingData) Execute(ctx context.Context, s SliceSweep) ([]SliceOutcome, error) {
-	runs := s.Runs()
-	out := make([]SliceOutcome, len(runs))
-	forEachParallel(ctx, s.Workers, len(runs), func(i int) {
-		out[i] = SliceOutcome{SliceResult: d.Simulate(runs[i]), GPUsNeeded: math.NaN()}
+	return mapParallel(ctx, s.Workers, s.Runs(), func(r SliceRun) SliceOutcome {
+		o := SliceOutcome{SliceResult: d.Simulate(r), GPUsNeeded: math.NaN()}
 		if s.WithGPUsNeeded {
-			out[i].GPUsNeeded = d.GPUsNeeded(runs[i])
+			o.GPUsNeeded = d.GPUsNeeded(r)
 		}
+		return o
 	})
-	return out, ctx.Err()
 }
 
 // SliceRow is one policy at one load and noise, over seeds.
@@ -91,36 +77,15 @@ type SliceRow struct {
 // SummariseSlicing groups outcomes by policy, load and noise, in sweep
 // order.
 func SummariseSlicing(outs []SliceOutcome) []*SliceRow {
-	type key struct {
-		p           SlicePolicy
-		load, noise float64
-	}
-	var order []key
-	vals := map[key][][]float64{}
-	unserved := map[key]int{}
-	for _, o := range outs {
-		k := key{o.Policy, o.Load, o.Noise}
-		if _, ok := vals[k]; !ok {
-			order = append(order, k)
-			vals[k] = make([][]float64, 8)
-		}
-		v := vals[k]
-		for i, x := range []float64{o.Goodput, o.Below80, o.Median, o.P99, o.Late, o.OOMs, o.Sevenths} {
-			v[i] = append(v[i], x)
-		}
-		if math.IsNaN(o.GPUsNeeded) {
-			unserved[k]++
-		} else {
-			v[7] = append(v[7], o.GPUsNeeded)
-		}
-	}
-	rows := make([]*SliceRow, 0, len(order))
-	for _, k := range order {
-		v := vals[k]
-		rows = append(rows, &SliceRow{Policy: k.p, Load: k.load, Noise: k.noise,
-			Goodput: estimate(v[0]), Below80: estimate(v[1]), Median: estimate(v[2]), P99: estimate(v[3]),
-			Late: estimate(v[4]), OOMs: estimate(v[5]), Sevenths: estimate(v[6]),
-			GPUsNeeded: estimate(v[7]), Unserved: unserved[k]})
+	sums := summariseGrid(outs, func(o SliceOutcome) (gridCell[SlicePolicy], []float64, float64) {
+		return gridCell[SlicePolicy]{o.Policy, o.Load, o.Noise}, []float64{o.Goodput, o.Below80, o.Median, o.P99, o.Late, o.OOMs, o.Sevenths}, o.GPUsNeeded
+	})
+	rows := make([]*SliceRow, len(sums))
+	for i, c := range sums {
+		f := c.figures
+		rows[i] = &SliceRow{Policy: c.cell.policy, Load: c.cell.load, Noise: c.cell.noise,
+			Goodput: f[0], Below80: f[1], Median: f[2], P99: f[3], Late: f[4], OOMs: f[5], Sevenths: f[6],
+			GPUsNeeded: c.gpusNeeded, Unserved: c.unserved}
 	}
 	return rows
 }
@@ -131,21 +96,8 @@ func WriteSlicingTable(w io.Writer, rows []*SliceRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOAD\tPOLICY\tNOISE\tSLICE (7THS)\tGOODPUT/GPU\t<80%\tMEDIAN SLOWDOWN\tP99 SLOWDOWN\tOOM/1000\tGPUS NEEDED")
 	for _, r := range rows {
-		noise := "-"
-		if r.Policy.profiled() {
-			noise = fmt.Sprintf("%.0f%%", 100*r.Noise)
-		}
-		need := "-"
-		switch {
-		case r.GPUsNeeded.N > 0 && r.Unserved == 0:
-			need = r.GPUsNeeded.String()
-		case r.GPUsNeeded.N > 0:
-			need = fmt.Sprintf("%s (%d seeds never)", r.GPUsNeeded, r.Unserved)
-		case r.Unserved > 0:
-			need = "never"
-		}
-		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noise,
-			r.Sevenths, r.Goodput, pct(r.Below80), r.Median, r.P99, r.OOMs, need)
+		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noiseCell(r.Policy, r.Noise),
+			r.Sevenths, r.Goodput, pct(r.Below80), r.Median, r.P99, r.OOMs, gpusNeededCell(r.GPUsNeeded, r.Unserved))
 	}
 	return tw.Flush()
 }

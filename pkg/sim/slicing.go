@@ -369,10 +369,8 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 		sev += sevenths[i]
 	}
 	n := float64(hi - lo)
-	slices.Sort(slow)
 	res.Below80, res.Late, res.Sevenths = float64(below80)/n, float64(late)/n, float64(sev)/n
-	res.Median = slow[len(slow)/2]
-	res.P99 = slow[min(len(slow)-1, int(math.Ceil(0.99*n))-1)]
+	res.Median, res.P99 = medianP99(slow)
 	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
 	if busy > 0 {
 		res.Goodput = good / busy

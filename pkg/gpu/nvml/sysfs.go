@@ -57,15 +57,10 @@ func (s sysFS) addLink(name, target string) { s[name] = sysNode{link: target} }
 
 // Open opens the named file or directory, following links.
 func (s sysFS) Open(name string) (fs.File, error) {
-	resolved, err := s.resolve(name, true)
+	resolved, info, err := s.lookup("open", name, true)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		return nil, err
 	}
-	info, ok := s.stat(resolved)
-	if !ok {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
-	}
-	info.name = path.Base(name)
 	if info.IsDir() {
 		return &sysDir{path: name, info: info, entries: s.list(resolved)}, nil
 	}
@@ -74,34 +69,39 @@ func (s sysFS) Open(name string) (fs.File, error) {
 
 // ReadLink returns the target of the named link.
 func (s sysFS) ReadLink(name string) (string, error) {
-	resolved, err := s.resolve(name, false)
+	resolved, info, err := s.lookup("readlink", name, false)
 	if err != nil {
-		return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+		return "", err
 	}
-	info, ok := s.stat(resolved)
-	switch {
-	case !ok:
-		err = fs.ErrNotExist
-	case info.mode.Type() != fs.ModeSymlink:
-		err = fs.ErrInvalid
-	default:
-		return s[resolved].link, nil
+	if info.mode.Type() != fs.ModeSymlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
 	}
-	return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
+	return s[resolved].link, nil
 }
 
 // Lstat describes the named file without following it if it is a link.
 func (s sysFS) Lstat(name string) (fs.FileInfo, error) {
-	resolved, err := s.resolve(name, false)
+	_, info, err := s.lookup("lstat", name, false)
 	if err != nil {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: err}
+		return nil, err
+	}
+	return info, nil
+}
+
+// lookup resolves name, following a link at its end where followLast, and
+// describes what it names under name's own base name; its errors are
+// PathErrors of op.
+func (s sysFS) lookup(op, name string, followLast bool) (string, sysInfo, error) {
+	resolved, err := s.resolve(name, followLast)
+	if err != nil {
+		return "", sysInfo{}, &fs.PathError{Op: op, Path: name, Err: err}
 	}
 	info, ok := s.stat(resolved)
 	if !ok {
-		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrNotExist}
+		return "", sysInfo{}, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
 	}
 	info.name = path.Base(name)
-	return info, nil
+	return resolved, info, nil
 }
 
 // resolve returns name with each link along it replaced by its target; the

@@ -19,8 +19,6 @@ package simulatecmd
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -67,22 +65,8 @@ func runMeasured(cmd *cobra.Command, f packFlags) error {
 func runPacking(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 	ctx, out := cmd.Context(), cmd.OutOrStdout()
 	s := sim.PackSweep{Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
-	s.Policies = sim.PackPolicies
-	if f.policies != "" {
-		s.Policies = nil
-		for p := range strings.SplitSeq(f.policies, ",") {
-			pol, err := sim.ParsePackPolicy(strings.TrimSpace(p))
-			if err != nil {
-				return err
-			}
-			s.Policies = append(s.Policies, pol)
-		}
-	}
 	var err error
-	if s.Loads, err = floats("--loads", f.loads); err != nil {
-		return err
-	}
-	if s.Noises, err = floats("--noise", f.noise); err != nil {
+	if s.Policies, s.Loads, s.Noises, err = sweepAxes(f.policies, sim.PackPolicies, f.loads, f.noise, sim.ParsePackPolicy); err != nil {
 		return err
 	}
 	mem := f.gpuMemMiB
@@ -109,18 +93,10 @@ func runPacking(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 	if f.svgDir == "" {
 		return nil
 	}
-	if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
-		return err
-	}
-	for _, metric := range sim.PackMetrics {
-		path := filepath.Join(f.svgDir, "packing-"+metric.Name+".svg")
+	return writePlots(out, f.svgDir, sim.PackMetrics, func(metric sim.PackMetric) (string, func(io.Writer) error) {
 		title := fmt.Sprintf("Packing on %s, %s (%d seeds, 95%% CI)", d.GPU, metric.Name, s.Seeds)
-		if err := writeFile(path, func(w io.Writer) error { return sim.WritePackingSVG(w, title, rows, metric) }); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "wrote %s\n", path)
-	}
-	return nil
+		return "packing-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WritePackingSVG(w, title, rows, metric) }
+	})
 }
 
 func slicesSummary(ss []sim.SliceSpeed) string {

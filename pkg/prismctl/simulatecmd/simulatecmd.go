@@ -96,17 +96,7 @@ docs/simulator.md.`,
 			}
 			var sw sim.Sweep
 			var err error
-			for p := range strings.SplitSeq(policiesFlag, ",") {
-				pol, err := sim.ParsePolicy(strings.TrimSpace(p))
-				if err != nil {
-					return err
-				}
-				sw.Policies = append(sw.Policies, pol)
-			}
-			if sw.Loads, err = floats("--loads", loadsFlag); err != nil {
-				return err
-			}
-			if sw.Noises, err = floats("--noise", noiseFlag); err != nil {
+			if sw.Policies, sw.Loads, sw.Noises, err = sweepAxes(policiesFlag, nil, loadsFlag, noiseFlag, sim.ParsePolicy); err != nil {
 				return err
 			}
 			if seeds < 1 || workers < 1 {
@@ -164,16 +154,12 @@ docs/simulator.md.`,
 				fmt.Fprintln(out, v)
 			}
 			if svgDir != "" {
-				if err := os.MkdirAll(svgDir, 0o755); err != nil {
-					return err
-				}
-				for _, noise := range sw.Noises {
-					path := filepath.Join(svgDir, fmt.Sprintf("slowdown-noise%02.0f.svg", 100*noise))
+				err := writePlots(out, svgDir, sw.Noises, func(noise float64) (string, func(io.Writer) error) {
 					title := fmt.Sprintf("Median slowdown vs load, Prism labels %.0f%% wrong (%d seeds, 95%% CI)", 100*noise, seeds)
-					if err := writeFile(path, func(w io.Writer) error { return sim.WriteLoadSVG(w, title, rows, noise) }); err != nil {
-						return err
-					}
-					fmt.Fprintf(out, "wrote %s\n", path)
+					return fmt.Sprintf("slowdown-noise%02.0f.svg", 100*noise), func(w io.Writer) error { return sim.WriteLoadSVG(w, title, rows, noise) }
+				})
+				if err != nil {
+					return err
 				}
 			}
 			if jsonPath != "" {
@@ -255,6 +241,50 @@ func sortedKeys(m map[string][]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// sweepAxes reads what a sweep runs over: the policies of a
+// comma-separated list (all of them, where all is given, for an empty
+// one), the loads and the noise levels.
+func sweepAxes[P any](policies string, all []P, loads, noise string, parse func(string) (P, error)) ([]P, []float64, []float64, error) {
+	ps := all
+	if policies != "" || all == nil {
+		ps = nil
+		for p := range strings.SplitSeq(policies, ",") {
+			pol, err := parse(strings.TrimSpace(p))
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			ps = append(ps, pol)
+		}
+	}
+	ls, err := floats("--loads", loads)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ns, err := floats("--noise", noise)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ps, ls, ns, nil
+}
+
+// writePlots writes a plot of each of what into dir, creating it, and
+// names each file it wrote on out. plot gives a plot's file name and how
+// to draw it.
+func writePlots[T any](out io.Writer, dir string, what []T, plot func(T) (name string, draw func(io.Writer) error)) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, x := range what {
+		name, draw := plot(x)
+		path := filepath.Join(dir, name)
+		if err := writeFile(path, draw); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "wrote %s\n", path)
+	}
+	return nil
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

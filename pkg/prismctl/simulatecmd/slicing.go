@@ -19,8 +19,6 @@ package simulatecmd
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -54,22 +52,14 @@ func runSlicing(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 		}
 		return fmt.Errorf("%s: no GPU model with a MIG model (models: %s)", f.slices, strings.Join(sim.SlicingGPUs(), ", "))
 	}
-	s := sim.SliceSweep{Policies: sim.SlicePolicies, Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
-	if f.policies != "" && f.pairs == "" {
-		s.Policies = nil
-		for p := range strings.SplitSeq(f.policies, ",") {
-			pol, err := sim.ParseSlicePolicy(strings.TrimSpace(p))
-			if err != nil {
-				return err
-			}
-			s.Policies = append(s.Policies, pol)
-		}
+	s := sim.SliceSweep{Seeds: f.seeds, GPUs: f.gpus, Jobs: f.jobsPerRun, Workers: f.workers, WithGPUsNeeded: f.gpusNeeded}
+	// Alongside --pairs, --policies names packing policies.
+	policies := f.policies
+	if f.pairs != "" {
+		policies = ""
 	}
 	var err error
-	if s.Loads, err = floats("--loads", f.loads); err != nil {
-		return err
-	}
-	if s.Noises, err = floats("--noise", f.noise); err != nil {
+	if s.Policies, s.Loads, s.Noises, err = sweepAxes(policies, sim.SlicePolicies, f.loads, f.noise, sim.ParseSlicePolicy); err != nil {
 		return err
 	}
 	for _, gpu := range gpus {
@@ -90,16 +80,12 @@ func runSlicing(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 		if f.svgDir == "" {
 			continue
 		}
-		if err := os.MkdirAll(f.svgDir, 0o755); err != nil {
-			return err
-		}
-		for _, metric := range sim.SliceMetrics {
-			path := filepath.Join(f.svgDir, "mig-sizing-"+gpu+"-"+metric.Name+".svg")
+		err = writePlots(out, f.svgDir, sim.SliceMetrics, func(metric sim.SliceMetric) (string, func(io.Writer) error) {
 			title := fmt.Sprintf("MIG sizing on %s, %s (%d seeds, 95%% CI)", gpu, metric.Name, s.Seeds)
-			if err := writeFile(path, func(w io.Writer) error { return sim.WriteSlicingSVG(w, title, rows, metric) }); err != nil {
-				return err
-			}
-			fmt.Fprintf(out, "wrote %s\n", path)
+			return "mig-sizing-" + gpu + "-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WriteSlicingSVG(w, title, rows, metric) }
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
