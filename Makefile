@@ -11,8 +11,8 @@ TESTBED_BIN = $(shell hack/testbed-bins.sh | tail -1)
 E2E_TIMEOUT ?= 30m
 
 .PHONY: build
-build: ## Build prism-kubelet-plugin, prism-controller and prismctl into bin/.
-	$(GO) build -o $(BIN)/ ./cmd/...
+build: ## Build prism-kubelet-plugin, prism-controller and prismctl into bin/ (stripped, as in the images).
+	$(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/ ./cmd/...
 
 .PHONY: images
 images: ## Build the container images into OCI archives in _output/images/ (no daemon, no registry; PLATFORMS=linux/amd64,linux/arm64).
