@@ -116,7 +116,9 @@ bench-sim: ## Placement sweep on the Alibaba GPU trace (SIM_TRACE=its csv/ folde
 	@if [[ -z "$(SIM_TRACE)" ]]; then echo "set SIM_TRACE to the csv/ folder of alibaba/clusterdata cluster-trace-gpu-v2023 (not kept in this repository)"; exit 1; fi
 	mkdir -p $(CURDIR)/_output/sim
 	$(GO) run ./cmd/prismctl simulate --nodes $(SIM_TRACE)/openb_node_list_gpu_node.csv \
-		--pods $(SIM_TRACE)/openb_pod_list_gpuspec33.csv --svg $(CURDIR)/_output/sim --json $(CURDIR)/_output/sim/sweep.json $(SIM_FLAGS)
+		--pods $(SIM_TRACE)/openb_pod_list_gpuspec33.csv \
+		--throughputs $(CURDIR)/test/bench/data/gavel-throughput.csv --job-types $(CURDIR)/test/bench/data/job-types.csv \
+		--svg $(CURDIR)/_output/sim --json $(CURDIR)/_output/sim/sweep.json $(SIM_FLAGS)
 
 .PHONY: clean
 clean:

@@ -16,10 +16,11 @@ limitations under the License.
 
 // Package sim evaluates placement policies on a public GPU cluster trace
 // without judging Prism by its own yardstick: a job's true speed on a GPU
-// model is a measured throughput (Gavel's, for 26 training job types on
-// K80, P100 and V100), while Prism decides only from what it would see in
-// production, the classifier's bound type (with label noise) and the
-// figures the kubelet plugin publishes, through the admission controller's
+// model is a measured throughput read from a file (ReadJobTypes; the
+// repository ships Gavel's, for 26 training job types on K80, P100 and
+// V100), while Prism decides only from what it would see in production,
+// the classifier's bound type (with label noise) and the figures the
+// kubelet plugin publishes, through the admission controller's
 // rewrite.Rewrite and Kubernetes' structured allocator. The trace is
 // Alibaba's cluster-trace-gpu-v2023 (node and pod lists), cleaned as
 // docs/simulator.md describes, replayed under a model of kube-scheduler

@@ -110,6 +110,8 @@ type Env struct {
 	prism map[prismv1alpha1.Policy]map[prismv1alpha1.BoundType]tiers
 	// Ladders describes each ladder for the report: its subrequest names.
 	Ladders map[string][]string
+	// jobTypes are what pods are drawn from.
+	jobTypes []JobType
 	// Unplaceable counts pods no node of the fleet can hold even when
 	// empty (too many GPUs, CPU or memory for any allowed model's nodes).
 	Unplaceable int
@@ -128,18 +130,22 @@ type Env struct {
 	ranked map[string]tiers
 }
 
-// NewEnv prepares a fleet and trace. The trace is replayed repeat times
-// back to back, each copy shifted by the trace's arrival span, so that the
-// load holds long enough for queues to reach a steady state; the first and
-// the last copy are warm-up and drain and are left out of the figures when
-// repeat is at least 3.
+// NewEnv prepares a fleet and trace, whose pods take their job types from
+// types (ReadJobTypes). The trace is replayed repeat times back to back,
+// each copy shifted by the trace's arrival span, so that the load holds
+// long enough for queues to reach a steady state; the first and the last
+// copy are warm-up and drain and are left out of the figures when repeat
+// is at least 3.
 //
 // Prism's ranks come from running the admission controller's
 // rewrite.Rewrite against the fleet the plugin would publish, then
 // Kubernetes' structured allocator on one device of each model: the
 // subrequest it allocates is the model's rank.
-func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int) (*Env, error) {
-	e := &Env{Machines: machines, prism: map[prismv1alpha1.Policy]map[prismv1alpha1.BoundType]tiers{}, Ladders: map[string][]string{}}
+func NewEnv(ctx context.Context, machines []Machine, pods []*Pod, repeat int, types []JobType) (*Env, error) {
+	if len(types) == 0 {
+		return nil, fmt.Errorf("no job types to draw pods from")
+	}
+	e := &Env{Machines: machines, jobTypes: types, prism: map[prismv1alpha1.Policy]map[prismv1alpha1.BoundType]tiers{}, Ladders: map[string][]string{}}
 	for _, m := range machines {
 		e.GPUs += m.GPUs
 		e.modelGPUs[m.Model] += m.GPUs

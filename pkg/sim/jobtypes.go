@@ -17,59 +17,149 @@ limitations under the License.
 package sim
 
 import (
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
-// JobType is one of the training workloads whose throughput Gavel measured
-// (see throughput.go). SMPct and MemPct are what an Nsight Compute
-// speed-of-light section would report for it on a V100-class GPU, in
-// percent of peak: the classifier's input.
-//
-// These two figures are estimates from each model's architecture and batch
-// size (what dominates its kernels: large convolutions and GEMMs keep the
-// SMs busy, LSTMs at small batch and wide sparse layers stream weights,
-// tiny networks and batch-1 steps are launch-bound). They were written and
-// committed before the throughput matrix was read, so no throughput figure
-// went into them; docs/simulator.md states the dependence that remains.
+// The trace replay's files (docs/simulator.md, "Your own data"), in the
+// conventions of the measured-data files: CSV with a header row, # lines
+// are comments. The repository ships Gavel's figures in test/bench/data.
+var (
+	throughputsHeader = []string{"job", "gpu", "throughput"}
+	jobTypesHeader    = []string{"job", "sm_pct", "mem_pct"}
+)
+
+// gpuNames are the fleet's models as the files name them, the names of
+// jobs.csv.
+var gpuNames = [numModels]string{K80: "k80", P100: "p100", V100: "v100"}
+
+// JobType is one training workload the trace's pods are drawn from. SMPct
+// and MemPct are what an Nsight Compute speed-of-light section would report
+// for it in percent of peak: the classifier's input, all Prism sees.
+// Throughput is its speed alone on each GPU model: the simulator's ground
+// truth, which nothing in Prism's decision path reads.
 type JobType struct {
 	Name          string
 	SMPct, MemPct float64
-}
-
-// JobTypes are Gavel's single-worker job types, named as Gavel names them
-// (CycleGAN runs at batch size 1, A3C at 4).
-var JobTypes = []JobType{
-	{"ResNet-18 (batch size 16)", 35, 30},
-	{"ResNet-18 (batch size 32)", 45, 35},
-	{"ResNet-18 (batch size 64)", 60, 45},
-	{"ResNet-18 (batch size 128)", 70, 50},
-	{"ResNet-18 (batch size 256)", 78, 55},
-	{"ResNet-50 (batch size 16)", 70, 50},
-	{"ResNet-50 (batch size 32)", 78, 52},
-	{"ResNet-50 (batch size 64)", 84, 55},
-	{"ResNet-50 (batch size 128)", 86, 56},
-	{"Transformer (batch size 16)", 50, 45},
-	{"Transformer (batch size 32)", 60, 55},
-	{"Transformer (batch size 64)", 68, 58},
-	{"Transformer (batch size 128)", 72, 60},
-	{"Transformer (batch size 256)", 75, 62},
-	{"LM (batch size 5)", 25, 55},
-	{"LM (batch size 10)", 30, 62},
-	{"LM (batch size 20)", 35, 70},
-	{"LM (batch size 40)", 45, 75},
-	{"LM (batch size 80)", 55, 78},
-	{"Recommendation (batch size 512)", 40, 65},
-	{"Recommendation (batch size 1024)", 45, 70},
-	{"Recommendation (batch size 2048)", 50, 74},
-	{"Recommendation (batch size 4096)", 55, 78},
-	{"Recommendation (batch size 8192)", 58, 80},
-	{"CycleGAN", 55, 72},
-	{"A3C", 10, 8},
+	Throughput    [numModels]float64
 }
 
 // Bound is what Prism's classifier (profile.Classify, the code the
-// profiling path runs) makes of the job type's measurements.
+// profiling path runs) makes of the job type's SM and memory figures.
 func (t JobType) Bound() v1alpha1.BoundType {
 	return profile.Classify(int32(t.SMPct*1000), int32(t.MemPct*1000))
+}
+
+// Speed is how many times faster than on the reference GPU (V100) job type
+// t trains on model m: the ratio of measured throughputs.
+func (t JobType) Speed(m ModelID) float64 {
+	return t.Throughput[m] / t.Throughput[Reference]
+}
+
+// ReadJobTypes reads the job types of the trace replay: the classifier
+// input from jobTypesPath, in its row order (a seed draws types by index),
+// and the throughputs from throughputsPath. Every job type needs a
+// throughput on each model of the fleet and every throughput a job type,
+// so that a typo cannot silently drop a type from the draw. Errors name
+// the file and the line.
+func ReadJobTypes(throughputsPath, jobTypesPath string) ([]JobType, error) {
+	rows, err := readCSVFile(throughputsPath, parseThroughputs)
+	if err != nil {
+		return nil, err
+	}
+	types, err := readCSVFile(jobTypesPath, parseJobTypes)
+	if err != nil {
+		return nil, err
+	}
+	return joinJobTypes(rows, types, filepath.Base(throughputsPath), filepath.Base(jobTypesPath))
+}
+
+// throughputRow is one line of the throughputs file.
+type throughputRow struct {
+	job        string
+	model      ModelID
+	throughput float64
+	line       int
+}
+
+// jobTypeRow is one line of the job-types file.
+type jobTypeRow struct {
+	JobType
+	line int
+}
+
+func parseThroughputs(r io.Reader, name string) ([]throughputRow, error) {
+	var out []throughputRow
+	seen := map[[2]string]int{}
+	err := parseCSV(r, name, throughputsHeader, func(c *cells) error {
+		t := throughputRow{job: c.text(0), line: c.line}
+		gpu := c.text(1)
+		if m := slices.Index(gpuNames[:], gpu); m >= 0 {
+			t.model = ModelID(m)
+		} else if gpu != "" {
+			c.fail(1, "is not a GPU model of the fleet (%s)", strings.Join(gpuNames[:], ", "))
+		}
+		t.throughput = c.number(2, false, 0, math.Inf(1))
+		if c.err == nil && t.throughput == 0 {
+			c.fail(2, "is not a throughput above 0")
+		}
+		if err := firstLine(c, seen, [2]string{t.job, gpu}, fmt.Sprintf("job %q on gpu %q", t.job, gpu)); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return c.err
+	})
+	return out, err
+}
+
+func parseJobTypes(r io.Reader, name string) ([]jobTypeRow, error) {
+	var out []jobTypeRow
+	seen := map[string]int{}
+	err := parseCSV(r, name, jobTypesHeader, func(c *cells) error {
+		t := jobTypeRow{JobType: JobType{Name: c.text(0)}, line: c.line}
+		t.SMPct = c.number(1, false, 0, 100)
+		t.MemPct = c.number(2, false, 0, 100)
+		if err := firstLine(c, seen, t.Name, fmt.Sprintf("job %q", t.Name)); err != nil {
+			return err
+		}
+		out = append(out, t)
+		return c.err
+	})
+	return out, err
+}
+
+// joinJobTypes gives each job type its throughputs; the names are the
+// files' for errors.
+func joinJobTypes(rows []throughputRow, types []jobTypeRow, throughputsName, typesName string) ([]JobType, error) {
+	if len(types) == 0 {
+		return nil, fmt.Errorf("%s: no job types", typesName)
+	}
+	out := make([]JobType, len(types))
+	index := map[string]int{}
+	for i, t := range types {
+		out[i] = t.JobType
+		index[t.Name] = i
+	}
+	for _, r := range rows {
+		i, ok := index[r.job]
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: job %q has no row in %s", throughputsName, r.line, r.job, typesName)
+		}
+		out[i].Throughput[r.model] = r.throughput
+	}
+	for i, t := range types {
+		for m, tp := range out[i].Throughput {
+			if tp == 0 {
+				return nil, fmt.Errorf("%s:%d: job %q has no throughput on gpu %q in %s", typesName, t.line, t.Name, gpuNames[m], throughputsName)
+			}
+		}
+	}
+	return out, nil
 }

@@ -89,8 +89,8 @@ func (e *Env) assign(seed uint64, noise float64) assignment {
 	flips := rand.New(rand.NewPCG(seed, 0x6e6f6973))
 	a := assignment{jobType: make([]int, len(e.Pods)), label: make([]prismv1alpha1.BoundType, len(e.Pods))}
 	for i := range e.Pods {
-		a.jobType[i] = types.IntN(len(JobTypes))
-		a.label[i] = JobTypes[a.jobType[i]].Bound()
+		a.jobType[i] = types.IntN(len(e.jobTypes))
+		a.label[i] = e.jobTypes[a.jobType[i]].Bound()
 		u, other := flips.Float64(), flips.IntN(len(bounds)-1)
 		if u < noise {
 			rest := slices.DeleteFunc(slices.Clone(bounds), func(b prismv1alpha1.BoundType) bool { return b == a.label[i] })
@@ -318,7 +318,7 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 	ts := make([]tiers, len(e.Pods))
 	work := make([]float64, len(e.Pods))
 	for i, p := range e.Pods {
-		t := JobTypes[a.jobType[i]]
+		t := e.jobTypes[a.jobType[i]]
 		ts[i] = e.tiersFor(&r, p, t, a.label[i])
 		work[i] = e.work(&r, p, t)
 	}
@@ -362,7 +362,7 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 		if wasIdle {
 			idleGPUs -= len(n.free)
 		}
-		t := JobTypes[a.jobType[i]]
+		t := e.jobTypes[a.jobType[i]]
 		run := work[i] / r.speed(t, n.m.Model)
 		advance(now)
 		busy += float64(p.GPUs*min(p.Milli, 1000)) / 1000

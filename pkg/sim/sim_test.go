@@ -48,7 +48,7 @@ func env(t *testing.T, machines []Machine, pods ...*Pod) *Env {
 			p.Allowed = all
 		}
 	}
-	e, err := NewEnv(context.Background(), machines, pods, 1)
+	e, err := NewEnv(context.Background(), machines, pods, 1, shippedJobTypes(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +218,9 @@ func TestRuntimeNormalisedByTheGPUThePodRanOn(t *testing.T) {
 	// A pod pinned to K80 ran 1000 s on a K80: its V100 runtime is
 	// 1000 * speed(K80). Placed on the K80 again it runs 1000 s, so its
 	// slowdown is 1/speed(K80).
-	ty := JobTypes[0]
 	e := env(t, []Machine{machine("k", K80, 1), machine("v", V100, 1)}, &Pod{Arrival: 0, GPUs: 1, Runtime: 1000, Allowed: 1 << K80})
 	a := e.assign(3, 0)
-	ty = JobTypes[a.jobType[0]]
+	ty := e.jobTypes[a.jobType[0]]
 	r := simulate(t, e, Run{Policy: Blind, Seed: 3})
 	near(t, "slowdown", r.MedianSlowdown, 1/ty.Speed(K80))
 	near(t, "mean JCT", r.MeanJCT, 1000)
@@ -307,7 +306,7 @@ func TestLabelNoiseFlipsTheGivenShare(t *testing.T) {
 	}
 	wrong := 0
 	for i := range pods {
-		if clean.label[i] != JobTypes[clean.jobType[i]].Bound() {
+		if clean.label[i] != e.jobTypes[clean.jobType[i]].Bound() {
 			t.Fatalf("pod %d: clean label %s is not the classifier's", i, clean.label[i])
 		}
 		if noisy.label[i] != clean.label[i] {
@@ -356,26 +355,6 @@ func TestFeasibleNodesToFind(t *testing.T) {
 		if got := feasibleToFind(tc.n); got != tc.want {
 			t.Errorf("feasibleToFind(%d) = %d, want %d", tc.n, got, tc.want)
 		}
-	}
-}
-
-func TestClassifierLabelsOfJobTypes(t *testing.T) {
-	want := map[string]prismv1alpha1.BoundType{
-		"A3C":                         prismv1alpha1.BoundTypeLatencyBound,
-		"ResNet-50 (batch size 128)":  prismv1alpha1.BoundTypeComputeBound,
-		"LM (batch size 20)":          prismv1alpha1.BoundTypeMemoryBound,
-		"Transformer (batch size 32)": prismv1alpha1.BoundTypeBalanced,
-	}
-	for _, ty := range JobTypes {
-		if _, ok := gavelThroughput[ty.Name]; !ok {
-			t.Errorf("job type %q has no measured throughput", ty.Name)
-		}
-		if w, ok := want[ty.Name]; ok && ty.Bound() != w {
-			t.Errorf("%s: classified %s, want %s", ty.Name, ty.Bound(), w)
-		}
-	}
-	if len(gavelThroughput) != len(JobTypes) {
-		t.Errorf("%d measured job types, %d classified", len(gavelThroughput), len(JobTypes))
 	}
 }
 

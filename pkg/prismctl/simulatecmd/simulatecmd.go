@@ -16,10 +16,11 @@ limitations under the License.
 
 // Package simulatecmd implements `prismctl simulate`: replay the public
 // Alibaba GPU trace on its own node list under every placement policy,
-// sweeping load and label noise (--nodes, --pods), or pack a job stream
-// onto GPUs by measured use and judge it on measured co-location data
-// (--jobs, --pairs), or size MIG slices by measured use and judge them on
-// measured slice speeds (--jobs, --slices).
+// sweeping load and label noise (--nodes, --pods, with the job types of
+// --throughputs and --job-types), or pack a job stream onto GPUs by measured
+// use and judge it on measured co-location data (--jobs, --pairs), or size
+// MIG slices by measured use and judge them on measured slice speeds
+// (--jobs, --slices).
 package simulatecmd
 
 import (
@@ -41,21 +42,24 @@ import (
 // NewCommand returns the `simulate` command.
 func NewCommand() *cobra.Command {
 	var (
-		nodesPath, podsPath, policiesFlag, loadsFlag, noiseFlag, svgDir, jsonPath string
-		seeds, workers, every, repeat                                             int
-		withoutK80, strictTiers                                                   bool
-		opts                                                                      = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
-		pack                                                                      packFlags
+		nodesPath, podsPath, throughputsPath, jobTypesPath   string
+		policiesFlag, loadsFlag, noiseFlag, svgDir, jsonPath string
+		seeds, workers, every, repeat                        int
+		withoutK80, strictTiers                              bool
+		opts                                                 = sim.PodOptions{Cap: 2 * 24 * 3600, WindowQuantile: 0.01}
+		pack                                                 packFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Sweep placement policies over load and label noise on the Alibaba GPU trace",
 		Long: `Replays a pod list of Alibaba's cluster-trace-gpu-v2023 on the trace's own GPU
 node list (P100 and V100 nodes as they are, T4 nodes re-equipped with K80s),
-once per policy, load, label-noise level and seed. True speeds are Gavel's
-measured throughputs per job type and GPU model; Prism decides from the
-classifier's bound type (wrong for --noise of the pods) through the
-admission controller's rewrite.Rewrite. See docs/simulator.md.
+once per policy, load, label-noise level and seed. Each pod is given a job
+type of --job-types; its true speed on each GPU model is the type's
+throughput in --throughputs (test/bench/data in Prism's repository has
+Gavel's measurements), while Prism decides from the classifier's bound type
+of the type's SM and memory figures (wrong for --noise of the pods) through
+the admission controller's rewrite.Rewrite. See docs/simulator.md.
 
 Prints median and p99 slowdown, mean JCT, multi-GPU wait and fragmentation
 with 95 % confidence intervals over seeds, and a verdict at loads of 70 %
@@ -94,6 +98,9 @@ docs/simulator.md.`,
 			if nodesPath == "" || podsPath == "" {
 				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns), or --jobs and --pairs for the packing evaluation")
 			}
+			if throughputsPath == "" || jobTypesPath == "" {
+				return fmt.Errorf("--throughputs and --job-types are required with --nodes and --pods (formats in docs/simulator.md; Prism's repository has Gavel's figures in test/bench/data/gavel-throughput.csv and job-types.csv)")
+			}
 			var sw sim.Sweep
 			var err error
 			if sw.Policies, sw.Loads, sw.Noises, err = sweepAxes(policiesFlag, nil, loadsFlag, noiseFlag, sim.ParsePolicy); err != nil {
@@ -103,6 +110,10 @@ docs/simulator.md.`,
 				return fmt.Errorf("--seeds and --workers must be at least 1")
 			}
 			sw.Seeds, sw.Workers, sw.StrictTiers = seeds, workers, strictTiers
+			types, err := sim.ReadJobTypes(throughputsPath, jobTypesPath)
+			if err != nil {
+				return err
+			}
 			machines, nst, err := readWith(nodesPath, sim.ParseNodes)
 			if err != nil {
 				return err
@@ -120,7 +131,7 @@ docs/simulator.md.`,
 				fmt.Fprintf(out, "Without the K80 stand-ins: %d pods pinned to T4 alone dropped.\n", dropped)
 			}
 			machines = sim.Subsample(machines, every)
-			env, err := sim.NewEnv(ctx, machines, pods, repeat)
+			env, err := sim.NewEnv(ctx, machines, pods, repeat, types)
 			if err != nil {
 				return err
 			}
@@ -166,7 +177,7 @@ docs/simulator.md.`,
 				return writeFile(jsonPath, func(w io.Writer) error {
 					e := json.NewEncoder(w)
 					e.SetIndent("", "  ")
-					return e.Encode(map[string]any{"nodes": nodesPath, "pods": podsPath, "podStats": pst, "nodeStats": nst, "ladders": env.Ladders, "results": results})
+					return e.Encode(map[string]any{"nodes": nodesPath, "pods": podsPath, "throughputs": throughputsPath, "jobTypes": jobTypesPath, "podStats": pst, "nodeStats": nst, "ladders": env.Ladders, "results": results})
 				})
 			}
 			return nil
@@ -175,6 +186,8 @@ docs/simulator.md.`,
 	fl := cmd.Flags()
 	fl.StringVar(&nodesPath, "nodes", "", "trace node list (openb_node_list_gpu_node.csv)")
 	fl.StringVar(&podsPath, "pods", "", "trace pod list with time columns (openb_pod_list_default.csv or a gpuspec variant)")
+	fl.StringVar(&throughputsPath, "throughputs", "", "trace replay: throughput of each job type alone per GPU model (job,gpu,throughput), the true speeds; required with --nodes")
+	fl.StringVar(&jobTypesPath, "job-types", "", "trace replay: the job types pods are drawn from with their classifier input (job,sm_pct,mem_pct); required with --nodes")
 	fl.StringVar(&policiesFlag, "policies", joinPolicies(), "comma-separated policies")
 	fl.StringVar(&loadsFlag, "loads", "0.3,0.5,0.7,0.9", "target utilisations to compress arrivals to")
 	fl.StringVar(&noiseFlag, "noise", "0,0.1,0.2,0.4", "shares of wrong classifier labels (Prism policies)")

@@ -32,6 +32,7 @@ func TestSimulateSweepsTheHandMadeExcerpt(t *testing.T) {
 	cmd.SetErr(&out)
 	cmd.SetArgs([]string{
 		"--nodes", "../../sim/testdata/nodes.csv", "--pods", "../../sim/testdata/pods.csv",
+		"--throughputs", "../../../test/bench/data/gavel-throughput.csv", "--job-types", "../../../test/bench/data/job-types.csv",
 		"--seeds", "3", "--loads", "0.7", "--noise", "0,0.2", "--repeat", "3", "--every", "1",
 		"--svg", dir, "--json", filepath.Join(dir, "runs.json"),
 	})
@@ -60,17 +61,30 @@ func TestSimulateSweepsTheHandMadeExcerpt(t *testing.T) {
 }
 
 func TestSimulateRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--pods", "x"},
-		{"--nodes", "x", "--pods", "y", "--policies", "fastest"},
-		{"--nodes", "x", "--pods", "y", "--loads", "2"},
+	const (
+		nodes       = "../../sim/testdata/nodes.csv"
+		pods        = "../../sim/testdata/pods.csv"
+		throughputs = "../../../test/bench/data/gavel-throughput.csv"
+		jobTypes    = "../../../test/bench/data/job-types.csv"
+	)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pods", "x"}, "--nodes and --pods are required"},
+		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", jobTypes, "--policies", "fastest"}, "fastest"},
+		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", jobTypes, "--loads", "2"}, `--loads: "2" is not a number`},
+		{[]string{"--nodes", nodes, "--pods", pods}, "--throughputs and --job-types are required"},
+		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs}, "--throughputs and --job-types are required"},
+		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", "../../sim/testdata/jobtypes/bad/job-types-nan.csv"},
+			`job-types-nan.csv:2: column sm_pct: "ten" is not a number`},
 	} {
 		cmd := NewCommand()
 		cmd.SetOut(&bytes.Buffer{})
 		cmd.SetErr(&bytes.Buffer{})
-		cmd.SetArgs(args)
-		if err := cmd.Execute(); err == nil {
-			t.Errorf("%v: no error", args)
+		cmd.SetArgs(tc.args)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
 		}
 	}
 }
