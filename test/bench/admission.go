@@ -203,6 +203,13 @@ func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions) (
 
 func (w *webhookUnderLoad) stop() { _ = w.proc.Stop(5 * time.Second) }
 
+// admissionFixtures holds the claims the admission phase sends: those of
+// the claim rewrite handler's tests.
+var admissionFixtures = filepath.Join("pkg", "webhook", "claimrewrite", "testdata")
+
+// admissionClaims are the fixtures sent, plain first, then profiled.
+var admissionClaims = [2]string{"claim-plain.json", "claim-profiled.json"}
+
 func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDir string) error {
 	if err := waitHTTP(ctx, readyz, w.proc); err != nil {
 		return err
@@ -218,7 +225,7 @@ func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDi
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64},
 	}
 	fixture := func(name string) ([]byte, error) {
-		obj, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "webhook", "testdata", name))
+		obj, err := os.ReadFile(filepath.Join(repoRoot, admissionFixtures, name))
 		if err != nil {
 			return nil, err
 		}
@@ -232,11 +239,10 @@ func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDi
 			},
 		})
 	}
-	if w.bodies[0], err = fixture("claim-plain.json"); err != nil {
-		return err
-	}
-	if w.bodies[1], err = fixture("claim-profiled.json"); err != nil {
-		return err
+	for i, name := range admissionClaims {
+		if w.bodies[i], err = fixture(name); err != nil {
+			return err
+		}
 	}
 	// Until the controller's informer has the profile, the claim would be
 	// auto-profiled instead of rewritten.

@@ -218,13 +218,22 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 // newAllocator is the allocator kube-scheduler 1.37 builds for a pod, with
 // the chart's DeviceClasses and a warm-able CEL cache of its size (10).
 func newAllocator(ctx context.Context, slices []*resourceapi.ResourceSlice) (structured.Allocator, error) {
+	return newAllocatorWith(ctx, slices, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, nil)
+}
+
+// newAllocatorWith is newAllocator with other DeviceClasses and with the
+// allocated devices, whose counters the allocator takes as consumed.
+func newAllocatorWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes classLister, allocated sets.Set[structured.DeviceID]) (structured.Allocator, error) {
 	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
+	if allocated == nil {
+		allocated = sets.New[structured.DeviceID]()
+	}
 	state := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedDevices:         allocated,
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	return structured.NewAllocator(ctx, IncubatingFeatures, state, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, slices, cache)
+	return structured.NewAllocator(ctx, IncubatingFeatures, state, classes, slices, cache)
 }
 
 // slimRows compares the fleet as published with the same fleet publishing

@@ -117,6 +117,20 @@ func TestSummary(t *testing.T) {
 			base: "not run",
 		},
 		{
+			name: "mig-alloc: the idle case of the whole GPU, the busy case of the ladder",
+			rep: &Report{Phases: phases("mig-alloc"), Rows: []Row{
+				NewRow("mig allocator", migAllocCaseName(8, migAllocIdle), "median per node", "µs", migAllocReference, 50, "plain claim, MIG node", 250, ""),
+				NewRow("mig allocator", migAllocCaseName(8, migAllocIdle), "median per node", "µs", migAllocReference, 50, "light job's ladder, MIG node", 500, ""),
+				NewRow("mig allocator", migAllocCaseName(8, migAllocBusy), "median per node", "µs", migAllocReference, 50, "plain claim, MIG node", 1500, ""),
+				NewRow("mig allocator", migAllocCaseName(8, migAllocBusy), "median per node", "µs", migAllocReference, 50, "light job's ladder, MIG node", 4000, ""),
+			}},
+			want: map[string]string{
+				"whole GPU, 8-GPU MIG node vs plain node, µs":    "5.00x plain claim, plain node 50.0 → plain claim, MIG node 250 µs",
+				"light job's ladder, half-cut MIG node vs plain": "80.00x plain claim, plain node 50.0 → light job's ladder, MIG node 4000 µs",
+			},
+			base: "not run",
+		},
+		{
 			name: "allocator without --patched-bench",
 			rep:  &Report{Rows: rows[:4], Phases: phases("allocator")},
 			want: map[string]string{

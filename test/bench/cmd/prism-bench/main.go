@@ -52,6 +52,7 @@ func main() {
 		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")
 		patchedBin  = flag.String("patched-bench", "", "a prism-bench built with -modfile=_output/upstream/go.mod (hack/upstream-allocator.sh); when set, the allocator phase runs in child processes, this binary and that one in turn, and compares the two allocator libraries pair by pair")
 		pairs       = flag.Int("alloc-pairs", 6, "with --patched-bench: allocator runs of each library, interleaved")
+		migRounds   = flag.Int("mig-alloc-rounds", 1000, "timed rounds of the mig-alloc phase, each allocating every claim once")
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
@@ -71,7 +72,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,packing,mig-sizing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	flag.Set("v", "0")
@@ -84,7 +85,7 @@ func main() {
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
-	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
+	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, migRounds: *migRounds, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
 	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *scaleNodes, *scalePer, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
@@ -119,6 +120,7 @@ func main() {
 type allocatorFlags struct {
 	sizes           string
 	passes, pairs   int
+	migRounds       int
 	patchedBin, dir string
 }
 
@@ -173,6 +175,16 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			rows, ratios, runs, err := bench.InterleavedAllocator(ctx, bench.LibraryOptions{
 				StockBin: self, PatchedBin: patched, Sizes: sizes, Passes: alloc.passes, Pairs: alloc.pairs, Dir: alloc.dir})
 			rep.Rows, rep.Libraries, rep.LibraryRuns = append(rep.Rows, rows...), ratios, runs
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	// In process too: one partitioned node against a plain one.
+	if want("mig-alloc") {
+		if err := phase("mig-alloc", func() error {
+			rows, err := bench.MIGAllocator(ctx, bench.MIGAllocOptions{Rounds: alloc.migRounds})
+			rep.Rows = append(rep.Rows, rows...)
 			return err
 		}); err != nil {
 			return err
