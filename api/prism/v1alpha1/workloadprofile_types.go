@@ -61,7 +61,7 @@ const (
 	PolicyEconomy Policy = "economy"
 	// PolicyLoadAware is performance, except that at admission the job
 	// leaves the fastest class to pending claims that gain more from it or
-	// need several of its devices. See docs/rewrite.md, "The load-aware
+	// need several of its devices. See docs/rewrite.md, "Choosing the
 	// policy".
 	PolicyLoadAware Policy = "load-aware"
 )
