@@ -30,17 +30,7 @@ import (
 // none, and a name that is not domain/name is refused.
 func TestExtendedResourceDeviceClass(t *testing.T) {
 	classes := func(args ...string) map[string]*resourceapi.DeviceClass {
-		out, stderr, err := helmTemplate(t, args...)
-		if err != nil {
-			t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
-		}
-		got := map[string]*resourceapi.DeviceClass{}
-		eachObject(t, out, func(kind string, doc []byte) {
-			if kind == "DeviceClass" {
-				decodeInto(t, doc, got)
-			}
-		})
-		return got
+		return objectsOfKind[resourceapi.DeviceClass](t, mustTemplate(t, args...), "DeviceClass")
 	}
 	if c, ok := classes()["extended-resource.gpu.prism.dev"]; ok {
 		t.Errorf("DeviceClass %s rendered by default", c.Name)
@@ -69,17 +59,8 @@ func TestExtendedResourceDeviceClass(t *testing.T) {
 // keeps partitions out of the rewrite's class.
 func TestMIGDeviceClasses(t *testing.T) {
 	render := func(args ...string) (map[string]*resourceapi.DeviceClass, string) {
-		out, stderr, err := helmTemplate(t, args...)
-		if err != nil {
-			t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
-		}
-		got := map[string]*resourceapi.DeviceClass{}
-		eachObject(t, out, func(kind string, doc []byte) {
-			if kind == "DeviceClass" {
-				decodeInto(t, doc, got)
-			}
-		})
-		return got, string(out)
+		out := mustTemplate(t, args...)
+		return objectsOfKind[resourceapi.DeviceClass](t, out, "DeviceClass"), string(out)
 	}
 	selector := func(c *resourceapi.DeviceClass) string {
 		if c == nil || len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil {

@@ -63,10 +63,7 @@ type rendered struct {
 // extra helm arguments such as --set.
 func render(t *testing.T, args ...string) rendered {
 	t.Helper()
-	out, stderr, err := helmTemplate(t, args...)
-	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
-	}
+	out := mustTemplate(t, args...)
 	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
 		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{},
 		mutating:   map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, roles: map[string]*rbacv1.ClusterRole{}}
@@ -87,6 +84,31 @@ func render(t *testing.T, args ...string) rendered {
 		}
 	})
 	return r
+}
+
+// mustTemplate runs helm template and fails the test if helm refuses.
+func mustTemplate(t *testing.T, args ...string) []byte {
+	t.Helper()
+	out, stderr, err := helmTemplate(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
+	}
+	return out
+}
+
+// objectsOfKind decodes the rendered objects of one kind, by name.
+func objectsOfKind[T any, PT interface {
+	*T
+	GetName() string
+}](t *testing.T, out []byte, kind string) map[string]PT {
+	t.Helper()
+	objects := map[string]PT{}
+	eachObject(t, out, func(k string, doc []byte) {
+		if k == kind {
+			decodeInto(t, doc, objects)
+		}
+	})
+	return objects
 }
 
 // eachObject calls f with the kind and YAML of each rendered object.

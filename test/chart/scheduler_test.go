@@ -35,12 +35,8 @@ import (
 // (app.kubernetes.io/component=scheduler), by "Kind namespace/name".
 func schedulerObjects(t *testing.T, args ...string) map[string][]byte {
 	t.Helper()
-	out, stderr, err := helmTemplate(t, args...)
-	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
-	}
 	objs := map[string][]byte{}
-	eachObject(t, out, func(kind string, doc []byte) {
+	eachObject(t, mustTemplate(t, args...), func(kind string, doc []byte) {
 		var meta struct {
 			Metadata struct {
 				Name, Namespace string

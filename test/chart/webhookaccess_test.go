@@ -41,17 +41,7 @@ import (
 // networkPolicies renders the chart and returns its NetworkPolicies by name.
 func networkPolicies(t *testing.T, args ...string) map[string]*networkingv1.NetworkPolicy {
 	t.Helper()
-	out, stderr, err := helmTemplate(t, args...)
-	if err != nil {
-		t.Fatalf("helm template %v: %v\n%s", args, err, stderr)
-	}
-	policies := map[string]*networkingv1.NetworkPolicy{}
-	eachObject(t, out, func(kind string, doc []byte) {
-		if kind == "NetworkPolicy" {
-			decodeInto(t, doc, policies)
-		}
-	})
-	return policies
+	return objectsOfKind[networkingv1.NetworkPolicy](t, mustTemplate(t, args...), "NetworkPolicy")
 }
 
 func tcpPort(port int) networkingv1.NetworkPolicyPort {

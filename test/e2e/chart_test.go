@@ -59,19 +59,8 @@ func TestChartLintsAndDryRuns(t *testing.T) {
 	// The opt-in scheduler with its defaults (pod network, in-cluster
 	// credentials), which the demo values leave off and the scheduler e2e
 	// installs only with the test options.
-	tmpl := exec.CommandContext(ctx, cluster.BinPath("helm"), "template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"),
-		"--namespace", "prism-system", "--kube-version", "1.34.0", "--set", "scheduler.enabled=true", "--set", "scheduler.replicas=2",
+	scheduler := templateToFile(ctx, t, cluster, "scheduler.yaml", "--kube-version", "1.34.0", "--set", "scheduler.enabled=true", "--set", "scheduler.replicas=2",
 		"--show-only", "templates/scheduler-deployment.yaml", "--show-only", "templates/scheduler-rbac.yaml")
-	var stderr strings.Builder
-	tmpl.Stderr = &stderr
-	objects, err := tmpl.Output()
-	if err != nil {
-		t.Fatalf("helm template with scheduler.enabled: %v\n%s", err, stderr.String())
-	}
-	scheduler := filepath.Join(t.TempDir(), "scheduler.yaml")
-	if err := os.WriteFile(scheduler, objects, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	out, err = testbed.Kubectl(context.Background(), cluster, "apply", "--dry-run=server", "--validate=strict", "-f", scheduler)
 	if err != nil {
 		t.Fatalf("server-side dry run of the scheduler objects: %v\n%s", err, out)

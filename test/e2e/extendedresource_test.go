@@ -19,9 +19,7 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,24 +39,9 @@ import (
 // kube-scheduler makes and allocates its claim, the plugin prepares it, and
 // deleting the pod unprepares it.
 func TestExtendedResourceGetsAPrismGPU(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := exec.CommandContext(ctx, cluster.BinPath("helm"), "template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"),
-		"--namespace", "prism-system", "--kube-version", "1.37.1", "--set", "deviceClasses.extendedResourceName=nvidia.com/gpu",
+	ctx, cluster, node := localNode(t)
+	file := templateToFile(ctx, t, cluster, "deviceclasses.yaml", "--kube-version", "1.37.1", "--set", "deviceClasses.extendedResourceName=nvidia.com/gpu",
 		"--show-only", "templates/deviceclasses.yaml")
-	var stderr strings.Builder
-	tmpl.Stderr = &stderr
-	classes, err := tmpl.Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
-	}
-	file := filepath.Join(t.TempDir(), "deviceclasses.yaml")
-	if err := os.WriteFile(file, classes, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	if out, err := testbed.Kubectl(ctx, cluster, "apply", "-f", file); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s", err, out)
 	}
@@ -78,7 +61,7 @@ func TestExtendedResourceGetsAPrismGPU(t *testing.T) {
 	}
 	createPod(ctx, t, cluster.Client, pod)
 	var claimName string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got, err := cluster.Client.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

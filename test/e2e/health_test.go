@@ -34,11 +34,7 @@ import (
 // mock: an application Xid changes nothing, a fatal one taints the GPU so
 // that new pods avoid it, and once the fault stops the taint goes away.
 func TestUnhealthyGPUIsTainted(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	faults := filepath.Join(node.Dir, "faults.jsonl")
 	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("t4-2.yaml"),

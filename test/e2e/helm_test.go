@@ -113,6 +113,24 @@ func (h helmCLI) run(ctx context.Context, t *testing.T, args ...string) {
 	t.Logf("helm %s:\n%s", args[0], out)
 }
 
+// templateToFile renders the repository's chart with helm template and
+// writes the objects into a file named name, for kubectl to apply.
+func templateToFile(ctx context.Context, t *testing.T, c *testbed.Cluster, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, c.BinPath("helm"), append([]string{"template", "prism", filepath.Join(repoRoot, "deployments", "helm", "prism"), "--namespace", "prism-system"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	objects, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, objects, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 // helmValues are the chart values the test bed needs on top of the demo's:
 // Prism's imported images, the node's host paths, and the chart's test and
 // air-gap options (host network, kubeconfig Secrets, webhooks by URL on

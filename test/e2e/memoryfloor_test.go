@@ -30,6 +30,24 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
+// newCapacityFloorEnv is the placement bed with --memory-floor=capacity on
+// whole GPUs: on a shareable GPU a capacity request is a share, not a
+// floor, and the controller keeps the CEL floor. The bed publishes them
+// shareable unless told otherwise.
+func newCapacityFloorEnv(t *testing.T, pluginFlags ...string) *controllerEnv {
+	t.Helper()
+	e := newControllerEnvWith(t, func(o *bed.Options) {
+		o.PluginFlags = append([]string{"--consumable-capacity=false"}, pluginFlags...)
+		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity")
+		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity")
+	})
+	if e.minor < 36 {
+		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
+	}
+	e.placementProfiles(t)
+	return e
+}
+
 // TestCapacityFloorPlacesAsCEL runs the placement case that needs the
 // memory floor with --memory-floor=capacity, on GPUs that are not
 // shareable: the fits tier asks for 39Gi of gpu.prism.dev/memory instead of
@@ -38,18 +56,7 @@ import (
 // off the L4, where it would not fit. TestProfileAwarePlacement checks the
 // same case with the CEL floor.
 func TestCapacityFloorPlacesAsCEL(t *testing.T) {
-	e := newControllerEnvWith(t, func(o *bed.Options) {
-		// Whole GPUs only: on a shareable GPU a capacity request is a
-		// share, not a floor, and the controller keeps the CEL floor. The
-		// bed publishes them shareable unless told otherwise.
-		o.PluginFlags = []string{"--consumable-capacity=false"}
-		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity")
-		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity")
-	})
-	if e.minor < 36 {
-		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
-	}
-	e.placementProfiles(t)
+	e := newCapacityFloorEnv(t)
 
 	e.waitForPlan(t, "gemm", `"memoryFloor":"capacity"`)
 
@@ -91,15 +98,7 @@ func TestCapacityFloorPlacesAsCEL(t *testing.T) {
 // memory-bound job on the H100 through its bandwidth tier, and the 20 GB
 // compute-bound job, with the H100s taken, on the A100 and not the L4.
 func TestTierBoundsPlaceAsCEL(t *testing.T) {
-	e := newControllerEnvWith(t, func(o *bed.Options) {
-		o.PluginFlags = []string{"--consumable-capacity=false", "--figures-as-capacity"}
-		o.ChartSets = append(o.ChartSets, "rewrite.memoryFloor=capacity")
-		o.ControllerFlags = append(o.ControllerFlags, "--memory-floor=capacity")
-	})
-	if e.minor < 36 {
-		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
-	}
-	e.placementProfiles(t)
+	e := newCapacityFloorEnv(t, "--figures-as-capacity")
 	e.waitForPlan(t, "stream", `"tierBounds":"capacity"`)
 
 	for _, tc := range []boundCase{

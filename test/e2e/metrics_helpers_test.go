@@ -29,6 +29,21 @@ import (
 // is not there yet counts as 0, an endpoint that does not answer fails.
 func promValue(t *testing.T, addr, series string) float64 {
 	t.Helper()
+	for _, line := range scrapeMetrics(t, addr) {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("parse %q: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// scrapeMetrics reads the lines of a Prometheus text endpoint.
+func scrapeMetrics(t *testing.T, addr string) []string {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		// An unreachable endpoint must not read as "nothing counted".
@@ -39,16 +54,7 @@ func promValue(t *testing.T, addr, series string) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				t.Fatalf("parse %q: %v", line, err)
-			}
-			return v
-		}
-	}
-	return 0
+	return strings.Split(string(body), "\n")
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -137,11 +137,7 @@ type migNode struct {
 
 func newMIGNode(t *testing.T) *migNode {
 	t.Helper()
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	if _, err := cluster.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: migClass},

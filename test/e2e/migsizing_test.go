@@ -17,12 +17,12 @@ limitations under the License.
 package e2e
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -114,14 +114,5 @@ func TestPartitionSizedByMeasuredUse(t *testing.T) {
 // where it has none.
 func partitionPlan(t *testing.T, claim *resourceapi.ResourceClaim) rewrite.PartitionPlan {
 	t.Helper()
-	var plan rewrite.Plan
-	if raw, ok := claim.Annotations[rewrite.AnnotationKey]; ok {
-		if err := json.Unmarshal([]byte(raw), &plan); err != nil {
-			t.Fatalf("claim %s: plan %q: %v", claim.Name, raw, err)
-		}
-	}
-	if plan.Partition == nil {
-		return rewrite.PartitionPlan{}
-	}
-	return *plan.Partition
+	return ptr.Deref(claimPlan(t, claim).Partition, rewrite.PartitionPlan{})
 }

@@ -18,6 +18,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -40,11 +41,23 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
 // repoRoot is where fleets and manifests are read from.
 var repoRoot = func() string { d, _ := filepath.Abs("../.."); return d }()
+
+// localNode starts a test-bed cluster with one node, localhost.
+func localNode(t *testing.T) (context.Context, *testbed.Cluster, *testbed.Node) {
+	t.Helper()
+	ctx, cluster := testbed.ForTest(t, testbed.Options{})
+	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cluster, node
+}
 
 func fleetPath(name string) string { return filepath.Join(repoRoot, "demo", "fleets", name) }
 
@@ -299,6 +312,19 @@ func podClaim(ctx context.Context, t *testing.T, client kubernetes.Interface, po
 		t.Fatal(err)
 	}
 	return claim
+}
+
+// claimPlan is the rewrite plan the controller annotated the claim with;
+// zero where it has none.
+func claimPlan(t *testing.T, claim *resourceapi.ResourceClaim) rewrite.Plan {
+	t.Helper()
+	var plan rewrite.Plan
+	if raw, ok := claim.Annotations[rewrite.AnnotationKey]; ok {
+		if err := json.Unmarshal([]byte(raw), &plan); err != nil {
+			t.Fatalf("claim %s: plan %q: %v", claim.Name, raw, err)
+		}
+	}
+	return plan
 }
 
 // allocatedDevice returns the attributes of the single device allocated to the claim.

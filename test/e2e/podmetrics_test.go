@@ -20,8 +20,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -45,11 +43,7 @@ import (
 // the wrong GPU, or a GPU's figures put on the wrong pod, shows in the
 // values.
 func TestPodGPUMetricsCarryThePodsLabels(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	usageFile := filepath.Join(node.Dir, "gpu-usage.json")
 	fleet := fleetWithUsageFile(t, node.Dir, "h100-sxm-8.yaml", usageFile)
@@ -126,17 +120,8 @@ var podSeriesLine = regexp.MustCompile(`^(prism_plugin_gpu_[a-z_]+\{[^}]*\}) (\S
 // name{labels}.
 func podSeries(t *testing.T, addr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("read metrics from %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range scrapeMetrics(t, addr) {
 		m := podSeriesLine.FindStringSubmatch(line)
 		if m == nil || !strings.Contains(m[1], `pod="`) {
 			continue

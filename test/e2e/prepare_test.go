@@ -47,15 +47,22 @@ type prepareEnv struct {
 }
 
 func newPrepareEnv(t *testing.T, fleet string, pluginEnv ...string) *prepareEnv {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	p := startPlugin(ctx, t, cluster, node, fleetPath(fleet), pluginEnv...)
 	waitForSlice(ctx, t, cluster.Client, node.Name, countDevices(t, fleet))
 	return &prepareEnv{ctx: ctx, cluster: cluster, node: node, plugin: p}
+}
+
+// runOneGPUPod starts a pod whose claim asks for one GPU and waits until it
+// runs.
+func (e *prepareEnv) runOneGPUPod(t *testing.T, name string) {
+	t.Helper()
+	createTemplate(e.ctx, t, e.cluster.Client, "one-gpu", gpuClaimSpec(1))
+	createPod(e.ctx, t, e.cluster.Client, podWithClaim(name, "one-gpu", ""))
+	if _, err := testbed.WaitForPod(e.ctx, e.cluster.Client, "default", name, time.Minute, testbed.PodRunning); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func countDevices(t *testing.T, fleet string) int {
@@ -247,11 +254,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 func TestRestartsKeepPreparedState(t *testing.T) {
 	env := newPrepareEnv(t, "h100-sxm-8.yaml")
 	client := env.cluster.Client
-	createTemplate(env.ctx, t, client, "one-gpu", gpuClaimSpec(1))
-	createPod(env.ctx, t, client, podWithClaim("steady", "one-gpu", ""))
-	if _, err := testbed.WaitForPod(env.ctx, client, "default", "steady", time.Minute, testbed.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	env.runOneGPUPod(t, "steady")
 	before := snapshot(t, env)
 
 	env.restartPlugin(t)
@@ -289,11 +292,7 @@ func TestRestartsKeepPreparedState(t *testing.T) {
 func TestPodDeletedWhileKubeletDownIsReleased(t *testing.T) {
 	env := newPrepareEnv(t, "t4-2.yaml")
 	client := env.cluster.Client
-	createTemplate(env.ctx, t, client, "one-gpu", gpuClaimSpec(1))
-	createPod(env.ctx, t, client, podWithClaim("orphaned", "one-gpu", ""))
-	if _, err := testbed.WaitForPod(env.ctx, client, "default", "orphaned", time.Minute, testbed.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	env.runOneGPUPod(t, "orphaned")
 	env.node.StopKubelet()
 	// Without a kubelet the pod only goes away when forced, as an operator
 	// draining a dead node would do.
@@ -326,11 +325,7 @@ func TestCorruptCheckpointIsMovedAside(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newPrepareEnv(t, "t4-2.yaml")
 			client := env.cluster.Client
-			createTemplate(env.ctx, t, client, "one-gpu", gpuClaimSpec(1))
-			createPod(env.ctx, t, client, podWithClaim("victim", "one-gpu", ""))
-			if _, err := testbed.WaitForPod(env.ctx, client, "default", "victim", time.Minute, testbed.PodRunning); err != nil {
-				t.Fatal(err)
-			}
+			env.runOneGPUPod(t, "victim")
 			env.plugin.Kill()
 			path := filepath.Join(env.plugin.StateDir, checkpoint.DefaultFileName)
 			data, err := os.ReadFile(path)

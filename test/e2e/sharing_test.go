@@ -47,11 +47,7 @@ func memoryShare(amount string) resourceapi.ResourceClaimSpec {
 // a 30Gi claim that no longer fits there to another GPU, and each container
 // is told its share.
 func TestMemorySharesPackOneGPU(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	p := startPluginWithFlags(ctx, t, cluster, node, fleetPath("h100-sxm-8.yaml"), []string{"--consumable-capacity"})
 	waitFor(t, "GPUs republished as shareable by memory", func() bool {

@@ -36,11 +36,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // simulated mixed node publishes, kubectl's view of it, a CEL selector on
 // bandwidth that must land on an H100, and a request nothing satisfies.
 func TestPublishedSlice(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	startPlugin(ctx, t, cluster, node, fleetPath("mixed.yaml"))
 	slice := waitForSlice(ctx, t, cluster.Client, node.Name, 8)

@@ -85,11 +85,7 @@ func (p *smokePlugin) wasPrepared(uid types.UID) bool {
 // device by CEL is allocated that device by the real scheduler, its claim made
 // by the real controller-manager, and it runs through the fake CRI.
 func TestSmokeDRAPodRunsOnRealKubelet(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	if err := os.MkdirAll(node.PluginDir(smokeDriver), 0o750); err != nil {
 		t.Fatal(err)
 	}

@@ -39,11 +39,7 @@ import (
 // a line per retry, and becomes ready and publishes once the API server
 // answers.
 func TestPluginStartsWithoutTheAPIServer(t *testing.T) {
-	ctx, cluster := testbed.ForTest(t, testbed.Options{})
-	node, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cluster, node := localNode(t)
 	createPrismDeviceClass(ctx, t, cluster)
 	apiServer, err := url.Parse(cluster.Config.Host)
 	if err != nil {

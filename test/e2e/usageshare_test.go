@@ -17,7 +17,6 @@ limitations under the License.
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -281,16 +281,7 @@ func waitForCond(cond func() bool) error {
 // sharePlan is the share part of the claim's rewrite plan (empty if none).
 func sharePlan(t *testing.T, claim *resourceapi.ResourceClaim) rewrite.SharePlan {
 	t.Helper()
-	var plan rewrite.Plan
-	if raw, ok := claim.Annotations[rewrite.AnnotationKey]; ok {
-		if err := json.Unmarshal([]byte(raw), &plan); err != nil {
-			t.Fatalf("claim %s: plan %q: %v", claim.Name, raw, err)
-		}
-	}
-	if plan.Share == nil {
-		return rewrite.SharePlan{}
-	}
-	return *plan.Share
+	return ptr.Deref(claimPlan(t, claim).Share, rewrite.SharePlan{})
 }
 
 // writeUsage sets what the node's eight simulated GPUs show in use; nil

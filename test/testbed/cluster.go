@@ -244,29 +244,29 @@ func (c *Cluster) waitForDefaultServiceAccount(ctx context.Context) error {
 // same port, certificates and client CA, so that every kubeconfig handed
 // out stays valid. It returns once the new server answers /healthz.
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
-	api := c.env.ControlPlane.APIServer
-	if err := api.Stop(); err != nil {
-		// envtest has sent SIGKILL once the grace period ran out; the
-		// process is reaped, and its port freed, a moment later.
-		klog.FromContext(ctx).Info("kube-apiserver did not stop within its grace period", "err", err)
-		time.Sleep(2 * time.Second)
-	}
-	if err := api.Start(); err != nil {
-		return fmt.Errorf("start kube-apiserver again (log %s): %w", filepath.Join(c.opts.WorkDir, "logs", "kube-apiserver.log"), err)
-	}
-	return nil
+	return c.restart(ctx, "kube-apiserver", c.env.ControlPlane.APIServer)
 }
 
 // RestartEtcd stops etcd and starts it again on the same URL and data, so
 // that kube-apiserver sees its storage go away and come back.
 func (c *Cluster) RestartEtcd(ctx context.Context) error {
-	etcd := c.env.ControlPlane.Etcd
-	if err := etcd.Stop(); err != nil {
-		klog.FromContext(ctx).Info("etcd did not stop within its grace period", "err", err)
+	return c.restart(ctx, "etcd", c.env.ControlPlane.Etcd)
+}
+
+// restart stops a control-plane process and starts it again with the
+// same configuration; name is also the base name of its log.
+func (c *Cluster) restart(ctx context.Context, name string, p interface {
+	Start() error
+	Stop() error
+}) error {
+	if err := p.Stop(); err != nil {
+		// envtest has sent SIGKILL once the grace period ran out; the
+		// process is reaped, and its port freed, a moment later.
+		klog.FromContext(ctx).Info(name+" did not stop within its grace period", "err", err)
 		time.Sleep(2 * time.Second)
 	}
-	if err := etcd.Start(); err != nil {
-		return fmt.Errorf("start etcd again (log %s): %w", filepath.Join(c.opts.WorkDir, "logs", "etcd.log"), err)
+	if err := p.Start(); err != nil {
+		return fmt.Errorf("start %s again (log %s): %w", name, filepath.Join(c.opts.WorkDir, "logs", name+".log"), err)
 	}
 	return nil
 }
