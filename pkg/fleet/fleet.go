@@ -68,7 +68,7 @@ type View struct {
 	// to the GPU they are cut from: a claim that holds a partition keeps
 	// the whole GPU from every other claim that asks for one.
 	partitionParent map[deviceKey]deviceKey
-	load        *rewrite.Load // nil: rebuild on the next Load
+	load            *rewrite.Load // nil: rebuild on the next Load
 	// nodeModels maps each node with Prism GPUs to the models it
 	// publishes, sorted.
 	nodeModels map[string][]string
