@@ -315,26 +315,35 @@ const (
 // and renders the DeviceClasses that go with it.
 const migGate = "kubeletPlugin.featureGates.MIGPartitions=true"
 
-func (b *Bed) installManifests(ctx context.Context, repoRoot string, docs []staticDoc, partitions bool) error {
-	if partitions {
-		// The static file is rendered without the gate: it lacks the class
-		// of partitions, and its rewrite class would let the rewrite's
-		// tiers take one.
-		classes, err := renderDeviceClasses(ctx, b.Cluster, repoRoot, migGate)
-		if err != nil {
-			return err
+// ApplyDeviceClasses applies the chart's DeviceClasses: those of
+// deployments/static, or, for nodes that publish MIG partitions, the
+// chart's rendered with the gate, since the static file lacks the class of
+// partitions and its rewrite class would let the rewrite's tiers take one.
+// It returns where they came from.
+func ApplyDeviceClasses(ctx context.Context, c *testbed.Cluster, repoRoot string, partitions bool) (string, error) {
+	if !partitions {
+		static := filepath.Join(repoRoot, "deployments", "static", "deviceclasses.yaml")
+		if out, err := testbed.Kubectl(ctx, c, "apply", "-f", static); err != nil {
+			return "", fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
 		}
-		if err := applyDocs(ctx, b.Cluster, "prism-deviceclasses.yaml", [][]byte{classes}); err != nil {
-			return fmt.Errorf("apply DeviceClasses: %w", err)
-		}
-		b.logf("applied CRDs from deployments/crds and DeviceClasses from the chart rendered with %s", migGate)
-	} else {
-		static := filepath.Join(repoRoot, "deployments", "static")
-		if out, err := testbed.Kubectl(ctx, b.Cluster, "apply", "-f", filepath.Join(static, "deviceclasses.yaml")); err != nil {
-			return fmt.Errorf("apply DeviceClasses: %w\n%s", err, out)
-		}
-		b.logf("applied CRDs from deployments/crds and DeviceClasses from deployments/static/deviceclasses.yaml")
+		return "deployments/static/deviceclasses.yaml", nil
 	}
+	classes, err := helmTemplate(ctx, c, repoRoot, "--set", migGate, "--show-only", "templates/deviceclasses.yaml")
+	if err != nil {
+		return "", fmt.Errorf("rendering the chart's DeviceClasses with %s: %w", migGate, err)
+	}
+	if err := applyDocs(ctx, c, "prism-deviceclasses.yaml", [][]byte{classes}); err != nil {
+		return "", fmt.Errorf("apply DeviceClasses: %w", err)
+	}
+	return "the chart rendered with " + migGate, nil
+}
+
+func (b *Bed) installManifests(ctx context.Context, repoRoot string, docs []staticDoc, partitions bool) error {
+	from, err := ApplyDeviceClasses(ctx, b.Cluster, repoRoot, partitions)
+	if err != nil {
+		return err
+	}
+	b.logf("applied CRDs from deployments/crds and DeviceClasses from %s", from)
 	applied, skipped, err := installIdentities(ctx, b.Cluster, docs)
 	if err != nil {
 		return err
@@ -422,17 +431,6 @@ func manifest(ctx context.Context, c *testbed.Cluster, repoRoot string, sets []s
 		}
 	}
 	return append(docs, splitDocs(out)...), nil
-}
-
-// renderDeviceClasses renders the chart's DeviceClasses as
-// hack/helm-check.sh renders deployments/static/deviceclasses.yaml, with
-// the --set value set.
-func renderDeviceClasses(ctx context.Context, c *testbed.Cluster, repoRoot, set string) ([]byte, error) {
-	out, err := helmTemplate(ctx, c, repoRoot, "--set", set, "--show-only", "templates/deviceclasses.yaml")
-	if err != nil {
-		return nil, fmt.Errorf("rendering the chart's DeviceClasses with %s: %w", set, err)
-	}
-	return out, nil
 }
 
 // helmTemplate runs the test bed's helm template on the chart, for the

@@ -32,15 +32,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
-// migClass is the chart's class of MIG partitions (rendered with the
-// MIGPartitions gate), made here since the static manifests are rendered
-// without it.
+// migClass is the chart's class of MIG partitions, rendered with the
+// MIGPartitions gate (bed.ApplyDeviceClasses).
 const migClass = rewrite.MIGDeviceClassName
 
 // TestMIGPartitionsCreatedAtPrepare runs the MIGPartitions gate on a node
@@ -138,13 +138,7 @@ type migNode struct {
 func newMIGNode(t *testing.T) *migNode {
 	t.Helper()
 	ctx, cluster, node := localNode(t)
-	createPrismDeviceClass(ctx, t, cluster)
-	if _, err := cluster.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: migClass},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpu.prism.dev" && has(device.attributes["gpu.prism.dev"].migProfile)`,
-		}}}},
-	}, metav1.CreateOptions{}); err != nil {
+	if _, err := bed.ApplyDeviceClasses(ctx, cluster, repoRoot, true); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()

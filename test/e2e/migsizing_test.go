@@ -42,23 +42,11 @@ func TestPartitionSizedByMeasuredUse(t *testing.T) {
 	e := newControllerEnvWith(t, func(o *bed.Options) {
 		// NodeSpec.Fleet is joined to demo/fleets; the MIG fleet is this
 		// test's own.
-		o.Nodes = []bed.NodeSpec{{Name: "gpu-mig", Fleet: "../../test/e2e/testdata/h100-mig-2.yaml"}}
-		o.PluginFlags = append(o.PluginFlags, "--feature-gates=MIGPartitions=true")
+		o.Nodes = []bed.NodeSpec{{Name: "gpu-mig", Fleet: "../../test/e2e/testdata/h100-mig-2.yaml", MIGPartitions: true}}
 	})
 	if e.minor < 36 {
 		t.Skipf("DRAPartitionableDevices is off by default on Kubernetes 1.%d", e.minor)
 	}
-	// The chart renders the class of partitions with the gate; the static
-	// manifests the bed installs do not.
-	if _, err := e.cluster.Client.ResourceV1().DeviceClasses().Create(e.ctx, &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: migClass},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
-			Expression: `device.driver == "gpu.prism.dev" && has(device.attributes["gpu.prism.dev"].migProfile)`,
-		}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	never := prismv1alpha1.WorkloadProfileSpec{DisableAutoProfiling: true}
 	e.createUsageProfile(t, "light", never, &prismv1alpha1.UsageProfile{
 		Runs: 3, Samples: 600, DutyCycleP50MilliPercent: milli(2000), DutyCycleP95MilliPercent: milli(5000),
