@@ -206,7 +206,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 		return r.autoProfile(claim, name, nil)
 	case err != nil:
 		return outcome{skip: skipLookupError, message: fmt.Sprintf("getting WorkloadProfile %s/%s: %v", claim.Namespace, name, err)}
-	case wp.Status.BoundType == "" && !r.sharesFrom(wp) && !r.partitionsFrom(wp):
+	case wp.Status.BoundType == "" && !r.sizedFromUsage(wp):
 		return r.autoProfile(claim, name, wp)
 	}
 	return r.rewrite(ctx, claim, wp)
@@ -229,8 +229,11 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.CapacityForms != nil && r.opts.CapacityForms() {
 		opts = append(opts, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
 	}
+	// The partition step reads the user's opt-outs too, so they go in
+	// whether or not shares are offered.
+	opts = append(opts, rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...))
 	if r.shares() {
-		opts = append(opts, rewrite.ShareFromUsage(), rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...))
+		opts = append(opts, rewrite.ShareFromUsage())
 	}
 	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
 	switch {
@@ -283,22 +286,22 @@ func (r *rewriter) shares() bool {
 	return r.opts.Shares != nil && r.opts.Shares()
 }
 
-// sharesFrom says whether a profile that ncu has not measured is still
-// worth a rewrite: its usage gives a share. Otherwise it is profiled, as
-// before usage was measured.
-func (r *rewriter) sharesFrom(wp *prismv1alpha1.WorkloadProfile) bool {
-	return r.shares() && wp.Spec.Sharing != prismv1alpha1.SharingExclusive &&
-		rewrite.SizeShare(wp.Status.Usage).Verdict == rewrite.ShareSized
-}
-
-// partitionsFrom says the same of MIG partitions: the fleet publishes
-// some, and the profile's usage gives a share a partition could hold.
-func (r *rewriter) partitionsFrom(wp *prismv1alpha1.WorkloadProfile) bool {
-	if r.opts.Fleet == nil || wp.Spec.Sharing == prismv1alpha1.SharingExclusive {
+// sizedFromUsage says whether a profile that ncu has not measured is still
+// worth a rewrite: its usage gives a share, and a share of a GPU or a MIG
+// partition that holds it is on offer. Otherwise it is profiled, as before
+// usage was measured.
+func (r *rewriter) sizedFromUsage(wp *prismv1alpha1.WorkloadProfile) bool {
+	if wp.Spec.Sharing == prismv1alpha1.SharingExclusive || rewrite.SizeShare(wp.Status.Usage).Verdict != rewrite.ShareSized {
+		return false
+	}
+	if r.shares() {
+		return true
+	}
+	if r.opts.Fleet == nil {
 		return false
 	}
 	f := r.opts.Fleet()
-	return f != nil && len(f.Partitions) > 0 && rewrite.SizeShare(wp.Status.Usage).Verdict == rewrite.ShareSized
+	return f != nil && len(f.Partitions) > 0
 }
 
 // autoProfileNote is the annotation written when a claim is profiled

@@ -225,15 +225,25 @@ func TestRewriterCountsPartitionVerdicts(t *testing.T) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.Usage.DutyCycleP95MilliPercent = ptr.To(int32(95_000))
 	})
+	// One whole GPU and nothing else: what a partition can stand in for.
+	plain := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
+ "metadata":{"name":"light-0-gpu","namespace":"ml","annotations":{"prism.dev/profile":"train"}},
+ "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev"}}]}}}`
+	// The same with a GpuConfig that says Exclusive; the handler is made
+	// without shares, so only the partition step reads the opt-out.
+	exclusive := strings.Replace(plain, `}]}}}`, `}],"config":[{"opaque":{"driver":"gpu.prism.dev",
+ "parameters":{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}}}]}}}`, 1)
 	for _, tc := range []struct {
 		name    string
 		profile *prismv1alpha1.WorkloadProfile
+		claim   string
 		// first is the gpu request's first subrequest; "": not rewritten.
 		first   string
 		verdict string
 	}{
-		{"light use: the smallest partition with 15 % of the SMs", light, "mig-1g20gb", "sized"},
-		{"heavy use: whole GPUs", heavy, "", "heavy"},
+		{"light use: the smallest partition with 15 % of the SMs", light, plain, "mig-1g20gb", "sized"},
+		{"heavy use: whole GPUs", heavy, plain, "", "heavy"},
+		{"the claim's GpuConfig says Exclusive: opted out", light, exclusive, "", "opted-out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewMetrics(nil)
@@ -245,10 +255,7 @@ func TestRewriterCountsPartitionVerdicts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// One whole GPU and nothing else: what a partition can stand in for.
-			object := []byte(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim",
- "metadata":{"name":"light-0-gpu","namespace":"ml","annotations":{"prism.dev/profile":"train"}},
- "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev"}}]}}}`)
+			object := []byte(tc.claim)
 			first := ""
 			if resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)); resp.Patch != nil {
 				if subs := applyPatch(t, object, resp).Spec.Devices.Requests[0].FirstAvailable; len(subs) > 0 {
