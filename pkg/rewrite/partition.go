@@ -20,7 +20,6 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -73,8 +72,7 @@ func (v PartitionVerdict) String() string {
 	return verdictName(v, partitionVerdicts[:], "PartitionVerdict")
 }
 
-// PartitionVerdicts lists every verdict, for metrics that are initialised
-// with each label.
+// PartitionVerdicts lists every verdict: the metric's label values.
 func PartitionVerdicts() []PartitionVerdict {
 	return allVerdicts[PartitionVerdict](len(partitionVerdicts))
 }
@@ -134,9 +132,6 @@ var migProfileNames = [...]string{
 	// B200
 	"1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb",
 }
-
-// plainProfile is a profile name without a media-engine variant.
-var plainProfile = regexp.MustCompile(`^[0-9]+g\.[0-9]+gb$`)
 
 func migProfileIs(name string) string {
 	return fmt.Sprintf(`%[1]q in %[2]s && %[2]s.%[1]s == %[3]q`, gpuv1alpha1.MIGProfileAttribute, attrs, name)
@@ -260,7 +255,7 @@ func (f *Fleet) smallestPartitions(computePercent, memory int64) ([]string, stri
 		return !whole(p) && p.MemoryBytes >= memory && parent > 0 && p.Multiprocessors*100 >= computePercent*parent
 	}
 	qualifies := func(name string) bool {
-		if _, ok := migProfileSelector(name); !ok || !plainProfile.MatchString(name) {
+		if _, ok := migProfileSelector(name); !ok {
 			return false
 		}
 		return !slices.ContainsFunc(byName[name], func(p PartitionModel) bool { return !holds(p) })

@@ -18,6 +18,8 @@ package rewrite
 
 import (
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -111,8 +113,8 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 		return out
 	}
 	mig := func(name string) tierSummary { return tierSummary{name, MIGDeviceClassName} }
-	// The latency-bound ladder of these fleets keeps off the top bandwidth
-	// class; fits carries the memory floor.
+	// The latency-bound ladder of these fleets ranks by FP32, top class
+	// first; fits carries the memory floor.
 	ladder := whole("fp32-top", "fits")
 	configured := gpuSpec(exactGPU("gpu", 1))
 	configured.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
@@ -178,7 +180,7 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 				t.Errorf("profiles (-want +got):\n%s", diff)
 			}
 			for _, a := range plan.Alternatives {
-				if tc.verdict != "sized" && a.Name[:len(PartitionTierPrefix)] == PartitionTierPrefix {
+				if tc.verdict != "sized" && strings.HasPrefix(a.Name, PartitionTierPrefix) {
 					t.Errorf("alternatives list a partition no request got: %+v", plan.Alternatives)
 				}
 			}
@@ -229,8 +231,12 @@ func TestPartitionTierShape(t *testing.T) {
 	}
 }
 
+// plainProfile is a profile name without a media-engine variant.
+var plainProfile = regexp.MustCompile(`^[0-9]+g\.[0-9]+gb$`)
+
 // Every name of the catalogue is one NVIDIA spells without a media-engine
-// variant, and each has its own entry.
+// variant (so the partition step never offers one), and each has its own
+// entry.
 func TestMIGProfileCatalogue(t *testing.T) {
 	for _, n := range migProfileNames {
 		if !plainProfile.MatchString(n) {

@@ -62,8 +62,7 @@ var shareVerdicts = [...]string{"sized", "no-usage", "no-peak-memory", "heavy", 
 
 func (v ShareVerdict) String() string { return verdictName(v, shareVerdicts[:], "ShareVerdict") }
 
-// ShareVerdicts lists every verdict, for metrics that are initialised with
-// each label.
+// ShareVerdicts lists every verdict: the metric's label values.
 func ShareVerdicts() []ShareVerdict { return allVerdicts[ShareVerdict](len(shareVerdicts)) }
 
 // The share-sizing rule (docs/sharing.md). Compute gets the measured p95

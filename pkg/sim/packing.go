@@ -483,8 +483,7 @@ func (d *PackingData) GPUsNeeded(r PackRun, target float64) float64 {
 // run's measured jobs. It sorts slow.
 func medianP99(slow []float64) (median, p99 float64) {
 	slices.Sort(slow)
-	n := len(slow)
-	return slow[n/2], slow[min(n-1, int(math.Ceil(0.99*float64(n)))-1)]
+	return slow[len(slow)/2], quantile(slow, 0.99)
 }
 
 // fewestGPUs is the least n in 1..most for which serves(n) holds, by

@@ -100,7 +100,7 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 }
 
 // createTrainProfile creates the profile the fixture claim names:
-// MemoryBound with a 30Gi peak, as in pkg/webhook's BenchmarkAdmission. A
+// MemoryBound with a 30Gi peak, as in pkg/webhook/claimrewrite's BenchmarkAdmission. A
 // profile made by an earlier phase is kept.
 func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface) error {
 	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})

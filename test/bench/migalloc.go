@@ -36,14 +36,14 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// MIGAllocProduct is the GPU of the mig-alloc phase's nodes: eight of them,
+// migAllocProduct is the GPU of the mig-alloc phase's nodes: eight of them,
 // in MIG mode on one node and not on the other.
-const MIGAllocProduct = "NVIDIA H100 80GB HBM3"
+const migAllocProduct = "NVIDIA H100 80GB HBM3"
 
 // Node names of the mig-alloc phase.
 const (
-	MIGAllocPlainNode = "plain-0"
-	MIGAllocMIGNode   = "mig-0"
+	migAllocPlainNode = "plain-0"
+	migAllocMIGNode   = "mig-0"
 )
 
 // migAllocBusyGPUs are the GPUs of the busy MIG node that hold two 3g.40gb
@@ -58,9 +58,9 @@ type MIGAllocOptions struct {
 	Rounds int
 }
 
-// MIGClass is the chart's DeviceClass of partitions, rendered with the
+// migClass is the chart's DeviceClass of partitions, rendered with the
 // MIGPartitions gate (deployments/helm/prism/templates/deviceclasses.yaml).
-func MIGClass() *resourceapi.DeviceClass {
+func migClass() *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.MIGDeviceClassName},
 		Spec: resourceapi.DeviceClassSpec{
@@ -69,9 +69,9 @@ func MIGClass() *resourceapi.DeviceClass {
 	}
 }
 
-// TierClassWithMIG is rewrite.gpu.prism.dev as the chart renders it with
+// tierClassWithMIG is rewrite.gpu.prism.dev as the chart renders it with
 // the MIGPartitions gate: the rewrite's whole-GPU tiers leave partitions out.
-func TierClassWithMIG() *resourceapi.DeviceClass {
+func tierClassWithMIG() *resourceapi.DeviceClass {
 	c := TierClass()
 	c.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `!has(device.attributes["` + gpuv1alpha1.DriverName + `"].` + string(gpuv1alpha1.MIGProfileAttribute) + `)`}}}
 	return c
@@ -79,15 +79,15 @@ func TierClassWithMIG() *resourceapi.DeviceClass {
 
 // migClasses are the DeviceClasses of a cluster with the MIGPartitions gate.
 func migClasses() classLister {
-	return classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClassWithMIG(), rewrite.MIGDeviceClassName: MIGClass()}
+	return classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: tierClassWithMIG(), rewrite.MIGDeviceClassName: migClass()}
 }
 
-// NewMIGNode is one node of gpus GPUs of product, its ResourceSlices laid
+// newMIGNode is one node of gpus GPUs of product, its ResourceSlices laid
 // out as prism-kubelet-plugin publishes them with MIGPartitions on
 // (gpu.ResourceSlices on the simulated NVML's discovery): in MIG mode, a
 // slice of counter sets and one slice per GPU with the whole GPU and every
 // partition; not in MIG mode, one slice of whole GPUs.
-func NewMIGNode(ctx context.Context, name, product string, gpus int, migMode bool) (*Fleet, error) {
+func newMIGNode(ctx context.Context, name, product string, gpus int, migMode bool) (*Fleet, error) {
 	spec, ok := gpu.LookupSpec(product)
 	if !ok {
 		return nil, fmt.Errorf("unknown product %q", product)
@@ -122,9 +122,9 @@ func NewMIGNode(ctx context.Context, name, product string, gpus int, migMode boo
 	return f, nil
 }
 
-// MIGLightProfile is a profiled light job: a p95 duty cycle of 5 % and a
+// migLightProfile is a profiled light job: a p95 duty cycle of 5 % and a
 // 3Gi peak, which the rewrite sizes to the H100's 1g.20gb (docs/mig.md).
-func MIGLightProfile() rewrite.Profile {
+func migLightProfile() rewrite.Profile {
 	peak := resource.MustParse("3Gi")
 	return rewrite.Profile{
 		Name: "light", BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyPerformance, PeakMemory: &peak,
@@ -135,9 +135,9 @@ func MIGLightProfile() rewrite.Profile {
 	}
 }
 
-// PartitionSpec is a claim for one partition of the profile, in the class
+// partitionSpec is a claim for one partition of the profile, in the class
 // of partitions.
-func PartitionSpec(profile string) *resourceapi.ResourceClaimSpec {
+func partitionSpec(profile string) *resourceapi.ResourceClaimSpec {
 	spec := GPUSpec(1)
 	spec.Devices.Requests[0].Exactly.DeviceClassName = rewrite.MIGDeviceClassName
 	spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
@@ -172,17 +172,17 @@ const migAllocReference = "plain claim, plain node"
 // offered), on the idle MIG node, on the same node with migAllocBusyGPUs
 // cut, and the ladder on the plain node too.
 func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
-	plain, err := NewMIGNode(ctx, MIGAllocPlainNode, MIGAllocProduct, gpus, false)
+	plain, err := newMIGNode(ctx, migAllocPlainNode, migAllocProduct, gpus, false)
 	if err != nil {
 		return nil, err
 	}
-	mig, err := NewMIGNode(ctx, MIGAllocMIGNode, MIGAllocProduct, gpus, true)
+	mig, err := newMIGNode(ctx, migAllocMIGNode, migAllocProduct, gpus, true)
 	if err != nil {
 		return nil, err
 	}
 	slices := append(append([]*resourceapi.ResourceSlice(nil), plain.Slices...), mig.Slices...)
 	cluster := &Fleet{Slices: slices}
-	ladder, plan, err := rewrite.Rewrite(ctx, GPUSpec(1), MIGLightProfile(), rewrite.WithFleet(cluster.Published()), rewrite.PartitionsFromUsage())
+	ladder, plan, err := rewrite.Rewrite(ctx, GPUSpec(1), migLightProfile(), rewrite.WithFleet(cluster.Published()), rewrite.PartitionsFromUsage())
 	if err != nil {
 		return nil, err
 	}
@@ -198,16 +198,16 @@ func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
 		for _, first := range []int{0, 4} {
 			name := fmt.Sprintf("gpu-%d-mig-3g40gb-%d", i, first)
 			if !publishes(mig.Slices, name) {
-				return nil, fmt.Errorf("node %s publishes no partition %s", MIGAllocMIGNode, name)
+				return nil, fmt.Errorf("node %s publishes no partition %s", migAllocMIGNode, name)
 			}
-			busyDevices.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, MIGAllocMIGNode, name))
+			busyDevices.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, migAllocMIGNode, name))
 		}
 	}
 	busy, err := newAllocatorWith(ctx, slices, migClasses(), busyDevices)
 	if err != nil {
 		return nil, err
 	}
-	whole, oneG, light := claim(GPUSpec(1)), claim(PartitionSpec("1g.10gb")), claim(ladder)
+	whole, oneG, light := claim(GPUSpec(1)), claim(partitionSpec("1g.10gb")), claim(ladder)
 	plainNode, migNode := plain.Nodes[0], mig.Nodes[0]
 	return []migAllocCase{
 		{migAllocIdle, migAllocReference, idle, plainNode, whole},
@@ -247,7 +247,7 @@ func (c migAllocCase) allocate(ctx context.Context) (time.Duration, string, erro
 
 // migAllocCaseName names the phase's case for one state of the MIG node.
 func migAllocCaseName(gpus int, state string) string {
-	cse := fmt.Sprintf("1 node, %d× %s", gpus, MIGAllocProduct)
+	cse := fmt.Sprintf("1 node, %d× %s", gpus, migAllocProduct)
 	if state == migAllocBusy {
 		return cse + fmt.Sprintf(", MIG node with GPUs %d-%d cut in two 3g.40gb", migAllocBusyGPUs[0], migAllocBusyGPUs[len(migAllocBusyGPUs)-1])
 	}
