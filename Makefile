@@ -117,7 +117,7 @@ bench-sim: ## Placement sweep on the Alibaba GPU trace (SIM_TRACE=its csv/ folde
 	mkdir -p $(CURDIR)/_output/sim
 	$(GO) run ./cmd/prismctl simulate --nodes $(SIM_TRACE)/openb_node_list_gpu_node.csv \
 		--pods $(SIM_TRACE)/openb_pod_list_gpuspec33.csv \
-		--throughputs $(CURDIR)/test/bench/data/gavel-throughput.csv --job-types $(CURDIR)/test/bench/data/job-types.csv \
+		--throughputs $(CURDIR)/test/bench/data/jobs.csv --job-types $(CURDIR)/test/bench/data/job-types.csv \
 		--svg $(CURDIR)/_output/sim --json $(CURDIR)/_output/sim/sweep.json $(SIM_FLAGS)
 
 .PHONY: clean

@@ -19,7 +19,6 @@ package sim
 import (
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,17 +27,20 @@ import (
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
-// The trace replay's files (docs/simulator.md, "Your own data"), in the
-// conventions of the measured-data files: CSV with a header row, # lines
-// are comments. The repository ships Gavel's figures in test/bench/data.
-var (
-	throughputsHeader = []string{"job", "gpu", "throughput"}
-	jobTypesHeader    = []string{"job", "sm_pct", "mem_pct"}
-)
+// jobTypesHeader is the header of the trace replay's job-types file
+// (docs/simulator.md, "Your own data"), in the conventions of the
+// measured-data files: CSV with a header row, # lines are comments. Its
+// throughputs are the rows of a jobs.csv on the fleet's models.
+var jobTypesHeader = []string{"job", "sm_pct", "mem_pct"}
 
 // gpuNames are the fleet's models as the files name them, the names of
-// jobs.csv.
-var gpuNames = [numModels]string{K80: "k80", P100: "p100", V100: "v100"}
+// jobs.csv: ModelID.String in lower case.
+var gpuNames = func() (n [numModels]string) {
+	for m := range numModels {
+		n[m] = strings.ToLower(m.String())
+	}
+	return n
+}()
 
 // JobType is one training workload the trace's pods are drawn from. SMPct
 // and MemPct are what an Nsight Compute speed-of-light section would report
@@ -65,23 +67,30 @@ func (t JobType) Speed(m ModelID) float64 {
 
 // ReadJobTypes reads the job types of the trace replay: the classifier
 // input from jobTypesPath, in its row order (a seed draws types by index),
-// and the throughputs from throughputsPath. Every job type needs a
-// throughput on each model of the fleet and every throughput a job type,
-// so that a typo cannot silently drop a type from the draw. Errors name
-// the file and the line.
-func ReadJobTypes(throughputsPath, jobTypesPath string) ([]JobType, error) {
-	rows, err := readCSVFile(throughputsPath, parseThroughputs)
+// and the throughputs from the rows of the jobs.csv at jobsPath whose GPU
+// is a model of the fleet (k80, p100, v100; others are left out). Every
+// job type needs a throughput on each model of the fleet and every such
+// throughput a job type, so that a typo cannot silently drop a type from
+// the draw. Errors name the file and the line.
+func ReadJobTypes(jobsPath, jobTypesPath string) ([]JobType, error) {
+	jobs, err := readCSVFile(jobsPath, ParseJobs)
 	if err != nil {
 		return nil, err
+	}
+	var rows []throughputRow
+	for _, j := range jobs {
+		if m := slices.Index(gpuNames[:], j.GPU); m >= 0 {
+			rows = append(rows, throughputRow{job: j.Job, model: ModelID(m), throughput: j.Throughput, line: j.Line})
+		}
 	}
 	types, err := readCSVFile(jobTypesPath, parseJobTypes)
 	if err != nil {
 		return nil, err
 	}
-	return joinJobTypes(rows, types, filepath.Base(throughputsPath), filepath.Base(jobTypesPath))
+	return joinJobTypes(rows, types, filepath.Base(jobsPath), filepath.Base(jobTypesPath))
 }
 
-// throughputRow is one line of the throughputs file.
+// throughputRow is one line of jobs.csv on a model of the fleet.
 type throughputRow struct {
 	job        string
 	model      ModelID
@@ -93,30 +102,6 @@ type throughputRow struct {
 type jobTypeRow struct {
 	JobType
 	line int
-}
-
-func parseThroughputs(r io.Reader, name string) ([]throughputRow, error) {
-	var out []throughputRow
-	seen := map[[2]string]int{}
-	err := parseCSV(r, name, throughputsHeader, func(c *cells) error {
-		t := throughputRow{job: c.text(0), line: c.line}
-		gpu := c.text(1)
-		if m := slices.Index(gpuNames[:], gpu); m >= 0 {
-			t.model = ModelID(m)
-		} else if gpu != "" {
-			c.fail(1, "is not a GPU model of the fleet (%s)", strings.Join(gpuNames[:], ", "))
-		}
-		t.throughput = c.number(2, false, 0, math.Inf(1))
-		if c.err == nil && t.throughput == 0 {
-			c.fail(2, "is not a throughput above 0")
-		}
-		if err := firstLine(c, seen, [2]string{t.job, gpu}, fmt.Sprintf("job %q on gpu %q", t.job, gpu)); err != nil {
-			return err
-		}
-		out = append(out, t)
-		return c.err
-	})
-	return out, err
 }
 
 func parseJobTypes(r io.Reader, name string) ([]jobTypeRow, error) {

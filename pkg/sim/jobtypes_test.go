@@ -18,7 +18,6 @@ package sim
 
 import (
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -33,7 +32,7 @@ var shippedData = filepath.Join("..", "..", "test", "bench", "data")
 
 func shippedJobTypes(t *testing.T) []JobType {
 	t.Helper()
-	types, err := ReadJobTypes(filepath.Join(shippedData, "gavel-throughput.csv"), filepath.Join(shippedData, "job-types.csv"))
+	types, err := ReadJobTypes(filepath.Join(shippedData, "jobs.csv"), filepath.Join(shippedData, "job-types.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func shippedJobTypes(t *testing.T) []JobType {
 var handMadeJobTypes = filepath.Join("testdata", "jobtypes")
 
 func TestReadJobTypesKeepsTheDrawOrderAndEveryFigure(t *testing.T) {
-	got, err := ReadJobTypes(filepath.Join(handMadeJobTypes, "throughputs.csv"), filepath.Join(handMadeJobTypes, "job-types.csv"))
+	got, err := ReadJobTypes(filepath.Join(handMadeJobTypes, "jobs.csv"), filepath.Join(handMadeJobTypes, "job-types.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,60 +60,32 @@ func TestReadJobTypesKeepsTheDrawOrderAndEveryFigure(t *testing.T) {
 
 func TestMalformedJobTypeFilesAreNamedByFileAndLine(t *testing.T) {
 	for _, tc := range []struct {
-		throughputs, jobTypes string // a bad file; the other is the good one
-		want                  string
+		jobs, jobTypes string // a bad file; the other is the good one
+		want           string
 	}{
-		{throughputs: "throughputs-short-row.csv", want: `throughputs-short-row.csv:2: 2 columns, want 3 (job,gpu,throughput)`},
-		{throughputs: "throughputs-nan.csv", want: `throughputs-nan.csv:2: column throughput: "fast" is not a number`},
-		{throughputs: "throughputs-unknown-gpu.csv", want: `throughputs-unknown-gpu.csv:3: column gpu: "a100" is not a GPU model of the fleet (k80, p100, v100)`},
-		{throughputs: "throughputs-duplicate.csv", want: `throughputs-duplicate.csv:4: job "tiny" on gpu "k80" repeats line 2`},
-		{throughputs: "throughputs-zero.csv", want: `throughputs-zero.csv:2: column throughput: "0" is not a throughput above 0`},
-		{throughputs: "throughputs-header.csv", want: `throughputs-header.csv:1: header is job,gpu,iterations, want job,gpu,throughput`},
-		{throughputs: "throughputs-unknown-job.csv", want: `throughputs-unknown-job.csv:5: job "huge" has no row in job-types.csv`},
-		{throughputs: "throughputs-missing-gpu.csv", want: `job-types.csv:3: job "tiny" has no throughput on gpu "p100" in throughputs-missing-gpu.csv`},
+		// The format of jobs.csv is ParseJobs's, tested with the packing
+		// data; here only what joining the two files can find.
+		{jobs: "jobs-unknown-job.csv", want: `jobs-unknown-job.csv:5: job "huge" has no row in job-types.csv`},
+		{jobs: "jobs-missing-gpu.csv", want: `job-types.csv:3: job "tiny" has no throughput on gpu "p100" in jobs-missing-gpu.csv`},
 		{jobTypes: "job-types-long-row.csv", want: `job-types-long-row.csv:2: 4 columns, want 3 (job,sm_pct,mem_pct)`},
 		{jobTypes: "job-types-nan.csv", want: `job-types-nan.csv:2: column sm_pct: "ten" is not a number`},
 		{jobTypes: "job-types-range.csv", want: `job-types-range.csv:2: column mem_pct: "108" is outside [0, 100]`},
 		{jobTypes: "job-types-duplicate.csv", want: `job-types-duplicate.csv:4: job "tiny" repeats line 2`},
 		{jobTypes: "job-types-none.csv", want: `job-types-none.csv: no job types`},
 	} {
-		t.Run(tc.throughputs+tc.jobTypes, func(t *testing.T) {
-			throughputs, jobTypes := filepath.Join(handMadeJobTypes, "throughputs.csv"), filepath.Join(handMadeJobTypes, "job-types.csv")
-			if tc.throughputs != "" {
-				throughputs = filepath.Join(handMadeJobTypes, "bad", tc.throughputs)
+		t.Run(tc.jobs+tc.jobTypes, func(t *testing.T) {
+			jobs, jobTypes := filepath.Join(handMadeJobTypes, "jobs.csv"), filepath.Join(handMadeJobTypes, "job-types.csv")
+			if tc.jobs != "" {
+				jobs = filepath.Join(handMadeJobTypes, "bad", tc.jobs)
 			}
 			if tc.jobTypes != "" {
 				jobTypes = filepath.Join(handMadeJobTypes, "bad", tc.jobTypes)
 			}
-			_, err := ReadJobTypes(throughputs, jobTypes)
+			_, err := ReadJobTypes(jobs, jobTypes)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// The shipped throughputs are the Gavel rows of jobs.csv, which the
-// packing evaluation reads: one measurement, two files, no drift.
-func TestShippedThroughputsAreJobsCSVsGavelRows(t *testing.T) {
-	m, err := ReadMeasured(filepath.Join(shippedData, "jobs.csv"), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string][numModels]float64{}
-	for _, j := range m.Jobs {
-		if model := slices.Index(gpuNames[:], j.GPU); model >= 0 {
-			tp := want[j.Job]
-			tp[model] = j.Throughput
-			want[j.Job] = tp
-		}
-	}
-	got := map[string][numModels]float64{}
-	for _, ty := range shippedJobTypes(t) {
-		got[ty.Name] = ty.Throughput
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("gavel-throughput.csv differs from jobs.csv (-jobs.csv +gavel-throughput.csv):\n%s", diff)
 	}
 }
 

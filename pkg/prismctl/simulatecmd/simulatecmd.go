@@ -99,7 +99,7 @@ docs/simulator.md.`,
 				return fmt.Errorf("--nodes and --pods are required (openb_node_list_gpu_node.csv and an openb_pod_list_*.csv with time columns), or --jobs and --pairs for the packing evaluation")
 			}
 			if throughputsPath == "" || jobTypesPath == "" {
-				return fmt.Errorf("--throughputs and --job-types are required with --nodes and --pods (formats in docs/simulator.md; Prism's repository has Gavel's figures in test/bench/data/gavel-throughput.csv and job-types.csv)")
+				return fmt.Errorf("--throughputs and --job-types are required with --nodes and --pods (formats in docs/simulator.md; Prism's repository has Gavel's figures in test/bench/data/jobs.csv and job-types.csv)")
 			}
 			var sw sim.Sweep
 			var err error
@@ -186,7 +186,7 @@ docs/simulator.md.`,
 	fl := cmd.Flags()
 	fl.StringVar(&nodesPath, "nodes", "", "trace node list (openb_node_list_gpu_node.csv)")
 	fl.StringVar(&podsPath, "pods", "", "trace pod list with time columns (openb_pod_list_default.csv or a gpuspec variant)")
-	fl.StringVar(&throughputsPath, "throughputs", "", "trace replay: throughput of each job type alone per GPU model (job,gpu,throughput), the true speeds; required with --nodes")
+	fl.StringVar(&throughputsPath, "throughputs", "", "trace replay: a jobs.csv whose k80, p100 and v100 rows give each job type's throughput alone, the true speeds; required with --nodes")
 	fl.StringVar(&jobTypesPath, "job-types", "", "trace replay: the job types pods are drawn from with their classifier input (job,sm_pct,mem_pct); required with --nodes")
 	fl.StringVar(&policiesFlag, "policies", joinPolicies(), "comma-separated policies")
 	fl.StringVar(&loadsFlag, "loads", "0.3,0.5,0.7,0.9", "target utilisations to compress arrivals to")

@@ -32,7 +32,7 @@ func TestSimulateSweepsTheHandMadeExcerpt(t *testing.T) {
 	cmd.SetErr(&out)
 	cmd.SetArgs([]string{
 		"--nodes", "../../sim/testdata/nodes.csv", "--pods", "../../sim/testdata/pods.csv",
-		"--throughputs", "../../../test/bench/data/gavel-throughput.csv", "--job-types", "../../../test/bench/data/job-types.csv",
+		"--throughputs", "../../../test/bench/data/jobs.csv", "--job-types", "../../../test/bench/data/job-types.csv",
 		"--seeds", "3", "--loads", "0.7", "--noise", "0,0.2", "--repeat", "3", "--every", "1",
 		"--svg", dir, "--json", filepath.Join(dir, "runs.json"),
 	})
@@ -64,7 +64,7 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 	const (
 		nodes       = "../../sim/testdata/nodes.csv"
 		pods        = "../../sim/testdata/pods.csv"
-		throughputs = "../../../test/bench/data/gavel-throughput.csv"
+		throughputs = "../../../test/bench/data/jobs.csv"
 		jobTypes    = "../../../test/bench/data/job-types.csv"
 	)
 	for _, tc := range []struct {
