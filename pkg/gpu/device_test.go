@@ -19,7 +19,10 @@ package gpu
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // withBandwidth returns a device whose formula yields exactly gbps: a
@@ -125,6 +128,43 @@ func TestSpecTableReproducesDatasheet(t *testing.T) {
 				t.Errorf("FP32 %d GFLOPS is %.1f%% off the datasheet's %.1f TFLOPS", d.FP32GFLOPS(), 100*off, s.FP32TFLOPS)
 			}
 		})
+	}
+}
+
+// TestParseSpecs: the built-in table parses at init (or the package would
+// not load); these are the mistakes an edit to it can make, each of which
+// must stop the package rather than publish a wrong figure.
+func TestParseSpecs(t *testing.T) {
+	var columns []string
+	for _, c := range specColumns {
+		columns = append(columns, c.name)
+	}
+	header := strings.Join(columns, ",")
+	const t4 = "Tesla T4, Turing, Tesla, 7.5, 16, GDDR6, 320, 8.1, 65, 40, 256, 5001, 1590, 3, 16, 0, false, 0"
+	good, err := parseSpecs("# a comment\n" + header + "\n" + t4 + "\n")
+	if err != nil {
+		t.Fatalf("parseSpecs: %v", err)
+	}
+	want, _ := LookupSpec("Tesla T4")
+	if diff := cmp.Diff([]Spec{want}, good); diff != "" {
+		t.Errorf("parseSpecs (-want +got):\n%s", diff)
+	}
+	for name, table := range map[string]string{
+		"empty":                   "",
+		"columns out of order":    strings.Replace(header, "product,architecture", "architecture,product", 1) + "\n",
+		"missing column":          header + "\n" + strings.TrimSuffix(t4, ", 0") + "\n",
+		"product twice":           header + "\n" + t4 + "\n" + t4 + "\n",
+		"empty product":           header + "\n" + strings.Replace(t4, "Tesla T4", "", 1) + "\n",
+		"compute capability":      header + "\n" + strings.Replace(t4, "7.5", "75", 1) + "\n",
+		"zero bandwidth":          header + "\n" + strings.Replace(t4, "320", "0", 1) + "\n",
+		"negative NVLinks":        header + "\n" + strings.Replace(t4, "16, 0, false", "16, -1, false", 1) + "\n",
+		"zero FP32":               header + "\n" + strings.Replace(t4, "8.1", "0", 1) + "\n",
+		"not a number":            header + "\n" + strings.Replace(t4, "5001", "5001MHz", 1) + "\n",
+		"MIG capability not bool": header + "\n" + strings.Replace(t4, "false", "no", 1) + "\n",
+	} {
+		if got, err := parseSpecs(table); err == nil {
+			t.Errorf("%s: parseSpecs = %+v, want an error", name, got)
+		}
 	}
 }
 

@@ -17,12 +17,8 @@ limitations under the License.
 package gpu
 
 import (
-	"bytes"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,9 +33,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // h100 is a fully populated device, as discovery would produce it: its
 // memory is what NVML reports on a real one.
@@ -81,7 +76,7 @@ func TestResourceDeviceGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResourceDevice: %v", err)
 	}
-	compareGolden(t, filepath.Join("testdata", "h100.golden.json"), got)
+	golden.Compare(t, filepath.Join("testdata", "h100.golden.json"), got)
 }
 
 func TestResourceDeviceOmitsWhatIsUnknown(t *testing.T) {
@@ -261,29 +256,6 @@ func TestResourceDevicesAreSortedAndUnique(t *testing.T) {
 	devices[1].Index = 7
 	if _, err := ResourceDevices(ctx, devices, PublishOptions{}); err == nil {
 		t.Errorf("two devices with index 7 were accepted; they would share a name")
-	}
-}
-
-// compareGolden compares got, as indented JSON, with a file under
-// testdata; go test -update rewrites the file.
-func compareGolden(t *testing.T, path string, got any) {
-	t.Helper()
-	data, err := json.MarshalIndent(got, "", "  ")
-	if err != nil {
-		t.Fatalf("marshaling: %v", err)
-	}
-	data = append(data, '\n')
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatalf("updating golden file: %v", err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (go test -update creates it): %v", err)
-	}
-	if !bytes.Equal(data, want) {
-		t.Errorf("result differs from %s (go test -update rewrites it); got:\n%s", path, data)
 	}
 }
 

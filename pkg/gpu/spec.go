@@ -16,7 +16,15 @@ limitations under the License.
 
 package gpu
 
-import "sort"
+import (
+	_ "embed"
+	"encoding/csv"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // Spec holds what a product's public datasheet says about it, plus the
 // figures NVML would report for it. Discovery falls back to a Spec when
@@ -68,170 +76,138 @@ func (s Spec) MemoryBytes() uint64 {
 	return uint64(s.MemoryGB) << 30
 }
 
-var specs = []Spec{
-	{
-		Product: "Tesla T4", Architecture: "Turing", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{7, 5},
-		MemoryGB:          16, MemoryType: "GDDR6", BandwidthGBps: 320,
-		FP32TFLOPS: 8.1, FP16TensorTFLOPS: 65, MultiprocessorCount: 40,
-		MemoryBusWidthBits: 256, MaxMemoryClockMHz: 5001, MaxSMClockMHz: 1590,
-		PCIeGeneration: 3, PCIeLinkWidth: 16,
-	},
-	{
-		// Pascal has no tensor cores, so no FP16 tensor figure is published.
-		Product: "Tesla P100-PCIE-16GB", Architecture: "Pascal", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{6, 0},
-		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 732,
-		FP32TFLOPS: 9.3, MultiprocessorCount: 56,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 715, MaxSMClockMHz: 1303,
-		PCIeGeneration: 3, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "Tesla P100-SXM2-16GB", Architecture: "Pascal", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{6, 0},
-		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 732,
-		FP32TFLOPS: 10.6, MultiprocessorCount: 56,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 715, MaxSMClockMHz: 1480,
-		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 4,
-	},
-	{
-		// 877 MHz is what NVML reports on the boards; the formula gives
-		// 898 GB/s against the datasheet's rounded 900.
-		Product: "Tesla V100-PCIE-16GB", Architecture: "Volta", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{7, 0},
-		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 900,
-		FP32TFLOPS: 14, FP16TensorTFLOPS: 112, MultiprocessorCount: 80,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1380,
-		PCIeGeneration: 3, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "Tesla V100-PCIE-32GB", Architecture: "Volta", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{7, 0},
-		MemoryGB:          32, MemoryType: "HBM2", BandwidthGBps: 900,
-		FP32TFLOPS: 14, FP16TensorTFLOPS: 112, MultiprocessorCount: 80,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1380,
-		PCIeGeneration: 3, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "Tesla V100-SXM2-16GB", Architecture: "Volta", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{7, 0},
-		MemoryGB:          16, MemoryType: "HBM2", BandwidthGBps: 900,
-		FP32TFLOPS: 15.7, FP16TensorTFLOPS: 125, MultiprocessorCount: 80,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1530,
-		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 6,
-	},
-	{
-		Product: "Tesla V100-SXM2-32GB", Architecture: "Volta", Brand: "Tesla",
-		ComputeCapability: ComputeCapability{7, 0},
-		MemoryGB:          32, MemoryType: "HBM2", BandwidthGBps: 900,
-		FP32TFLOPS: 15.7, FP16TensorTFLOPS: 125, MultiprocessorCount: 80,
-		MemoryBusWidthBits: 4096, MaxMemoryClockMHz: 877, MaxSMClockMHz: 1530,
-		PCIeGeneration: 3, PCIeLinkWidth: 16, NVLinks: 6,
-	},
-	{
-		Product: "NVIDIA L4", Architecture: "Ada Lovelace", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 9},
-		MemoryGB:          24, MemoryType: "GDDR6", BandwidthGBps: 300,
-		FP32TFLOPS: 30.3, FP16TensorTFLOPS: 121, MultiprocessorCount: 58,
-		MemoryBusWidthBits: 192, MaxMemoryClockMHz: 6251, MaxSMClockMHz: 2040,
-		PCIeGeneration: 4, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "NVIDIA A10", Architecture: "Ampere", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 6},
-		MemoryGB:          24, MemoryType: "GDDR6", BandwidthGBps: 600,
-		FP32TFLOPS: 31.2, FP16TensorTFLOPS: 125, MultiprocessorCount: 72,
-		MemoryBusWidthBits: 384, MaxMemoryClockMHz: 6251, MaxSMClockMHz: 1695,
-		PCIeGeneration: 4, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "NVIDIA L40S", Architecture: "Ada Lovelace", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 9},
-		MemoryGB:          48, MemoryType: "GDDR6", BandwidthGBps: 864,
-		FP32TFLOPS: 91.6, FP16TensorTFLOPS: 362, MultiprocessorCount: 142,
-		MemoryBusWidthBits: 384, MaxMemoryClockMHz: 9001, MaxSMClockMHz: 2520,
-		PCIeGeneration: 4, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "NVIDIA GeForce RTX 4090", Architecture: "Ada Lovelace", Brand: "GeForce",
-		ComputeCapability: ComputeCapability{8, 9},
-		MemoryGB:          24, MemoryType: "GDDR6X", BandwidthGBps: 1008,
-		FP32TFLOPS: 82.6, FP16TensorTFLOPS: 165, MultiprocessorCount: 128,
-		MemoryBusWidthBits: 384, MaxMemoryClockMHz: 10501, MaxSMClockMHz: 2520,
-		PCIeGeneration: 4, PCIeLinkWidth: 16,
-	},
-	{
-		Product: "NVIDIA A100-PCIE-40GB", Architecture: "Ampere", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 0},
-		MemoryGB:          40, MemoryType: "HBM2", BandwidthGBps: 1555,
-		FP32TFLOPS: 19.5, FP16TensorTFLOPS: 312, MultiprocessorCount: 108,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 1215, MaxSMClockMHz: 1410,
-		PCIeGeneration: 4, PCIeLinkWidth: 16, NVLinks: 12, MIGCapable: true,
-	},
-	{
-		Product: "NVIDIA A100-SXM4-40GB", Architecture: "Ampere", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 0},
-		MemoryGB:          40, MemoryType: "HBM2", BandwidthGBps: 1555,
-		FP32TFLOPS: 19.5, FP16TensorTFLOPS: 312, MultiprocessorCount: 108,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 1215, MaxSMClockMHz: 1410,
-		PCIeGeneration: 4, PCIeLinkWidth: 16, NVLinks: 12, MIGCapable: true,
-	},
-	{
-		Product: "NVIDIA A100-SXM4-80GB", Architecture: "Ampere", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 0},
-		MemoryGB:          80, MemoryType: "HBM2e", BandwidthGBps: 2039,
-		FP32TFLOPS: 19.5, FP16TensorTFLOPS: 312, MultiprocessorCount: 108,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 1593, MaxSMClockMHz: 1410,
-		PCIeGeneration: 4, PCIeLinkWidth: 16, NVLinks: 12, MIGCapable: true,
-	},
-	{
-		Product: "NVIDIA A100 80GB PCIe", Architecture: "Ampere", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{8, 0},
-		MemoryGB:          80, MemoryType: "HBM2e", BandwidthGBps: 1935,
-		FP32TFLOPS: 19.5, FP16TensorTFLOPS: 312, MultiprocessorCount: 108,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 1512, MaxSMClockMHz: 1410,
-		PCIeGeneration: 4, PCIeLinkWidth: 16, NVLinks: 12, MIGCapable: true,
-	},
-	{
-		Product: "NVIDIA H100 PCIe", Architecture: "Hopper", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{9, 0},
-		MemoryGB:          80, MemoryType: "HBM2e", BandwidthGBps: 2000,
-		FP32TFLOPS: 51, FP16TensorTFLOPS: 756, MultiprocessorCount: 114,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 1563, MaxSMClockMHz: 1755,
-		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 12, MIGCapable: true,
-	},
-	{
-		Product: "NVIDIA H100 80GB HBM3", Architecture: "Hopper", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{9, 0},
-		MemoryGB:          80, MemoryType: "HBM3", BandwidthGBps: 3350,
-		FP32TFLOPS: 67, FP16TensorTFLOPS: 989, MultiprocessorCount: 132,
-		MemoryBusWidthBits: 5120, MaxMemoryClockMHz: 2619, MaxSMClockMHz: 1980,
-		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 18, MIGCapable: true,
-		// NVML on an H100 SXM, driver 580.159.04
-		// (pkg/gpu/nvml/testdata/real/nvidia-h100-80gb-hbm3.golden.json).
-		MemoryMiB: 81559,
-	},
-	{
-		Product: "NVIDIA H200", Architecture: "Hopper", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{9, 0},
-		MemoryGB:          141, MemoryType: "HBM3e", BandwidthGBps: 4800,
-		FP32TFLOPS: 67, FP16TensorTFLOPS: 989, MultiprocessorCount: 132,
-		MemoryBusWidthBits: 6144, MaxMemoryClockMHz: 3125, MaxSMClockMHz: 1980,
-		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 18, MIGCapable: true,
-		// nvidia-smi's memory.total on an H200.
-		MemoryMiB: 143771,
-	},
-	{
-		// The datasheet gives no SM count for B200; 148 is the enabled SM
-		// count of the shipping part, and the SM clock is then fitted to the
-		// datasheet's 80 TFLOPS rather than taken from a board.
-		Product: "NVIDIA B200", Architecture: "Blackwell", Brand: "NVIDIA",
-		ComputeCapability: ComputeCapability{10, 0},
-		MemoryGB:          180, MemoryType: "HBM3e", BandwidthGBps: 8000,
-		FP32TFLOPS: 80, FP16TensorTFLOPS: 2250, MultiprocessorCount: 148,
-		MemoryBusWidthBits: 8192, MaxMemoryClockMHz: 3906, MaxSMClockMHz: 2112,
-		PCIeGeneration: 5, PCIeLinkWidth: 16, NVLinks: 18, MIGCapable: true,
-	},
+// specsCSV is the built-in spec table. It is data rather than Go so that
+// a product is one row to review; parseSpecs checks it when the package
+// loads, and a malformed table fails every test of the package.
+//
+//go:embed specs.csv
+var specsCSV string
+
+var specs = mustParseSpecs(specsCSV)
+
+// specColumns are the table's columns in order, each with where its value
+// goes. Every column must be present and every value must parse.
+var specColumns = []struct {
+	name string
+	set  func(*Spec, string) error
+}{
+	{"product", setString(func(s *Spec) *string { return &s.Product })},
+	{"architecture", setString(func(s *Spec) *string { return &s.Architecture })},
+	{"brand", setString(func(s *Spec) *string { return &s.Brand })},
+	{"compute_capability", func(s *Spec, v string) error {
+		major, minor, ok := strings.Cut(v, ".")
+		if !ok {
+			return fmt.Errorf("want major.minor")
+		}
+		var err error
+		if s.ComputeCapability.Major, err = strconv.Atoi(major); err != nil {
+			return err
+		}
+		s.ComputeCapability.Minor, err = strconv.Atoi(minor)
+		return err
+	}},
+	{"memory_gb", setInt(func(s *Spec) *int { return &s.MemoryGB }, required)},
+	{"memory_type", setString(func(s *Spec) *string { return &s.MemoryType })},
+	{"bandwidth_gbps", setInt(func(s *Spec) *int { return &s.BandwidthGBps }, required)},
+	{"fp32_tflops", func(s *Spec, v string) (err error) {
+		if s.FP32TFLOPS, err = strconv.ParseFloat(v, 64); err == nil && s.FP32TFLOPS <= 0 {
+			err = fmt.Errorf("must be positive")
+		}
+		return err
+	}},
+	{"fp16_tensor_tflops", setInt(func(s *Spec) *int { return &s.FP16TensorTFLOPS }, zeroOK)},
+	{"sms", setInt(func(s *Spec) *int { return &s.MultiprocessorCount }, required)},
+	{"memory_bus_width_bits", setInt(func(s *Spec) *int { return &s.MemoryBusWidthBits }, required)},
+	{"max_memory_clock_mhz", setInt(func(s *Spec) *int { return &s.MaxMemoryClockMHz }, required)},
+	{"max_sm_clock_mhz", setInt(func(s *Spec) *int { return &s.MaxSMClockMHz }, required)},
+	{"pcie_generation", setInt(func(s *Spec) *int { return &s.PCIeGeneration }, required)},
+	{"pcie_link_width", setInt(func(s *Spec) *int { return &s.PCIeLinkWidth }, required)},
+	{"nvlinks", setInt(func(s *Spec) *int { return &s.NVLinks }, zeroOK)},
+	{"mig_capable", func(s *Spec, v string) (err error) {
+		s.MIGCapable, err = strconv.ParseBool(v)
+		return err
+	}},
+	{"memory_mib", func(s *Spec, v string) (err error) {
+		s.MemoryMiB, err = strconv.ParseUint(v, 10, 64)
+		return err
+	}},
+}
+
+func setString(field func(*Spec) *string) func(*Spec, string) error {
+	return func(s *Spec, v string) error {
+		if v == "" {
+			return fmt.Errorf("empty")
+		}
+		*field(s) = v
+		return nil
+	}
+}
+
+// Zero stands for "none" in a few columns (no FP16 tensor figure, no
+// NVLink); elsewhere the formulas built on a figure would publish a GPU
+// with no bandwidth or no FLOPS, so the figure is required.
+const (
+	required = false
+	zeroOK   = true
+)
+
+func setInt(field func(*Spec) *int, zero bool) func(*Spec, string) error {
+	return func(s *Spec, v string) error {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			return err
+		case n < 0 || n == 0 && !zero:
+			return fmt.Errorf("must be positive")
+		}
+		*field(s) = n
+		return nil
+	}
+}
+
+func mustParseSpecs(table string) []Spec {
+	specs, err := parseSpecs(table)
+	if err != nil {
+		panic(fmt.Sprintf("gpu: built-in spec table: %v", err))
+	}
+	return specs
+}
+
+// parseSpecs reads the spec table: a header row naming specColumns in
+// order, then a product a row. Lines starting with # are comments.
+func parseSpecs(table string) ([]Spec, error) {
+	r := csv.NewReader(strings.NewReader(table))
+	r.Comment = '#'
+	r.TrimLeadingSpace = true
+	r.FieldsPerRecord = len(specColumns)
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("no header")
+	}
+	for i, c := range specColumns {
+		if rows[0][i] != c.name {
+			return nil, fmt.Errorf("column %d is %q, want %q", i+1, rows[0][i], c.name)
+		}
+	}
+	out := make([]Spec, 0, len(rows)-1)
+	seen := map[string]bool{}
+	for _, row := range rows[1:] {
+		var s Spec
+		for i, c := range specColumns {
+			if err := c.set(&s, row[i]); err != nil {
+				return nil, fmt.Errorf("%s: %s %q: %w", row[0], c.name, row[i], err)
+			}
+		}
+		if seen[s.Product] {
+			return nil, fmt.Errorf("%s: listed twice", s.Product)
+		}
+		seen[s.Product] = true
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 var specsByProduct = func() map[string]Spec {
@@ -251,10 +227,5 @@ func LookupSpec(product string) (Spec, bool) {
 
 // Products lists the products in the built-in spec table, sorted.
 func Products() []string {
-	names := make([]string, 0, len(specs))
-	for _, s := range specs {
-		names = append(names, s.Product)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(specsByProduct))
 }

@@ -20,23 +20,13 @@ import (
 	"bytes"
 	"context"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/prismgpu/prism/pkg/ncu/ncutest"
 )
 
 func FuzzParse(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.csv"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	ncutest.AddFixtures(f, "testdata")
 	f.Add([]byte(`"ID","Metric Name","Metric Value"` + "\n" + `"0","Duration","1"`))
 	f.Add([]byte("\"\n\"\"\"\n,,,"))
 	f.Fuzz(func(t *testing.T, in []byte) {

@@ -19,29 +19,20 @@ package profile
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/prismgpu/prism/pkg/ncu/ncutest"
 )
 
 // FuzzFromReport feeds whatever the parser accepts through the summary, so
 // that odd but parseable reports (zero durations, one kernel with no GPU
 // time among others) cannot make it panic or leave the API's ranges.
 func FuzzFromReport(f *testing.F) {
-	files, err := filepath.Glob(filepath.Join("..", "ncu", "testdata", "*.csv"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	ncutest.AddFixtures(f, filepath.Join("..", "ncu", "testdata"))
 	f.Add([]byte(`"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 "0","a","0","150","-5"
 "1","b","10","50","50"

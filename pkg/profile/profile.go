@@ -151,7 +151,7 @@ func newSummary() *summary { return &summary{kernels: map[string]*kernel{}} }
 // add takes one launch; it keeps nothing of l but copies of what it needs.
 func (s *summary) add(l *ncu.Launch) error {
 	if s.launches == 0 {
-		s.firstDevice, s.firstComputeCapability = strings.Clone(truncate(l.Device, maxKernelName)), strings.Clone(truncate(l.ComputeCapability, 16))
+		s.firstDevice, s.firstComputeCapability = strings.Clone(Truncate(l.Device, maxKernelName)), strings.Clone(Truncate(l.ComputeCapability, 16))
 	}
 	s.launches++
 	ns := l.Metrics[ncu.MetricDuration]
@@ -186,7 +186,7 @@ func (s *summary) add(l *ncu.Launch) error {
 		s.rooflineBytes += b
 	}
 
-	name := truncate(l.Kernel, maxKernelName)
+	name := Truncate(l.Kernel, maxKernelName)
 	k := s.kernels[name]
 	if k == nil {
 		if len(s.kernels) >= maxKernels {
@@ -395,8 +395,9 @@ func clampInt64(v float64) int64 {
 	return int64(math.Round(v))
 }
 
-// truncate shortens to at most n bytes without splitting a UTF-8 sequence.
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes without splitting a UTF-8
+// sequence, for the API's limits on status strings.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

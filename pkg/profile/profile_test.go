@@ -390,9 +390,9 @@ func TestToMilliPercent(t *testing.T) {
 
 func TestTruncateKeepsUTF8(t *testing.T) {
 	s := strings.Repeat("a", maxKernelName-1) + "é"
-	got := truncate(s, maxKernelName)
+	got := Truncate(s, maxKernelName)
 	if len(got) != maxKernelName-1 || !strings.HasPrefix(s, got) {
-		t.Errorf("truncate split a rune: len %d", len(got))
+		t.Errorf("Truncate split a rune: len %d", len(got))
 	}
 }
 

@@ -74,14 +74,7 @@ func TestDetachAndArchive(t *testing.T) {
 		t.Errorf("Archive accepted a directory Detach did not set aside")
 	}
 
-	entries, err := os.ReadDir(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range entries {
-		got = append(got, e.Name())
-	}
+	got := dirNames(t, archive)
 	want := []string{"20260301T120003.000000000Z-uid-c", "20260301T120004.000000000Z-uid-d", "keep-me"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("archive holds %q, want %q", got, want)
@@ -90,6 +83,20 @@ func TestDetachAndArchive(t *testing.T) {
 	if err != nil || string(data) != "uid-d" {
 		t.Errorf("archived report: %q, %v", data, err)
 	}
+}
+
+// dirNames lists the names in dir, sorted as os.ReadDir sorts them.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 // TestDiscardClaimDir: a stale claim's report directory goes with it,

@@ -86,43 +86,51 @@ func CheckPermissions(procRoot string) error {
 // restricted profiling by default since 418.43, so a params file without
 // the key counts as restricted.
 func driverRestricted(path string) (bool, error) {
-	data, err := os.ReadFile(path)
+	value, found, err := readField(path, "NVIDIA driver parameters", "RestrictProfilingToAdminUsers")
 	if err != nil {
-		return false, fmt.Errorf("reading NVIDIA driver parameters: %w", err)
+		return false, err
 	}
-	s := bufio.NewScanner(bytes.NewReader(data))
-	for s.Scan() {
-		key, value, ok := strings.Cut(s.Text(), ":")
-		if !ok || strings.TrimSpace(key) != "RestrictProfilingToAdminUsers" {
-			continue
-		}
-		v, err := strconv.Atoi(strings.TrimSpace(value))
-		if err != nil {
-			return false, fmt.Errorf("%s: RestrictProfilingToAdminUsers: %w", path, err)
-		}
-		return v != 0, nil
+	if !found {
+		return true, nil
 	}
-	return true, nil
+	v, err := strconv.Atoi(value)
+	if err != nil {
+		return false, fmt.Errorf("%s: RestrictProfilingToAdminUsers: %w", path, err)
+	}
+	return v != 0, nil
 }
 
 func hasCapSysAdmin(path string) (bool, error) {
+	value, found, err := readField(path, "process capabilities", "CapEff")
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, fmt.Errorf("%s: no CapEff line", path)
+	}
+	mask, err := strconv.ParseUint(value, 16, 64)
+	if err != nil {
+		return false, fmt.Errorf("%s: CapEff: %w", path, err)
+	}
+	return mask&(1<<capSysAdmin) != 0, nil
+}
+
+// readField returns the value of the first "key: value" line of the file
+// at path, both trimmed, the form of the driver's params and of
+// /proc/<pid>/status. what names the file in errors.
+func readField(path, what, key string) (value string, found bool, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return false, fmt.Errorf("reading process capabilities: %w", err)
+		return "", false, fmt.Errorf("reading %s: %w", what, err)
 	}
 	s := bufio.NewScanner(bytes.NewReader(data))
 	for s.Scan() {
-		value, ok := strings.CutPrefix(s.Text(), "CapEff:")
-		if !ok {
-			continue
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v), true, nil
 		}
-		mask, err := strconv.ParseUint(strings.TrimSpace(value), 16, 64)
-		if err != nil {
-			return false, fmt.Errorf("%s: CapEff: %w", path, err)
-		}
-		return mask&(1<<capSysAdmin) != 0, nil
 	}
-	return false, fmt.Errorf("%s: no CapEff line", path)
+	return "", false, nil
 }
 
 // DriverRestrictsProfiling reports whether the NVIDIA driver under procRoot

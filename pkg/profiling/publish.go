@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -123,7 +122,7 @@ func (p *Publisher) status(r Result) (prismv1alpha1.WorkloadProfileStatus, *meta
 			Type:               prismv1alpha1.ConditionProfiled,
 			Status:             metav1.ConditionFalse,
 			Reason:             string(reason),
-			Message:            truncate(fmt.Sprintf("claim %s/%s: %s", r.Claim.Namespace, r.Claim.Name, msg), maxConditionMessage),
+			Message:            profile.Truncate(fmt.Sprintf("claim %s/%s: %s", r.Claim.Namespace, r.Claim.Name, msg), maxConditionMessage),
 			LastTransitionTime: metav1.NewTime(p.now()),
 		}
 	}
@@ -158,13 +157,3 @@ func (p *Publisher) ensureExists(ctx context.Context, key types.NamespacedName) 
 
 // maxConditionMessage is the API's limit on a condition message.
 const maxConditionMessage = 32768
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

@@ -177,14 +177,7 @@ func TestQuotaMovesWithTheClaim(t *testing.T) {
 		t.Errorf("mounts after Archive: %q, want none", got)
 	}
 	archived := filepath.Join(opts.StateDir, profilesDir, archiveDir, filepath.Base(dir))
-	entries, err := os.ReadDir(archived)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
+	names := dirNames(t, archived)
 	if want := []string{ArgsFile, VersionFile, ReportFile, jobFile}; !reflect.DeepEqual(names, slices.Sorted(slices.Values(want))) {
 		t.Errorf("archive holds %q, want %q", names, want)
 	}

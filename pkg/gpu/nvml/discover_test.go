@@ -17,13 +17,9 @@ limitations under the License.
 package nvml
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -36,9 +32,8 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
+	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 func simulate(t *testing.T, f *Fleet, node string) *Simulated {
 	t.Helper()
@@ -135,7 +130,7 @@ func TestDiscoveredH100FleetGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResourceDevices: %v", err)
 	}
-	compareGolden(t, filepath.Join("testdata", "h100-sxm-8.golden.json"), published)
+	golden.Compare(t, filepath.Join("testdata", "h100-sxm-8.golden.json"), published)
 }
 
 func TestNVLinkDomains(t *testing.T) {
@@ -254,7 +249,7 @@ func TestDiscoverFallsBackWhenNVMLCannotAnswer(t *testing.T) {
 			MaxSMClockMHz: spec.MaxSMClockMHz, MultiprocessorCount: spec.MultiprocessorCount,
 			PCIeGeneration: spec.PCIeGeneration, PCIeLinkWidth: spec.PCIeLinkWidth, MIGCapable: true,
 		}
-		if got, wantJSON := toJSON(t, d), toJSON(t, want); got != wantJSON {
+		if got, wantJSON := golden.JSON(t, d), golden.JSON(t, want); got != wantJSON {
 			t.Errorf("discovered\n%s\nwant\n%s", got, wantJSON)
 		}
 	})
@@ -280,6 +275,16 @@ func TestDiscoverFallsBackWhenNVMLCannotAnswer(t *testing.T) {
 			t.Errorf("published memory capacity %s for an unknown size", c.Value.String())
 		}
 	})
+}
+
+// discoverBroken discovers a node of two T4s after break_ has made some
+// NVML call fail.
+func discoverBroken(t *testing.T, break_ func(sim *Simulated)) ([]gpu.Device, error) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 2}}}, "node-a")
+	break_(sim)
+	return Discover(ctx, sim, Options{})
 }
 
 // TestUnreadableGPUIsLeftOutAlone: a GPU whose identity NVML cannot read
@@ -319,10 +324,7 @@ func TestUnreadableGPUIsLeftOutAlone(t *testing.T) {
 		},
 	} {
 		t.Run(call, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 2}}}, "node-a")
-			tc.break_(sim)
-			devices, err := Discover(ctx, sim, Options{})
+			devices, err := discoverBroken(t, tc.break_)
 			var unreadable *UnreadableError
 			if !errors.As(err, &unreadable) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Discover error %v; want an UnreadableError containing %q", err, tc.wantErr)
@@ -354,10 +356,7 @@ func TestDiscoverFailsWithoutNVML(t *testing.T) {
 		},
 	} {
 		t.Run(call, func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 2}}}, "node-a")
-			tc.break_(sim)
-			devices, err := Discover(ctx, sim, Options{})
+			devices, err := discoverBroken(t, tc.break_)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("Discover = %d devices, %v; want error containing %q", len(devices), err, tc.wantErr)
 			}
@@ -445,30 +444,4 @@ func render(ds []*int) string {
 
 func qualified(id string) resourceapi.QualifiedName {
 	return resourceapi.QualifiedName(gpuv1alpha1.DriverName + "/" + id)
-}
-
-func toJSON(t *testing.T, v any) string {
-	t.Helper()
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatalf("marshaling: %v", err)
-	}
-	return string(data)
-}
-
-func compareGolden(t *testing.T, path string, got any) {
-	t.Helper()
-	data := []byte(toJSON(t, got) + "\n")
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatalf("updating golden file: %v", err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (go test -update creates it): %v", err)
-	}
-	if !bytes.Equal(data, want) {
-		t.Errorf("result differs from %s (go test -update rewrites it); got:\n%s", path, data)
-	}
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/gpu"
+	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
 )
 
 func inMIGMode(product string) *Fleet {
@@ -71,7 +72,7 @@ func TestMIGDiscoveryPerBoard(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ResourceSlices: %v", err)
 			}
-			compareGolden(t, filepath.Join("testdata", tc.golden), struct {
+			golden.Compare(t, filepath.Join("testdata", tc.golden), struct {
 				Profiles []gpu.MIGProfile
 				Slices   []gpu.Slice
 			}{d.MIG.Profiles, slices})

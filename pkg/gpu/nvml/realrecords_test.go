@@ -43,48 +43,50 @@ import (
 // that has run for real publishes the same device as the real one, but for
 // the values that tell two cards apart.
 func TestSimulatorPublishesWhatARealGPUPublishes(t *testing.T) {
-	goldens, err := filepath.Glob(filepath.Join("testdata", "real", "*.golden.json"))
-	if err != nil || len(goldens) == 0 {
-		t.Fatalf("no golden of a real GPU under testdata/real (%v)", err)
-	}
-	for _, path := range goldens {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			_, ctx := ktesting.NewTestContext(t)
-			var want resourceapi.Device
-			readRecord(t, path, &want)
-			product := *want.Attributes[gpuv1alpha1.ProductNameAttribute.Qualified()].StringValue
-			sim := simulate(t, oneOf(product), "node-a")
-			devices := discover(t, sim)
-			published, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sim.SysFS()})
-			if err != nil {
-				t.Fatalf("ResourceDevices: %v", err)
-			}
-			if diff := cmp.Diff(want, blankPerCard(published[0])); diff != "" {
-				t.Errorf("the simulated %s publishes another device than the real one (-real +simulated):\n%s", product, diff)
-			}
-		})
-	}
+	forEachRecord(t, "*.golden.json", "golden", func(t *testing.T, path string) {
+		_, ctx := ktesting.NewTestContext(t)
+		var want resourceapi.Device
+		readRecord(t, path, &want)
+		product := *want.Attributes[gpuv1alpha1.ProductNameAttribute.Qualified()].StringValue
+		sim := simulate(t, oneOf(product), "node-a")
+		devices := discover(t, sim)
+		published, err := gpu.ResourceDevices(ctx, devices, gpu.PublishOptions{SysFS: sim.SysFS()})
+		if err != nil {
+			t.Fatalf("ResourceDevices: %v", err)
+		}
+		if diff := cmp.Diff(want, blankPerCard(published[0])); diff != "" {
+			t.Errorf("the simulated %s publishes another device than the real one (-real +simulated):\n%s", product, diff)
+		}
+	})
 }
 
 // TestSimulatedMIGProfilesAreTheRealOnes holds the simulator's MIG profile
 // tables to what NVML answered on real GPUs.
 func TestSimulatedMIGProfilesAreTheRealOnes(t *testing.T) {
-	records, err := filepath.Glob(filepath.Join("testdata", "real", "*.mig.json"))
-	if err != nil || len(records) == 0 {
-		t.Fatalf("no MIG record of a real GPU under testdata/real (%v)", err)
-	}
-	for _, path := range records {
-		t.Run(filepath.Base(path), func(t *testing.T) {
-			var recs []realMIGRecord
-			readRecord(t, path, &recs)
-			for _, rec := range recs {
-				if _, ok := simulatedMIGProfiles[rec.Product]; !ok {
-					t.Errorf("the simulator has no MIG profiles for %q, which has a real record", rec.Product)
-					continue
-				}
-				compareSimulatedMIG(t, gpu.Device{ProductName: rec.Product}, rec)
+	forEachRecord(t, "*.mig.json", "MIG record", func(t *testing.T, path string) {
+		var recs []realMIGRecord
+		readRecord(t, path, &recs)
+		for _, rec := range recs {
+			if _, ok := simulatedMIGProfiles[rec.Product]; !ok {
+				t.Errorf("the simulator has no MIG profiles for %q, which has a real record", rec.Product)
+				continue
 			}
-		})
+			compareSimulatedMIG(t, gpu.Device{ProductName: rec.Product}, rec)
+		}
+	})
+}
+
+// forEachRecord runs test on each record of a real GPU under testdata/real
+// whose name matches pattern, and fails when there is none: what names the
+// kind of record in that failure.
+func forEachRecord(t *testing.T, pattern, what string, test func(t *testing.T, path string)) {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "real", pattern))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no %s of a real GPU under testdata/real (%v)", what, err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) { test(t, path) })
 	}
 }
 

@@ -17,6 +17,7 @@ limitations under the License.
 package nvml
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -53,14 +54,46 @@ func placements(size uint32, starts ...uint32) []nvml.GpuInstancePlacement {
 	return out
 }
 
-// profile is one row of nvidia-smi mig -lgip: NVML's id, instances, SMs,
-// memory in MiB, copy engines, decoders, JPEG decoders and optical-flow
-// accelerators (none of these boards has an encoder in MIG mode).
-func profile(index int, id, slices, instances, sms uint32, memMiB uint64, ce, dec, jpeg, ofa uint32, at []nvml.GpuInstancePlacement) simulatedProfile {
-	return simulatedProfile{index: index, placements: at, info: nvml.GpuInstanceProfileInfo{
-		Id: id, SliceCount: slices, InstanceCount: instances, MultiprocessorCount: sms, MemorySizeMB: memMiB,
-		CopyEngineCount: ce, DecoderCount: dec, JpegCount: jpeg, OfaCount: ofa,
-	}}
+// sevenSliceProfiles are the GPU-instance profiles of a GPU with seven
+// compute slices (A100, H100), in NVML_GPU_INSTANCE_PROFILE_* order: NVML's
+// index and id, the compute slices, how many instances fit, and where NVML
+// places them. The boards differ only in what each profile gets (engines).
+var sevenSliceProfiles = [...]struct {
+	index                 int
+	id, slices, instances uint32
+	at                    []nvml.GpuInstancePlacement
+}{
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, placeEach},
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, placeEach},
+	{nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, placePairs},
+	{nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, placeTwo},
+	{nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, placeHalf},
+	{nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, placeFirst},
+	{nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, placeAll},
+}
+
+// engines is what a board gives one profile, the rest of a row of
+// nvidia-smi mig -lgip: SMs, memory in MiB, copy engines, decoders, JPEG
+// decoders and optical-flow accelerators (none of these boards has an
+// encoder in MIG mode).
+type engines struct {
+	sms                uint32
+	memMiB             uint64
+	ce, dec, jpeg, ofa uint32
+}
+
+// sevenSlice gives a board's profiles: the engines of each of
+// sevenSliceProfiles, in its order.
+func sevenSlice(board [len(sevenSliceProfiles)]engines) []simulatedProfile {
+	out := make([]simulatedProfile, len(board))
+	for i, p := range sevenSliceProfiles {
+		e := board[i]
+		out[i] = simulatedProfile{index: p.index, placements: p.at, info: nvml.GpuInstanceProfileInfo{
+			Id: p.id, SliceCount: p.slices, InstanceCount: p.instances, MultiprocessorCount: e.sms, MemorySizeMB: e.memMiB,
+			CopyEngineCount: e.ce, DecoderCount: e.dec, JpegCount: e.jpeg, OfaCount: e.ofa,
+		}}
+	}
+	return out
 }
 
 // simulatedMIGProfiles are the GPU-instance profiles of the boards the
@@ -72,34 +105,34 @@ func profile(index int, id, slices, instances, sms uint32, memMiB uint64, ce, de
 // GiB for 1g.10gb, H100 80GB 9.75 GiB for 1g.10gb), in MiB. Discovery
 // reads none of this: it asks NVML, and the simulator answers from here.
 var simulatedMIGProfiles = func() map[string][]simulatedProfile {
-	a100x40 := []simulatedProfile{
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 14, 4864, 1, 0, 0, 0, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 14, 4864, 1, 1, 1, 1, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 14, 9856, 1, 1, 0, 0, placePairs),
-		profile(nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 28, 9856, 2, 1, 0, 0, placeTwo),
-		profile(nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 42, 19968, 3, 2, 0, 0, placeHalf),
-		profile(nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 56, 19968, 4, 2, 0, 0, placeFirst),
-		profile(nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 98, 40192, 7, 5, 1, 1, placeAll),
-	}
-	a100x80 := []simulatedProfile{
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 14, 9728, 1, 0, 0, 0, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 14, 9728, 1, 1, 1, 1, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 14, 19968, 1, 1, 0, 0, placePairs),
-		profile(nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 28, 19968, 2, 1, 0, 0, placeTwo),
-		profile(nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 42, 40192, 3, 2, 0, 0, placeHalf),
-		profile(nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 56, 40192, 4, 2, 0, 0, placeFirst),
-		profile(nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 98, 80640, 7, 5, 1, 1, placeAll),
-	}
+	a100x40 := sevenSlice([...]engines{
+		{14, 4864, 1, 0, 0, 0},  // 1g.5gb
+		{14, 4864, 1, 1, 1, 1},  // 1g.5gb+me
+		{14, 9856, 1, 1, 0, 0},  // 1g.10gb
+		{28, 9856, 2, 1, 0, 0},  // 2g.10gb
+		{42, 19968, 3, 2, 0, 0}, // 3g.20gb
+		{56, 19968, 4, 2, 0, 0}, // 4g.20gb
+		{98, 40192, 7, 5, 1, 1}, // 7g.40gb
+	})
+	a100x80 := sevenSlice([...]engines{
+		{14, 9728, 1, 0, 0, 0},  // 1g.10gb
+		{14, 9728, 1, 1, 1, 1},  // 1g.10gb+me
+		{14, 19968, 1, 1, 0, 0}, // 1g.20gb
+		{28, 19968, 2, 1, 0, 0}, // 2g.20gb
+		{42, 40192, 3, 2, 0, 0}, // 3g.40gb
+		{56, 40192, 4, 2, 0, 0}, // 4g.40gb
+		{98, 80640, 7, 5, 1, 1}, // 7g.80gb
+	})
 	// H100 SXM has a JPEG decoder per slice and eight copy engines in 7g.
-	h100x80 := []simulatedProfile{
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE, 19, 1, 7, 16, 9984, 1, 1, 1, 0, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, 1, 1, 16, 9984, 1, 1, 1, 1, placeEach),
-		profile(nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, 1, 4, 26, 20096, 1, 1, 1, 0, placePairs),
-		profile(nvml.GPU_INSTANCE_PROFILE_2_SLICE, 14, 2, 3, 32, 20096, 2, 2, 2, 0, placeTwo),
-		profile(nvml.GPU_INSTANCE_PROFILE_3_SLICE, 9, 3, 2, 60, 40448, 3, 3, 3, 0, placeHalf),
-		profile(nvml.GPU_INSTANCE_PROFILE_4_SLICE, 5, 4, 1, 64, 40448, 4, 4, 4, 0, placeFirst),
-		profile(nvml.GPU_INSTANCE_PROFILE_7_SLICE, 0, 7, 1, 132, 81152, 8, 7, 7, 1, placeAll),
-	}
+	h100x80 := sevenSlice([...]engines{
+		{16, 9984, 1, 1, 1, 0},   // 1g.10gb
+		{16, 9984, 1, 1, 1, 1},   // 1g.10gb+me
+		{26, 20096, 1, 1, 1, 0},  // 1g.20gb
+		{32, 20096, 2, 2, 2, 0},  // 2g.20gb
+		{60, 40448, 3, 3, 3, 0},  // 3g.40gb
+		{64, 40448, 4, 4, 4, 0},  // 4g.40gb
+		{132, 81152, 8, 7, 7, 1}, // 7g.80gb
+	})
 	return map[string][]simulatedProfile{
 		"NVIDIA A100-SXM4-40GB": a100x40,
 		"NVIDIA A100-PCIE-40GB": a100x40,
@@ -111,12 +144,7 @@ var simulatedMIGProfiles = func() map[string][]simulatedProfile {
 
 // SimulatedMIGProducts lists the products a fleet may put in MIG mode.
 func SimulatedMIGProducts() []string {
-	var out []string
-	for p := range simulatedMIGProfiles {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(simulatedMIGProfiles))
 }
 
 // migFuncs answers the MIG calls of a board in MIG mode the way the real
