@@ -29,10 +29,7 @@ func BenchmarkWriteClaimSpec(b *testing.B) {
 	if err := MakeFakeDriverRoot(driverRoot, []int{0}); err != nil {
 		b.Fatal(err)
 	}
-	w, err := NewWriter(Options{Root: b.TempDir() + "/cdi", Source: NewSimulatedSource(Roots{DriverRoot: driverRoot})})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w := mustWriter(b, Options{Root: b.TempDir() + "/cdi", Source: NewSimulatedSource(Roots{DriverRoot: driverRoot})})
 	ctx := context.Background()
 	claim := Claim{UID: uidA, Devices: []Device{gpu("gpu-0", 0)}}
 	for b.Loop() {

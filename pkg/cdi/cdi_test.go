@@ -50,12 +50,27 @@ func newFixture(t *testing.T, minors ...int) *fixture {
 	if err := MakeFakeDriverRoot(f.driverRoot, minors); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWriter(Options{Root: f.cdiRoot, Source: NewSimulatedSource(Roots{DriverRoot: f.driverRoot})})
+	f.writer = mustWriter(t, Options{Root: f.cdiRoot, Source: NewSimulatedSource(Roots{DriverRoot: f.driverRoot})})
+	return f
+}
+
+func mustWriter(t testing.TB, o Options) *Writer {
+	t.Helper()
+	w, err := NewWriter(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.writer = w
-	return f
+	return w
+}
+
+// touch creates an empty file where the writer's checks want one: a
+// device node or a library.
+func touch(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func gpu(name string, minor int) Device {
@@ -250,22 +265,20 @@ func TestWriteIsIdempotent(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f := newFixture(t, 0, 1)
 	claim := Claim{UID: uidA, Devices: []Device{gpu("gpu-0", 0), gpu("gpu-1", 1)}}
-	ids1, err := f.writer.WriteClaimSpec(ctx, claim)
-	if err != nil {
-		t.Fatal(err)
+	write := func() ([]string, []byte) {
+		t.Helper()
+		ids, err := f.writer.WriteClaimSpec(ctx, claim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		content, err := os.ReadFile(filepath.Join(f.cdiRoot, SpecFileName(uidA)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids, content
 	}
-	first, err := os.ReadFile(filepath.Join(f.cdiRoot, SpecFileName(uidA)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids2, err := f.writer.WriteClaimSpec(ctx, claim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := os.ReadFile(filepath.Join(f.cdiRoot, SpecFileName(uidA)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids1, first := write()
+	ids2, second := write()
 	if !slices.Equal(ids1, ids2) {
 		t.Errorf("IDs changed: %v then %v", ids1, ids2)
 	}
@@ -442,19 +455,13 @@ func (s staticSource) DeviceEdits(context.Context, Device) (*cdispec.ContainerEd
 func TestWriterChecksNodesOfAnySource(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
-	present := filepath.Join(dir, "nvidia0")
-	if err := os.WriteFile(present, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	present := touch(t, filepath.Join(dir, "nvidia0"))
 	src := staticSource{
 		common: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", HostPath: filepath.Join(dir, "nvidiactl"), Type: "c", Major: 195, Minor: 255}}},
 		device: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidia0", HostPath: present, Type: "c", Major: 195}}},
 	}
-	w, err := NewWriter(Options{Root: filepath.Join(dir, "cdi"), Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = w.WriteClaimSpec(ctx, Claim{UID: uidA, Devices: []Device{{Name: "gpu-0", UUID: "GPU-1"}}})
+	w := mustWriter(t, Options{Root: filepath.Join(dir, "cdi"), Source: src})
+	_, err := w.WriteClaimSpec(ctx, Claim{UID: uidA, Devices: []Device{{Name: "gpu-0", UUID: "GPU-1"}}})
 	if err == nil || !strings.Contains(err.Error(), "nvidiactl needed by all devices") {
 		t.Fatalf("want an error about the missing nvidiactl, got %v", err)
 	}
@@ -463,10 +470,7 @@ func TestWriterChecksNodesOfAnySource(t *testing.T) {
 func TestEnvPrecedence(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
-	node := filepath.Join(dir, "nvidia0")
-	if err := os.WriteFile(node, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	node := touch(t, filepath.Join(dir, "nvidia0"))
 	// nvcdi's common edits hide all GPUs from legacy hooks; the claim's
 	// own list must replace that, and the caller has the last word.
 	src := staticSource{
@@ -474,11 +478,7 @@ func TestEnvPrecedence(t *testing.T) {
 		device: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidia0", HostPath: node, Type: "c", Major: 195}}},
 	}
 	cdiRoot := filepath.Join(dir, "cdi")
-	w, err := NewWriter(Options{Root: cdiRoot, Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := w.WriteClaimSpec(ctx, Claim{
+	ids, err := mustWriter(t, Options{Root: cdiRoot, Source: src}).WriteClaimSpec(ctx, Claim{
 		UID:     uidA,
 		Devices: []Device{{Name: "gpu-0", UUID: "GPU-1"}},
 		Edits:   &cdispec.ContainerEdits{Env: []string{"LD_LIBRARY_PATH=/y"}},
@@ -560,10 +560,7 @@ func TestNVMLSourceWithoutGPU(t *testing.T) {
 		if _, err := src.DeviceEdits(ctx, Device{Name: "gpu-0"}); err == nil || !strings.Contains(err.Error(), "no UUID") {
 			t.Errorf("device without UUID: %v", err)
 		}
-		w, err := NewWriter(Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: src})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := mustWriter(t, Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: src})
 		_, err = w.WriteClaimSpec(ctx, Claim{UID: uidA, Devices: []Device{gpu("gpu-0", 0)}})
 		if err == nil || !strings.Contains(err.Error(), "GPU-aaaaaaaa") {
 			t.Errorf("resolving a GPU without NVML: want an error naming the GPU, got %v", err)
@@ -594,9 +591,7 @@ func TestSimulatedSourceReadsTheRootOnce(t *testing.T) {
 	if _, err := src.CommonEdits(ctx); err == nil || !strings.Contains(err.Error(), "libcuda") {
 		t.Fatalf("common edits of a root without libcuda: %v, want an error naming libcuda", err)
 	}
-	if err := os.WriteFile(libcuda, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	touch(t, libcuda)
 	first, err := src.CommonEdits(ctx)
 	if err != nil {
 		t.Fatalf("common edits once libcuda is there: %v", err)
@@ -607,10 +602,7 @@ func TestSimulatedSourceReadsTheRootOnce(t *testing.T) {
 	if again, err := src.CommonEdits(ctx); err != nil || again != first {
 		t.Errorf("second read: %v (same edits: %v), want the first read's edits", err, again == first)
 	}
-	w, err := NewWriter(Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := mustWriter(t, Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: src})
 	if err := os.Remove(filepath.Join(root, "dev", "nvidiactl")); err != nil {
 		t.Fatal(err)
 	}

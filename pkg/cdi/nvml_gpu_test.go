@@ -131,11 +131,7 @@ func TestNVMLSourceOnRealDriver(t *testing.T) {
 	// The writer validates the spec through the CDI library before writing
 	// it; resolving it through a fresh cache is what the runtime does next.
 	cdiRoot := filepath.Join(t.TempDir(), "cdi")
-	w, err := NewWriter(Options{Root: cdiRoot, Source: src, Roots: roots})
-	if err != nil {
-		t.Fatalf("NewWriter: %v", err)
-	}
-	ids, err := w.WriteClaimSpec(ctx, claim)
+	ids, err := mustWriter(t, Options{Root: cdiRoot, Source: src, Roots: roots}).WriteClaimSpec(ctx, claim)
 	if err != nil {
 		t.Fatalf("WriteClaimSpec: %v", err)
 	}

@@ -78,23 +78,24 @@ func (r Roots) containerHostRoot() string {
 // ContainerPath is where this process sees a host path that a spec names.
 func (r Roots) ContainerPath(hostPath string) string {
 	r = r.resolve()
-	for _, m := range [][2]string{{devDir(r.DevRoot), devDir(r.ContainerDevRoot)}, {r.DriverRoot, r.ContainerDriverRoot}} {
-		if rest, ok := under(hostPath, m[0]); ok {
-			return filepath.Join(m[1], rest)
-		}
-	}
-	return hostPath
+	return move(hostPath, [2]string{devDir(r.DevRoot), devDir(r.ContainerDevRoot)}, [2]string{r.DriverRoot, r.ContainerDriverRoot})
 }
 
 // HostPath is the host path of a file this process sees at containerPath.
 func (r Roots) HostPath(containerPath string) string {
 	r = r.resolve()
-	for _, m := range [][2]string{{devDir(r.ContainerDevRoot), devDir(r.DevRoot)}, {r.ContainerDriverRoot, r.DriverRoot}} {
-		if rest, ok := under(containerPath, m[0]); ok {
+	return move(containerPath, [2]string{devDir(r.ContainerDevRoot), devDir(r.DevRoot)}, [2]string{r.ContainerDriverRoot, r.DriverRoot})
+}
+
+// move maps p by the first pair whose first directory holds it: to the
+// same place under the pair's second directory.
+func move(p string, pairs ...[2]string) string {
+	for _, m := range pairs {
+		if rest, ok := under(p, m[0]); ok {
 			return filepath.Join(m[1], rest)
 		}
 	}
-	return containerPath
+	return p
 }
 
 func devDir(root string) string { return filepath.Join(root, "dev") }

@@ -54,10 +54,7 @@ func hostPathsOf(edits cdispec.ContainerEdits) []string {
 func TestSpecsNameHostPaths(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	containerRoot, roots := mountedHostRoot(t)
-	w, err := NewWriter(Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: NewSimulatedSource(roots), Roots: roots})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := mustWriter(t, Options{Root: filepath.Join(t.TempDir(), "cdi"), Source: NewSimulatedSource(roots), Roots: roots})
 	if _, err := w.WriteClaimSpec(ctx, Claim{UID: uidA, Devices: []Device{gpu("gpu-0", 0)}}); err != nil {
 		t.Fatalf("device nodes present under the container's view of the host were not found: %v", err)
 	}

@@ -149,14 +149,12 @@ type Store struct {
 	data *Data
 }
 
-// payload is what the checksum covers. The boot ID lives here rather than
-// in Data because callers must not change it.
+// payload is what the checksum covers: Data's fields, inline, after the
+// boot ID. The boot ID lives here rather than in Data because callers must
+// not change it.
 type payload struct {
-	BootID string           `json:"bootID,omitempty"`
-	Claims map[string]Claim `json:"claims,omitempty"`
-	Taints map[string]Taint `json:"taints,omitempty"`
-	// MPSDaemons is Data.MPSDaemons.
-	MPSDaemons map[string]MPSDaemon `json:"mpsDaemons,omitempty"`
+	BootID string `json:"bootID,omitempty"`
+	Data
 }
 
 type envelope struct {
@@ -253,7 +251,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 	if p.Claims == nil {
 		p.Claims = map[string]Claim{}
 	}
-	data := &Data{Claims: p.Claims, Taints: p.Taints, MPSDaemons: p.MPSDaemons}
+	data := &p.Data
 	// Persist the outcome now so that it does not depend on the next
 	// Update, and so a downgrade is not repeated by every restart.
 	// A torn entry must go before anything is appended after it.
@@ -465,7 +463,7 @@ func (s *Store) replace(ctx context.Context, next *Data) error {
 func (s *Store) compact(ctx context.Context, d *Data) error {
 	start := time.Now()
 	s.closeJournal()
-	content, err := encode(payload{BootID: s.bootID, Claims: d.Claims, Taints: d.Taints, MPSDaemons: d.MPSDaemons})
+	content, err := encode(payload{BootID: s.bootID, Data: *d})
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
@@ -652,7 +650,7 @@ func decode(raw []byte) (payload, string, int, CorruptionReason, error) {
 		}
 		apply(p.Claims, c.Claims)
 	}
-	if err := (&Data{Claims: p.Claims, Taints: p.Taints, MPSDaemons: p.MPSDaemons}).validate(); err != nil {
+	if err := p.validate(); err != nil {
 		return payload{}, "", 0, ReasonInvalidData, err
 	}
 	return p, migratedFrom, torn, "", nil
@@ -718,7 +716,7 @@ func migrateV1(raw json.RawMessage) (payload, error) {
 	if err := json.Unmarshal(raw, &old); err != nil {
 		return payload{}, fmt.Errorf("parsing v1 claims: %w", err)
 	}
-	p := payload{Claims: make(map[string]Claim, len(old))}
+	p := payload{Data: Data{Claims: make(map[string]Claim, len(old))}}
 	for uid, oc := range old {
 		c := Claim{UID: uid, Namespace: oc.Namespace, Name: oc.Name, State: PrepareCompleted}
 		for _, od := range oc.Devices {

@@ -215,15 +215,15 @@ func TestUnusableFileIsMovedAside(t *testing.T) {
 		}
 		return data
 	}
-	invalidData, err := encode(payload{BootID: bootA, Claims: map[string]Claim{
+	invalidData, err := encode(payload{BootID: bootA, Data: Data{Claims: map[string]Claim{
 		"uid-a": sampleClaim("uid-other", PrepareCompleted),
-	}})
+	}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	unknownState, err := encode(payload{BootID: bootA, Claims: map[string]Claim{
+	unknownState, err := encode(payload{BootID: bootA, Data: Data{Claims: map[string]Claim{
 		"uid-a": sampleClaim("uid-a", "Prepared"),
-	}})
+	}}})
 	if err != nil {
 		t.Fatal(err)
 	}

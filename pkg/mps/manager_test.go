@@ -79,6 +79,27 @@ func (e *env) start(t *testing.T) (*Manager, *prometheus.Registry) {
 	return New(Options{DriverRoot: e.driverRoot, Root: filepath.Join(e.state, "mps"), Checkpoint: store, Registerer: reg}), reg
 }
 
+// ensure has m ensure a daemon for each share, named by its GPU's UUID.
+func ensure(t *testing.T, m *Manager, uuids ...string) {
+	t.Helper()
+	for _, uuid := range uuids {
+		if err := m.Ensure(t.Context(), uuid); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restart starts the manager again, as a restarted plugin does, and
+// recovers with the GPUs that still have shares.
+func (e *env) restart(t *testing.T, shared map[string]bool) *Manager {
+	t.Helper()
+	m, _ := e.start(t)
+	if err := m.Recover(t.Context(), shared); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // events are the stand-in's records of one role, as "event command".
 func (e *env) events(t *testing.T, role string) []string {
 	t.Helper()
@@ -120,11 +141,7 @@ func TestDaemonStartsOnceAndStopsWithItsDirectories(t *testing.T) {
 		t.Fatalf("stand-in control binary not found: %v", err)
 	}
 	// Two shares of one GPU, one of another.
-	for _, uuid := range []string{gpuA, gpuA, gpuB} {
-		if err := m.Ensure(t.Context(), uuid); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensure(t, m, gpuA, gpuA, gpuB)
 	a := e.daemon(t, gpuA)
 	want := checkpoint.MPSDaemon{UUID: gpuA, PipeDir: filepath.Join(e.state, "mps", gpuA, "pipe"), LogDir: filepath.Join(e.state, "mps", gpuA, "log")}
 	if diff := cmp.Diff(want, a, cmpopts.IgnoreFields(checkpoint.MPSDaemon{}, "PID", "StartTicks", "Started")); diff != "" {
@@ -177,15 +194,10 @@ func TestDaemonStartsOnceAndStopsWithItsDirectories(t *testing.T) {
 func TestRestartedPluginAdoptsARunningDaemon(t *testing.T) {
 	e := newEnv(t)
 	m, _ := e.start(t)
-	if err := m.Ensure(t.Context(), gpuA); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, gpuA)
 	before := e.daemon(t, gpuA)
 
-	m, _ = e.start(t)
-	if err := m.Recover(t.Context(), map[string]bool{gpuA: true}); err != nil {
-		t.Fatal(err)
-	}
+	m = e.restart(t, map[string]bool{gpuA: true})
 	if diff := cmp.Diff(before, e.daemon(t, gpuA)); diff != "" {
 		t.Errorf("adopted daemon's record changed (-before +after):\n%s", diff)
 	}
@@ -199,9 +211,7 @@ func TestRestartedPluginAdoptsARunningDaemon(t *testing.T) {
 		t.Errorf("adoption started or stopped a daemon (-want +got):\n%s", diff)
 	}
 	// An Ensure for the next share uses the adopted daemon.
-	if err := m.Ensure(t.Context(), gpuA); err != nil {
-		t.Fatal(err)
-	}
+	ensure(t, m, gpuA)
 	if got := e.daemon(t, gpuA).PID; got != before.PID {
 		t.Errorf("daemon PID %d after Ensure, want the adopted %d", got, before.PID)
 	}
@@ -212,21 +222,16 @@ func TestDeadDaemonIsReplacedWhileSharesRemain(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			m, _ := e.start(t)
-			if err := m.Ensure(t.Context(), gpuA); err != nil {
-				t.Fatal(err)
-			}
+			ensure(t, m, gpuA)
 			dead := e.daemon(t, gpuA)
 			if err := syscall.Kill(dead.PID, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			waitExit(dead.PID)
 			if restart {
-				m, _ = e.start(t)
-				if err := m.Recover(t.Context(), map[string]bool{gpuA: true}); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := m.Ensure(t.Context(), gpuA); err != nil {
-				t.Fatal(err)
+				m = e.restart(t, map[string]bool{gpuA: true})
+			} else {
+				ensure(t, m, gpuA)
 			}
 			fresh := e.daemon(t, gpuA)
 			if fresh.PID == dead.PID || !alive(fresh.PID) {
@@ -245,16 +250,9 @@ func TestDeadDaemonIsReplacedWhileSharesRemain(t *testing.T) {
 func TestRecoverStopsDaemonsWithoutShares(t *testing.T) {
 	e := newEnv(t)
 	m, _ := e.start(t)
-	for _, uuid := range []string{gpuA, gpuB} {
-		if err := m.Ensure(t.Context(), uuid); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ensure(t, m, gpuA, gpuB)
 	a := e.daemon(t, gpuA)
-	m, _ = e.start(t)
-	if err := m.Recover(t.Context(), map[string]bool{gpuB: true}); err != nil {
-		t.Fatal(err)
-	}
+	e.restart(t, map[string]bool{gpuB: true})
 	waitExit(a.PID)
 	if diff := cmp.Diff([]string{gpuB}, mapKeys(e.store.MPSDaemons())); diff != "" {
 		t.Errorf("daemons recorded after recovery (-want +got):\n%s", diff)
@@ -276,10 +274,7 @@ func TestInterruptedStartIsCleanedUp(t *testing.T) {
 	if err := m.record(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
-	m, _ = e.start(t)
-	if err := m.Recover(t.Context(), nil); err != nil {
-		t.Fatal(err)
-	}
+	e.restart(t, nil)
 	if got := e.store.MPSDaemons(); len(got) != 0 {
 		t.Errorf("records left: %+v", got)
 	}

@@ -38,18 +38,9 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		daemons: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "mps_daemons",
-			Help: "MPS control daemons the plugin runs, one per GPU with shares enforced by MPS.",
-		}),
-		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "mps_daemon_starts_total",
-			Help: "MPS control daemons started, by result: started, restarted (the previous one had died while shares remained), adopted (found running after a plugin restart), failed.",
-		}, []string{"result"}),
-		available: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "mps_available",
-			Help: "1 when shares are enforced by MPS; 0 when the driver root has no nvidia-cuda-mps-control and shares run time-sliced.",
-		}),
+		daemons:   prometheus.NewGauge(prometheus.GaugeOpts(pluginOpts("mps_daemons", "MPS control daemons the plugin runs, one per GPU with shares enforced by MPS."))),
+		starts:    prometheus.NewCounterVec(prometheus.CounterOpts(pluginOpts("mps_daemon_starts_total", "MPS control daemons started, by result: started, restarted (the previous one had died while shares remained), adopted (found running after a plugin restart), failed.")), []string{"result"}),
+		available: prometheus.NewGauge(prometheus.GaugeOpts(pluginOpts("mps_available", "1 when shares are enforced by MPS; 0 when the driver root has no nvidia-cuda-mps-control and shares run time-sliced."))),
 	}
 	for _, r := range []string{ResultStarted, ResultRestarted, ResultAdopted, ResultFailed} {
 		m.starts.WithLabelValues(r)
@@ -62,6 +53,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.available = register(reg, m.available)
 	}
 	return m
+}
+
+// pluginOpts names the metric prism_plugin_<name>: the daemons are the
+// kubelet plugin's, and their metrics are served with its own.
+func pluginOpts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: "prism", Subsystem: "plugin", Name: name, Help: help}
 }
 
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {

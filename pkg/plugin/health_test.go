@@ -112,6 +112,16 @@ func healthDriver(t *testing.T, dir string, inventory nvml.Inventory) (*Driver, 
 	return d, clock
 }
 
+// rediscoverAndPublish reads the GPUs again and publishes the slice, as a
+// round of rediscovery that found a change does.
+func rediscoverAndPublish(ctx context.Context, t *testing.T, d *Driver) {
+	t.Helper()
+	if err := d.rediscover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.republish(ctx)
+}
+
 func uuidOf(t *testing.T, d *Driver, name string) string {
 	t.Helper()
 	g, ok := d.device(name)
@@ -144,19 +154,13 @@ func TestLostGPUStaysTaintedUntilNVMLReadsIt(t *testing.T) {
 	}
 
 	inventory.setLost(0, true)
-	if err := d.rediscover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.republish(ctx)
+	rediscoverAndPublish(ctx, t, d)
 	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue {
 		t.Fatalf("gpu-0 untainted while NVML cannot read it: %+v", taint)
 	}
 
 	inventory.setLost(0, false)
-	if err := d.rediscover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d.republish(ctx)
+	rediscoverAndPublish(ctx, t, d)
 	if taint := taintOf(published.devices(), "gpu-0"); taint != nil {
 		t.Errorf("gpu-0 still tainted after NVML read it again: %+v", taint)
 	}
@@ -301,10 +305,7 @@ func TestHealthWatchOutlivesAnUnreadableGPU(t *testing.T) {
 			broken.Store(false)
 			// Rediscovery reads gpu-1 again and lifts gpu-lost; the watcher
 			// has retried it meanwhile and reports its Xids.
-			if err := d.rediscover(ctx); err != nil {
-				t.Fatal(err)
-			}
-			d.republish(ctx)
+			rediscoverAndPublish(ctx, t, d)
 			published.waitForTaints(t, "gpu-1 read again", map[string]string{"gpu-0": "xid-48:NoSchedule", "gpu-1": ""})
 			injectWhenWatched(t, faults, uuid1, 48)
 			published.waitForTaints(t, "Xid on gpu-1", map[string]string{"gpu-0": "xid-48:NoSchedule", "gpu-1": "xid-48:NoSchedule"})
@@ -440,10 +441,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 			}
 
 			inventory.setLost(1, false)
-			if err := restarted.rediscover(ctx); err != nil {
-				t.Fatal(err)
-			}
-			restarted.republish(ctx)
+			rediscoverAndPublish(ctx, t, restarted)
 			devices = restarted.slices.(*recordingPublisher).devices()
 			if diff := cmp.Diff(map[string]string{"gpu-0": "", "gpu-1": ""}, publishedTaints(devices)); diff != "" {
 				t.Errorf("once NVML reads gpu-1 again (-want +got):\n%s", diff)

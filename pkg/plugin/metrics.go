@@ -47,61 +47,56 @@ type Metrics struct {
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
 func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "requests_total",
-			Help: "NodePrepareResources and NodeUnprepareResources claims handled, by method and result.",
-		}, []string{"method", "result"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Registry: r,
+		requests: counterVec(r, "requests_total", "NodePrepareResources and NodeUnprepareResources claims handled, by method and result.", "method", "result"),
+		duration: register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "prism", Subsystem: "plugin", Name: "request_duration_seconds",
 			Help:    "Time to handle one kubelet call, by method.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-		}, []string{"method"}),
-		claimErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "claim_errors_total",
-			Help: "Claims whose prepare or unprepare failed, by method and reason.",
-		}, []string{"method", "reason"}),
-		preparedDevices: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "prepared_devices",
-			Help: "Devices currently prepared for claims on this node.",
-		}),
-		preparedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "prepared_claims",
-			Help: "Claims currently prepared on this node.",
-		}),
-		publishedDevices: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "published_devices",
-			Help: "Devices published in this node's ResourceSlices.",
-		}),
-		checkpointRecover: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "checkpoint_recoveries_total",
-			Help: "Repairs made to the checkpoint or CDI specs at start-up, by kind.",
-		}, []string{"kind"}),
-		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "gpu_health_events_total",
-			Help: "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, GPUs NVML could not read, recoveries.",
-		}, []string{"kind"}),
-		profilingRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "profiling_runs_total",
-			Help: "Profiled claims' reports collected after unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).",
-		}, []string{"outcome"}),
-		profileCollectionsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "profile_collections_pending",
-			Help: "Reports of unprepared profiled claims waiting to be collected, published to their WorkloadProfile and archived.",
-		}),
-		slicesRepublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "resourceslices_republished_total",
-			Help: "This node's ResourceSlices published again at once after they were deleted, as a starting kubelet deletes them.",
-		}),
-		apiFeatureDropped: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "api_feature_dropped",
-			Help: "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.",
-		}, []string{"gate"}),
+		}, []string{"method"})),
+		claimErrors:               counterVec(r, "claim_errors_total", "Claims whose prepare or unprepare failed, by method and reason.", "method", "reason"),
+		preparedDevices:           gauge(r, "prepared_devices", "Devices currently prepared for claims on this node."),
+		preparedClaims:            gauge(r, "prepared_claims", "Claims currently prepared on this node."),
+		publishedDevices:          gauge(r, "published_devices", "Devices published in this node's ResourceSlices."),
+		checkpointRecover:         counterVec(r, "checkpoint_recoveries_total", "Repairs made to the checkpoint or CDI specs at start-up, by kind.", "kind"),
+		healthEvents:              counterVec(r, "gpu_health_events_total", "GPU health changes: fatal Xids that tainted a GPU, ignored application Xids, GPUs NVML could not read, recoveries.", "kind"),
+		profilingRuns:             counterVec(r, "profiling_runs_total", "Profiled claims' reports collected after unprepare, by outcome: ReportCollected, or why no usable report was found (ReportMissing, ReportUnparseable, ProfilerFailed, ReportRejected, ReportTooLarge).", "outcome"),
+		profileCollectionsPending: gauge(r, "profile_collections_pending", "Reports of unprepared profiled claims waiting to be collected, published to their WorkloadProfile and archived."),
+		slicesRepublished:         counter(r, "resourceslices_republished_total", "This node's ResourceSlices published again at once after they were deleted, as a starting kubelet deletes them."),
+		apiFeatureDropped:         gaugeVec(r, "api_feature_dropped", "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.", "gate"),
+		usage:                     newUsageMetrics(r),
 	}
-	m.Registry.MustRegister(m.healthEvents, m.slicesRepublished, m.profilingRuns, m.profileCollectionsPending, m.apiFeatureDropped, m.requests, m.duration, m.claimErrors, m.preparedDevices, m.preparedClaims,
-		m.publishedDevices, m.checkpointRecover,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.usage = newUsageMetrics(m.Registry)
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// The constructors below declare the metric prism_plugin_<name> and
+// register it, so that a metric's name, help and labels are all that its
+// declaration says.
+
+func counter(r prometheus.Registerer, name, help string) prometheus.Counter {
+	return register(r, prometheus.NewCounter(prometheus.CounterOpts(pluginOpts(name, help))))
+}
+
+func counterVec(r prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
+	return register(r, prometheus.NewCounterVec(prometheus.CounterOpts(pluginOpts(name, help)), labels))
+}
+
+func gauge(r prometheus.Registerer, name, help string) prometheus.Gauge {
+	return register(r, prometheus.NewGauge(prometheus.GaugeOpts(pluginOpts(name, help))))
+}
+
+func gaugeVec(r prometheus.Registerer, name, help string, labels ...string) *prometheus.GaugeVec {
+	return register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts(pluginOpts(name, help)), labels))
+}
+
+func pluginOpts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: "prism", Subsystem: "plugin", Name: name, Help: help}
+}
+
+func register[C prometheus.Collector](r prometheus.Registerer, c C) C {
+	r.MustRegister(c)
+	return c
 }

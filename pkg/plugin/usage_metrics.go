@@ -39,34 +39,14 @@ type usageMetrics struct {
 var usageLabels = []string{"namespace", "pod", "claim", "gpu"}
 
 func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
-	m := &usageMetrics{
-		dutyCycle: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "gpu_duty_cycle_percent",
-			Help: "Share of the last NVML sample period in which the claim's kernels ran on the GPU; on a shared GPU, its own processes' figure.",
-		}, usageLabels),
-		memoryUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "gpu_memory_used_bytes",
-			Help: "GPU memory the claim's workload holds; on a shared GPU, its own processes' memory.",
-		}, usageLabels),
-		smActivity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "gpu_sm_activity_percent",
-			Help: "GPM SM activity of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).",
-		}, usageLabels),
-		dramActivity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "gpu_dram_activity_percent",
-			Help: "GPM DRAM bandwidth use of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).",
-		}, usageLabels),
-		shareExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "share_exceeded_total",
-			Help: "Runs on a share of a GPU that used more than they were given, by resource (memory, compute).",
-		}, []string{"resource"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "prism", Subsystem: "plugin", Name: "usage_runs_total",
-			Help: "Claims' GPU usage runs after unprepare, by outcome: Merged into the WorkloadProfile, TooShort, NoProfile, PublishFailed.",
-		}, []string{"outcome"}),
+	return &usageMetrics{
+		dutyCycle:     gaugeVec(r, "gpu_duty_cycle_percent", "Share of the last NVML sample period in which the claim's kernels ran on the GPU; on a shared GPU, its own processes' figure.", usageLabels...),
+		memoryUsed:    gaugeVec(r, "gpu_memory_used_bytes", "GPU memory the claim's workload holds; on a shared GPU, its own processes' memory.", usageLabels...),
+		smActivity:    gaugeVec(r, "gpu_sm_activity_percent", "GPM SM activity of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).", usageLabels...),
+		dramActivity:  gaugeVec(r, "gpu_dram_activity_percent", "GPM DRAM bandwidth use of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).", usageLabels...),
+		shareExceeded: counterVec(r, "share_exceeded_total", "Runs on a share of a GPU that used more than they were given, by resource (memory, compute).", "resource"),
+		runs:          counterVec(r, "usage_runs_total", "Claims' GPU usage runs after unprepare, by outcome: Merged into the WorkloadProfile, TooShort, NoProfile, PublishFailed.", "outcome"),
 	}
-	r.MustRegister(m.dutyCycle, m.memoryUsed, m.smActivity, m.dramActivity, m.shareExceeded, m.runs)
-	return m
 }
 
 // set exports one sample. A figure the sample lacks removes its series

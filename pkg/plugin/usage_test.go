@@ -141,18 +141,26 @@ func sample(t *testing.T, d *Driver, times int) {
 	}
 }
 
+// sampledClaim starts a driver on the bed, prepares claim-a on gpu for
+// profile and samples it the given number of times.
+func (b *usageBed) sampledClaim(t *testing.T, gpu, profile string, times int) *Driver {
+	t.Helper()
+	d := b.driver(t)
+	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{gpu}), profile))["a"]; res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	sample(t, d, times)
+	return d
+}
+
 // TestUsageIsSampledAndPublishedAtUnprepare: a claim alone on an H100 is
 // sampled from the whole GPU's figures, exported per pod, and merged into
 // its WorkloadProfile after unprepare.
 func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	bed := newUsageBed(t)
-	d := bed.driver(t)
 	bed.use(t, nvml.GPUUsage{Index: 0, UtilizationPercent: 40, MemoryUsedBytes: 10 << 30, SMActivityPercent: 30, DRAMActivityPercent: 12})
-	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-0"}), "train"))["a"]; res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	sample(t, d, 3)
+	d := bed.sampledClaim(t, "gpu-0", "train", 3)
 
 	gpu0 := uuidOf(t, d, "gpu-0")
 	want := map[string][]string{
@@ -190,69 +198,74 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 }
 
 // TestUsageRunSurvivesARestart: the samples taken before the plugin
-// stopped count in the run published after it started again.
+// stopped count in the run published after it started again, whether the
+// claim is released after the restart or was released while the plugin
+// was stopped: a claim that left the checkpoint after its record was last
+// written (the plugin died between the two) is published from the record.
 func TestUsageRunSurvivesARestart(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	bed := newUsageBed(t)
-	d := bed.driver(t)
-	bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 4 << 30})
-	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-1"}), "train"))["a"]; res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	sample(t, d, 2)
-	d.persistUsage(ctx, true)
-
-	restarted := bed.driver(t)
-	bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 60, MemoryUsedBytes: 6 << 30})
-	sample(t, restarted, 1)
-	if err := unprepareOne(ctx, restarted, "a"); err != nil {
-		t.Fatal(err)
-	}
-	restarted.publishNextUsage(ctx)
-	// Samples 20, 20, 60: the median is the second, p95 the third. The
-	// H100's GPM showed an idle GPU (the file gives no GPM figures).
-	want := &prismv1alpha1.UsageProfile{
-		DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](60000),
-		SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
-		PeakMemory: resource.NewQuantity(6<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
-	}
-	if diff := cmp.Diff(want, bed.profile(t, "train")); diff != "" {
-		t.Errorf("status.usage (-want +got):\n%s", diff)
-	}
-}
-
-// TestRunOfAClaimReleasedWhileStoppedIsPublished: a claim that left the
-// checkpoint after its record was last written (the plugin died between
-// the two) is published from the record at the next start.
-func TestRunOfAClaimReleasedWhileStoppedIsPublished(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	bed := newUsageBed(t)
-	d := bed.driver(t)
-	bed.use(t, nvml.GPUUsage{Index: 2, UtilizationPercent: 70, MemoryUsedBytes: 1 << 30})
-	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-2"}), "infer"))["a"]; res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	sample(t, d, 3)
-	d.persistUsage(ctx, true)
-	if err := d.forget(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-
-	restarted := bed.driver(t)
-	restarted.publishNextUsage(ctx)
-	if got := bed.profile(t, "infer"); got == nil || got.Samples != 3 || *got.DutyCycleP95MilliPercent != 70000 {
-		t.Errorf("status.usage %+v, want the 3 samples at 70%% taken before the restart", got)
+	for _, tc := range []struct {
+		name string
+		// release releases claim-a, before or after the restart, and
+		// returns the restarted driver.
+		release           func(ctx context.Context, t *testing.T, bed *usageBed, stopped *Driver) *Driver
+		samplesBeforeStop int
+		want              *prismv1alpha1.UsageProfile
+	}{
+		{
+			name: "released after the restart",
+			release: func(ctx context.Context, t *testing.T, bed *usageBed, _ *Driver) *Driver {
+				restarted := bed.driver(t)
+				bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 60, MemoryUsedBytes: 6 << 30})
+				sample(t, restarted, 1)
+				if err := unprepareOne(ctx, restarted, "a"); err != nil {
+					t.Fatal(err)
+				}
+				return restarted
+			},
+			// Samples 20, 20, 60: the median is the second, p95 the third.
+			// The H100's GPM showed an idle GPU (the file gives no GPM
+			// figures).
+			samplesBeforeStop: 2,
+			want: &prismv1alpha1.UsageProfile{
+				DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](60000),
+				SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
+				PeakMemory: resource.NewQuantity(6<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+			},
+		},
+		{
+			name: "released while stopped",
+			release: func(ctx context.Context, t *testing.T, bed *usageBed, stopped *Driver) *Driver {
+				if err := stopped.forget(ctx, "a"); err != nil {
+					t.Fatal(err)
+				}
+				return bed.driver(t)
+			},
+			samplesBeforeStop: 3,
+			want: &prismv1alpha1.UsageProfile{
+				DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](20000),
+				SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
+				PeakMemory: resource.NewQuantity(4<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			bed := newUsageBed(t)
+			bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 4 << 30})
+			d := bed.sampledClaim(t, "gpu-1", "train", tc.samplesBeforeStop)
+			d.persistUsage(ctx, true)
+			tc.release(ctx, t, bed, d).publishNextUsage(ctx)
+			if diff := cmp.Diff(tc.want, bed.profile(t, "train")); diff != "" {
+				t.Errorf("status.usage (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
 func TestShortRunIsNotMerged(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	bed := newUsageBed(t)
-	d := bed.driver(t)
-	if res := prepare(t, d, profiledClaim(allocatedClaim("a", []string{"gpu-0"}), "train"))["a"]; res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	sample(t, d, 2)
+	d := bed.sampledClaim(t, "gpu-0", "train", 2)
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
