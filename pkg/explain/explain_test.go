@@ -19,9 +19,6 @@ package explain
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -33,28 +30,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/prismgpu/prism/pkg/explain/explaintest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
-
-func load[T any](t *testing.T, name string) T {
-	t.Helper()
-	var v T
-	data, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return v
-}
 
 // memoryBoundClaim is claim.json rewritten the way the webhook does for a
 // memory-bound profile with a 30Gi peak (hard need: memory >= 39Gi) and
 // the given minimum compute capability ("": none).
 func memoryBoundClaim(t *testing.T, minCC string) *resourceapi.ResourceClaim {
 	_, ctx := ktesting.NewTestContext(t)
-	claim := load[*resourceapi.ResourceClaim](t, "claim.json")
+	claim := explaintest.Load[*resourceapi.ResourceClaim](t, "claim.json")
 	peak := resource.MustParse("30Gi")
 	spec, _, err := rewrite.Rewrite(ctx, &claim.Spec, rewrite.Profile{Name: "train", BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: &peak, MinComputeCapability: minCC})
 	if err != nil {
@@ -65,8 +50,8 @@ func memoryBoundClaim(t *testing.T, minCC string) *resourceapi.ResourceClaim {
 }
 
 func TestExplain(t *testing.T) {
-	slices := load[[]resourceapi.ResourceSlice](t, "slices.json")
-	classes := load[[]resourceapi.DeviceClass](t, "classes.json")
+	slices := explaintest.Load[[]resourceapi.ResourceSlice](t, "slices.json")
+	classes := explaintest.Load[[]resourceapi.DeviceClass](t, "classes.json")
 	type key struct{ node, device string }
 	tests := []struct {
 		name    string
@@ -82,7 +67,7 @@ func TestExplain(t *testing.T) {
 		{
 			name: "plain request",
 			claim: func(t *testing.T) *resourceapi.ResourceClaim {
-				return load[*resourceapi.ResourceClaim](t, "claim.json")
+				return explaintest.Load[*resourceapi.ResourceClaim](t, "claim.json")
 			},
 			classes: classes,
 			want: map[key]string{
@@ -139,14 +124,14 @@ func TestExplain(t *testing.T) {
 		{
 			name: "devices held by other claims",
 			claim: func(t *testing.T) *resourceapi.ResourceClaim {
-				c := load[*resourceapi.ResourceClaim](t, "claim.json")
+				c := explaintest.Load[*resourceapi.ResourceClaim](t, "claim.json")
 				c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 					{Request: "gpu", Driver: "gpu.prism.dev", Pool: "node-a", Device: "gpu-1"},
 				}}}
 				return c
 			},
 			classes: classes,
-			holders: Holders(load[[]resourceapi.ResourceClaim](t, "claims.json")),
+			holders: Holders(explaintest.Load[[]resourceapi.ResourceClaim](t, "claims.json")),
 			want: map[key]string{
 				{"node-a", "gpu-0"}: "matches gpu, but ml/other-gpu holds it",
 				{"node-a", "gpu-1"}: "matches gpu",
@@ -164,7 +149,7 @@ func TestExplain(t *testing.T) {
 		{
 			name: "missing class",
 			claim: func(t *testing.T) *resourceapi.ResourceClaim {
-				return load[*resourceapi.ResourceClaim](t, "claim.json")
+				return explaintest.Load[*resourceapi.ResourceClaim](t, "claim.json")
 			},
 			want: map[key]string{
 				{"node-a", "gpu-0"}: `rejected: device class "gpu.prism.dev" not found`,
@@ -230,25 +215,13 @@ func TestWriteTable(t *testing.T) {
 			if err := WriteTable(&buf, tc.rows, tc.wide); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.want)
-			if os.Getenv("UPDATE_GOLDEN") != "" {
-				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if buf.String() != string(want) {
-				t.Errorf("got\n%s\nwant\n%s", buf.String(), want)
-			}
+			explaintest.Golden(t, tc.want, buf.String())
 		})
 	}
 }
 
 func TestHolders(t *testing.T) {
-	got := Holders(load[[]resourceapi.ResourceClaim](t, "claims.json"))
+	got := Holders(explaintest.Load[[]resourceapi.ResourceClaim](t, "claims.json"))
 	eightGi, fourGi := resource.MustParse("8Gi"), resource.MustParse("4Gi")
 	want := map[DeviceID][]Holder{
 		{"gpu.prism.dev", "node-a", "gpu-1"}: {{Namespace: "ml", Name: "trainer-0-gpu", Request: "gpu", Pods: []string{"trainer-0"}}},

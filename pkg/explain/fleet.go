@@ -203,11 +203,7 @@ func WriteFleet(w io.Writer, gpus []GPU) error {
 			}
 			cols = append(cols, mode)
 		}
-		cols = append(cols, held)
-		for i := range cols {
-			cols[i] = clean(cols[i])
-		}
-		fmt.Fprintln(tw, strings.Join(cols, "\t"))
+		writeRow(tw, append(cols, held))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing GPU table: %w", err)

@@ -68,12 +68,7 @@ func WriteTable(w io.Writer, rows []Row, wide bool) error {
 		if r.Partition != "" {
 			held = partitionHolders(r.HeldBy, r.Partition)
 		}
-		cols = append(cols, alloc, held, v)
-		// Tabs and newlines in attribute values would break the columns.
-		for i := range cols {
-			cols[i] = clean(cols[i])
-		}
-		fmt.Fprintln(tw, strings.Join(cols, "\t"))
+		writeRow(tw, append(cols, alloc, held, v))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
@@ -86,6 +81,15 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// writeRow writes one row of a table. Tabs and newlines in attribute
+// values would break the columns, so they are cleaned out first.
+func writeRow(w io.Writer, cols []string) {
+	for i := range cols {
+		cols[i] = clean(cols[i])
+	}
+	fmt.Fprintln(w, strings.Join(cols, "\t"))
 }
 
 func clean(s string) string {

@@ -236,37 +236,32 @@ func (v *View) publish() {
 	for _, s := range v.slices {
 		newest[s.pool] = max(newest[s.pool], s.generation)
 	}
-	nodeModels := map[string]map[string]int{} // node -> model -> devices
+	var current []sliceSummary
 	for _, s := range v.slices {
-		if s.generation < newest[s.pool] {
-			continue
+		if s.generation == newest[s.pool] {
+			current = append(current, s)
 		}
+	}
+	nodeModels := map[string]map[string]int{} // node -> model -> devices
+	// A pool may put partitions and their GPUs in different slices.
+	gpuByUUID := map[string]map[string]string{} // pool -> uuid -> device
+	for _, s := range current {
 		if nodeModels[s.node] == nil {
 			nodeModels[s.node] = map[string]int{}
 		}
 		for name, m := range s.models {
 			nodeModels[s.node][name] += m.Devices
 		}
-	}
-	models := map[string]rewrite.Model{}
-	partitions := map[partitionKey]rewrite.PartitionModel{}
-	v.deviceModel = map[deviceKey]string{}
-	v.partitionParent = map[deviceKey]deviceKey{}
-	// A pool may put partitions and their GPUs in different slices.
-	gpuByUUID := map[string]map[string]string{} // pool -> uuid -> device
-	for _, s := range v.slices {
-		if s.generation < newest[s.pool] {
-			continue
-		}
 		if gpuByUUID[s.pool] == nil {
 			gpuByUUID[s.pool] = map[string]string{}
 		}
 		maps.Copy(gpuByUUID[s.pool], s.uuids)
 	}
-	for _, s := range v.slices {
-		if s.generation < newest[s.pool] {
-			continue
-		}
+	models := map[string]rewrite.Model{}
+	partitions := map[partitionKey]rewrite.PartitionModel{}
+	v.deviceModel = map[deviceKey]string{}
+	v.partitionParent = map[deviceKey]deviceKey{}
+	for _, s := range current {
 		for name, m := range s.models {
 			if len(nodeModels[s.node]) > 1 {
 				m.MixedDevices = m.Devices

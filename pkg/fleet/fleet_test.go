@@ -36,49 +36,18 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/fleet/fleettest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-type gpu struct {
-	product   string
-	bandwidth int64
-	fp32      int64
-	memory    string
-	cc        string // "": not published
-}
-
 var (
-	h100 = gpu{"NVIDIA H100 80GB HBM3", 3350, 66900, "81559Mi", "9.0.0"}
-	l4   = gpu{"NVIDIA L4", 300, 30300, "23034Mi", "8.9.0"}
+	h100 = fleettest.GPU{Product: "NVIDIA H100 80GB HBM3", BandwidthGBps: 3350, FP32GFLOPS: 66900, Memory: "81559Mi", CC: "9.0.0"}
+	l4   = fleettest.GPU{Product: "NVIDIA L4", BandwidthGBps: 300, FP32GFLOPS: 30300, Memory: "23034Mi", CC: "8.9.0"}
 )
 
-// slice publishes GPUs the way the kubelet plugin does: qualified
-// attribute names, memory as a capacity.
-func slice(uid, driver, pool string, generation int64, gpus ...gpu) *resourceapi.ResourceSlice {
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)},
-		Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: 1}},
-	}
-	for i, g := range gpus {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"gpu.prism.dev/productName":         {StringValue: ptr.To(g.product)},
-				"gpu.prism.dev/memoryBandwidthGBps": {IntValue: ptr.To(g.bandwidth)},
-				"gpu.prism.dev/fp32GFLOPS":          {IntValue: ptr.To(g.fp32)},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {Value: resource.MustParse(g.memory)}},
-		})
-		if g.cc != "" {
-			s.Spec.Devices[i].Attributes["gpu.prism.dev/cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(g.cc)}
-		}
-	}
-	return s
-}
-
-func model(g gpu, devices int) rewrite.Model {
-	q := resource.MustParse(g.memory)
-	return rewrite.Model{Name: g.product, Devices: devices, BandwidthGBps: g.bandwidth, FP32GFLOPS: g.fp32, MemoryBytes: q.Value()}
+func model(g fleettest.GPU, devices int) rewrite.Model {
+	q := resource.MustParse(g.Memory)
+	return rewrite.Model{Name: g.Product, Devices: devices, BandwidthGBps: g.BandwidthGBps, FP32GFLOPS: g.FP32GFLOPS, MemoryBytes: q.Value()}
 }
 
 func mixed(m rewrite.Model, devices int) rewrite.Model {
@@ -131,7 +100,7 @@ func shareable(s *resourceapi.ResourceSlice, first int) *resourceapi.ResourceSli
 
 func TestView(t *testing.T) {
 	capped := h100
-	capped.bandwidth = 3000
+	capped.BandwidthGBps = 3000
 	for _, tc := range []struct {
 		name   string
 		events func(v *View)
@@ -141,48 +110,48 @@ func TestView(t *testing.T) {
 	}{
 		{"nothing published", func(*View) {}, []rewrite.Model{}, map[string][]string{}},
 		{"two nodes, one mixed", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
-			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), true)
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), true)
 		}, []rewrite.Model{mixed(model(h100, 3), 1), mixed(model(l4, 1), 1)},
-			map[string][]string{"node-a": {h100.product}, "node-b": {h100.product, l4.product}}},
+			map[string][]string{"node-a": {h100.Product}, "node-b": {h100.Product, l4.Product}}},
 		{"a node's two slices of one model are not mixed", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
-			v.OnAdd(slice("b", "gpu.prism.dev", "node-a", 1, h100), true)
-		}, []rewrite.Model{model(h100, 2)}, map[string][]string{"node-a": {h100.product}}},
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-a", 1, h100), true)
+		}, []rewrite.Model{model(h100, 2)}, map[string][]string{"node-a": {h100.Product}}},
 		{"two slices of one node with different models make it mixed", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
-			v.OnAdd(slice("b", "gpu.prism.dev", "node-a", 1, l4), true)
-		}, []rewrite.Model{mixed(model(h100, 1), 1), mixed(model(l4, 1), 1)}, map[string][]string{"node-a": {h100.product, l4.product}}},
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-a", 1, l4), true)
+		}, []rewrite.Model{mixed(model(h100, 1), 1), mixed(model(l4, 1), 1)}, map[string][]string{"node-a": {h100.Product, l4.Product}}},
 		{"another driver's slices are not Prism's fleet", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4), true)
-			v.OnAdd(slice("b", "gpu.example.com", "node-a", 1, h100), true)
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, l4), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.example.com", "node-a", 1, h100), true)
 		}, []rewrite.Model{model(l4, 1)}, nil},
 		{"shareable GPUs are counted", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
-			v.OnAdd(shareable(slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), 1), true)
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(shareable(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), 1), true)
 		}, []rewrite.Model{mixed(model(h100, 3), 1), shared(mixed(model(l4, 1), 1), 1)}, nil},
 		{"GPUs that publish their figures as capacities are counted", func(v *View) {
-			v.OnAdd(figuresAsCapacity(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 1), true)
-			v.OnAdd(figuresAsCapacity(slice("b", "gpu.prism.dev", "node-b", 1, l4), 0), true)
+			v.OnAdd(figuresAsCapacity(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 1), true)
+			v.OnAdd(figuresAsCapacity(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, l4), 0), true)
 		}, []rewrite.Model{withFigureCapacity(model(h100, 2), 1), withFigureCapacity(model(l4, 1), 1)}, nil},
 		{"a GPU with a compute capability but no smVersion is not counted", func(v *View) {
-			v.OnAdd(withoutSMVersion(figuresAsCapacity(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 0), 1), true)
+			v.OnAdd(withoutSMVersion(figuresAsCapacity(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 0), 1), true)
 		}, []rewrite.Model{withFigureCapacity(model(h100, 2), 1)}, nil},
 		{"a node leaves", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
-			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4), true)
-			v.OnDelete(cache.DeletedFinalStateUnknown{Key: "b", Obj: slice("b", "gpu.prism.dev", "node-b", 1, l4)})
-		}, []rewrite.Model{model(h100, 1)}, map[string][]string{"node-a": {h100.product}}},
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, l4), true)
+			v.OnDelete(cache.DeletedFinalStateUnknown{Key: "b", Obj: fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, l4)})
+		}, []rewrite.Model{model(h100, 1)}, map[string][]string{"node-a": {h100.Product}}},
 		{"a republished pool counts once, at its newest generation", func(v *View) {
-			v.OnAdd(slice("old", "gpu.prism.dev", "node-a", 1, h100, h100), true)
-			v.OnAdd(slice("new", "gpu.prism.dev", "node-a", 2, h100), true)
+			v.OnAdd(fleettest.Slice("old", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnAdd(fleettest.Slice("new", "gpu.prism.dev", "node-a", 2, h100), true)
 		}, []rewrite.Model{model(h100, 1)}, nil},
 		{"a node's devices change", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
-			v.OnUpdate(nil, slice("a", "gpu.prism.dev", "node-a", 1, l4))
-		}, []rewrite.Model{model(l4, 1)}, map[string][]string{"node-a": {l4.product}}},
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
+			v.OnUpdate(nil, fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, l4))
+		}, []rewrite.Model{model(l4, 1)}, map[string][]string{"node-a": {l4.Product}}},
 		{"a slower board of a model sets the model's figure", func(v *View) {
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, capped), true)
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, capped), true)
 		}, []rewrite.Model{model(capped, 2)}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,7 +171,7 @@ func TestView(t *testing.T) {
 // fleet changes the ladder of the next claim.
 func TestViewFeedsRewrite(t *testing.T) {
 	v := NewView()
-	v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, l4, l4), true)
+	v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, l4, l4), true)
 	spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 	}}}}
@@ -211,7 +180,7 @@ func TestViewFeedsRewrite(t *testing.T) {
 	if err != nil || len(plan.Rewritten) != 0 {
 		t.Fatalf("an L4-only fleet: want the claim unchanged, got %v, %+v", err, plan)
 	}
-	v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, h100), true)
+	v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, h100), true)
 	_, plan, err = rewrite.Rewrite(t.Context(), spec, p, rewrite.WithFleet(v.Fleet()))
 	if err != nil || len(plan.Rewritten) != 1 || plan.Alternatives[0].Name != "bandwidth-top" {
 		t.Fatalf("after an H100 node joined: want a bandwidth-top tier, got %v, %+v", err, plan)
@@ -240,8 +209,8 @@ func exactly(class string, count int64) resourceapi.DeviceRequest {
 
 func TestViewLoad(t *testing.T) {
 	v := NewView()
-	v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100, h100, h100), true)
-	v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, l4, l4), true)
+	v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100, h100, h100), true)
+	v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, l4, l4), true)
 	events := []func(){
 		func() { v.OnAdd(allocated("held", "node-a", "gpu-0", "gpu-1"), true) },
 		// A shared GPU held by two claims is one device less, not two.
@@ -268,7 +237,7 @@ func TestViewLoad(t *testing.T) {
 		e()
 	}
 	want := &rewrite.Load{
-		Free:    map[string]int{h100.product: 2, l4.product: 2},
+		Free:    map[string]int{h100.Product: 2, l4.Product: 2},
 		Pending: []rewrite.Pending{{Devices: 4}, {Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}},
 	}
 	got := v.Load()
@@ -281,7 +250,7 @@ func TestViewLoad(t *testing.T) {
 	v.OnUpdate(nil, allocated("plain-4", "node-a", "gpu-2", "gpu-3"))
 	v.OnDelete(allocated("held", "node-a", "gpu-0", "gpu-1"))
 	v.OnDelete(cache.DeletedFinalStateUnknown{Obj: allocated("shares", "node-a", "gpu-1")})
-	want = &rewrite.Load{Free: map[string]int{h100.product: 2, l4.product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}
+	want = &rewrite.Load{Free: map[string]int{h100.Product: 2, l4.Product: 2}, Pending: []rewrite.Pending{{Devices: 1, BoundType: prismv1alpha1.BoundTypeComputeBound}}}
 	if got := v.Load(); !reflect.DeepEqual(got, want) {
 		t.Errorf("after the allocation\n got %+v\nwant %+v", got, want)
 	}

@@ -28,10 +28,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/fleet/fleettest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-var a100 = gpu{"NVIDIA A100-SXM4-80GB", 1935, 19500, "81920Mi", "8.0.0"}
+var a100 = fleettest.GPU{Product: "NVIDIA A100-SXM4-80GB", BandwidthGBps: 1935, FP32GFLOPS: 19500, Memory: "81920Mi", CC: "8.0.0"}
 
 // unused is a waiting claim for count GPUs that no pod references: made by
 // hand, never reserved.
@@ -161,9 +162,9 @@ func TestLoadAwareLadderFromView(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewView()
-			v.OnAdd(slice("a", "gpu.prism.dev", "node-a", 1, h100, h100, h100, h100), true)
-			v.OnAdd(slice("b", "gpu.prism.dev", "node-b", 1, a100, a100, a100, a100), true)
-			v.OnAdd(slice("c", "gpu.prism.dev", "node-c", 1, l4, l4, l4, l4), true)
+			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100, h100, h100), true)
+			v.OnAdd(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, a100, a100, a100, a100), true)
+			v.OnAdd(fleettest.Slice("c", "gpu.prism.dev", "node-c", 1, l4, l4, l4, l4), true)
 			tc.events(v)
 			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{exactly(rewrite.DeviceClassName, tc.devices)}}}
 			p := rewrite.Profile{Name: "stream", BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyLoadAware}

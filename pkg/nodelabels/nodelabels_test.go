@@ -18,47 +18,28 @@ package nodelabels
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/prismgpu/prism/pkg/fleet"
+	"github.com/prismgpu/prism/pkg/fleet/fleettest"
 )
 
-type gpu struct {
-	product         string
-	bandwidth, fp32 int64
-}
-
 var (
-	h100 = gpu{"NVIDIA H100 80GB HBM3", 3350, 66900}
-	a100 = gpu{"NVIDIA A100-SXM4-40GB", 1555, 19500}
-	l4   = gpu{"NVIDIA L4", 300, 30300}
+	h100 = fleettest.GPU{Product: "NVIDIA H100 80GB HBM3", BandwidthGBps: 3350, FP32GFLOPS: 66900}
+	a100 = fleettest.GPU{Product: "NVIDIA A100-SXM4-40GB", BandwidthGBps: 1555, FP32GFLOPS: 19500}
+	l4   = fleettest.GPU{Product: "NVIDIA L4", BandwidthGBps: 300, FP32GFLOPS: 30300}
 )
 
 // slice is what the kubelet plugin on node publishes.
-func slice(uid, node string, generation int64, gpus ...gpu) *resourceapi.ResourceSlice {
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)},
-		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.prism.dev", NodeName: ptr.To(node),
-			Pool: resourceapi.ResourcePool{Name: node, Generation: generation, ResourceSliceCount: 1}},
-	}
-	for i, g := range gpus {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"gpu.prism.dev/productName":         {StringValue: ptr.To(g.product)},
-				"gpu.prism.dev/memoryBandwidthGBps": {IntValue: ptr.To(g.bandwidth)},
-				"gpu.prism.dev/fp32GFLOPS":          {IntValue: ptr.To(g.fp32)},
-			},
-		})
-	}
+func slice(uid, node string, generation int64, gpus ...fleettest.GPU) *resourceapi.ResourceSlice {
+	s := fleettest.Slice(uid, "gpu.prism.dev", node, generation, gpus...)
+	s.Spec.NodeName = ptr.To(node)
 	return s
 }
 

@@ -60,11 +60,7 @@ const (
 
 // ParseForm reads a form as flags and people spell it.
 func ParseForm(s string) (Form, error) {
-	switch f := Form(s); f {
-	case FormCEL, FormCapacity:
-		return f, nil
-	}
-	return "", fmt.Errorf("unknown form %q: must be %q or %q", s, FormCEL, FormCapacity)
+	return parseEither("form", s, FormCEL, FormCapacity)
 }
 
 // String, Set and Type make a Form a flag value, so that a flag's form

@@ -110,19 +110,15 @@ type Untouched struct {
 // bytes. Lists are cut from the end, and Truncated set, when a claim has so
 // many requests that the full plan would not fit.
 func (p *Plan) Annotation() (string, error) {
+	// Cutting a list reslices it; only the steps' plans, shared through
+	// pointers, need copies.
 	c := *p
-	c.Rewritten = append([]string(nil), p.Rewritten...)
-	c.Untouched = append([]Untouched(nil), p.Untouched...)
 	if p.Share != nil {
 		share := *p.Share
-		share.Requests = append([]string(nil), p.Share.Requests...)
-		share.Whole = append([]Untouched(nil), p.Share.Whole...)
 		c.Share = &share
 	}
 	if p.Partition != nil {
 		part := *p.Partition
-		part.Requests = append([]string(nil), p.Partition.Requests...)
-		part.Whole = append([]Untouched(nil), p.Partition.Whole...)
 		c.Partition = &part
 	}
 	for {
@@ -139,22 +135,26 @@ func (p *Plan) Annotation() (string, error) {
 		}
 		c.Truncated = true
 		switch {
-		case len(c.Untouched) > 0:
-			c.Untouched = c.Untouched[:len(c.Untouched)-1]
-		case c.Share != nil && len(c.Share.Whole) > 0:
-			c.Share.Whole = c.Share.Whole[:len(c.Share.Whole)-1]
-		case c.Partition != nil && len(c.Partition.Whole) > 0:
-			c.Partition.Whole = c.Partition.Whole[:len(c.Partition.Whole)-1]
-		case len(c.Rewritten) > 0:
-			c.Rewritten = c.Rewritten[:len(c.Rewritten)-1]
-		case c.Share != nil && len(c.Share.Requests) > 0:
-			c.Share.Requests = c.Share.Requests[:len(c.Share.Requests)-1]
-		case c.Partition != nil && len(c.Partition.Requests) > 0:
-			c.Partition.Requests = c.Partition.Requests[:len(c.Partition.Requests)-1]
+		case dropLast(&c.Untouched):
+		case c.Share != nil && dropLast(&c.Share.Whole):
+		case c.Partition != nil && dropLast(&c.Partition.Whole):
+		case dropLast(&c.Rewritten):
+		case c.Share != nil && dropLast(&c.Share.Requests):
+		case c.Partition != nil && dropLast(&c.Partition.Requests):
 		default:
 			return "", fmt.Errorf("rewrite plan is %d bytes without request lists, limit %d", len(data), MaxAnnotationSize)
 		}
 	}
+}
+
+// dropLast cuts the last element off a non-empty list and tells whether
+// it did.
+func dropLast[T any](list *[]T) bool {
+	if len(*list) == 0 {
+		return false
+	}
+	*list = (*list)[:len(*list)-1]
+	return true
 }
 
 // truncateName keeps a profile name printable and bounded; it only ever

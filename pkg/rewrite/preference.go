@@ -46,11 +46,16 @@ const (
 
 // ParsePreference checks a preference mode name.
 func ParsePreference(s string) (PreferenceMode, error) {
-	switch m := PreferenceMode(s); m {
-	case PreferLadder, PreferAffinity:
-		return m, nil
+	return parseEither("preference", s, PreferLadder, PreferAffinity)
+}
+
+// parseEither reads s as a or b, the two values of a named string type;
+// what names the type in the error.
+func parseEither[T ~string](what, s string, a, b T) (T, error) {
+	if v := T(s); v == a || v == b {
+		return v, nil
 	}
-	return "", fmt.Errorf("unknown preference %q: must be %q or %q", s, PreferLadder, PreferAffinity)
+	return "", fmt.Errorf("unknown %s %q: must be %q or %q", what, s, a, b)
 }
 
 // WithPreference asks for the preference to be expressed in mode. With

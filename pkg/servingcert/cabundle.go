@@ -131,26 +131,12 @@ func (i *CABundleInjector) Sync(ctx context.Context) error {
 
 	var errs []error
 	if i.MutatingName != "" {
-		api := i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-		errs = append(errs, updateBundles(ctx, "MutatingWebhookConfiguration", i.MutatingName, api.Get, api.Update,
-			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-				for j := range c.Webhooks {
-					out[j] = &c.Webhooks[j].ClientConfig
-				}
-				return out
-			}, merge))
+		errs = append(errs, updateBundles(ctx, "MutatingWebhookConfiguration", i.MutatingName,
+			i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutatingClientConfigs, merge))
 	}
 	if i.ValidatingName != "" {
-		api := i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-		errs = append(errs, updateBundles(ctx, "ValidatingWebhookConfiguration", i.ValidatingName, api.Get, api.Update,
-			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
-				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-				for j := range c.Webhooks {
-					out[j] = &c.Webhooks[j].ClientConfig
-				}
-				return out
-			}, merge))
+		errs = append(errs, updateBundles(ctx, "ValidatingWebhookConfiguration", i.ValidatingName,
+			i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validatingClientConfigs, merge))
 	}
 	return errors.Join(errs...)
 }
@@ -250,15 +236,40 @@ func parseCerts(data []byte) ([]*x509.Certificate, error) {
 	return out, errors.Join(errs...)
 }
 
+// configClient is the client of one kind of webhook configuration.
+type configClient[C any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (C, error)
+	Update(ctx context.Context, cfg C, opts metav1.UpdateOptions) (C, error)
+}
+
+func mutatingClientConfigs(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+	return clientConfigsOf(c.Webhooks, func(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+		return &w.ClientConfig
+	})
+}
+
+func validatingClientConfigs(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+	return clientConfigsOf(c.Webhooks, func(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+		return &w.ClientConfig
+	})
+}
+
+// clientConfigsOf points at the client config of each webhook.
+func clientConfigsOf[W any](webhooks []W, clientConfig func(*W) *admissionregistrationv1.WebhookClientConfig) []*admissionregistrationv1.WebhookClientConfig {
+	out := make([]*admissionregistrationv1.WebhookClientConfig, len(webhooks))
+	for j := range webhooks {
+		out[j] = clientConfig(&webhooks[j])
+	}
+	return out
+}
+
 // updateBundles merges our CA into every webhook of one configuration, the
 // mutating and the validating kind alike, retrying on conflicts.
-func updateBundles[C any](ctx context.Context, kind, name string,
-	get func(context.Context, string, metav1.GetOptions) (C, error),
-	update func(context.Context, C, metav1.UpdateOptions) (C, error),
+func updateBundles[C any](ctx context.Context, kind, name string, api configClient[C],
 	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
 	merge func([]byte) []byte) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cfg, err := get(ctx, name, metav1.GetOptions{})
+		cfg, err := api.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("getting %s %s: %w", kind, name, err)
 		}
@@ -269,7 +280,7 @@ func updateBundles[C any](ctx context.Context, kind, name string,
 		if !changed {
 			return nil
 		}
-		if _, err := update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+		if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("updating %s %s: %w", kind, name, err)
 		}
 		klog.FromContext(ctx).Info("Updated caBundle", "kind", kind, "name", name)

@@ -19,16 +19,10 @@ package servingcert
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +37,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/servingcert/certtest"
 )
 
 // The webhook configurations the tests keep a caBundle in.
@@ -316,33 +312,6 @@ func replicaCA(t *testing.T, replica string) *x509.Certificate {
 	return s.currentCA()
 }
 
-func foreignCA(t *testing.T) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "someone else's CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func pemBundle(certs ...*x509.Certificate) []byte {
-	var buf bytes.Buffer
-	for _, c := range certs {
-		_ = pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-	}
-	return buf.Bytes()
-}
-
 // The bundle trusts the CAs of replicas that exist, and forgets those of
 // replicas that are gone once orphanGrace has passed.
 func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
@@ -351,8 +320,8 @@ func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
 	earlierContainer := replicaCA(t, "ctl-a") // same pod, before a restart
 	peer := replicaCA(t, "ctl-b")
 	gone := replicaCA(t, "ctl-c")
-	untagged := replicaCA(t, "") // made by a controller before CAs named their replica
-	foreign := foreignCA(t)      // left alone: not ours to judge
+	untagged := replicaCA(t, "")                           // made by a controller before CAs named their replica
+	foreign := certtest.NewCA(t, "someone else's CA").Cert // left alone: not ours to judge
 
 	tests := []struct {
 		name     string
@@ -383,12 +352,12 @@ func TestCABundleInjectorPrunesGoneReplicas(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset(webhookConfigs()...)
 			v, _ := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, testValidatingName, metav1.GetOptions{})
-			v.Webhooks[0].ClientConfig.CABundle = pemBundle(earlierContainer, peer, gone, untagged, foreign)
+			v.Webhooks[0].ClientConfig.CABundle = certtest.PEM(earlierContainer, peer, gone, untagged, foreign)
 			if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			now := time.Now()
-			inj := &CABundleInjector{Client: cs, ValidatingName: testValidatingName, Bundle: func() []byte { return pemBundle(ours) },
+			inj := &CABundleInjector{Client: cs, ValidatingName: testValidatingName, Bundle: func() []byte { return certtest.PEM(ours) },
 				Replica: "ctl-a", Replicas: tc.replicas, now: func() time.Time { return now }}
 			for _, step := range []struct {
 				name string

@@ -38,10 +38,7 @@ type Metrics struct {
 // leaves them unregistered, which is what tests and benchmarks want.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_validation_denied_total",
-			Help: "Objects rejected by the validating webhook, by kind.",
-		}, []string{"kind"}),
+		denied: CounterVec("prism_webhook_validation_denied_total", "Objects rejected by the validating webhook, by kind.", "kind"),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -51,24 +48,28 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"webhook"}),
 	}
-	if err := Register(reg, m.denied, m.duration); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return Registered(reg, m, m.denied, m.duration)
 }
 
-// Register registers the collectors of a webhook's metrics with reg; a nil
-// reg registers nothing.
-func Register(reg prometheus.Registerer, collectors ...prometheus.Collector) error {
+// CounterVec is a webhook counter partitioned by labels.
+func CounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// Registered registers collectors, those of a webhook's metrics m, with
+// reg and returns m; a nil reg registers nothing. A webhook's NewMetrics
+// returns what it returns, so that metrics that failed to register are not
+// used.
+func Registered[M any](reg prometheus.Registerer, m *M, collectors ...prometheus.Collector) (*M, error) {
 	if reg == nil {
-		return nil
+		return m, nil
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("registering webhook metrics: %w", err)
+			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}
 	}
-	return nil
+	return m, nil
 }
 
 // Denied counts an object a validating webhook rejected; kind is the label

@@ -18,16 +18,10 @@ package webhook
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +35,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/servingcert"
+	"github.com/prismgpu/prism/pkg/servingcert/certtest"
 )
 
 // A review in flight at SIGTERM is answered, not cut off: its context
@@ -49,7 +44,6 @@ func TestServeDrainsInFlightReviews(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := serverCerts(t)
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -61,16 +55,8 @@ func TestServeDrainsInFlightReviews(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("answered"))
 	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, l, ServerTLS(certs.GetCertificate, nil), handler) }()
-
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certs.CABundle())
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	srv := start(ctx, t, nil, handler, serverTimeouts)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: srv.roots, MinVersion: tls.VersionTLS12}}}
 	type result struct {
 		status int
 		body   string
@@ -78,7 +64,7 @@ func TestServeDrainsInFlightReviews(t *testing.T) {
 	}
 	answered := make(chan result, 1)
 	go func() {
-		resp, err := client.Post("https://"+l.Addr().String()+ValidatePath, "application/json", nil)
+		resp, err := client.Post("https://"+srv.addr+ValidatePath, "application/json", nil)
 		if err != nil {
 			answered <- result{err: err}
 			return
@@ -94,9 +80,7 @@ func TestServeDrainsInFlightReviews(t *testing.T) {
 	if r := <-answered; r.err != nil || r.status != http.StatusOK || r.body != "answered" {
 		t.Errorf("in-flight review got status %d, body %q, error %v; want it answered", r.status, r.body, r.err)
 	}
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
+	srv.wait(t)
 }
 
 // A client that sends its headers and then trickles the body, a byte at a
@@ -106,7 +90,6 @@ func TestServeCutsOffATrickledBody(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := serverCerts(t)
 
 	// The body would take 5 s to arrive, ten times the read timeout: a
 	// server that reads it to the end has no read timeout at all.
@@ -121,16 +104,8 @@ func TestServeCutsOffATrickledBody(t *testing.T) {
 		n, err := io.Copy(io.Discard, r.Body)
 		reads <- read{n, err}
 	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- serve(ctx, l, ServerTLS(certs.GetCertificate, nil), handler, short) }()
-
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certs.CABundle())
-	conn, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	srv := start(ctx, t, nil, handler, short)
+	conn, err := tls.Dial("tcp", srv.addr, &tls.Config{RootCAs: srv.roots, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,52 +132,7 @@ func TestServeCutsOffATrickledBody(t *testing.T) {
 		t.Errorf("the client sent the whole body over %v; want the connection closed after %v", bodySize*interval, short.read)
 	}
 	cancel()
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
-}
-
-// testCA is a CA for client certificates.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
-func newTestCA(t *testing.T, name string) testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testCA{cert: cert, key: key}
-}
-
-// client issues a client certificate, as an API server's admission
-// configuration would present.
-func (ca testCA) client(t *testing.T, name string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	srv.wait(t)
 }
 
 // writeFile replaces path the way the kubelet updates a mounted
@@ -233,11 +163,10 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	certs := serverCerts(t)
-	apiServerCA, otherCA := newTestCA(t, "API server client CA"), newTestCA(t, "another CA")
-	apiServer, other := apiServerCA.client(t, "kube-apiserver"), otherCA.client(t, "someone")
+	apiServerCA, otherCA := certtest.NewCA(t, "API server client CA"), certtest.NewCA(t, "another CA")
+	apiServer, other := apiServerCA.Client(t, "kube-apiserver"), otherCA.Client(t, "someone")
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	writeFile(t, caFile, apiServerCA.pem())
+	writeFile(t, caFile, apiServerCA.PEM())
 	clientCAs, err := LoadClientCAs(ctx, caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -249,25 +178,17 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = w.Write([]byte("served"))
 	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, l, ServerTLS(certs.GetCertificate, clientCAs), handler) }()
-
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(certs.CABundle())
+	srv := start(ctx, t, clientCAs, handler, serverTimeouts)
 	// post sends the forged review on a new connection, with the client
 	// certificate if one is given, and says what came back.
 	post := func(cert *tls.Certificate, tlsVersion uint16) string {
-		cfg := &tls.Config{RootCAs: roots, MinVersion: tlsVersion, MaxVersion: tlsVersion}
+		cfg := &tls.Config{RootCAs: srv.roots, MinVersion: tlsVersion, MaxVersion: tlsVersion}
 		if cert != nil {
 			// Presented whatever CAs the server names, as a forger would.
 			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 		}
 		client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
-		resp, err := client.Post("https://"+l.Addr().String()+RewritePath, "application/json", strings.NewReader(forgedReview))
+		resp, err := client.Post("https://"+srv.addr+RewritePath, "application/json", strings.NewReader(forgedReview))
 		if err != nil {
 			return "refused"
 		}
@@ -305,7 +226,7 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 		refused("another CA's", "TLS 1.2"), refused("another CA's", "TLS 1.3"),
 	})
 
-	writeFile(t, caFile, otherCA.pem())
+	writeFile(t, caFile, otherCA.PEM())
 	check("the file replaced by another CA", []result{
 		refused("no certificate", "TLS 1.2"), refused("no certificate", "TLS 1.3"),
 		refused("the API server's", "TLS 1.2"), refused("the API server's", "TLS 1.3"),
@@ -321,9 +242,7 @@ func TestServeRequiresAClientCertificateOfTheClientCAs(t *testing.T) {
 	})
 
 	cancel()
-	if err := <-served; err != nil {
-		t.Errorf("Serve: %v", err)
-	}
+	srv.wait(t)
 }
 
 // Without client CAs, any client is served: the default, for clusters
@@ -348,18 +267,35 @@ func TestLoadClientCAsRefusesAFileWithoutCertificates(t *testing.T) {
 	}
 }
 
-// serverCerts is a serving certificate for 127.0.0.1.
-func serverCerts(t *testing.T) *servingcert.SelfSigned {
+// testServer is serve on a loopback port, with a serving certificate for
+// 127.0.0.1.
+type testServer struct {
+	addr  string
+	roots *x509.CertPool // trusts the serving certificate
+	done  chan error
+}
+
+// start serves handler until ctx is done.
+func start(ctx context.Context, t *testing.T, clientCAs *ClientCAs, handler http.Handler, to timeouts) testServer {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
 	certs, err := servingcert.NewSelfSigned(ctx, servingcert.Options{ServiceName: "prism-controller", Namespace: "prism", ExtraSANs: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return certs
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testServer{addr: l.Addr().String(), roots: x509.NewCertPool(), done: make(chan error, 1)}
+	srv.roots.AppendCertsFromPEM(certs.CABundle())
+	go func() { srv.done <- serve(ctx, l, ServerTLS(certs.GetCertificate, clientCAs), handler, to) }()
+	return srv
 }
 
-// pem is the CA's certificate as a client-CA file holds it.
-func (c testCA) pem() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.cert.Raw})
+// wait waits for serve to return, once ctx is done.
+func (srv testServer) wait(t *testing.T) {
+	t.Helper()
+	if err := <-srv.done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
 }

@@ -77,23 +77,29 @@ func TestCRDShape(t *testing.T) {
 	}
 	// The API has no floats: every number in the schema is an integer
 	// or a quantity (int-or-string).
-	var walk func(path string, p apiextensionsv1.JSONSchemaProps)
-	walk = func(path string, p apiextensionsv1.JSONSchemaProps) {
+	eachProperty("", *v.Schema.OpenAPIV3Schema, func(path string, p apiextensionsv1.JSONSchemaProps) {
 		if p.Type == "number" {
 			t.Errorf("%s is a float", path)
 		}
-		for name, c := range p.Properties {
-			walk(path+"."+name, c)
-		}
-		if p.Items != nil && p.Items.Schema != nil {
-			walk(path+"[]", *p.Items.Schema)
-		}
-	}
-	walk("", *v.Schema.OpenAPIV3Schema)
+	})
 }
 
-func TestCRDValidation(t *testing.T) {
-	crd := loadCRD(t)
+// eachProperty calls visit on p and every property below it, with its
+// path: ".spec.minMemory", "[]" for the items of an array.
+func eachProperty(path string, p apiextensionsv1.JSONSchemaProps, visit func(path string, p apiextensionsv1.JSONSchemaProps)) {
+	visit(path, p)
+	for name, c := range p.Properties {
+		eachProperty(path+"."+name, c, visit)
+	}
+	if p.Items != nil && p.Items.Schema != nil {
+		eachProperty(path+"[]", *p.Items.Schema, visit)
+	}
+}
+
+// schemaValidator validates objects against the CRD's schema the way the
+// API server does.
+func schemaValidator(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) validation.SchemaValidator {
+	t.Helper()
 	internal := &apiextensions.JSONSchemaProps{}
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
 		t.Fatal(err)
@@ -102,6 +108,11 @@ func TestCRDValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return validator
+}
+
+func TestCRDValidation(t *testing.T) {
+	validator := schemaValidator(t, loadCRD(t))
 	i32 := func(v int32) *int32 { return &v }
 	valid := func() *v1alpha1.WorkloadProfile {
 		min := resource.MustParse("40Gi")
@@ -189,36 +200,21 @@ func TestCRDStructural(t *testing.T) {
 func TestCRDQuantityPattern(t *testing.T) {
 	crd := loadCRD(t)
 	var quantities []string
-	var walk func(path string, p apiextensionsv1.JSONSchemaProps)
-	walk = func(path string, p apiextensionsv1.JSONSchemaProps) {
+	eachProperty("", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema, func(path string, p apiextensionsv1.JSONSchemaProps) {
 		if p.XIntOrString {
 			quantities = append(quantities, path)
 			if !slices.ContainsFunc(p.AllOf, func(a apiextensionsv1.JSONSchemaProps) bool { return a.Pattern == v1alpha1.QuantityPattern }) {
 				t.Errorf("%s lacks QuantityPattern: pattern %q, allOf %+v", path, p.Pattern, p.AllOf)
 			}
 		}
-		for name, c := range p.Properties {
-			walk(path+"."+name, c)
-		}
-		if p.Items != nil && p.Items.Schema != nil {
-			walk(path+"[]", *p.Items.Schema)
-		}
-	}
-	walk("", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema)
+	})
 	slices.Sort(quantities)
 	want := []string{".spec.minMemory", ".status.arithmeticIntensity", ".status.dramBytes", ".status.flops", ".status.peakMemory", ".status.usage.peakMemory", ".status.usage.share.memory", ".status.wavesPerSM"}
 	if diff := cmp.Diff(want, quantities); diff != "" {
 		t.Errorf("quantity fields (-want +got):\n%s", diff)
 	}
 
-	internal := &apiextensions.JSONSchemaProps{}
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
-		t.Fatal(err)
-	}
-	validator, _, err := validation.NewSchemaValidator(internal)
-	if err != nil {
-		t.Fatal(err)
-	}
+	validator := schemaValidator(t, crd)
 	for _, path := range want {
 		for value, ok := range map[string]bool{
 			"40Gi": true, "1500m": true, "0.5": true, "1e18": true, "9223372036854775807": true, "-1": true,

@@ -17,7 +17,8 @@ limitations under the License.
 // Package explaintest builds the fixtures of a MIG node for the tests of
 // pkg/explain and the prismctl commands that print it, from the plugin's
 // own code and the simulator's NVML answers, so that what they read is
-// what the plugin publishes.
+// what the plugin publishes. It also loads their testdata, runs the
+// commands and compares what they print with golden files.
 package explaintest
 
 import (

@@ -42,29 +42,12 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// clientFunc returns a clientset and the kubeconfig's namespace.
-type clientFunc func() (kubernetes.Interface, string, error)
-
 // NewCommand returns the `explain` command with its `claim` subcommand.
 func NewCommand() *cobra.Command {
-	var conn kubeconfig.Flags
-	newClient := func() (kubernetes.Interface, string, error) {
-		cfg, ns, err := conn.Load()
-		if err != nil {
-			return nil, "", err
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, "", fmt.Errorf("creating API client: %w", err)
-		}
-		return cs, ns, nil
-	}
-	cmd := newCommand(newClient)
-	conn.AddTo(cmd.PersistentFlags())
-	return cmd
+	return kubeconfig.Command(kubeconfig.Clientset, newCommand)
 }
 
-func newCommand(newClient clientFunc) *cobra.Command {
+func newCommand(newClient kubeconfig.ClientFunc[kubernetes.Interface]) *cobra.Command {
 	var namespace, output string
 	var wide bool
 	claim := &cobra.Command{

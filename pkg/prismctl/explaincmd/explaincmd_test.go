@@ -17,15 +17,10 @@ limitations under the License.
 package explaincmd
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,7 +72,6 @@ func TestExplainClaim(t *testing.T) {
 		objects []runtime.Object
 		claim   string
 		want    []string
-		wantErr string
 	}{
 		{name: "allocated claim", objects: []runtime.Object{claim, slice, class}, claim: "c",
 			want: []string{"Claim:    ml/c", "Rewrite:  none, this run is profiled instead", "n1    gpu-0   NVIDIA L4  -      * gpu      -        matches gpu"}},
@@ -89,112 +83,45 @@ func TestExplainClaim(t *testing.T) {
 				"Note:     prism.dev/profile=train on ResourceClaimTemplate trainer-gpu's own metadata is ignored",
 			}},
 		{name: "no devices", objects: []runtime.Object{claim, class}, claim: "c", want: []string{"No devices published by gpu.prism.dev."}},
-		{name: "missing claim", objects: []runtime.Object{slice}, claim: "c", wantErr: "getting ResourceClaim ml/c"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(tc.objects...)
-			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SilenceUsage = true
-			cmd.SetArgs([]string{"claim", tc.claim})
-			err := cmd.Execute()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
+			out, err := execute(tc.objects, "claim", tc.claim)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(out.String(), w) {
-					t.Errorf("output does not contain %q:\n%s", w, out.String())
+				if !strings.Contains(out, w) {
+					t.Errorf("output does not contain %q:\n%s", w, out)
 				}
 			}
 		})
 	}
 }
 
-func load[T any](t *testing.T, name string) T {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v T
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return v
+// execute runs prismctl explain with args on a cluster of objects, in
+// namespace ml.
+func execute(objects []runtime.Object, args ...string) (string, error) {
+	cs := fake.NewClientset(objects...)
+	return explaintest.Execute(newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil }), args...)
 }
 
 // TestExplainGolden pins the whole output for a rewritten claim: the plan
 // in words only (its JSON is for -o json), and a GPU another claim holds
-// whole through the default share of a shareable GPU; and for a claim whose
+// whole through the default share of a shareable GPU; for a claim whose
 // first choice was a share sized from its profile's usage, allocated next
-// to another share. UPDATE_GOLDEN=1 rewrites the files.
+// to another share; and on a node with an A100 in MIG mode whose two
+// 3g.20gb partitions ml/job-a and ml/job-b hold, beside an A100 not in MIG
+// mode: for job-a, the partition it was allocated; for job-c, asking for a
+// 2g.10gb or else a whole GPU, why each partition and the MIG GPU are out
+// of reach. UPDATE_GOLDEN=1 rewrites the files.
 func TestExplainGolden(t *testing.T) {
-	objects := []runtime.Object{load[*resourceapi.ResourceClaim](t, "claim.json")}
-	for _, s := range load[[]resourceapi.ResourceSlice](t, "slices.json") {
-		objects = append(objects, &s)
-	}
-	for _, c := range load[[]resourceapi.DeviceClass](t, "classes.json") {
-		objects = append(objects, &c)
-	}
-	for _, c := range load[[]resourceapi.ResourceClaim](t, "claims.json") {
-		objects = append(objects, &c)
-	}
-	for _, tc := range []struct {
-		name   string
-		args   []string
-		extra  string // a claim file added to the cluster
-		golden string
-	}{
-		{name: "text", args: []string{"trainer-0-gpu"}, golden: "explain.txt"},
-		{name: "json", args: []string{"trainer-0-gpu", "-o", "json"}, golden: "explain.json"},
-		{name: "share", args: []string{"tagger-0-gpu"}, extra: "claim-shared.json", golden: "explain-shared.txt"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			objects := objects
-			if tc.extra != "" {
-				objects = append(slices.Clone(objects), load[*resourceapi.ResourceClaim](t, tc.extra))
-			}
-			cs := fake.NewClientset(objects...)
-			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetArgs(append([]string{"claim"}, tc.args...))
-			if err := cmd.Execute(); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", tc.golden)
-			if os.Getenv("UPDATE_GOLDEN") != "" {
-				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(string(want), out.String()); diff != "" {
-				t.Errorf("explain claim output (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// TestExplainMIGGolden pins the output on a node with an A100 in MIG mode
-// whose two 3g.20gb partitions ml/job-a and ml/job-b hold, beside an A100
-// not in MIG mode: for job-a, the partition it was allocated; for job-c,
-// asking for a 2g.10gb or else a whole GPU, why each partition and the
-// MIG GPU are out of reach. UPDATE_GOLDEN=1 rewrites the files.
-func TestExplainMIGGolden(t *testing.T) {
+	classes := explaintest.Objects(explaintest.Load[[]resourceapi.DeviceClass](t, "classes.json"))
+	fleet := slices.Concat([]runtime.Object{explaintest.Load[*resourceapi.ResourceClaim](t, "claim.json")},
+		explaintest.Objects(explaintest.Load[[]resourceapi.ResourceSlice](t, "slices.json")),
+		classes,
+		explaintest.Objects(explaintest.Load[[]resourceapi.ResourceClaim](t, "claims.json")))
+	shared := append(slices.Clone(fleet), explaintest.Load[*resourceapi.ResourceClaim](t, "claim-shared.json"))
 	jobC := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "job-c", Namespace: "ml"},
 		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
@@ -206,50 +133,31 @@ func TestExplainMIGGolden(t *testing.T) {
 			},
 		}}}},
 	}
-	objects := []runtime.Object{jobC}
-	for _, s := range explaintest.MIGSlices(t) {
-		objects = append(objects, &s)
-	}
-	for _, c := range explaintest.MIGClaims() {
-		objects = append(objects, &c)
-	}
-	for _, c := range load[[]resourceapi.DeviceClass](t, "classes.json") {
-		objects = append(objects, &c)
-	}
+	mig := slices.Concat([]runtime.Object{jobC}, explaintest.MIGObjects(t), classes)
 	for _, tc := range []struct {
-		claim, golden string
+		name    string
+		objects []runtime.Object
+		args    []string
+		golden  string
 	}{
-		{claim: "job-a", golden: "explain-mig-allocated.txt"},
-		{claim: "job-c", golden: "explain-mig-blocked.txt"},
+		{name: "text", objects: fleet, args: []string{"trainer-0-gpu"}, golden: "explain.txt"},
+		{name: "json", objects: fleet, args: []string{"trainer-0-gpu", "-o", "json"}, golden: "explain.json"},
+		{name: "share", objects: shared, args: []string{"tagger-0-gpu"}, golden: "explain-shared.txt"},
+		{name: "MIG partition allocated", objects: mig, args: []string{"job-a", "--wide"}, golden: "explain-mig-allocated.txt"},
+		{name: "MIG partitions out of reach", objects: mig, args: []string{"job-c", "--wide"}, golden: "explain-mig-blocked.txt"},
 	} {
-		t.Run(tc.claim, func(t *testing.T) {
-			cs := fake.NewClientset(objects...)
-			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetArgs([]string{"claim", tc.claim, "--wide"})
-			if err := cmd.Execute(); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", tc.golden)
-			if os.Getenv("UPDATE_GOLDEN") != "" {
-				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := execute(tc.objects, append([]string{"claim"}, tc.args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(string(want), out.String()); diff != "" {
-				t.Errorf("explain claim output (-want +got):\n%s", diff)
-			}
+			explaintest.Golden(t, tc.golden, out)
 		})
 	}
 }
 
-func TestExplainOutputFlag(t *testing.T) {
+// A failing explain writes nothing but the error.
+func TestExplainErrors(t *testing.T) {
 	unannotated := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ml"}}
 	broken := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: "ml", Annotations: map[string]string{"prism.dev/rewrite": "{"}}}
 	for _, tc := range []struct {
@@ -257,35 +165,21 @@ func TestExplainOutputFlag(t *testing.T) {
 		args    []string
 		wantErr string
 	}{
+		{name: "missing claim", args: []string{"claim", "c"}, wantErr: "getting ResourceClaim ml/c"},
+		// It used to print the help and exit 0.
+		{name: "unknown subcommand", args: []string{"foo"}, wantErr: `unknown command "foo"`},
 		{name: "unknown format", args: []string{"claim", "plain", "-o", "yaml"}, wantErr: `--output must be text or json, not "yaml"`},
 		{name: "json of a claim without a plan", args: []string{"claim", "plain", "-o", "json"}, wantErr: "ResourceClaim ml/plain has no prism.dev/rewrite annotation"},
 		{name: "json of an annotation that is not JSON", args: []string{"claim", "broken", "-o", "json"}, wantErr: "prism.dev/rewrite annotation of ResourceClaim ml/broken is not JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs := fake.NewClientset(unannotated, broken)
-			cmd := newCommand(func() (kubernetes.Interface, string, error) { return cs, "ml", nil })
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SilenceUsage = true
-			cmd.SetArgs(tc.args)
-			if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			out, err := execute([]runtime.Object{unannotated, broken}, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
 			}
-			if out.Len() != 0 {
-				t.Errorf("wrote %q before failing", out.String())
+			if out != "" {
+				t.Errorf("wrote %q before failing", out)
 			}
 		})
-	}
-}
-
-// `prismctl explain foo` used to print the help and exit 0.
-func TestExplainRejectsUnknownSubcommand(t *testing.T) {
-	cmd := newCommand(func() (kubernetes.Interface, string, error) { return fake.NewClientset(), "ml", nil })
-	cmd.SetOut(&bytes.Buffer{})
-	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetArgs([]string{"foo"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), `unknown command "foo"`) {
-		t.Errorf("error %v, want unknown command", err)
 	}
 }

@@ -36,23 +36,11 @@ import (
 
 // NewCommand returns the `get` command with its `gpus` subcommand.
 func NewCommand() *cobra.Command {
-	var conn kubeconfig.Flags
-	cmd := newCommand(func() (kubernetes.Interface, error) {
-		cfg, _, err := conn.Load()
-		if err != nil {
-			return nil, err
-		}
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("creating API client: %w", err)
-		}
-		return cs, nil
-	})
-	conn.AddTo(cmd.PersistentFlags())
-	return cmd
+	return kubeconfig.Command(kubeconfig.Clientset, newCommand)
 }
 
-func newCommand(newClient func() (kubernetes.Interface, error)) *cobra.Command {
+// newCommand ignores the namespace newClient returns: GPUs are cluster-wide.
+func newCommand(newClient kubeconfig.ClientFunc[kubernetes.Interface]) *cobra.Command {
 	gpus := &cobra.Command{
 		Use:   "gpus",
 		Short: "List every GPU with its node, model, speed, memory, health taint and holders",
@@ -68,7 +56,7 @@ Built from ResourceSlices and ResourceClaims alone; it needs list access to
 both, cluster-wide.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cs, err := newClient()
+			cs, _, err := newClient()
 			if err != nil {
 				return err
 			}

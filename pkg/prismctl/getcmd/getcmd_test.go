@@ -17,13 +17,8 @@ limitations under the License.
 package getcmd
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -31,19 +26,6 @@ import (
 
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
 )
-
-func load[T any](t *testing.T, name string) []T {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []T
-	if err := json.Unmarshal(data, &out); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
-}
 
 // The fake client does not filter by field selector, so the fixtures hold
 // only slices of the Prism driver. The fleet has a GPU held whole on a
@@ -53,20 +35,8 @@ func load[T any](t *testing.T, name string) []T {
 // one row with its partitions summed up, beside an A100 not in MIG mode.
 // UPDATE_GOLDEN=1 rewrites the golden files.
 func TestGetGPUs(t *testing.T) {
-	var objects []runtime.Object
-	for _, s := range load[resourceapi.ResourceSlice](t, "slices.json") {
-		objects = append(objects, &s)
-	}
-	for _, c := range load[resourceapi.ResourceClaim](t, "claims.json") {
-		objects = append(objects, &c)
-	}
-	var mig []runtime.Object
-	for _, s := range explaintest.MIGSlices(t) {
-		mig = append(mig, &s)
-	}
-	for _, c := range explaintest.MIGClaims() {
-		mig = append(mig, &c)
-	}
+	objects := append(explaintest.Objects(explaintest.Load[[]resourceapi.ResourceSlice](t, "slices.json")),
+		explaintest.Objects(explaintest.Load[[]resourceapi.ResourceClaim](t, "claims.json"))...)
 	tests := []struct {
 		name    string
 		objects []runtime.Object
@@ -74,32 +44,16 @@ func TestGetGPUs(t *testing.T) {
 	}{
 		{name: "fleet", objects: objects, golden: "gpus.txt"},
 		{name: "no GPUs", golden: "no-gpus.txt"},
-		{name: "MIG node", objects: mig, golden: "gpus-mig.txt"},
+		{name: "MIG node", objects: explaintest.MIGObjects(t), golden: "gpus-mig.txt"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset(tc.objects...)
-			cmd := newCommand(func() (kubernetes.Interface, error) { return cs, nil })
-			var out bytes.Buffer
-			cmd.SetOut(&out)
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetArgs([]string{"gpus"})
-			if err := cmd.Execute(); err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join("testdata", tc.golden)
-			if os.Getenv("UPDATE_GOLDEN") != "" {
-				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
+			out, err := explaintest.Execute(newCommand(func() (kubernetes.Interface, string, error) { return cs, "", nil }), "gpus")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(string(want), out.String()); diff != "" {
-				t.Errorf("get gpus output (-want +got):\n%s", diff)
-			}
+			explaintest.Golden(t, tc.golden, out)
 		})
 	}
 }

@@ -20,7 +20,9 @@ package kubeconfig
 import (
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -52,4 +54,34 @@ func (f *Flags) Load() (*rest.Config, string, error) {
 		return nil, "", fmt.Errorf("reading the kubeconfig's namespace: %w", err)
 	}
 	return cfg, ns, nil
+}
+
+// ClientFunc returns an API client and the kubeconfig's namespace, the
+// default for commands run without --namespace.
+type ClientFunc[C any] = func() (C, string, error)
+
+// Command builds a command around a ClientFunc that makes the client with
+// build, from the cluster the connection flags select. The flags are the
+// command's own persistent flags, so it can be added to any root command.
+func Command[C any](build func(*rest.Config) (C, error), newCommand func(ClientFunc[C]) *cobra.Command) *cobra.Command {
+	var conn Flags
+	cmd := newCommand(func() (C, string, error) {
+		var none C
+		cfg, ns, err := conn.Load()
+		if err != nil {
+			return none, "", err
+		}
+		c, err := build(cfg)
+		if err != nil {
+			return none, "", fmt.Errorf("creating API client: %w", err)
+		}
+		return c, ns, nil
+	})
+	conn.AddTo(cmd.PersistentFlags())
+	return cmd
+}
+
+// Clientset is a Command's build for a typed clientset.
+func Clientset(cfg *rest.Config) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(cfg)
 }

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -43,33 +44,19 @@ import (
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
-// clientFunc returns an API client and the namespace to use when none is
-// given on the command line.
-type clientFunc func() (client.Client, string, error)
+type clientFunc = kubeconfig.ClientFunc[client.Client]
 
 // NewCommand returns the `profile` command with its `import` and `show`
 // subcommands. Connection flags (--kubeconfig, --context, --namespace)
 // are its own, so it can be added to any root command.
 func NewCommand() *cobra.Command {
-	var conn kubeconfig.Flags
-	newClient := func() (client.Client, string, error) {
-		cfg, ns, err := conn.Load()
-		if err != nil {
-			return nil, "", err
-		}
+	return kubeconfig.Command(func(cfg *rest.Config) (client.Client, error) {
 		scheme := runtime.NewScheme()
 		if err := v1alpha1.AddToScheme(scheme); err != nil {
-			return nil, "", err
+			return nil, err
 		}
-		c, err := client.New(cfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return nil, "", fmt.Errorf("creating API client: %w", err)
-		}
-		return c, ns, nil
-	}
-	cmd := newCommand(newClient)
-	conn.AddTo(cmd.PersistentFlags())
-	return cmd
+		return client.New(cfg, client.Options{Scheme: scheme})
+	}, newCommand)
 }
 
 func newCommand(newClient clientFunc) *cobra.Command {

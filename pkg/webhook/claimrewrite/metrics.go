@@ -45,39 +45,18 @@ type Metrics struct {
 // leaves them unregistered, which is what tests and benchmarks want.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_rewrite_skipped_total",
-			Help: "ResourceClaims the rewrite webhook admitted unchanged, by reason.",
-		}, []string{"reason"}),
-		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_rewrites_total",
-			Help: "ResourceClaims whose GPU requests were rewritten into prioritized lists.",
-		}, []string{"bound_type", "policy"}),
+		skipped:  webhook.CounterVec("prism_webhook_rewrite_skipped_total", "ResourceClaims the rewrite webhook admitted unchanged, by reason.", "reason"),
+		rewrites: webhook.CounterVec("prism_webhook_rewrites_total", "ResourceClaims whose GPU requests were rewritten into prioritized lists.", "bound_type", "policy"),
 		profiling: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "prism_webhook_profiling_requested_total",
 			Help: "ResourceClaims that got a profiling GpuConfig because their profile had no measurements.",
 		}),
-		memoryFloor: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_memory_floor_total",
-			Help: "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.",
-		}, []string{"form"}),
-		bounds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_tier_bounds_total",
-			Help: "Rewritten claims with --memory-floor=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).",
-		}, []string{"form"}),
-		shares: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_share_total",
-			Help: "Rewritten claims the share step looked at (the API server keeps capacity requests), by verdict: sized (a share of a GPU first), or why not (no-usage, no-peak-memory, heavy, opted-out, no-shareable-gpu, no-eligible-request).",
-		}, []string{"verdict"}),
-		partitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_partition_total",
-			Help: "Rewritten claims the MIG partition step looked at (the fleet publishes partitions), by verdict: sized (a partition first), or why not (no-usage, no-peak-memory, heavy, opted-out, none-fits, no-eligible-request).",
-		}, []string{"verdict"}),
+		memoryFloor: webhook.CounterVec("prism_webhook_memory_floor_total", "Rewritten claims with --memory-floor=capacity, by the form their memory floor took: capacity, or cel where the fleet publishes shareable GPUs.", "form"),
+		bounds:      webhook.CounterVec("prism_webhook_tier_bounds_total", "Rewritten claims with --memory-floor=capacity, by the form their tier bounds took: capacity, or cel where the fleet, the ladder or the request does not allow capacity requests (the plan's tierBounds says why).", "form"),
+		shares:      webhook.CounterVec("prism_webhook_share_total", "Rewritten claims the share step looked at (the API server keeps capacity requests), by verdict: sized (a share of a GPU first), or why not (no-usage, no-peak-memory, heavy, opted-out, no-shareable-gpu, no-eligible-request).", "verdict"),
+		partitions:  webhook.CounterVec("prism_webhook_partition_total", "Rewritten claims the MIG partition step looked at (the fleet publishes partitions), by verdict: sized (a partition first), or why not (no-usage, no-peak-memory, heavy, opted-out, none-fits, no-eligible-request).", "verdict"),
 	}
-	if err := webhook.Register(reg, m.skipped, m.rewrites, m.profiling, m.memoryFloor, m.bounds, m.shares, m.partitions); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return webhook.Registered(reg, m, m.skipped, m.rewrites, m.profiling, m.memoryFloor, m.bounds, m.shares, m.partitions)
 }
 
 // Skip reasons. They are metric label values, so the set is closed.

@@ -31,13 +31,7 @@ type Metrics struct {
 // leaves it unregistered, which is what tests want.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "prism_webhook_pod_preference_total",
-			Help: "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).",
-		}, []string{"outcome"}),
+		outcomes: webhook.CounterVec("prism_webhook_pod_preference_total", "Pods the node-preference webhook admitted, by outcome (affinity-added, or why not).", "outcome"),
 	}
-	if err := webhook.Register(reg, m.outcomes); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return webhook.Registered(reg, m, m.outcomes)
 }

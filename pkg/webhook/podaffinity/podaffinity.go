@@ -168,27 +168,18 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 	switch {
 	case c.ResourceClaimTemplateName != nil:
 		tmpl := &resourceapi.ResourceClaimTemplate{}
-		err := p.opts.Templates.Get(ctx, types.NamespacedName{Namespace: ns, Name: *c.ResourceClaimTemplateName}, tmpl)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, podNotCached
-		case err != nil:
-			klog.FromContext(ctx).Error(err, "Reading ResourceClaimTemplate from the cache", "template", klog.KRef(ns, *c.ResourceClaimTemplateName))
-			return nil, podLookupError
+		if outcome := get(ctx, p.opts.Templates, ns, *c.ResourceClaimTemplateName, tmpl, podNotCached); outcome != "" {
+			return nil, outcome
 		}
 		name := tmpl.Spec.ObjectMeta.Annotations[prismv1alpha1.ProfileAnnotation]
 		if name == "" || !webhook.HasGPURequest(&tmpl.Spec.Spec) {
 			return nil, ""
 		}
 		wp := &prismv1alpha1.WorkloadProfile{}
-		err = p.opts.Profiles.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, wp)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, podProfileUnmeasured
-		case err != nil:
-			klog.FromContext(ctx).Error(err, "Reading WorkloadProfile from the cache", "profile", klog.KRef(ns, name))
-			return nil, podLookupError
-		case wp.Status.BoundType == "":
+		if outcome := get(ctx, p.opts.Profiles, ns, name, wp, podProfileUnmeasured); outcome != "" {
+			return nil, outcome
+		}
+		if wp.Status.BoundType == "" {
 			return nil, podProfileUnmeasured
 		}
 		d, err := rewrite.NodePreference(webhook.ProfileOf(wp, p.opts.Policy), rewrite.WithFleet(p.opts.Fleet()), rewrite.WithPreference(p.opts.Preference))
@@ -199,12 +190,8 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 		return d, ""
 	case c.ResourceClaimName != nil:
 		claim := &resourceapi.ResourceClaim{}
-		err := p.opts.Claims.Get(ctx, types.NamespacedName{Namespace: ns, Name: *c.ResourceClaimName}, claim)
-		switch {
-		case apierrors.IsNotFound(err):
-			return nil, podNotCached
-		case err != nil:
-			return nil, podLookupError
+		if outcome := get(ctx, p.opts.Claims, ns, *c.ResourceClaimName, claim, podNotCached); outcome != "" {
+			return nil, outcome
 		}
 		var plan rewrite.Plan
 		if json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan) != nil || plan.Preference == nil {
@@ -213,6 +200,21 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 		return plan.Preference, ""
 	}
 	return nil, ""
+}
+
+// get reads ns/name from a cache into obj. It returns "" when it did, or
+// the pod's outcome when it did not: missing where there is no such
+// object, podLookupError (logged) where the cache failed.
+func get(ctx context.Context, cache client.Reader, ns, name string, obj client.Object, missing string) string {
+	err := cache.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsNotFound(err):
+		return missing
+	}
+	klog.FromContext(ctx).Error(err, "Reading from the cache", "kind", fmt.Sprintf("%T", obj), "object", klog.KRef(ns, name))
+	return podLookupError
 }
 
 // affinityOps appends terms to the pod's preferred node affinity and, when

@@ -1,0 +1,65 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package fleettest publishes GPUs for the tests of the packages that read
+// the fleet from ResourceSlices.
+package fleettest
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// GPU is what one GPU publishes of its model.
+type GPU struct {
+	Product                   string
+	BandwidthGBps, FP32GFLOPS int64
+	Memory                    string // the memory capacity, a quantity; "": not published
+	CC                        string // the CUDA compute capability; "": not published
+}
+
+// Slice is a pool's only ResourceSlice of driver, with gpus named gpu-0 on,
+// the way the kubelet plugin publishes them: qualified attribute names,
+// memory as a capacity.
+func Slice(uid, driver, pool string, generation int64, gpus ...GPU) *resourceapi.ResourceSlice {
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)},
+		Spec:       resourceapi.ResourceSliceSpec{Driver: driver, Pool: resourceapi.ResourcePool{Name: pool, Generation: generation, ResourceSliceCount: 1}},
+	}
+	for i, g := range gpus {
+		d := resourceapi.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"gpu.prism.dev/productName":         {StringValue: ptr.To(g.Product)},
+				"gpu.prism.dev/memoryBandwidthGBps": {IntValue: ptr.To(g.BandwidthGBps)},
+				"gpu.prism.dev/fp32GFLOPS":          {IntValue: ptr.To(g.FP32GFLOPS)},
+			},
+		}
+		if g.Memory != "" {
+			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {Value: resource.MustParse(g.Memory)}}
+		}
+		if g.CC != "" {
+			d.Attributes["gpu.prism.dev/cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(g.CC)}
+		}
+		s.Spec.Devices = append(s.Spec.Devices, d)
+	}
+	return s
+}
