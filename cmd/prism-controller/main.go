@@ -27,11 +27,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -121,31 +119,13 @@ func newFlags(o *options) *pflag.FlagSet {
 func main() {
 	var o options
 	flags := newFlags(&o)
-	if err := envflag.Parse(flags, os.Args[1:], os.LookupEnv); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "prism-controller:", err)
-		os.Exit(2)
-	}
+	envflag.ParseCommandLine(flags)
 	if o.showVersion {
 		fmt.Println("prism-controller", version.Get())
 		return
 	}
-	if err := errors.Join(o.validate(), o.logging.Apply()); err != nil {
-		fmt.Fprintln(os.Stderr, "prism-controller:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := klog.Background().WithName("prism-controller")
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting", version.Get().KeysAndValues()...)
-	if err := run(ctx, o); err != nil {
-		logger.Error(err, "Exiting")
-		klog.Flush()
-		os.Exit(1)
-	}
+	envflag.ExitIfInvalid(flags, errors.Join(o.validate(), o.logging.Apply()))
+	logging.Run("prism-controller", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func (o *options) validate() error {

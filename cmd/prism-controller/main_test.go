@@ -26,13 +26,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
 )
 
 // A flag without a variable cannot be set through the chart's extraEnv,
 // and a renamed variable silently stops configuring what it did.
 func TestEveryFlagHasAnEnvMirror(t *testing.T) {
-	want := map[string]string{
+	envflagtest.Mirrors(t, newFlags, map[string]string{
 		"webhook-port":   "PRISM_WEBHOOK_PORT",
 		"cert-dir":       "PRISM_CERT_DIR",
 		"client-ca-file": "PRISM_CLIENT_CA_FILE",
@@ -43,98 +43,47 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 		"policy":         "PRISM_POLICY",
 		"auto-profile":   "PRISM_AUTO_PROFILE",
 		"http-address":   "PRISM_HTTP_ADDRESS",
-		"kubeconfig":     "KUBECONFIG",
-		"logging-format": "PRISM_LOGGING_FORMAT",
-		"v":              "PRISM_VERBOSITY",
-		"vmodule":        "PRISM_VMODULE",
-		"feature-gates":  "PRISM_FEATURE_GATES",
-	}
-	// A stray variable must not turn start-up into printing the version.
-	if err := envflag.Check(newFlags(&options{}), want, "version"); err != nil {
-		t.Error(err)
-	}
+	})
 }
 
 func TestEnvironment(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		check   func(options) bool
-		wantErr string
-	}{{
-		name: "every setting can come from the environment",
-		env: map[string]string{"PRISM_WEBHOOK_PORT": "8443", "PRISM_SELF_SIGNED": "false", "POD_NAMESPACE": "gpu-system",
+	envflagtest.Run(t, newFlags, []envflagtest.Case[options]{{
+		Name: "every setting can come from the environment",
+		Env: map[string]string{"PRISM_WEBHOOK_PORT": "8443", "PRISM_SELF_SIGNED": "false", "POD_NAMESPACE": "gpu-system",
 			"PRISM_EXTRA_SANS": "127.0.0.1,prism.local"},
-		check: func(o options) bool {
+		Check: func(o options) bool {
 			return o.webhookPort == 8443 && !o.selfSigned && o.namespace == "gpu-system" &&
 				strings.Join(o.extraSANs, ",") == "127.0.0.1,prism.local"
 		},
 	}, {
-		name:  "the command line wins over the environment",
-		args:  []string{"--namespace=prism-system", "-v=2"},
-		env:   map[string]string{"POD_NAMESPACE": "other", "PRISM_VERBOSITY": "4"},
-		check: func(o options) bool { return o.namespace == "prism-system" },
+		Name:  "the command line wins over the environment",
+		Args:  []string{"--namespace=prism-system", "-v=2"},
+		Env:   map[string]string{"POD_NAMESPACE": "other", "PRISM_VERBOSITY": "4"},
+		Check: func(o options) bool { return o.namespace == "prism-system" },
 	}, {
-		name:    "a port that does not parse",
-		env:     map[string]string{"PRISM_WEBHOOK_PORT": "https"},
-		wantErr: `environment variable PRISM_WEBHOOK_PORT="https" is not a valid value for --webhook-port`,
+		Name:    "a port that does not parse",
+		Env:     map[string]string{"PRISM_WEBHOOK_PORT": "https"},
+		WantErr: `environment variable PRISM_WEBHOOK_PORT="https" is not a valid value for --webhook-port`,
 	}, {
-		name:    "a bool that does not parse",
-		env:     map[string]string{"PRISM_AUTO_PROFILE": "off"},
-		wantErr: `environment variable PRISM_AUTO_PROFILE="off" is not a valid value for --auto-profile`,
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			var o options
-			err := envflag.Parse(newFlags(&o), tc.args, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %s", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tc.check(o) {
-				t.Errorf("options = %+v", o)
-			}
-		})
-	}
+		Name:    "a bool that does not parse",
+		Env:     map[string]string{"PRISM_AUTO_PROFILE": "off"},
+		WantErr: `environment variable PRISM_AUTO_PROFILE="off" is not a valid value for --auto-profile`,
+	}})
 }
 
 // TestCapacityFormsFlags: the capacity forms are the default, and a form
-// is cel or capacity.
+// is cel or capacity; a wrong one fails parsing, as the form is typed from
+// the flag on.
 func TestCapacityFormsFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args        []string
-		memoryFloor rewrite.Form
-		wantErr     string
-	}{
-		{nil, "capacity", ""},
-		{[]string{"--memory-floor=cel"}, "cel", ""},
-		{[]string{"--memory-floor=capacity"}, "capacity", ""},
-		{[]string{"--memory-floor=fast"}, "", `unknown form "fast"`},
-	} {
-		var o options
-		err := envflag.Parse(newFlags(&o), append([]string{"--namespace=prism-system"}, tc.args...), func(string) (string, bool) { return "", false })
-		if tc.memoryFloor == "" {
-			// A form is typed from the flag on: a wrong one fails parsing.
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: parse error %v, want one containing %s", tc.args, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o.memoryFloor != tc.memoryFloor {
-			t.Errorf("%q: --memory-floor=%s, want %s", tc.args, o.memoryFloor, tc.memoryFloor)
-		}
-		if err := o.validate(); err != nil {
-			t.Errorf("%q: %v", tc.args, err)
-		}
+	form := func(want rewrite.Form) func(options) bool {
+		return func(o options) bool { return o.memoryFloor == want && o.validate() == nil }
 	}
+	envflagtest.Run(t, newFlags, []envflagtest.Case[options]{
+		{Name: "default", Args: []string{"--namespace=prism-system"}, Check: form("capacity")},
+		{Name: "cel", Args: []string{"--namespace=prism-system", "--memory-floor=cel"}, Check: form("cel")},
+		{Name: "capacity", Args: []string{"--namespace=prism-system", "--memory-floor=capacity"}, Check: form("capacity")},
+		{Name: "unknown", Args: []string{"--namespace=prism-system", "--memory-floor=fast"}, WantErr: `unknown form "fast"`},
+	})
 }
 
 // TestCapacityFormsStayCELWhereTheyCannotPay: the tier bounds go with the

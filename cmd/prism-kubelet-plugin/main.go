@@ -24,12 +24,10 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -142,36 +140,16 @@ func main() {
 	}
 	var o options
 	flags := newFlags(&o)
-	if err := envflag.Parse(flags, os.Args[1:], os.LookupEnv); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			os.Exit(0)
-		}
-		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
-		os.Exit(2)
-	}
+	envflag.ParseCommandLine(flags)
 	if o.showVersion {
 		fmt.Println("prism-kubelet-plugin", version.Get())
 		return
 	}
-	if err := o.logging.Apply(); err != nil {
-		fmt.Fprintf(os.Stderr, "prism-kubelet-plugin: %v\n", err)
-		os.Exit(2)
-	}
+	envflag.ExitIfInvalid(flags, o.logging.Apply())
 	if percent, ok := gcPercent(o.gcPercent, flags.Changed("gc-percent"), os.LookupEnv); ok {
 		debug.SetGCPercent(percent)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	logger := klog.LoggerWithName(klog.Background(), "prism-kubelet-plugin")
-	ctx = klog.NewContext(ctx, logger)
-	logger.Info("Starting", version.Get().KeysAndValues()...)
-	if err := run(ctx, o); err != nil {
-		// No retry here: the kubelet (or the DaemonSet) restarts the plugin.
-		logger.Error(err, "Exiting")
-		klog.Flush()
-		os.Exit(1)
-	}
+	logging.Run("prism-kubelet-plugin", func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {

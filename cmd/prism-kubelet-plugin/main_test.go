@@ -17,17 +17,16 @@ limitations under the License.
 package main
 
 import (
-	"strings"
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
 )
 
 // The chart configures the plugin through env only, so a flag without a
 // variable cannot be set from values, and a renamed variable silently
 // stops configuring what it did.
 func TestEveryFlagHasAnEnvMirror(t *testing.T) {
-	want := map[string]string{
+	envflagtest.Mirrors(t, newFlags, map[string]string{
 		"node-name":             "NODE_NAME",
 		"kubelet-registrar-dir": "KUBELET_REGISTRAR_DIRECTORY_PATH",
 		"kubelet-plugin-dir":    "KUBELET_PLUGINS_DIRECTORY_PATH",
@@ -37,69 +36,37 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 		"fleet":                 "PRISM_FLEET",
 		"http-address":          "PRISM_HTTP_ADDRESS",
 		"probe-socket":          "PRISM_PROBE_SOCKET",
-		"kubeconfig":            "KUBECONFIG",
 		"profiling":             "PRISM_PROFILING",
 		"profile-retention":     "PRISM_PROFILE_RETENTION",
 		"kube-api-qps":          "PRISM_KUBE_API_QPS",
 		"kube-api-burst":        "PRISM_KUBE_API_BURST",
 		"gc-percent":            "PRISM_GC_PERCENT",
-		"logging-format":        "PRISM_LOGGING_FORMAT",
-		"v":                     "PRISM_VERBOSITY",
-		"vmodule":               "PRISM_VMODULE",
-		"feature-gates":         "PRISM_FEATURE_GATES",
-	}
-	// A stray variable must not turn start-up into printing the version.
-	if err := envflag.Check(newFlags(&options{}), want, "version"); err != nil {
-		t.Error(err)
-	}
+	})
 }
 
 func TestEnvironment(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		check   func(options) bool
-		wantErr string
-	}{{
-		name:  "flags that had no variable before",
-		env:   map[string]string{"PRISM_PROFILE_RETENTION": "5", "PRISM_KUBE_API_QPS": "7.5", "PRISM_KUBE_API_BURST": "9"},
-		check: func(o options) bool { return o.profileRetention == 5 && o.kubeAPIQPS == 7.5 && o.kubeAPIBurst == 9 },
+	envflagtest.Run(t, newFlags, []envflagtest.Case[options]{{
+		Name:  "flags that had no variable before",
+		Env:   map[string]string{"PRISM_PROFILE_RETENTION": "5", "PRISM_KUBE_API_QPS": "7.5", "PRISM_KUBE_API_BURST": "9"},
+		Check: func(o options) bool { return o.profileRetention == 5 && o.kubeAPIQPS == 7.5 && o.kubeAPIBurst == 9 },
 	}, {
-		name:  "the command line wins over the environment",
-		args:  []string{"--node-name=gpu-2", "-v=4"},
-		env:   map[string]string{"NODE_NAME": "gpu-1", "PRISM_PROFILING": "false"},
-		check: func(o options) bool { return o.nodeName == "gpu-2" && !o.enableProfiling },
+		Name:  "the command line wins over the environment",
+		Args:  []string{"--node-name=gpu-2", "-v=4"},
+		Env:   map[string]string{"NODE_NAME": "gpu-1", "PRISM_PROFILING": "false"},
+		Check: func(o options) bool { return o.nodeName == "gpu-2" && !o.enableProfiling },
 	}, {
-		name:    "a bool that does not parse",
-		env:     map[string]string{"PRISM_PROFILING": "off"},
-		wantErr: `environment variable PRISM_PROFILING="off" is not a valid value for --profiling`,
+		Name:    "a bool that does not parse",
+		Env:     map[string]string{"PRISM_PROFILING": "off"},
+		WantErr: `environment variable PRISM_PROFILING="off" is not a valid value for --profiling`,
 	}, {
-		name:    "a duration that does not parse",
-		env:     map[string]string{"PRISM_STALE_CLAIM_GRACE": "2 minutes"},
-		wantErr: `environment variable PRISM_STALE_CLAIM_GRACE="2 minutes"`,
+		Name:    "a duration that does not parse",
+		Env:     map[string]string{"PRISM_STALE_CLAIM_GRACE": "2 minutes"},
+		WantErr: `environment variable PRISM_STALE_CLAIM_GRACE="2 minutes"`,
 	}, {
-		name:    "a verbosity that does not parse",
-		env:     map[string]string{"PRISM_VERBOSITY": "debug"},
-		wantErr: `environment variable PRISM_VERBOSITY="debug" is not a valid value for --v`,
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			var o options
-			err := envflag.Parse(newFlags(&o), tc.args, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %s", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !tc.check(o) {
-				t.Errorf("options = %+v", o)
-			}
-		})
-	}
+		Name:    "a verbosity that does not parse",
+		Env:     map[string]string{"PRISM_VERBOSITY": "debug"},
+		WantErr: `environment variable PRISM_VERBOSITY="debug" is not a valid value for --v`,
+	}})
 }
 
 func TestGCPercent(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
 	"github.com/prismgpu/prism/pkg/plugin"
 )
 
@@ -34,9 +35,7 @@ import (
 // serveHTTP serves it. The driver has not started, so the plugin is alive
 // and not ready.
 func TestProbeCommand(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx := testContext(t)
 	dir := t.TempDir()
 	socket := filepath.Join(dir, "probe.sock")
 	serveHTTP(ctx, "", socket, &plugin.Probes{}, plugin.NewMetrics())
@@ -59,7 +58,7 @@ func TestProbeCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr strings.Builder
-			got := probeMain(tc.args, &stderr, func(name string) (string, bool) { v, ok := tc.env[name]; return v, ok })
+			got := probeMain(tc.args, &stderr, envflagtest.Lookup(tc.env))
 			if got != tc.wantStatus || !strings.Contains(stderr.String(), tc.wantStderr) {
 				t.Errorf("probe %v = %d, stderr %q; want %d with %q", tc.args, got, stderr.String(), tc.wantStatus, tc.wantStderr)
 			}
@@ -71,9 +70,7 @@ func TestProbeCommand(t *testing.T) {
 // rolling update finds its HTTP port held by the old one. Its probes answer
 // on the socket meanwhile, and it serves the port once the old one lets go.
 func TestProbesWhileTheHTTPAddressIsTaken(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx := testContext(t)
 	old, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +81,7 @@ func TestProbesWhileTheHTTPAddressIsTaken(t *testing.T) {
 	serveHTTP(ctx, addr, socket, &plugin.Probes{}, plugin.NewMetrics())
 
 	var stderr strings.Builder
-	if got := probeMain([]string{"--socket", socket, "healthz"}, &stderr, func(string) (string, bool) { return "", false }); got != 0 {
+	if got := probeMain([]string{"--socket", socket, "healthz"}, &stderr, envflagtest.Lookup(nil)); got != 0 {
 		t.Fatalf("probe while the port is taken = %d (%s), want 0", got, stderr.String())
 	}
 	if err := old.Close(); err != nil {
@@ -105,4 +102,13 @@ func TestProbesWhileTheHTTPAddressIsTaken(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// testContext is a test's context, logging to the test and cancelled when
+// it ends, which stops what serveHTTP started.
+func testContext(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 
@@ -94,6 +95,28 @@ func Parse(fs *pflag.FlagSet, args []string, lookup func(string) (string, bool))
 		return err
 	}
 	return Apply(fs, lookup)
+}
+
+// ParseCommandLine parses the process's command line and environment into
+// fs, as a binary's main does: --help exits 0, and a flag or variable that
+// does not parse exits as ExitIfInvalid does.
+func ParseCommandLine(fs *pflag.FlagSet) {
+	if err := Parse(fs, os.Args[1:], os.LookupEnv); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		ExitIfInvalid(fs, err)
+	}
+}
+
+// ExitIfInvalid ends a binary that cannot start as configured, when err is
+// not nil: the error goes to stderr after the binary's name (the name of
+// fs), and the status is 2, as for a flag that does not parse.
+func ExitIfInvalid(fs *pflag.FlagSet, err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, fs.Name()+":", err)
+		os.Exit(2)
+	}
 }
 
 // Check says what is wrong with the variables of fs: a flag without one

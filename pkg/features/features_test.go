@@ -17,6 +17,7 @@ limitations under the License.
 package features_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -24,61 +25,64 @@ import (
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 
+	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
 	"github.com/prismgpu/prism/pkg/features"
 	"github.com/prismgpu/prism/pkg/logging"
 )
 
+// gates are Prism's and the logging gates behind one --feature-gates flag,
+// as the binaries register them.
+type gates struct {
+	logging *logging.Options
+}
+
+func newFlags(g *gates) *pflag.FlagSet {
+	g.logging = logging.NewOptions(features.AddFeatureGates)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	g.logging.AddFlags(fs)
+	envflag.Bind(fs, "PRISM_", nil)
+	return fs
+}
+
+func (g gates) enabled(mig, contextual bool) bool {
+	return g.logging.FeatureGate().Enabled(features.MIGPartitions) == mig &&
+		g.logging.FeatureGate().Enabled(logsapi.ContextualLogging) == contextual
+}
+
+// String is what a failed case shows.
+func (g gates) String() string {
+	return fmt.Sprintf("MIGPartitions=%t ContextualLogging=%t",
+		g.logging.FeatureGate().Enabled(features.MIGPartitions), g.logging.FeatureGate().Enabled(logsapi.ContextualLogging))
+}
+
 // Prism's gates share --feature-gates with the logging gates, as the
-// binaries register them.
+// binaries register them, and the chart sets them through the flag's
+// variable.
 func TestGates(t *testing.T) {
-	for _, tc := range []struct {
-		name           string
-		args           []string
-		wantMIG        bool
-		wantContextual bool
-		wantErr        string
-	}{
-		{name: "off by default", args: nil, wantMIG: false, wantContextual: true},
-		{name: "the flag turns it on", args: []string{"--feature-gates=MIGPartitions=true"}, wantMIG: true, wantContextual: true},
-		{name: "beside a logging gate", args: []string{"--feature-gates=ContextualLogging=false,MIGPartitions=true"}, wantMIG: true, wantContextual: false},
-		{name: "AllAlpha turns it on", args: []string{"--feature-gates=AllAlpha=true"}, wantMIG: true, wantContextual: true},
-		{name: "not a boolean", args: []string{"--feature-gates=MIGPartitions=yes"}, wantErr: "MIGPartitions"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := logging.NewOptions(features.AddFeatureGates)
-			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			o.AddFlags(fs)
-			err := fs.Parse(tc.args)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := o.FeatureGate().Enabled(features.MIGPartitions); got != tc.wantMIG {
-				t.Errorf("MIGPartitions enabled = %t, want %t", got, tc.wantMIG)
-			}
-			if got := o.FeatureGate().Enabled(logsapi.ContextualLogging); got != tc.wantContextual {
-				t.Errorf("ContextualLogging enabled = %t, want %t", got, tc.wantContextual)
-			}
-		})
+	want := func(mig, contextual bool) func(gates) bool {
+		return func(g gates) bool { return g.enabled(mig, contextual) }
 	}
+	envflagtest.Run(t, newFlags, []envflagtest.Case[gates]{
+		{Name: "off by default", Check: want(false, true)},
+		{Name: "the flag turns it on", Args: []string{"--feature-gates=MIGPartitions=true"}, Check: want(true, true)},
+		{Name: "the variable turns it on", Env: map[string]string{"PRISM_FEATURE_GATES": "MIGPartitions=true"}, Check: want(true, true)},
+		{Name: "beside a logging gate", Args: []string{"--feature-gates=ContextualLogging=false,MIGPartitions=true"}, Check: want(true, false)},
+		{Name: "AllAlpha turns it on", Args: []string{"--feature-gates=AllAlpha=true"}, Check: want(true, true)},
+		{Name: "not a boolean", Args: []string{"--feature-gates=MIGPartitions=yes"}, WantErr: "MIGPartitions"},
+	})
 }
 
 // --help lists the gate with its stage and default, which is how an
 // operator learns it exists.
 func TestGateIsListedAlphaAndOff(t *testing.T) {
-	o := logging.NewOptions(features.AddFeatureGates)
-	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	o.AddFlags(fs)
+	var g gates
+	fs := newFlags(&g)
 	help := fs.Lookup("feature-gates").Usage
 	if want := "MIGPartitions=true|false (ALPHA - default=false)"; !strings.Contains(help, want) {
 		t.Errorf("--feature-gates help does not list %q:\n%s", want, help)
 	}
-	if spec := o.FeatureGate().(featuregate.MutableVersionedFeatureGate).GetAll()[features.MIGPartitions]; spec.PreRelease != featuregate.Alpha || spec.Default {
+	if spec := g.logging.FeatureGate().(featuregate.MutableVersionedFeatureGate).GetAll()[features.MIGPartitions]; spec.PreRelease != featuregate.Alpha || spec.Default {
 		t.Errorf("MIGPartitions spec = %+v, want Alpha and off", spec)
 	}
 }

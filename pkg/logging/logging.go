@@ -20,13 +20,21 @@ limitations under the License.
 package logging
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+
 	// Registers the json format; without it --logging-format offers text only.
 	_ "k8s.io/component-base/logs/json/register"
+
+	"github.com/prismgpu/prism/pkg/version"
 )
 
 // Options are the logging flags of one binary.
@@ -73,4 +81,23 @@ func (o *Options) apply(streams *logsapi.LoggingOptions) error {
 		return fmt.Errorf("configure logging: %w", err)
 	}
 	return nil
+}
+
+// Run runs a binary's work, once Apply installed the logger, until SIGINT or
+// SIGTERM cancels its context. The context carries a logger named after the
+// binary, which first logs the build. An error is logged and exits 1, with
+// no retry: the kubelet or the Deployment restarts the binary.
+func Run(name string, run func(context.Context) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := klog.LoggerWithName(klog.Background(), name)
+	ctx = klog.NewContext(ctx, logger)
+	// Both lines name the main that called Run as their source.
+	mainLogger := logger.WithCallDepth(1)
+	mainLogger.Info("Starting", version.Get().KeysAndValues()...)
+	if err := run(ctx); err != nil {
+		mainLogger.Error(err, "Exiting")
+		klog.Flush()
+		os.Exit(1)
+	}
 }

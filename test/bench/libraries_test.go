@@ -116,23 +116,26 @@ func TestSchedOrder(t *testing.T) {
 	}
 }
 
+// libCase is the allocator case of libRun.
+const libCase = "500 nodes, A"
+
+// libRun is one run's rows of libCase.
+func libRun(plain, ladder, capacity float64) []Row {
+	return allocRows(map[string]map[string]float64{libCase: {"plain": plain, "selective": 100, "ladder": ladder, "ladder, capacity floor": capacity}}, libCase)
+}
+
 func TestCompareLibraries(t *testing.T) {
-	const a = "500 nodes, A"
-	cm := func(plain, ladder, capacity float64) []Row {
-		return allocRows(map[string]map[string]float64{a: {"plain": plain, "selective": 100, "ladder": ladder, "ladder, capacity floor": capacity}}, a)
-	}
 	for _, tc := range []struct {
 		name           string
 		stock, patched [][]Row
 		want           []LibraryRatio
 		wantPooled     Spread // of the plain ratios, over cases and pairs
-		wantErr        string
 	}{{
 		name:    "one pair",
-		stock:   [][]Row{cm(20, 80, 60)},
-		patched: [][]Row{cm(14, 50, 45)},
+		stock:   [][]Row{libRun(20, 80, 60)},
+		patched: [][]Row{libRun(14, 50, 45)},
 		want: []LibraryRatio{{
-			Case: a, Pairs: 1,
+			Case: libCase, Pairs: 1,
 			StockPlain: Spread{20, 20, 20}, PatchedPlain: Spread{14, 14, 14},
 			PlainRatio: Spread{0.7, 0.7, 0.7}, LadderRatio: Spread{2.25, 2.25, 2.25}, StockLadderRatio: Spread{3, 3, 3},
 			CapacityBest: 1,
@@ -143,10 +146,10 @@ func TestCompareLibraries(t *testing.T) {
 		// both libraries (pair 2) gives the same ratio as the others, and
 		// the median of the ratios is not the ratio of the medians.
 		name:    "ratios within pairs",
-		stock:   [][]Row{cm(20, 40, 50), cm(40, 80, 100), cm(20, 40, 50)},
-		patched: [][]Row{cm(10, 30, 60), cm(20, 60, 120), cm(16, 30, 20)},
+		stock:   [][]Row{libRun(20, 40, 50), libRun(40, 80, 100), libRun(20, 40, 50)},
+		patched: [][]Row{libRun(10, 30, 60), libRun(20, 60, 120), libRun(16, 30, 20)},
 		want: []LibraryRatio{{
-			Case: a, Pairs: 3,
+			Case: libCase, Pairs: 3,
 			StockPlain: Spread{20, 20, 40}, PatchedPlain: Spread{16, 10, 20},
 			PlainRatio: Spread{0.5, 0.5, 0.8}, LadderRatio: Spread{1.5, 1, 1.5}, StockLadderRatio: Spread{2, 2, 2},
 			CapacityBest: 1,
@@ -154,10 +157,10 @@ func TestCompareLibraries(t *testing.T) {
 		wantPooled: Spread{0.5, 0.5, 0.8},
 	}, {
 		name:    "even number of pairs: mean of the middle two",
-		stock:   [][]Row{cm(10, 30, 30), cm(10, 30, 30)},
-		patched: [][]Row{cm(6, 20, 25), cm(8, 28, 24)},
+		stock:   [][]Row{libRun(10, 30, 30), libRun(10, 30, 30)},
+		patched: [][]Row{libRun(6, 20, 25), libRun(8, 28, 24)},
 		want: []LibraryRatio{{
-			Case: a, Pairs: 2,
+			Case: libCase, Pairs: 2,
 			StockPlain: Spread{10, 10, 10}, PatchedPlain: Spread{7, 6, 8},
 			PlainRatio: Spread{0.7, 0.6, 0.8}, LadderRatio: Spread{2.2, 2, 2.4}, StockLadderRatio: Spread{3, 3, 3},
 			CapacityBest: 1,
@@ -197,43 +200,19 @@ func TestCompareLibraries(t *testing.T) {
 		wantPooled: Spread{0.7, 0.5, 0.9},
 	}, {
 		name: "a case without both ladders is left out",
-		stock: [][]Row{append(cm(20, 40, 50), allocRows(map[string]map[string]float64{
+		stock: [][]Row{append(libRun(20, 40, 50), allocRows(map[string]map[string]float64{
 			"500 nodes, attributes": {"plain": 20, "selective": 100, "ladder": 40}}, "500 nodes, attributes")...)},
-		patched: [][]Row{append(cm(10, 30, 60), allocRows(map[string]map[string]float64{
+		patched: [][]Row{append(libRun(10, 30, 60), allocRows(map[string]map[string]float64{
 			"500 nodes, attributes": {"plain": 10, "selective": 50, "ladder": 20}}, "500 nodes, attributes")...)},
 		want: []LibraryRatio{{
-			Case: a, Pairs: 1,
+			Case: libCase, Pairs: 1,
 			StockPlain: Spread{20, 20, 20}, PatchedPlain: Spread{10, 10, 10},
 			PlainRatio: Spread{0.5, 0.5, 0.5}, LadderRatio: Spread{1.5, 1.5, 1.5}, StockLadderRatio: Spread{2, 2, 2},
 		}},
 		wantPooled: Spread{0.5, 0.5, 0.5},
-	}, {
-		name:    "unequal runs",
-		stock:   [][]Row{cm(20, 40, 50), cm(20, 40, 50)},
-		patched: [][]Row{cm(10, 30, 60)},
-		wantErr: "as many stock as patched runs",
-	}, {
-		name:    "no runs",
-		wantErr: "as many stock as patched runs",
-	}, {
-		name:    "a case missing from one patched run",
-		stock:   [][]Row{cm(20, 40, 50), cm(20, 40, 50)},
-		patched: [][]Row{cm(10, 30, 60), nil},
-		wantErr: "no case has",
-	}, {
-		name:    "zero stock plain",
-		stock:   [][]Row{cm(0, 40, 50)},
-		patched: [][]Row{cm(10, 30, 60)},
-		wantErr: "stock plain mean is 0",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := CompareLibraries(tc.stock, tc.patched)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,6 +233,24 @@ func TestCompareLibraries(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CompareLibraries refuses runs that cannot be paired case by case.
+func TestCompareLibrariesRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		stock, patched [][]Row
+		wantErr        string
+	}{
+		{name: "unequal runs", stock: [][]Row{libRun(20, 40, 50), libRun(20, 40, 50)}, patched: [][]Row{libRun(10, 30, 60)}, wantErr: "as many stock as patched runs"},
+		{name: "no runs", wantErr: "as many stock as patched runs"},
+		{name: "a case missing from one patched run", stock: [][]Row{libRun(20, 40, 50), libRun(20, 40, 50)}, patched: [][]Row{libRun(10, 30, 60), nil}, wantErr: "no case has"},
+		{name: "zero stock plain", stock: [][]Row{libRun(0, 40, 50)}, patched: [][]Row{libRun(10, 30, 60)}, wantErr: "stock plain mean is 0"},
+	} {
+		if _, err := CompareLibraries(tc.stock, tc.patched); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: error = %v, want one containing %q", tc.name, err, tc.wantErr)
+		}
 	}
 }
 

@@ -47,19 +47,11 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/prismgpu/prism/pkg/mps/mpstest"
 )
 
 const logName = "fake-mps-control.log"
-
-type entry struct {
-	Role           string   `json:"role"`
-	Event          string   `json:"event"`
-	Args           []string `json:"args,omitempty"`
-	Command        string   `json:"command,omitempty"`
-	PID            int      `json:"pid"`
-	PipeDir        string   `json:"pipeDir"`
-	VisibleDevices string   `json:"visibleDevices,omitempty"`
-}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stderr))
@@ -69,7 +61,7 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 	pipeDir := envOr("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
 	logDir := envOr("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
 	record := func(role, event, command string) {
-		e := entry{Role: role, Event: event, Args: args, Command: command, PID: os.Getpid(), PipeDir: pipeDir, VisibleDevices: os.Getenv("CUDA_VISIBLE_DEVICES")}
+		e := mpstest.Entry{Role: role, Event: event, Args: args, Command: command, PID: os.Getpid(), PipeDir: pipeDir, VisibleDevices: os.Getenv("CUDA_VISIBLE_DEVICES")}
 		if err := appendLog(logDir, e); err != nil {
 			fmt.Fprintf(stderr, "fake-mps-control: %v\n", err)
 		}
@@ -183,7 +175,7 @@ func daemonize(control string, stderr io.Writer) int {
 	return 1
 }
 
-func appendLog(dir string, e entry) error {
+func appendLog(dir string, e mpstest.Entry) error {
 	path := os.Getenv("FAKE_MPS_CONTROL_RECORD")
 	if path == "" {
 		path = filepath.Join(dir, logName)

@@ -25,25 +25,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/prismgpu/prism/test/bench"
 	"github.com/prismgpu/prism/test/testbed"
+	"github.com/prismgpu/prism/test/tools/toolmain"
 )
 
 func main() {
-	klog.InitFlags(nil)
 	var (
 		repo        = flag.String("repo", ".", "repository root")
 		binDir      = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
@@ -75,13 +73,8 @@ func main() {
 		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
-	flag.Set("v", "0")
-	flag.Parse()
-	// envtest logs through controller-runtime.
-	ctrllog.SetLogger(klog.NewKlogr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := toolmain.Start()
 	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
@@ -150,6 +143,17 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 		}
 		return nil
 	}
+	// rowsPhase runs a wanted phase whose result is rows of the table.
+	rowsPhase := func(name string, fn func() ([]bench.Row, error)) error {
+		if !want(name) {
+			return nil
+		}
+		return phase(name, func() error {
+			rows, err := fn()
+			rep.Rows = append(rep.Rows, rows...)
+			return err
+		})
+	}
 
 	// In process, before the cluster exists, so that it has the CPUs.
 	if want("allocator") {
@@ -181,33 +185,23 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 		}
 	}
 	// In process too: one partitioned node against a plain one.
-	if want("mig-alloc") {
-		if err := phase("mig-alloc", func() error {
-			rows, err := bench.MIGAllocator(ctx, bench.MIGAllocOptions{Rounds: alloc.migRounds})
-			rep.Rows = append(rep.Rows, rows...)
-			return err
-		}); err != nil {
-			return err
-		}
+	if err := rowsPhase("mig-alloc", func() ([]bench.Row, error) {
+		return bench.MIGAllocator(ctx, bench.MIGAllocOptions{Rounds: alloc.migRounds})
+	}); err != nil {
+		return err
 	}
-	// Pure computation on the shipped measured data: the packing table.
-	if want("packing") {
-		if err := phase("packing", func() error {
-			fmt.Println("Packing on measured co-location data (test/bench/data, docs/simulator.md):")
-			rows, err := bench.Packing(ctx, repo, os.Stdout)
-			rep.Rows = append(rep.Rows, rows...)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	// Pure computation too: the MIG sizing table on measured slice speeds.
-	if want("mig-sizing") {
-		if err := phase("mig-sizing", func() error {
-			fmt.Println("MIG sizing on measured slice speeds (test/bench/data, docs/simulator.md):")
-			rows, err := bench.MIGSizing(ctx, repo, os.Stdout)
-			rep.Rows = append(rep.Rows, rows...)
-			return err
+	// Pure computation on the shipped measured data: the packing table, and
+	// the MIG sizing table on measured slice speeds.
+	for _, table := range []struct {
+		phase, title string
+		rows         func(ctx context.Context, repo string, w io.Writer) ([]bench.Row, error)
+	}{
+		{"packing", "Packing on measured co-location data", bench.Packing},
+		{"mig-sizing", "MIG sizing on measured slice speeds", bench.MIGSizing},
+	} {
+		if err := rowsPhase(table.phase, func() ([]bench.Row, error) {
+			fmt.Println(table.title + " (test/bench/data, docs/simulator.md):")
+			return table.rows(ctx, repo, os.Stdout)
 		}); err != nil {
 			return err
 		}
@@ -264,13 +258,9 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	fleet := filepath.Join(repo, "demo", "fleets", "h100-sxm-8.yaml")
 
 	var errs []error
-	if want("scheduling") {
-		errs = append(errs, phase("scheduling", func() error {
-			rows, err := bench.Scheduling(ctx, c, client, sched)
-			rep.Rows = append(rep.Rows, rows...)
-			return err
-		}))
-	}
+	errs = append(errs, rowsPhase("scheduling", func() ([]bench.Row, error) {
+		return bench.Scheduling(ctx, c, client, sched)
+	}))
 	var footprint []bench.Row
 	if want("prepare") {
 		errs = append(errs, phase("prepare", func() error {
@@ -326,32 +316,24 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return nil
 		}))
 	}
-	if want("usage") {
-		errs = append(errs, phase("usage", func() error {
-			rows, err := bench.Usage(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "usage"))
-			rep.Rows = append(rep.Rows, rows...)
-			return err
-		}))
-	}
+	errs = append(errs, rowsPhase("usage", func() ([]bench.Row, error) {
+		return bench.Usage(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "usage"))
+	}))
 	// Last: it leaves tens of thousands of claims in the API server.
-	if want("controller-scale") {
-		errs = append(errs, phase("controller-scale", func() error {
-			var sizes []int
-			for _, f := range strings.Split(scaleNodes, ",") {
-				n, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil || n <= 0 {
-					return fmt.Errorf("--scale-nodes %q: want positive node counts", scaleNodes)
-				}
-				sizes = append(sizes, n)
+	errs = append(errs, rowsPhase("controller-scale", func() ([]bench.Row, error) {
+		var sizes []int
+		for _, f := range strings.Split(scaleNodes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("--scale-nodes %q: want positive node counts", scaleNodes)
 			}
-			rows, err := bench.ControllerScale(ctx, c, client, bench.ControllerScaleOptions{
-				AdmissionOptions: bench.AdmissionOptions{ControllerBin: filepath.Join(binDir, "prism-controller"), RepoRoot: repo, Rate: admRate, Duration: admDuration},
-				Nodes:            sizes, ClaimsPerNode: scalePer,
-			})
-			rep.Rows = append(rep.Rows, rows...)
-			return err
-		}))
-	}
+			sizes = append(sizes, n)
+		}
+		return bench.ControllerScale(ctx, c, client, bench.ControllerScaleOptions{
+			AdmissionOptions: bench.AdmissionOptions{ControllerBin: filepath.Join(binDir, "prism-controller"), RepoRoot: repo, Rate: admRate, Duration: admDuration},
+			Nodes:            sizes, ClaimsPerNode: scalePer,
+		})
+	}))
 	rep.Rows = append(rep.Rows, footprint...)
 	return errors.Join(errs...)
 }

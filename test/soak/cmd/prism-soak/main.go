@@ -21,26 +21,20 @@ limitations under the License.
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
-	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/prismgpu/prism/test/soak"
+	"github.com/prismgpu/prism/test/tools/toolmain"
 )
 
 func main() {
-	klog.InitFlags(nil)
 	var (
 		repo       = flag.String("repo", ".", "repository root")
 		binDir     = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
@@ -53,12 +47,8 @@ func main() {
 		faults     = flag.String("faults", "", "comma-separated fault kinds to inject (empty: all of "+strings.Join(soak.FaultKinds, ",")+")")
 		keep       = flag.Bool("keep", false, "keep the test-bed directory (kept anyway when an invariant was violated)")
 	)
-	flag.Set("v", "0")
-	flag.Parse()
-	ctrllog.SetLogger(klog.NewKlogr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := toolmain.Start()
 	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
 
 	var kinds []string
 	if *faults != "" {
