@@ -238,20 +238,22 @@ func (m Machine) holds(p *Pod) bool {
 // subrequest each model's device satisfies. The selectors test device
 // attributes only, so a model's rank is the same for any GPU count.
 func ladderTiers(ctx context.Context, devices [numModels]resourceapi.Device, fleet *rewrite.Fleet, b prismv1alpha1.BoundType, pol prismv1alpha1.Policy) (tiers, []string, error) {
-	out, _, err := rewrite.Rewrite(ctx, plainClaim(1), rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
+	out, _, err := rewrite.Rewrite(ctx, GPUClaim(1), rewrite.Profile{Name: "sim", BoundType: b, Policy: pol}, rewrite.WithFleet(fleet))
 	if err != nil {
 		return tiers{}, nil, err
 	}
 	return rankModels(ctx, devices, out)
 }
 
-func plainClaim(gpus int) *resourceapi.ResourceClaimSpec {
+// GPUClaim is the claim spec a user writes for count GPUs of the class
+// gpu.prism.dev, request "gpu": what the rewrite starts from.
+func GPUClaim(count int64) *resourceapi.ResourceClaimSpec {
 	return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 		Name: "gpu",
 		Exactly: &resourceapi.ExactDeviceRequest{
 			DeviceClassName: rewrite.DeviceClassName,
 			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-			Count:           int64(gpus),
+			Count:           count,
 		},
 	}}}}
 }
@@ -316,7 +318,7 @@ func rankModels(ctx context.Context, devices [numModels]resourceapi.Device, out 
 // load-aware policy for a pod of the given label and GPU count, from the
 // controller's view at that moment. Rankings are memoised per ladder.
 func (e *Env) loadAwareTiers(label prismv1alpha1.BoundType, gpus int, load *rewrite.Load) (tiers, error) {
-	out, _, err := rewrite.Rewrite(e.ctx, plainClaim(gpus), rewrite.Profile{Name: "sim", BoundType: label, Policy: prismv1alpha1.PolicyLoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
+	out, _, err := rewrite.Rewrite(e.ctx, GPUClaim(int64(gpus)), rewrite.Profile{Name: "sim", BoundType: label, Policy: prismv1alpha1.PolicyLoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
 	if err != nil {
 		return tiers{}, err
 	}

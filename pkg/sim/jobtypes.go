@@ -105,19 +105,12 @@ type jobTypeRow struct {
 }
 
 func parseJobTypes(r io.Reader, name string) ([]jobTypeRow, error) {
-	var out []jobTypeRow
-	seen := map[string]int{}
-	err := parseCSV(r, name, jobTypesHeader, func(c *cells) error {
+	return parseKeyedCSV(r, name, jobTypesHeader, func(c *cells) (jobTypeRow, string, string) {
 		t := jobTypeRow{JobType: JobType{Name: c.text(0)}, line: c.line}
 		t.SMPct = c.number(1, false, 0, 100)
 		t.MemPct = c.number(2, false, 0, 100)
-		if err := firstLine(c, seen, t.Name, fmt.Sprintf("job %q", t.Name)); err != nil {
-			return err
-		}
-		out = append(out, t)
-		return c.err
+		return t, t.Name, fmt.Sprintf("job %q", t.Name)
 	})
-	return out, err
 }
 
 // joinJobTypes gives each job type its throughputs; the names are the

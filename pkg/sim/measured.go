@@ -140,9 +140,7 @@ func (m *Measured) check(pairsName, slicesName string) error {
 
 // ParseJobs reads jobs.csv; name is the file name errors carry.
 func ParseJobs(r io.Reader, name string) ([]MeasuredJob, error) {
-	var out []MeasuredJob
-	seen := map[[2]string]int{}
-	err := parseCSV(r, name, jobsHeader, func(c *cells) error {
+	return parseKeyedCSV(r, name, jobsHeader, func(c *cells) (MeasuredJob, [2]string, string) {
 		j := MeasuredJob{Job: c.text(0), GPU: c.text(1), Line: c.line}
 		j.Throughput = c.number(2, false, 0, math.Inf(1))
 		j.UtilPct = c.number(3, true, 0, 100)
@@ -152,21 +150,14 @@ func ParseJobs(r io.Reader, name string) ([]MeasuredJob, error) {
 		if c.err == nil && j.Throughput == 0 {
 			c.fail(2, "is not a throughput above 0")
 		}
-		if err := firstLine(c, seen, [2]string{j.Job, j.GPU}, fmt.Sprintf("job %q on gpu %q", j.Job, j.GPU)); err != nil {
-			return err
-		}
-		out = append(out, j)
-		return c.err
+		return j, [2]string{j.Job, j.GPU}, fmt.Sprintf("job %q on gpu %q", j.Job, j.GPU)
 	})
-	return out, err
 }
 
 // ParsePairs reads pairs.csv. A pair is unordered: (a, b) and (b, a) on one
 // GPU model may not both appear.
 func ParsePairs(r io.Reader, name string) ([]PairSpeed, error) {
-	var out []PairSpeed
-	seen := map[[3]string]int{}
-	err := parseCSV(r, name, pairsHeader, func(c *cells) error {
+	return parseKeyedCSV(r, name, pairsHeader, func(c *cells) (PairSpeed, [3]string, string) {
 		p := PairSpeed{JobA: c.text(0), JobB: c.text(1), GPU: c.text(2), Line: c.line}
 		p.SpeedA = c.number(3, false, 0, 10)
 		p.SpeedB = c.number(4, false, 0, 10)
@@ -174,29 +165,17 @@ func ParsePairs(r io.Reader, name string) ([]PairSpeed, error) {
 		if b < a {
 			a, b = b, a
 		}
-		if err := firstLine(c, seen, [3]string{a, b, p.GPU}, fmt.Sprintf("pair %q, %q on gpu %q", p.JobA, p.JobB, p.GPU)); err != nil {
-			return err
-		}
-		out = append(out, p)
-		return c.err
+		return p, [3]string{a, b, p.GPU}, fmt.Sprintf("pair %q, %q on gpu %q", p.JobA, p.JobB, p.GPU)
 	})
-	return out, err
 }
 
 // ParseSlices reads slices.csv.
 func ParseSlices(r io.Reader, name string) ([]SliceSpeed, error) {
-	var out []SliceSpeed
-	seen := map[[3]string]int{}
-	err := parseCSV(r, name, slicesHeader, func(c *cells) error {
+	return parseKeyedCSV(r, name, slicesHeader, func(c *cells) (SliceSpeed, [3]string, string) {
 		s := SliceSpeed{Job: c.text(0), GPU: c.text(1), Slice: c.text(2), Line: c.line}
 		s.Speed = c.number(3, false, 0, 10)
-		if err := firstLine(c, seen, [3]string{s.Job, s.GPU, s.Slice}, fmt.Sprintf("job %q on gpu %q slice %q", s.Job, s.GPU, s.Slice)); err != nil {
-			return err
-		}
-		out = append(out, s)
-		return c.err
+		return s, [3]string{s.Job, s.GPU, s.Slice}, fmt.Sprintf("job %q on gpu %q slice %q", s.Job, s.GPU, s.Slice)
 	})
-	return out, err
 }
 
 // cells is one record being parsed; the first bad cell sticks in err.
@@ -208,14 +187,22 @@ type cells struct {
 	err    error
 }
 
-// firstLine records that key stands on c's line and fails when it stood on
-// an earlier one of the file; what names the key in the error.
-func firstLine[K comparable](c *cells, seen map[K]int, key K, what string) error {
-	if prev, ok := seen[key]; ok && c.err == nil {
-		return fmt.Errorf("%s:%d: %s repeats line %d", c.name, c.line, what, prev)
-	}
-	seen[key] = c.line
-	return nil
+// parseKeyedCSV reads a CSV file whose rows each have a key that may
+// stand on one line only. row reads a line's cells into a row, its key and
+// what names the key in the error when it stood on an earlier line.
+func parseKeyedCSV[T any, K comparable](r io.Reader, name string, header []string, row func(*cells) (T, K, string)) ([]T, error) {
+	var out []T
+	seen := map[K]int{}
+	err := parseCSV(r, name, header, func(c *cells) error {
+		t, key, what := row(c)
+		if prev, ok := seen[key]; ok && c.err == nil {
+			return fmt.Errorf("%s:%d: %s repeats line %d", c.name, c.line, what, prev)
+		}
+		seen[key] = c.line
+		out = append(out, t)
+		return c.err
+	})
+	return out, err
 }
 
 func (c *cells) fail(col int, format string, args ...any) {

@@ -209,22 +209,8 @@ type streamJob struct {
 	noise float64
 }
 
-// stream draws n jobs: types uniformly from the data (drawStream).
-func (d *PackingData) stream(n int, rate float64, seed uint64) []streamJob {
-	return drawStream(len(d.Jobs), n, rate, seed)
-}
-
 // PackRun is one simulation of the packing evaluation.
-type PackRun struct {
-	Policy PackPolicy
-	// Load is the arrival rate as a share of what GPUs whole-GPU
-	// allocation can serve: rate = Load × GPUs / mean work.
-	Load  float64
-	Noise float64
-	Seed  uint64
-	GPUs  int
-	Jobs  int
-}
+type PackRun = GridRun[PackPolicy]
 
 // PackResult is what one run measured, over the middle 60 % of arrivals
 // (the first 20 % warm the GPUs up, the last 20 % drain).
@@ -262,8 +248,7 @@ type runningJob struct {
 
 // Simulate runs one configuration of the packing evaluation.
 func (d *PackingData) Simulate(r PackRun) PackResult {
-	rate := r.Load * float64(r.GPUs)
-	return d.simulate(r, d.stream(r.Jobs, rate, r.Seed))
+	return d.simulate(r, r.stream(len(d.Jobs)))
 }
 
 // simulate is event-driven: arrivals and completions; at each, every job's
@@ -273,13 +258,8 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 	rng := rand.New(rand.NewPCG(r.Seed, 0x7469))
 	gpus := make([][]*runningJob, r.GPUs)
 	var queue []*runningJob
-	lo, hi := len(jobs)/5, len(jobs)*4/5
-	winStart, winEnd := jobs[lo].arrive, jobs[hi-1].arrive
-	finish := make([]float64, len(jobs))
-	started := make([]float64, len(jobs))
-	oomed := make([]bool, len(jobs))
+	rec := newStreamLog(jobs)
 	var good, busy, paired float64
-	var ooms int
 
 	setSpeeds := func(g int) {
 		switch on := gpus[g]; len(on) {
@@ -360,8 +340,7 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 				if d.speed[j.sj.typ][other.sj.typ] == 0 || d.speed[other.sj.typ][j.sj.typ] == 0 {
 					// It did not fit in memory: the start fails and the job
 					// is run again on a GPU of its own.
-					ooms++
-					oomed[j.idx] = true
+					rec.oom(j.idx)
 					j.exclusive = true
 					if g = place(j); g < 0 {
 						kept = append(kept, j)
@@ -370,7 +349,7 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 				}
 			}
 			j.start = now
-			started[j.idx] = now
+			rec.started[j.idx] = now
 			gpus[g] = append(gpus[g], j)
 			setSpeeds(g)
 		}
@@ -393,7 +372,7 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 			dt = jobs[next].arrive - now
 		}
 		// Advance every running job by dt, counting the window's goodput.
-		from, to := math.Max(now, winStart), math.Min(now+dt, winEnd)
+		from, to := rec.window(now, dt)
 		for _, on := range gpus {
 			for _, j := range on {
 				j.remaining -= j.speed * dt
@@ -422,35 +401,20 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 			next++
 		} else {
 			done := gpus[gDone][kDone]
-			finish[done.idx] = now
+			rec.finish[done.idx] = now
 			gpus[gDone] = slices.Delete(gpus[gDone], kDone, kDone+1)
 			setSpeeds(gDone)
 		}
 		schedule(now)
 	}
 
-	res := PackResult{PackRun: r}
-	var slow []float64
-	var below80, below90, late int
-	for i := lo; i < hi; i++ {
-		j := jobs[i]
-		s := (finish[i] - j.arrive) / j.work
-		slow = append(slow, s)
-		speed := j.work / (finish[i] - started[i])
-		if oomed[i] || speed < 0.8-1e-9 {
-			below80++
-		}
-		if oomed[i] || speed < 0.9-1e-9 {
-			below90++
-		}
-		if s > 1.25+1e-9 {
-			late++
-		}
-	}
-	n := float64(hi - lo)
-	res.Below80, res.Below90, res.Late = float64(below80)/n, float64(below90)/n, float64(late)/n
-	res.Median, res.P99 = medianP99(slow)
-	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
+	res := PackResult{PackRun: r, OOMs: rec.oomsPer1000()}
+	var shares []float64
+	shares, res.Median, res.P99 = rec.judge(
+		func(i int, _, speed float64) bool { return rec.oomed[i] || speed < 0.8-1e-9 },
+		func(i int, _, speed float64) bool { return rec.oomed[i] || speed < 0.9-1e-9 },
+		func(_ int, slowdown, _ float64) bool { return slowdown > 1.25+1e-9 })
+	res.Below80, res.Below90, res.Late = shares[0], shares[1], shares[2]
 	if busy > 0 {
 		res.Goodput, res.Paired = good/busy, paired/busy
 	}
@@ -470,13 +434,7 @@ func anyRunning(gpus [][]*runningJob) bool {
 // fixed by Load × GPUs) with at most target of its jobs late (slowdown above
 // 1.25, waiting included); NaN when even 4 × GPUs do not.
 func (d *PackingData) GPUsNeeded(r PackRun, target float64) float64 {
-	jobs := d.stream(r.Jobs, r.Load*float64(r.GPUs), r.Seed)
-	ok := func(n int) bool {
-		rr := r
-		rr.GPUs = n
-		return d.simulate(rr, slices.Clone(jobs)).Late <= target
-	}
-	return fewestGPUs(4*r.GPUs, ok)
+	return gpusNeeded(r, len(d.Jobs), target, func(r PackRun, jobs []streamJob) float64 { return d.simulate(r, jobs).Late })
 }
 
 // medianP99 is the median and the 99th percentile of the slowdowns of a

@@ -46,12 +46,5 @@ func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRo
 		s.Jobs, s.GPUs, s.Seeds)
 	fmt.Fprintf(w, "Target: at most %.0f%% of jobs below 80%% of their speed alone. GPUS NEEDED: fewest GPUs serving the same stream with at most %.0f%% of jobs slowed (JCT / work alone) beyond 1.25, waiting included.\n\n",
 		100*InterferenceTarget, 100*InterferenceTarget)
-	if err := WritePackingTable(w, rows); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, v := range PackingVerdict(rows) {
-		fmt.Fprintln(w, v)
-	}
-	return nil
+	return writeTableVerdict(w, rows, WritePackingTable, PackingVerdict)
 }

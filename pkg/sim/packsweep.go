@@ -20,8 +20,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"text/tabwriter"
 )
 
@@ -29,25 +27,8 @@ import (
 // at most this share of jobs below 80 % of their speed alone.
 const InterferenceTarget = 0.05
 
-// PackSweep is a grid of packing runs.
-type PackSweep struct {
-	Policies []PackPolicy
-	Loads    []float64
-	// Noises apply to the profiled policy (prism); the others run once per
-	// load.
-	Noises         []float64
-	Seeds          int
-	GPUs, Jobs     int
-	Workers        int
-	WithGPUsNeeded bool
-}
-
-// Runs lists the sweep's runs.
-func (s PackSweep) Runs() []PackRun {
-	return gridRuns(s.Policies, s.Loads, s.Noises, s.Seeds, func(c gridCell[PackPolicy], seed uint64) PackRun {
-		return PackRun{Policy: c.policy, Load: c.load, Noise: c.noise, Seed: seed, GPUs: s.GPUs, Jobs: s.Jobs}
-	})
-}
+// PackSweep is a grid of packing runs; its noises apply to prism alone.
+type PackSweep = GridSweep[PackPolicy]
 
 // PackOutcome is one run's result and, when asked for, the GPUs its stream
 // needs.
@@ -58,13 +39,8 @@ type PackOutcome struct {
 
 // Execute runs the sweep in parallel.
 func (d *PackingData) Execute(ctx context.Context, s PackSweep) ([]PackOutcome, error) {
-	return mapParallel(ctx, s.Workers, s.Runs(), func(r PackRun) PackOutcome {
-		o := PackOutcome{PackResult: d.Simulate(r), GPUsNeeded: math.NaN()}
-		if s.WithGPUsNeeded {
-			o.GPUsNeeded = d.GPUsNeeded(r, InterferenceTarget)
-		}
-		return o
-	})
+	return executeGrid(ctx, s, d.Simulate, func(r PackRun) float64 { return d.GPUsNeeded(r, InterferenceTarget) },
+		func(res PackResult, need float64) PackOutcome { return PackOutcome{res, need} })
 }
 
 // PackRow is one policy at one load and noise, over seeds.
@@ -79,6 +55,8 @@ type PackRow struct {
 	Unserved   int
 }
 
+func (r *PackRow) cell() gridCell[PackPolicy] { return gridCell[PackPolicy]{r.Policy, r.Load, r.Noise} }
+
 // MeetsTarget says whether the mean share of jobs below 80 % is within
 // the interference target.
 func (r *PackRow) MeetsTarget() bool { return r.Below80.Mean <= InterferenceTarget+1e-9 }
@@ -86,17 +64,14 @@ func (r *PackRow) MeetsTarget() bool { return r.Below80.Mean <= InterferenceTarg
 // SummarisePacking groups outcomes by policy, load and noise, in sweep
 // order.
 func SummarisePacking(outs []PackOutcome) []*PackRow {
-	sums := summariseGrid(outs, func(o PackOutcome) (gridCell[PackPolicy], []float64, float64) {
+	figures := func(o PackOutcome) (gridCell[PackPolicy], []float64, float64) {
 		return gridCell[PackPolicy]{o.Policy, o.Load, o.Noise}, []float64{o.Goodput, o.Below80, o.Below90, o.Median, o.P99, o.OOMs, o.Paired, o.Late}, o.GPUsNeeded
-	})
-	rows := make([]*PackRow, len(sums))
-	for i, c := range sums {
-		f := c.figures
-		rows[i] = &PackRow{Policy: c.cell.policy, Load: c.cell.load, Noise: c.cell.noise,
-			Goodput: f[0], Below80: f[1], Below90: f[2], Median: f[3], P99: f[4], OOMs: f[5], Paired: f[6], Late: f[7],
-			GPUsNeeded: c.gpusNeeded, Unserved: c.unserved}
 	}
-	return rows
+	return summariseGrid(outs, figures, func(c gridCell[PackPolicy], f []Estimate, need Estimate, unserved int) *PackRow {
+		return &PackRow{Policy: c.policy, Load: c.load, Noise: c.noise,
+			Goodput: f[0], Below80: f[1], Below90: f[2], Median: f[3], P99: f[4], OOMs: f[5], Paired: f[6], Late: f[7],
+			GPUsNeeded: need, Unserved: unserved}
+	})
 }
 
 // WritePackingTable prints one row per policy, load and noise: means over
@@ -125,20 +100,8 @@ func pct(x Estimate) string {
 // profile noise against the best profile-free policy (≥ 1.15×).
 func PackingVerdict(rows []*PackRow) []string {
 	var out []string
-	var loads []float64
-	for _, r := range rows {
-		if !slices.Contains(loads, r.Load) {
-			loads = append(loads, r.Load)
-		}
-	}
-	find := func(p PackPolicy, load, noise float64) *PackRow {
-		for _, r := range rows {
-			if r.Policy == p && r.Load == load && (!p.profiled() || math.Abs(r.Noise-noise) < 1e-9) {
-				return r
-			}
-		}
-		return nil
-	}
+	loads := distinctLoads(rows, func(r *PackRow) float64 { return r.Load })
+	find := func(p PackPolicy, load, noise float64) *PackRow { return RowAt(rows, p, load, noise) }
 	for _, load := range loads {
 		var best *PackRow
 		for _, r := range rows {

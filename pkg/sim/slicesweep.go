@@ -21,29 +21,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"text/tabwriter"
 )
 
-// SliceSweep is a grid of sizing runs.
-type SliceSweep struct {
-	Policies []SlicePolicy
-	Loads    []float64
-	// Noises apply to the policies that read measured figures (by-memory,
-	// prism); the others run once per load.
-	Noises         []float64
-	Seeds          int
-	GPUs, Jobs     int
-	Workers        int
-	WithGPUsNeeded bool
-}
-
-// Runs lists the sweep's runs.
-func (s SliceSweep) Runs() []SliceRun {
-	return gridRuns(s.Policies, s.Loads, s.Noises, s.Seeds, func(c gridCell[SlicePolicy], seed uint64) SliceRun {
-		return SliceRun{Policy: c.policy, Load: c.load, Noise: c.noise, Seed: seed, GPUs: s.GPUs, Jobs: s.Jobs}
-	})
-}
+// SliceSweep is a grid of sizing runs; its noises apply to by-memory and
+// prism.
+type SliceSweep = GridSweep[SlicePolicy]
 
 // SliceOutcome is one run's result and, when asked for, the GPUs its
 // stream needs.
@@ -54,13 +37,8 @@ type SliceOutcome struct {
 
 // Execute runs the sweep in parallel.
 func (d *SlicingData) Execute(ctx context.Context, s SliceSweep) ([]SliceOutcome, error) {
-	return mapParallel(ctx, s.Workers, s.Runs(), func(r SliceRun) SliceOutcome {
-		o := SliceOutcome{SliceResult: d.Simulate(r), GPUsNeeded: math.NaN()}
-		if s.WithGPUsNeeded {
-			o.GPUsNeeded = d.GPUsNeeded(r)
-		}
-		return o
-	})
+	return executeGrid(ctx, s, d.Simulate, d.GPUsNeeded,
+		func(res SliceResult, need float64) SliceOutcome { return SliceOutcome{res, need} })
 }
 
 // SliceRow is one policy at one load and noise, over seeds.
@@ -74,20 +52,21 @@ type SliceRow struct {
 	Unserved   int
 }
 
+func (r *SliceRow) cell() gridCell[SlicePolicy] {
+	return gridCell[SlicePolicy]{r.Policy, r.Load, r.Noise}
+}
+
 // SummariseSlicing groups outcomes by policy, load and noise, in sweep
 // order.
 func SummariseSlicing(outs []SliceOutcome) []*SliceRow {
-	sums := summariseGrid(outs, func(o SliceOutcome) (gridCell[SlicePolicy], []float64, float64) {
+	figures := func(o SliceOutcome) (gridCell[SlicePolicy], []float64, float64) {
 		return gridCell[SlicePolicy]{o.Policy, o.Load, o.Noise}, []float64{o.Goodput, o.Below80, o.Median, o.P99, o.Late, o.OOMs, o.Sevenths}, o.GPUsNeeded
-	})
-	rows := make([]*SliceRow, len(sums))
-	for i, c := range sums {
-		f := c.figures
-		rows[i] = &SliceRow{Policy: c.cell.policy, Load: c.cell.load, Noise: c.cell.noise,
-			Goodput: f[0], Below80: f[1], Median: f[2], P99: f[3], Late: f[4], OOMs: f[5], Sevenths: f[6],
-			GPUsNeeded: c.gpusNeeded, Unserved: c.unserved}
 	}
-	return rows
+	return summariseGrid(outs, figures, func(c gridCell[SlicePolicy], f []Estimate, need Estimate, unserved int) *SliceRow {
+		return &SliceRow{Policy: c.policy, Load: c.load, Noise: c.noise,
+			Goodput: f[0], Below80: f[1], Median: f[2], P99: f[3], Late: f[4], OOMs: f[5], Sevenths: f[6],
+			GPUsNeeded: need, Unserved: unserved}
+	})
 }
 
 // WriteSlicingTable prints one row per policy, load and noise: means over
@@ -106,20 +85,8 @@ func WriteSlicingTable(w io.Writer, rows []*SliceRow) error {
 // predict: sizing by memory near 2.7× median slowdown, sizing by measured use
 // near 1.3×, with about 15 % fewer GPUs than whole-GPU allocation.
 func SlicingVerdict(rows []*SliceRow) []string {
-	var loads []float64
-	for _, r := range rows {
-		if !slices.Contains(loads, r.Load) {
-			loads = append(loads, r.Load)
-		}
-	}
-	find := func(p SlicePolicy, load float64) *SliceRow {
-		for _, r := range rows {
-			if r.Policy == p && r.Load == load && r.Noise == 0 {
-				return r
-			}
-		}
-		return nil
-	}
+	loads := distinctLoads(rows, func(r *SliceRow) float64 { return r.Load })
+	find := func(p SlicePolicy, load float64) *SliceRow { return RowAt(rows, p, load, 0) }
 	var out []string
 	for _, load := range loads {
 		line := fmt.Sprintf("load %.0f%%: median slowdown", 100*load)
@@ -169,14 +136,7 @@ func WriteSlicingReport(w io.Writer, d *SlicingData, s SliceSweep, rows []*Slice
 		return err
 	}
 	fmt.Fprintln(w)
-	if err := WriteSlicingTable(w, rows); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, v := range SlicingVerdict(rows) {
-		fmt.Fprintln(w, v)
-	}
-	return nil
+	return writeTableVerdict(w, rows, WriteSlicingTable, SlicingVerdict)
 }
 
 func speedCell(v float64) string {

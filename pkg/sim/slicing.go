@@ -206,16 +206,7 @@ func (d *SlicingData) smallest(memMiB, computePct float64) int {
 }
 
 // SliceRun is one simulation of the sizing evaluation.
-type SliceRun struct {
-	Policy SlicePolicy
-	// Load is the arrival rate as a share of what whole-GPU allocation
-	// serves: rate = Load × GPUs / mean work.
-	Load  float64
-	Noise float64
-	Seed  uint64
-	GPUs  int
-	Jobs  int
-}
+type SliceRun = GridRun[SlicePolicy]
 
 // SliceResult is what one run measured over the middle 60 % of arrivals.
 type SliceResult struct {
@@ -267,7 +258,7 @@ func drawStream(types, n int, rate float64, seed uint64) []streamJob {
 
 // Simulate runs one configuration of the sizing evaluation.
 func (d *SlicingData) Simulate(r SliceRun) SliceResult {
-	return d.simulate(r, drawStream(len(d.Jobs), r.Jobs, r.Load*float64(r.GPUs), r.Seed))
+	return d.simulate(r, r.stream(len(d.Jobs)))
 }
 
 // simulate is event-driven like the packing simulation. Each GPU is cut as
@@ -282,14 +273,9 @@ func (d *SlicingData) Simulate(r SliceRun) SliceResult {
 func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 	used := make([]uint8, r.GPUs) // bit s: memory slice s is taken
 	var running, queue []*slicedJob
-	lo, hi := len(jobs)/5, len(jobs)*4/5
-	winStart, winEnd := jobs[lo].arrive, jobs[hi-1].arrive
-	finish := make([]float64, len(jobs))
-	started := make([]float64, len(jobs))
-	oomed := make([]bool, len(jobs))
+	rec := newStreamLog(jobs)
 	sevenths := make([]int, len(jobs))
 	var good, busy float64
-	var ooms int
 
 	mask := func(j *slicedJob) uint8 { return placementMask(d.Model.Profiles[j.prof], j.at) }
 	schedule := func(now float64) {
@@ -298,8 +284,7 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 			if math.IsNaN(d.speed[j.sj.typ][j.prof]) {
 				// Did not fit: the start fails, and the job asks again for
 				// the whole GPU.
-				ooms++
-				oomed[j.idx] = true
+				rec.oom(j.idx)
 				j.prof = d.whole()
 			}
 			g, at := placeSlice(used, d.Model.Profiles[j.prof])
@@ -309,7 +294,7 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 			}
 			j.gpu, j.at, j.speed = g, at, d.speed[j.sj.typ][j.prof]
 			used[g] |= mask(j)
-			started[j.idx] = now
+			rec.started[j.idx] = now
 			sevenths[j.idx] = d.Model.Profiles[j.prof].Compute
 			running = append(running, j)
 		}
@@ -328,7 +313,7 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 		if arrival {
 			dt = jobs[next].arrive - now
 		}
-		from, to := math.Max(now, winStart), math.Min(now+dt, winEnd)
+		from, to := rec.window(now, dt)
 		for _, j := range running {
 			j.remaining -= j.speed * dt
 			if to > from {
@@ -346,32 +331,24 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 			next++
 		} else {
 			j := running[done]
-			finish[j.idx] = now
+			rec.finish[j.idx] = now
 			used[j.gpu] &^= mask(j)
 			running = slices.Delete(running, done, done+1)
 		}
 		schedule(now)
 	}
 
-	res := SliceResult{SliceRun: r}
-	var slow []float64
-	var below80, late, sev int
-	for i := lo; i < hi; i++ {
-		j := jobs[i]
-		s := (finish[i] - j.arrive) / j.work
-		slow = append(slow, s)
-		if oomed[i] || j.work/(finish[i]-started[i]) < SliceSpeedTarget-1e-9 {
-			below80++
-		}
-		if s > SliceLateSlowdown+1e-9 {
-			late++
-		}
+	res := SliceResult{SliceRun: r, OOMs: rec.oomsPer1000()}
+	var shares []float64
+	shares, res.Median, res.P99 = rec.judge(
+		func(i int, _, speed float64) bool { return rec.oomed[i] || speed < SliceSpeedTarget-1e-9 },
+		func(_ int, slowdown, _ float64) bool { return slowdown > SliceLateSlowdown+1e-9 })
+	res.Below80, res.Late = shares[0], shares[1]
+	sev := 0
+	for i := rec.lo; i < rec.hi; i++ {
 		sev += sevenths[i]
 	}
-	n := float64(hi - lo)
-	res.Below80, res.Late, res.Sevenths = float64(below80)/n, float64(late)/n, float64(sev)/n
-	res.Median, res.P99 = medianP99(slow)
-	res.OOMs = 1000 * float64(ooms) / float64(len(jobs))
+	res.Sevenths = float64(sev) / float64(rec.hi-rec.lo)
 	if busy > 0 {
 		res.Goodput = good / busy
 	}
@@ -418,13 +395,7 @@ func busyGPUs(used []uint8) int {
 // fixed by Load × GPUs) with at most SliceLateShare of its jobs slowed
 // beyond SliceLateSlowdown; NaN when even 4 × GPUs do not.
 func (d *SlicingData) GPUsNeeded(r SliceRun) float64 {
-	jobs := drawStream(len(d.Jobs), r.Jobs, r.Load*float64(r.GPUs), r.Seed)
-	ok := func(n int) bool {
-		rr := r
-		rr.GPUs = n
-		return d.simulate(rr, slices.Clone(jobs)).Late <= SliceLateShare+1e-9
-	}
-	return fewestGPUs(4*r.GPUs, ok)
+	return gpusNeeded(r, len(d.Jobs), SliceLateShare+1e-9, func(r SliceRun, jobs []streamJob) float64 { return d.simulate(r, jobs).Late })
 }
 
 // ParseSlicePolicy checks a sizing policy name.

@@ -30,6 +30,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // IncubatingFeatures is the allocator kube-scheduler 1.37 picks by default
@@ -180,7 +181,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				return nil, err
 			}
 			claims := []allocatorClaim{
-				{name: "plain", claim: claim(GPUSpec(1))},
+				{name: "plain", claim: claim(sim.GPUClaim(1))},
 				{name: "selective", claim: claim(SelectiveSpec(1))},
 				{name: "ladder, class CEL", claim: claim(InUserClass(ladder))},
 				{name: "ladder", claim: claim(ladder)},
@@ -188,7 +189,7 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "built-in ladder", claim: claim(builtIn)},
 				{name: "affinity, hard needs", claim: claim(affinity)},
 				{name: "affinity, capacity floor", claim: claim(affinityCapacity)},
-				{name: "plain, " + figuresFleet, claim: claim(GPUSpec(1)), on: aFigures, fleet: figuresFleet},
+				{name: "plain, " + figuresFleet, claim: claim(sim.GPUClaim(1)), on: aFigures, fleet: figuresFleet},
 				{name: "selective, " + figuresFleet, claim: claim(SelectiveSpec(1)), on: aFigures, fleet: figuresFleet},
 				{name: "ladder, capacity floor and bounds", claim: claim(bounds), on: aFigures, fleet: figuresFleet},
 			}
@@ -249,8 +250,8 @@ func slimRows(ctx context.Context, a structured.Allocator, f *Fleet, passes int)
 		return nil, err
 	}
 	r, err := allocatorCase(ctx, a, f, []allocatorClaim{
-		{name: "plain", claim: claim(GPUSpec(1))},
-		{name: "plain, slim", claim: claim(GPUSpec(1)), on: slim},
+		{name: "plain", claim: claim(sim.GPUClaim(1))},
+		{name: "plain, slim", claim: claim(sim.GPUClaim(1)), on: slim},
 		{name: "ladder", claim: claim(ladder)},
 		{name: "ladder, slim", claim: claim(ladder), on: slim},
 	}, passes)

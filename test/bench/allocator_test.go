@@ -24,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prismgpu/prism/pkg/sim"
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -43,7 +44,7 @@ func BenchmarkPlainAllocate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := claim(GPUSpec(1))
+	c := claim(sim.GPUClaim(1))
 	for n := range f.Nodes {
 		_, _ = a.Allocate(ctx, f.Nodes[n], []*resourceapi.ResourceClaim{c})
 	}

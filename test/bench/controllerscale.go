@@ -30,6 +30,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -161,7 +162,7 @@ func createScaleClaim(ctx context.Context, client kubernetes.Interface, first, i
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%d", first+i), Namespace: scaleNamespace,
 			Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: "train"}},
-		Spec: *GPUSpec(1),
+		Spec: *sim.GPUClaim(1),
 	}
 	created, err := client.ResourceV1().ResourceClaims(scaleNamespace).Create(ctx, claim, metav1.CreateOptions{})
 	if err != nil || i%2 == 1 {

@@ -121,22 +121,10 @@ var Profiles = []struct {
 	{"LatencyBound-economy", rewrite.Profile{BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy, PeakMemory: qty("8Gi")}},
 }
 
-// GPUSpec is a claim spec for count GPUs of class gpu.prism.dev, request "gpu".
-func GPUSpec(count int64) *resourceapi.ResourceClaimSpec {
-	return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
-		Name: "gpu",
-		Exactly: &resourceapi.ExactDeviceRequest{
-			DeviceClassName: rewrite.DeviceClassName,
-			AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
-			Count:           count,
-		},
-	}}}}
-}
-
-// RewrittenSpec is GPUSpec(count) after Rewrite with the profile, what the
+// RewrittenSpec is sim.GPUClaim(count) after Rewrite with the profile, what the
 // mutating webhook stores.
 func RewrittenSpec(ctx context.Context, count int64, p rewrite.Profile, opts ...rewrite.Option) (*resourceapi.ResourceClaimSpec, error) {
-	spec, _, err := rewrite.Rewrite(ctx, GPUSpec(count), p, opts...)
+	spec, _, err := rewrite.Rewrite(ctx, sim.GPUClaim(count), p, opts...)
 	return spec, err
 }
 
@@ -145,10 +133,10 @@ func RewrittenSpec(ctx context.Context, count int64, p rewrite.Profile, opts ...
 // bandwidthClass when its bandwidth is known, so a user would not guard it.
 const SelectiveSelector = `device.attributes["gpu.prism.dev"].bandwidthClass == "ultra"`
 
-// SelectiveSpec is GPUSpec(count) with SelectiveSelector: the fair
+// SelectiveSpec is sim.GPUClaim(count) with SelectiveSelector: the fair
 // reference for the ladder's cost, since it expresses a preference too.
 func SelectiveSpec(count int64) *resourceapi.ResourceClaimSpec {
-	spec := GPUSpec(count)
+	spec := sim.GPUClaim(count)
 	spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: SelectiveSelector}}}
 	return spec
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // migAllocProduct is the GPU of the mig-alloc phase's nodes: eight of them,
@@ -138,7 +139,7 @@ func migLightProfile() rewrite.Profile {
 // partitionSpec is a claim for one partition of the profile, in the class
 // of partitions.
 func partitionSpec(profile string) *resourceapi.ResourceClaimSpec {
-	spec := GPUSpec(1)
+	spec := sim.GPUClaim(1)
 	spec.Devices.Requests[0].Exactly.DeviceClassName = rewrite.MIGDeviceClassName
 	spec.Devices.Requests[0].Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 		Expression: fmt.Sprintf("device.attributes[%q].%s == %q", gpuv1alpha1.DriverName, gpuv1alpha1.MIGProfileAttribute, profile),
@@ -182,7 +183,7 @@ func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
 	}
 	slices := append(append([]*resourceapi.ResourceSlice(nil), plain.Slices...), mig.Slices...)
 	cluster := &Fleet{Slices: slices}
-	ladder, plan, err := rewrite.Rewrite(ctx, GPUSpec(1), migLightProfile(), rewrite.WithFleet(cluster.Published()), rewrite.PartitionsFromUsage())
+	ladder, plan, err := rewrite.Rewrite(ctx, sim.GPUClaim(1), migLightProfile(), rewrite.WithFleet(cluster.Published()), rewrite.PartitionsFromUsage())
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +208,7 @@ func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
 	if err != nil {
 		return nil, err
 	}
-	whole, oneG, light := claim(GPUSpec(1)), claim(partitionSpec("1g.10gb")), claim(ladder)
+	whole, oneG, light := claim(sim.GPUClaim(1)), claim(partitionSpec("1g.10gb")), claim(ladder)
 	plainNode, migNode := plain.Nodes[0], mig.Nodes[0]
 	return []migAllocCase{
 		{migAllocIdle, migAllocReference, idle, plainNode, whole},

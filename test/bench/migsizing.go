@@ -63,14 +63,6 @@ func MIGSizing(ctx context.Context, repo string, w io.Writer) ([]Row, error) {
 }
 
 func migSizingRows(table []*sim.SliceRow) []Row {
-	find := func(p sim.SlicePolicy, load float64) *sim.SliceRow {
-		for _, r := range table {
-			if r.Policy == p && r.Load == load && r.Noise == 0 {
-				return r
-			}
-		}
-		return nil
-	}
 	var rows []Row
 	for _, r := range table {
 		if r.Policy != sim.SlicePrism || r.Noise != 0 {
@@ -79,7 +71,7 @@ func migSizingRows(table []*sim.SliceRow) []Row {
 		cse := fmt.Sprintf("%s, load %.0f%%", MIGSizingGPU, 100*r.Load)
 		note := fmt.Sprintf("prism median slowdown %.2fx, <80%%: %.1f%%", r.Median.Mean, 100*r.Below80.Mean)
 		for _, base := range []sim.SlicePolicy{sim.SliceWhole, sim.SliceOracle} {
-			b := find(base, r.Load)
+			b := sim.RowAt(table, base, r.Load, 0)
 			if b == nil {
 				continue
 			}

@@ -72,24 +72,16 @@ func Packing(ctx context.Context, repo string, w io.Writer) ([]Row, error) {
 
 func packingRows(gpu string, table []*sim.PackRow) []Row {
 	var rows []Row
-	find := func(p sim.PackPolicy, load, noise float64) *sim.PackRow {
-		for _, r := range table {
-			if r.Policy == p && r.Load == load && r.Noise == noise {
-				return r
-			}
-		}
-		return nil
-	}
 	for _, r := range table {
 		if r.Policy != sim.PackPrism || r.Noise != 0 {
 			continue
 		}
 		cse := fmt.Sprintf("%s, load %.0f%%", gpu, 100*r.Load)
 		note := fmt.Sprintf("prism <80%%: %.1f%%", 100*r.Below80.Mean)
-		if whole := find(sim.PackWhole, r.Load, 0); whole != nil {
+		if whole := sim.RowAt(table, sim.PackWhole, r.Load, 0); whole != nil {
 			rows = append(rows, NewRow("packing", cse, "goodput per busy GPU", "x alone", "whole-gpu", whole.Goodput.Mean, "prism", r.Goodput.Mean, note))
 		}
-		if oracle := find(sim.PackOracle, r.Load, 0); oracle != nil {
+		if oracle := sim.RowAt(table, sim.PackOracle, r.Load, 0); oracle != nil {
 			rows = append(rows, NewRow("packing", cse, "goodput per busy GPU, oracle bound", "x alone", "oracle", oracle.Goodput.Mean, "prism", r.Goodput.Mean, note))
 		}
 	}

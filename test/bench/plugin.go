@@ -43,6 +43,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/residency"
+	"github.com/prismgpu/prism/pkg/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -392,7 +393,7 @@ func createAllocatedClaim(ctx context.Context, client kubernetes.Interface, ns, 
 func createClaimOn(ctx context.Context, client kubernetes.Interface, ns, name, driver, node string, first, gpus int) (*resourceapi.ResourceClaim, error) {
 	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       *GPUSpec(int64(gpus)),
+		Spec:       *sim.GPUClaim(int64(gpus)),
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
@@ -796,7 +797,7 @@ func heapInUseMiB(addr string) (float64, error) {
 func createShareClaim(ctx context.Context, client kubernetes.Interface, ns, name, node string, gpu int) (*resourceapi.ResourceClaim, error) {
 	cl, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       *GPUSpec(1),
+		Spec:       *sim.GPUClaim(1),
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err

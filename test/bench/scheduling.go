@@ -33,6 +33,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/prismgpu/prism/pkg/nodelabels"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -126,14 +128,7 @@ func CreateReadyNode(ctx context.Context, client kubernetes.Interface, name stri
 // renewLeases keeps the hand-made nodes' leases fresh, as kubelets would,
 // so that the node-lifecycle controller does not taint them unreachable.
 func renewLeases(ctx context.Context, client kubernetes.Interface, names []string, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		_ = parallel(len(names), 4, func(i int) error {
 			l, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, names[i], metav1.GetOptions{})
 			if err != nil {
@@ -143,7 +138,7 @@ func renewLeases(ctx context.Context, client kubernetes.Interface, names []strin
 			_, _ = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Update(ctx, l, metav1.UpdateOptions{})
 			return nil
 		})
-	}
+	}, every)
 }
 
 // SchedulingOptions bound the scheduling phase.
@@ -266,7 +261,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		affinity *corev1.Affinity
 	}
 	kinds := []kind{
-		{"plain", GPUSpec(1), nil},
+		{"plain", sim.GPUClaim(1), nil},
 		{"selective", SelectiveSpec(1), nil},
 		{"ladder", ladder, nil},
 		{"ladder-capacity", capacity, nil},

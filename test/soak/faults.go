@@ -28,6 +28,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/prismgpu/prism/pkg/profiling"
 )
 
@@ -200,14 +202,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // sampleRSS reads each plugin's resident set every half second; a peak over
 // the chart's limit is a violation, reported once per node.
 func (s *soak) sampleRSS(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		for _, n := range nodes {
 			rss, err := rssBytes(s.bed.PluginPID(n.Name))
 			if err != nil {
@@ -227,7 +222,7 @@ func (s *soak) sampleRSS(ctx context.Context) {
 				s.violate("sampling", "memory", "plugin on %s at %.0f MiB, over its limit of %.0f MiB", n.Name, mib, s.res.PluginLimitMiB)
 			}
 		}
-	}
+	}, 500*time.Millisecond)
 }
 
 // rssBytes is VmRSS of a process.

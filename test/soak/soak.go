@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -244,19 +245,12 @@ func (s *soak) count(f func(*Counts)) {
 }
 
 func (s *soak) progress(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		s.mu.Lock()
 		p, f, v := s.res.Pods, len(s.res.Faults), len(s.res.Violations)
 		s.mu.Unlock()
 		s.logf("pods created %d, ran %d, deleted %d; faults %d; violations %d", p.Created, p.Ran, p.Deleted, f, v)
-	}
+	}, time.Minute)
 }
 
 // setup creates the namespace and the two templates that plain runs use.

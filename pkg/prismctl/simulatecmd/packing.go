@@ -80,23 +80,33 @@ func runPacking(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 	if f.slices != "" {
 		fmt.Fprintln(out, slicesSummary(m.Slices))
 	}
+	report := func(rows []*sim.PackRow) error { return sim.WritePackingReport(out, d, s, rows) }
+	return evaluate(out, f.svgDir, func() ([]sim.PackOutcome, error) { return d.Execute(ctx, s) }, sim.SummarisePacking, report,
+		sim.PackMetrics, func(rows []*sim.PackRow, metric sim.PackMetric) (string, func(io.Writer) error) {
+			title := fmt.Sprintf("Packing on %s, %s (%d seeds, 95%% CI)", d.GPU, metric.Name, s.Seeds)
+			return "packing-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WritePackingSVG(w, title, rows, metric) }
+		})
+}
+
+// evaluate runs a packing or sizing sweep, prints its report and how many
+// runs took how long, and, where svgDir names a directory, writes a plot
+// of each metric there.
+func evaluate[Out, Row, Metric any](out io.Writer, svgDir string, execute func() ([]Out, error), summarise func([]Out) []Row,
+	report func([]Row) error, metrics []Metric, plot func([]Row, Metric) (name string, draw func(io.Writer) error)) error {
 	start := time.Now()
-	outs, err := d.Execute(ctx, s)
+	outs, err := execute()
 	if err != nil {
 		return err
 	}
-	rows := sim.SummarisePacking(outs)
-	if err := sim.WritePackingReport(out, d, s, rows); err != nil {
+	rows := summarise(outs)
+	if err := report(rows); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "%d runs in %s.\n", len(outs), time.Since(start).Round(time.Millisecond))
-	if f.svgDir == "" {
+	if svgDir == "" {
 		return nil
 	}
-	return writePlots(out, f.svgDir, sim.PackMetrics, func(metric sim.PackMetric) (string, func(io.Writer) error) {
-		title := fmt.Sprintf("Packing on %s, %s (%d seeds, 95%% CI)", d.GPU, metric.Name, s.Seeds)
-		return "packing-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WritePackingSVG(w, title, rows, metric) }
-	})
+	return writePlots(out, svgDir, metrics, func(m Metric) (string, func(io.Writer) error) { return plot(rows, m) })
 }
 
 func slicesSummary(ss []sim.SliceSpeed) string {

@@ -17,56 +17,119 @@ limitations under the License.
 package simulatecmd
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prismgpu/prism/pkg/explain/explaintest"
 )
 
-func TestSimulateSweepsTheHandMadeExcerpt(t *testing.T) {
-	dir := t.TempDir()
-	cmd := NewCommand()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{
-		"--nodes", "../../sim/testdata/nodes.csv", "--pods", "../../sim/testdata/pods.csv",
-		"--throughputs", "../../../test/bench/data/jobs.csv", "--job-types", "../../../test/bench/data/job-types.csv",
-		"--seeds", "3", "--loads", "0.7", "--noise", "0,0.2", "--repeat", "3", "--every", "1",
-		"--svg", dir, "--json", filepath.Join(dir, "runs.json"),
-	})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("simulate: %v\n%s", err, out.String())
-	}
-	got := out.String()
-	for _, want := range []string{
-		"Fleet: 4 nodes, 14 GPUs (K80 2, P100 4, V100 8)",
-		"1 Failed, 1 never scheduled, 1 pinned only to models outside the fleet",
-		// null-speed, 5 policies without noise levels and 3 Prism ones at 2
-		// levels: 12 runs a seed.
-		"36 runs, 3 seeds each",
-		"prism-load-aware    20%",
-		"load 70%: best Prism",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("output lacks %q:\n%s", want, got)
-		}
-	}
-	for _, f := range []string{"slowdown-noise00.svg", "slowdown-noise20.svg", "runs.json"} {
-		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
-			t.Errorf("%s not written: %v", f, err)
-		}
+const (
+	measured    = "../../sim/testdata/measured/"
+	slicing     = "../../sim/testdata/slicing/"
+	nodes       = "../../sim/testdata/nodes.csv"
+	pods        = "../../sim/testdata/pods.csv"
+	throughputs = "../../../test/bench/data/jobs.csv"
+	jobTypes    = "../../../test/bench/data/job-types.csv"
+)
+
+func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// args are the flags but --svg and --json, which name a fresh
+		// directory and a file in it.
+		args []string
+		json bool
+		want []string
+		// absent must not be printed.
+		absent []string
+		// files are written into the --svg directory.
+		files []string
+	}{{
+		name: "trace replay",
+		args: []string{
+			"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", jobTypes,
+			"--seeds", "3", "--loads", "0.7", "--noise", "0,0.2", "--repeat", "3", "--every", "1",
+		},
+		json: true,
+		want: []string{
+			"Fleet: 4 nodes, 14 GPUs (K80 2, P100 4, V100 8)",
+			"1 Failed, 1 never scheduled, 1 pinned only to models outside the fleet",
+			// null-speed, 5 policies without noise levels and 3 Prism ones at 2
+			// levels: 12 runs a seed.
+			"36 runs, 3 seeds each",
+			"prism-load-aware    20%",
+			"load 70%: best Prism",
+		},
+		files: []string{"slowdown-noise00.svg", "slowdown-noise20.svg", "runs.json"},
+	}, {
+		name: "packing",
+		args: []string{
+			"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs.csv", "--slices", measured + "slices.csv",
+			"--gpu", "t1", "--gpu-memory", "16384", "--gpus", "8", "--stream", "300",
+			"--seeds", "3", "--loads", "0.5,0.9", "--noise", "0,0.2",
+		},
+		want: []string{
+			"Slices: 2 speeds of 2 job types on t1",
+			"MIG sizing: no MIG model for t1 (models: a100-40gb); not evaluated.",
+			"Packing on t1: 3 job types",
+			// 4 policies without noise and prism at 2 levels, 2 loads, 3 seeds.
+			"36 runs in",
+			"load 90%: prism at 0% noise",
+		},
+		files: []string{"packing-goodput.svg", "packing-below80.svg", "packing-median-slowdown.svg"},
+	}, {
+		name: "MIG sizing",
+		args: []string{
+			"--jobs", slicing + "jobs.csv", "--slices", slicing + "slices.csv",
+			"--gpus", "8", "--stream", "300", "--seeds", "3", "--loads", "0.5,0.9", "--noise", "0,0.2",
+		},
+		want: []string{
+			"MIG sizing on a100-40gb: 4 job types",
+			// whole-gpu and oracle once, by-memory and prism at 2 noise levels,
+			// 2 loads, 3 seeds.
+			"36 runs in",
+			"load 90%: median slowdown whole-gpu",
+		},
+		// Without --pairs, packing does not run.
+		absent: []string{"Packing on"},
+		files: []string{
+			"mig-sizing-a100-40gb-goodput.svg", "mig-sizing-a100-40gb-median-slowdown.svg",
+			"mig-sizing-a100-40gb-below80.svg", "mig-sizing-a100-40gb-gpus-needed.svg",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append(slices.Clone(tc.args), "--svg", dir)
+			if tc.json {
+				args = append(args, "--json", filepath.Join(dir, "runs.json"))
+			}
+			got, err := explaintest.Execute(NewCommand(), args...)
+			if err != nil {
+				t.Fatalf("simulate: %v\n%s", err, got)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(got, want) {
+					t.Errorf("output lacks %q:\n%s", want, got)
+				}
+			}
+			for _, absent := range tc.absent {
+				if strings.Contains(got, absent) {
+					t.Errorf("output has %q:\n%s", absent, got)
+				}
+			}
+			for _, f := range tc.files {
+				if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+					t.Errorf("%s not written: %v", f, err)
+				}
+			}
+		})
 	}
 }
 
-func TestSimulateRejectsBadFlags(t *testing.T) {
-	const (
-		nodes       = "../../sim/testdata/nodes.csv"
-		pods        = "../../sim/testdata/pods.csv"
-		throughputs = "../../../test/bench/data/jobs.csv"
-		jobTypes    = "../../../test/bench/data/job-types.csv"
-	)
+func TestSimulateRejectsBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -78,12 +141,16 @@ func TestSimulateRejectsBadFlags(t *testing.T) {
 		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs}, "--throughputs and --job-types are required"},
 		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", "../../sim/testdata/jobtypes/bad/job-types-nan.csv"},
 			`job-types-nan.csv:2: column sm_pct: "ten" is not a number`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "bad/pairs-speed-nan.csv"}, `pairs-speed-nan.csv:5: column speed_b: "x" is not a number`},
+		{[]string{"--jobs", measured + "bad/jobs-util-range.csv", "--pairs", measured + "pairs.csv"}, `jobs-util-range.csv:3: column util_pct: "120" is outside [0, 100]`},
+		{[]string{"--jobs", measured + "jobs.csv"}, "--jobs needs --pairs (the packing evaluation), --slices (the MIG sizing evaluation) or both"},
+		{[]string{"--jobs", measured + "jobs.csv", "--slices", measured + "slices.csv"}, "slices.csv: no GPU model with a MIG model (models: a100-40gb)"},
+		{[]string{"--jobs", slicing + "jobs.csv", "--slices", slicing + "slices-unknown-profile.csv"}, `slice "1g.10gb" is not a MIG profile of a100-40gb`},
+		{[]string{"--jobs", slicing + "jobs.csv", "--slices", slicing + "slices.csv", "--policies", "fastest"}, `unknown MIG sizing policy "fastest"`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs.csv", "--gpu", "t1", "--policies", "fastest"}, `unknown packing policy "fastest"`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs.csv", "--gpu", "t1"}, `gpu "t1": its memory is needed`},
 	} {
-		cmd := NewCommand()
-		cmd.SetOut(&bytes.Buffer{})
-		cmd.SetErr(&bytes.Buffer{})
-		cmd.SetArgs(tc.args)
-		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := explaintest.Execute(NewCommand(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
 		}
 	}

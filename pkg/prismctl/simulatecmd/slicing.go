@@ -21,7 +21,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -67,23 +66,12 @@ func runSlicing(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 		if err != nil {
 			return err
 		}
-		start := time.Now()
-		outs, err := d.Execute(ctx, s)
-		if err != nil {
-			return err
-		}
-		rows := sim.SummariseSlicing(outs)
-		if err := sim.WriteSlicingReport(out, d, s, rows); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%d runs in %s.\n", len(outs), time.Since(start).Round(time.Millisecond))
-		if f.svgDir == "" {
-			continue
-		}
-		err = writePlots(out, f.svgDir, sim.SliceMetrics, func(metric sim.SliceMetric) (string, func(io.Writer) error) {
-			title := fmt.Sprintf("MIG sizing on %s, %s (%d seeds, 95%% CI)", gpu, metric.Name, s.Seeds)
-			return "mig-sizing-" + gpu + "-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WriteSlicingSVG(w, title, rows, metric) }
-		})
+		report := func(rows []*sim.SliceRow) error { return sim.WriteSlicingReport(out, d, s, rows) }
+		err = evaluate(out, f.svgDir, func() ([]sim.SliceOutcome, error) { return d.Execute(ctx, s) }, sim.SummariseSlicing, report,
+			sim.SliceMetrics, func(rows []*sim.SliceRow, metric sim.SliceMetric) (string, func(io.Writer) error) {
+				title := fmt.Sprintf("MIG sizing on %s, %s (%d seeds, 95%% CI)", gpu, metric.Name, s.Seeds)
+				return "mig-sizing-" + gpu + "-" + metric.Name + ".svg", func(w io.Writer) error { return sim.WriteSlicingSVG(w, title, rows, metric) }
+			})
 		if err != nil {
 			return err
 		}
