@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +84,7 @@ func (r *runner) observe(ctx context.Context, name string) (Row, []string, *core
 		}
 		whys = append(whys, why(pod, c))
 	}
-	sort.Strings(ids)
+	slices.Sort(ids)
 	row.GPU = summarise(products)
 	if len(ids) > 0 {
 		var names []string

@@ -58,7 +58,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -246,7 +245,7 @@ func (r *runner) runScenario(ctx context.Context, f specFile) Result {
 	for s := range steps {
 		order = append(order, s)
 	}
-	sort.Ints(order)
+	slices.Sort(order)
 	mine := map[string]bool{} // this scenario's pods
 	for _, obj := range f.objs {
 		if obj.GetKind() == "Pod" {

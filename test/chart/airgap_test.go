@@ -48,6 +48,18 @@ func envValue(c *corev1.Container, name string) (string, bool) {
 	return c.Env[i].Value, true
 }
 
+// hostNetworkContainer returns the named container of a pod that must be on
+// the host network and reach the API server through a kubeconfig Secret.
+func hostNetworkContainer(t *testing.T, spec *corev1.PodSpec, name, kubeconfigSecret string) *corev1.Container {
+	t.Helper()
+	c := container(t, spec, name)
+	if !spec.HostNetwork {
+		t.Errorf("%s pods are not on the host network", name)
+	}
+	checkKubeconfig(t, spec, c, kubeconfigSecret)
+	return c
+}
+
 // checkKubeconfig: the Secret is mounted read-only where KUBECONFIG points.
 func checkKubeconfig(t *testing.T, spec *corev1.PodSpec, c *corev1.Container, secret string) {
 	t.Helper()
@@ -92,12 +104,7 @@ func TestTestAndAirGapOptions(t *testing.T) {
 	r := render(t, append([]string{"--set-file", simulatedFleet}, airGapArgs...)...)
 
 	t.Run("plugin", func(t *testing.T) {
-		spec := r.plugin(t)
-		c := container(t, spec, "kubelet-plugin")
-		if !spec.HostNetwork {
-			t.Error("plugin pods are not on the host network")
-		}
-		checkKubeconfig(t, spec, c, "plugin-kubeconfig")
+		c := hostNetworkContainer(t, r.plugin(t), "kubelet-plugin", "plugin-kubeconfig")
 		// The probes exec the plugin against its own socket (TestPluginProbes):
 		// the kubelet never reaches for the node's address.
 		for what, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
@@ -129,12 +136,7 @@ func TestTestAndAirGapOptions(t *testing.T) {
 	})
 
 	t.Run("controller", func(t *testing.T) {
-		spec := r.controller(t)
-		c := container(t, spec, "controller")
-		if !spec.HostNetwork {
-			t.Error("controller pods are not on the host network")
-		}
-		checkKubeconfig(t, spec, c, "controller-kubeconfig")
+		c := hostNetworkContainer(t, r.controller(t), "controller", "controller-kubeconfig")
 		checkLoopbackProbes(t, c)
 		for _, want := range []string{"--webhook-port=18443", "--webhook-host=127.0.0.1", "--extra-sans=127.0.0.1", "--http-address=127.0.0.1:18081", "--self-signed=true"} {
 			if !slices.Contains(c.Args, want) {

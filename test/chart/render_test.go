@@ -64,26 +64,14 @@ type rendered struct {
 func render(t *testing.T, args ...string) rendered {
 	t.Helper()
 	out := mustTemplate(t, args...)
-	r := rendered{daemonSets: map[string]*appsv1.DaemonSet{}, deployments: map[string]*appsv1.Deployment{}, configMaps: map[string]*corev1.ConfigMap{},
-		validating: map[string]*admissionregistrationv1.ValidatingWebhookConfiguration{},
-		mutating:   map[string]*admissionregistrationv1.MutatingWebhookConfiguration{}, roles: map[string]*rbacv1.ClusterRole{}}
-	eachObject(t, out, func(kind string, doc []byte) {
-		switch kind {
-		case "DaemonSet":
-			decodeInto(t, doc, r.daemonSets)
-		case "Deployment":
-			decodeInto(t, doc, r.deployments)
-		case "ConfigMap":
-			decodeInto(t, doc, r.configMaps)
-		case "ValidatingWebhookConfiguration":
-			decodeInto(t, doc, r.validating)
-		case "MutatingWebhookConfiguration":
-			decodeInto(t, doc, r.mutating)
-		case "ClusterRole":
-			decodeInto(t, doc, r.roles)
-		}
-	})
-	return r
+	return rendered{
+		daemonSets:  objectsOfKind[appsv1.DaemonSet](t, out, "DaemonSet"),
+		deployments: objectsOfKind[appsv1.Deployment](t, out, "Deployment"),
+		configMaps:  objectsOfKind[corev1.ConfigMap](t, out, "ConfigMap"),
+		validating:  objectsOfKind[admissionregistrationv1.ValidatingWebhookConfiguration](t, out, "ValidatingWebhookConfiguration"),
+		mutating:    objectsOfKind[admissionregistrationv1.MutatingWebhookConfiguration](t, out, "MutatingWebhookConfiguration"),
+		roles:       objectsOfKind[rbacv1.ClusterRole](t, out, "ClusterRole"),
+	}
 }
 
 // mustTemplate runs helm template and fails the test if helm refuses.
@@ -166,20 +154,22 @@ func decodeInto[T any, PT interface {
 
 func (r rendered) plugin(t *testing.T) *corev1.PodSpec {
 	t.Helper()
-	ds, ok := r.daemonSets["prism-kubelet-plugin"]
-	if !ok {
-		t.Fatalf("no DaemonSet prism-kubelet-plugin rendered")
-	}
-	return &ds.Spec.Template.Spec
+	return &renderedObject(t, r.daemonSets, "DaemonSet", "prism-kubelet-plugin").Spec.Template.Spec
 }
 
 func (r rendered) controller(t *testing.T) *corev1.PodSpec {
 	t.Helper()
-	d, ok := r.deployments["prism-controller"]
+	return &renderedObject(t, r.deployments, "Deployment", "prism-controller").Spec.Template.Spec
+}
+
+// renderedObject fails the test when the chart rendered no such object.
+func renderedObject[T any](t *testing.T, objects map[string]*T, kind, name string) *T {
+	t.Helper()
+	o, ok := objects[name]
 	if !ok {
-		t.Fatalf("no Deployment prism-controller rendered")
+		t.Fatalf("no %s %s rendered", kind, name)
 	}
-	return &d.Spec.Template.Spec
+	return o
 }
 
 func container(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Container {

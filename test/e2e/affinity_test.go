@@ -18,7 +18,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -105,11 +104,8 @@ func TestAffinityPlacesAsTheLadder(t *testing.T) {
 				t.Errorf("required node affinity %+v, want %+v", required, wantRequired)
 			}
 			if p.pod == "stream-1" {
-				out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
-				if err != nil {
-					t.Fatalf("prismctl explain: %v\n%s", err, out)
-				}
-				if !strings.Contains(string(out), "affinity: ") || !strings.Contains(string(out), rewrite.ModelLabelValue(h100)) {
+				out := e.explainClaim(t, claim.Name)
+				if !strings.Contains(out, "affinity: ") || !strings.Contains(out, rewrite.ModelLabelValue(h100)) {
 					t.Errorf("explain does not say the preference went to the pod's affinity:\n%s", out)
 				}
 			}

@@ -113,6 +113,25 @@ func (e *controllerEnv) checkPlacement(t *testing.T, job, got string) {
 	}
 }
 
+// prismctl runs prismctl against the test cluster and returns what it
+// printed; a failing command fails the test.
+func (e *controllerEnv) prismctl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(prismctlBinary, append(args, "--kubeconfig", e.cluster.KubeconfigPath)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("prismctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("prismctl %s:\n%s", strings.Join(args, " "), out)
+	return string(out)
+}
+
+// explainClaim is prismctl explain claim for a claim in the default
+// namespace.
+func (e *controllerEnv) explainClaim(t *testing.T, claim string) string {
+	t.Helper()
+	return e.prismctl(t, "explain", "claim", claim, "-n", "default")
+}
+
 // createProfile creates a WorkloadProfile and sets its measured status.
 func (e *controllerEnv) createProfile(t *testing.T, name string, spec prismv1alpha1.WorkloadProfileSpec, status prismv1alpha1.WorkloadProfileStatus) error {
 	t.Helper()
@@ -134,19 +153,27 @@ func (e *controllerEnv) createProfile(t *testing.T, name string, spec prismv1alp
 // dryRunRewrites asks the API server to admit a claim for the profile
 // without storing it, and reports whether the controller annotated it.
 func (e *controllerEnv) dryRunRewrites(t *testing.T, profile string) bool {
+	plan, ok := e.dryRunPlan(profile)
+	return ok && plan.BoundType != ""
+}
+
+// dryRunPlan admits a one-GPU claim for the profile without storing it and
+// returns the plan the controller annotated it with; false where the API
+// server refused the claim or the plan does not decode.
+func (e *controllerEnv) dryRunPlan(profile string) (rewrite.Plan, bool) {
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + profile, Namespace: "default", Annotations: map[string]string{"prism.dev/profile": profile}},
 		Spec:       gpuClaimSpec(1),
 	}
 	out, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		return false
+		return rewrite.Plan{}, false
 	}
-	var plan struct {
-		BoundType string `json:"boundType"`
+	var plan rewrite.Plan
+	if err := json.Unmarshal([]byte(out.Annotations[rewrite.AnnotationKey]), &plan); err != nil {
+		return rewrite.Plan{}, false
 	}
-	_ = json.Unmarshal([]byte(out.Annotations[rewrite.AnnotationKey]), &plan)
-	return plan.BoundType != ""
+	return plan, true
 }
 
 func (e *controllerEnv) profiledTemplate(t *testing.T, name, profile string, spec resourceapi.ResourceClaimSpec) {
@@ -278,15 +305,12 @@ func TestProfileAwarePlacement(t *testing.T) {
 		if !strings.Contains(claim.Annotations[rewrite.AnnotationKey], "MemoryBound") {
 			t.Errorf("rewrite annotation %q does not explain the bound type", claim.Annotations[rewrite.AnnotationKey])
 		}
-		out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
-		if err != nil {
-			t.Fatalf("prismctl explain: %v\n%s", err, out)
-		}
+		out := e.explainClaim(t, claim.Name)
 		// "*" marks the subrequest the claim was allocated through:
 		// gpu/bandwidth-top where placement is asserted.
 		allocatedThrough := "* " + claim.Status.Allocation.Devices.Results[0].Request
 		for _, want := range []string{"gpu-h100", "gpu-l4", "matches gpu/bandwidth-top", "matches gpu/fits", allocatedThrough} {
-			if !strings.Contains(string(out), want) {
+			if !strings.Contains(out, want) {
 				t.Errorf("explain output lacks %q:\n%s", want, out)
 			}
 		}
@@ -488,18 +512,9 @@ func TestFirstHourViews(t *testing.T) {
 
 	_, holder := e.runPodUntilEnd(t, "holder-1", "plain")
 	_, misplaced := e.runPodUntilEnd(t, "misplaced-1", "misplaced")
-	prismctl := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command(prismctlBinary, append(args, "--kubeconfig", e.cluster.KubeconfigPath)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("prismctl %v: %v\n%s", args, err, out)
-		}
-		t.Logf("prismctl %s:\n%s", strings.Join(args, " "), out)
-		return string(out)
-	}
 
 	t.Run("explain names the misplaced annotation and who holds each GPU", func(t *testing.T) {
-		out := prismctl("explain", "claim", misplaced.Name, "-n", "default")
+		out := e.explainClaim(t, misplaced.Name)
 		for _, want := range []string{
 			"Note:     prism.dev/profile=train on ResourceClaimTemplate misplaced's own metadata is ignored",
 			"HELD BY",
@@ -517,7 +532,7 @@ func TestFirstHourViews(t *testing.T) {
 	})
 
 	t.Run("get gpus lists the fleet with holders and pods", func(t *testing.T) {
-		out := prismctl("get", "gpus")
+		out := e.prismctl(t, "get", "gpus")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if len(lines) != 21 || !strings.HasPrefix(lines[0], "NODE") {
 			t.Errorf("want a header and 20 GPU rows, got %d lines", len(lines))

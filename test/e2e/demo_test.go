@@ -18,7 +18,6 @@ package e2e
 
 import (
 	"bytes"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,11 +32,7 @@ import (
 // if any scenario misses the expectation written into its spec file.
 func TestDemo(t *testing.T) {
 	ctx, cluster := testbed.ForTest(t, testbed.Options{CRDDirs: bed.CRDDirs(repoRoot)})
-	ncuDir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(ncuDir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
-	}
+	ncuDir := buildStandInNCU(t)
 	var log bytes.Buffer
 	b, err := bed.Setup(ctx, cluster, bed.Options{
 		RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary, NCUDir: ncuDir, Nodes: bed.DemoNodes, Log: &log,

@@ -18,10 +18,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -202,7 +200,7 @@ func TestGangStartsWholeOrNotAtAll(t *testing.T) {
 		if a := claims["gang-1"].Annotations[rewrite.AnnotationKey]; a != "" {
 			t.Errorf("the plain member's claim carries a rewrite plan: %s", a)
 		}
-		out := explainClaim(t, e, claims["gang-0"].Name)
+		out := e.explainClaim(t, claims["gang-0"].Name)
 		for _, want := range []string{"Profile:  stream", "Allocated: not yet", "default/" + blockerClaim.Name + " (whole GPU)"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("explain of the waiting member's claim lacks %q:\n%s", want, out)
@@ -248,7 +246,7 @@ func TestGangStartsWholeOrNotAtAll(t *testing.T) {
 		}
 
 		assertRewritten(t, claims["gang-0"], "stream")
-		out := explainClaim(t, e, claims["gang-0"].Name)
+		out := e.explainClaim(t, claims["gang-0"].Name)
 		for _, want := range []string{"Profile:  stream", "* " + claims["gang-0"].Status.Allocation.Devices.Results[0].Request,
 			"default/" + claims["gang-1"].Name + " (whole GPU)"} {
 			if !strings.Contains(out, want) {
@@ -289,23 +287,9 @@ func preparedClaims(t *testing.T, stateDir string) []string {
 // the profile.
 func assertRewritten(t *testing.T, claim *resourceapi.ResourceClaim, profile string) {
 	t.Helper()
-	var plan rewrite.Plan
-	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil {
-		t.Errorf("claim %s has no readable %s annotation (%v): %q", claim.Name, rewrite.AnnotationKey, err, claim.Annotations[rewrite.AnnotationKey])
-		return
-	}
-	if plan.Profile != profile || plan.BoundType == "" {
+	if plan := claimPlan(t, claim); plan.Profile != profile || plan.BoundType == "" {
 		t.Errorf("claim %s plan %+v, want one for profile %s with its bound type", claim.Name, plan, profile)
 	}
-}
-
-func explainClaim(t *testing.T, e *controllerEnv, claim string) string {
-	t.Helper()
-	out, err := exec.Command(prismctlBinary, "explain", "claim", claim, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("prismctl explain claim %s: %v\n%s", claim, err, out)
-	}
-	return string(out)
 }
 
 // schedulingStory is what the scheduler said about the pod: its

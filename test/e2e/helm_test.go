@@ -18,7 +18,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -74,19 +73,8 @@ type prismImages struct {
 
 func buildPrismImages(ctx context.Context, t *testing.T) prismImages {
 	t.Helper()
-	o, err := recipe.DefaultOptions(repoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Repository = e2eRepository
-	dir := t.TempDir()
-	start := time.Now()
-	res, err := recipe.Build(ctx, o, []string{"prism-kubelet-plugin", "prism-controller", "pause", "workload"}, func(name string) string { return filepath.Join(dir, name+".tar") })
-	if err != nil {
-		t.Fatalf("build the images: %v", err)
-	}
-	t.Logf("built %s, %s, %s, %s in %s", res[0].Ref, res[1].Ref, res[2].Ref, res[3].Ref, time.Since(start).Round(time.Second))
-	return prismImages{testImages: testImages{pause: res[2], workload: res[3]}, plugin: res[0], controller: res[1], tag: o.Tag}
+	res, tag := buildImages(ctx, t, "prism-kubelet-plugin", "prism-controller", "pause", "workload")
+	return prismImages{testImages: testImages{pause: res[2], workload: res[3]}, plugin: res[0], controller: res[1], tag: tag}
 }
 
 // helmCLI runs the test bed's helm against the cluster, with its own
@@ -124,10 +112,7 @@ func templateToFile(ctx context.Context, t *testing.T, c *testbed.Cluster, name 
 	if err != nil {
 		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	file := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(file, objects, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := writeTempFile(t, name, objects)
 	return file
 }
 
@@ -179,10 +164,7 @@ func helmValues(t *testing.T, node *testbed.Node, cdiRoot, stateDir, pluginDir, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "values-testbed.yaml")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeTempFile(t, "values-testbed.yaml", data)
 	t.Logf("test-bed values:\n%s", data)
 	return path
 }
@@ -426,10 +408,7 @@ func watchReadyOverlap(ctx context.Context, t *testing.T, client kubernetes.Inte
 // holds every one of the strings, -1 when none does.
 func kubeletLogLine(t *testing.T, c *testbed.Cluster, node string, parts ...string) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(c.WorkDir(), "logs", "kubelet-"+node+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := mustReadFile(t, filepath.Join(c.WorkDir(), "logs", "kubelet-"+node+".log"))
 	for i, line := range strings.Split(string(data), "\n") {
 		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
 			return i
@@ -451,10 +430,7 @@ func criLogs(t *testing.T, pattern string) string {
 	files, _ := filepath.Glob(pattern)
 	var b strings.Builder
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := mustReadFile(t, f)
 		b.WriteString(criLogMessages(string(data)))
 	}
 	return b.String()
@@ -570,11 +546,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod, claim, inv := runInventoryPod(ctx, t, client, node, "inventory", "stream-gpu", images.workload.Ref)
-	var plan struct {
-		BoundType string `json:"boundType"`
-	}
-	if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil || plan.BoundType != "MemoryBound" {
-		t.Errorf("workload's claim has rewrite annotation %q (%v), want the MemoryBound plan", claim.Annotations[rewrite.AnnotationKey], err)
+	if plan := claimPlan(t, claim); plan.BoundType != "MemoryBound" {
+		t.Errorf("workload's claim has rewrite plan %+v, want the MemoryBound plan", plan)
 	}
 	// Memory-bound, performance policy: the fleet's highest-bandwidth GPU.
 	if got := stringAttr(allocatedDevice(ctx, t, client, claim), "productName"); got != "NVIDIA H100 80GB HBM3" {
@@ -585,10 +558,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	if len(specsBefore) != 1 {
 		t.Fatalf("want one CDI spec for the workload's claim, found %v", specsBefore)
 	}
-	specBefore, err := os.ReadFile(specsBefore[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	specBefore := mustReadFile(t, specsBefore[0])
 	if got := checkpointUIDs(t, stateDir); !slices.Equal(got, []string{string(claim.UID)}) {
 		t.Fatalf("checkpoint holds %v, want the workload's claim %s", got, claim.UID)
 	}

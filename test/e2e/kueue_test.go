@@ -19,8 +19,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -88,10 +86,7 @@ func TestKueueAdmitsAProfiledJob(t *testing.T) {
 	if _, err := e.cluster.StartKueue(e.ctx, testbed.KueueOptions{DeviceClassMappings: map[string][]string{kueueGPU: kueuePrismClasses}}); err != nil {
 		t.Fatal(err)
 	}
-	queues := filepath.Join(t.TempDir(), "queues.yaml")
-	if err := os.WriteFile(queues, []byte(kueueQueues), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	queues := writeTempFile(t, "queues.yaml", []byte(kueueQueues))
 	if out, err := testbed.Kubectl(e.ctx, e.cluster, "apply", "-f", queues); err != nil {
 		t.Fatalf("create Kueue's queues: %v\n%s", err, out)
 	}

@@ -18,7 +18,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -84,11 +83,8 @@ func TestLoadAwareYieldsToPendingMultiGPU(t *testing.T) {
 		if r := claim.Status.Allocation.Devices.Results[0].Request; r != "gpu/bandwidth-yield" {
 			t.Errorf("allocated through %s, want gpu/bandwidth-yield", r)
 		}
-		out, err := exec.Command(prismctlBinary, "explain", "claim", claim.Name, "-n", "default", "--kubeconfig", e.cluster.KubeconfigPath).CombinedOutput()
-		if err != nil {
-			t.Fatalf("prismctl explain: %v\n%s", err, out)
-		}
-		if !strings.Contains(string(out), "\nLoad:     yields NVIDIA H100 80GB HBM3: 8 devices of multi-GPU claims pending") || !strings.Contains(string(out), "* gpu/bandwidth-yield") {
+		out := e.explainClaim(t, claim.Name)
+		if !strings.Contains(out, "\nLoad:     yields NVIDIA H100 80GB HBM3: 8 devices of multi-GPU claims pending") || !strings.Contains(out, "* gpu/bandwidth-yield") {
 			t.Errorf("explain output does not show the load decision and the yield tier:\n%s", out)
 		}
 	})
@@ -114,15 +110,6 @@ func loadDecision(t *testing.T, claim *resourceapi.ResourceClaim) string {
 // dryRunLoadDecision admits a claim for the profile without storing it and
 // returns what the load-aware policy decided.
 func (e *controllerEnv) dryRunLoadDecision(t *testing.T, profile string) string {
-	claim := &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe-" + profile, Namespace: "default", Annotations: map[string]string{"prism.dev/profile": profile}},
-		Spec:       gpuClaimSpec(1),
-	}
-	out, err := e.cluster.Client.ResourceV1().ResourceClaims("default").Create(e.ctx, claim, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	if err != nil {
-		return ""
-	}
-	var plan rewrite.Plan
-	_ = json.Unmarshal([]byte(out.Annotations[rewrite.AnnotationKey]), &plan)
+	plan, _ := e.dryRunPlan(profile)
 	return plan.Load
 }

@@ -57,3 +57,22 @@ func runMain(m *testing.M) int {
 	}
 	return m.Run()
 }
+
+// buildStandIn builds one of test/tools' stand-ins for an NVIDIA tool, under
+// the name the plugin runs it by, into a directory of its own, and returns
+// the binary's path.
+func buildStandIn(t *testing.T, tool, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/prismgpu/prism/test/tools/"+tool).CombinedOutput(); err != nil {
+		t.Fatalf("build the stand-in %s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// buildStandInNCU builds test/tools/fake-ncu as ncu and returns its
+// directory, for --ncu-path.
+func buildStandInNCU(t *testing.T) string {
+	t.Helper()
+	return filepath.Dir(buildStandIn(t, "fake-ncu", "ncu"))
+}

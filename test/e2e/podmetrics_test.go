@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -86,15 +85,10 @@ func TestPodGPUMetricsCarryThePodsLabels(t *testing.T) {
 // GPUs' usage from usageFile, and returns its path.
 func fleetWithUsageFile(t *testing.T, dir, demoFleet, usageFile string) string {
 	t.Helper()
-	data, err := os.ReadFile(fleetPath(demoFleet))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := mustReadFile(t, fleetPath(demoFleet))
 	data = append(bytes.TrimRight(data, "\n"), []byte("\nusageFile: "+usageFile+"\n")...)
 	path := filepath.Join(dir, "usage-"+demoFleet)
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, path, data)
 	return path
 }
 

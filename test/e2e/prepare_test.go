@@ -328,10 +328,7 @@ func TestCorruptCheckpointIsMovedAside(t *testing.T) {
 			env.runOneGPUPod(t, "victim")
 			env.plugin.Kill()
 			path := filepath.Join(env.plugin.StateDir, checkpoint.DefaultFileName)
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			data := mustReadFile(t, path)
 			if err := os.WriteFile(path, tc.corrupt(data), 0o600); err != nil {
 				t.Fatal(err)
 			}

@@ -18,8 +18,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,19 +84,13 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 			t.Errorf("resolved mounts %v lack %s", mounts, want)
 		}
 	}
-	args, err := os.ReadFile(filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ArgsFile))
-	if err != nil || !strings.Contains(string(args), "--launch-count\n5") {
-		t.Errorf("ncu arguments %q (%v) do not carry the claim's launch count", args, err)
+	if args := string(mustReadFile(t, filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ArgsFile))); !strings.Contains(args, "--launch-count\n5") {
+		t.Errorf("ncu arguments %q do not carry the claim's launch count", args)
 	}
 
 	// Stand in for the profiled container: it leaves ncu's report behind.
-	report, err := os.ReadFile(filepath.Join(repoRoot, "pkg", "ncu", "testdata", "vectoradd_raw.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ReportFile), report, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	report := mustReadFile(t, filepath.Join(repoRoot, "pkg", "ncu", "testdata", "vectoradd_raw.csv"))
+	writeFile(t, filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ReportFile), report)
 	deletePod(ctx, t, cluster.Client, "vecadd")
 
 	wp := waitForProfile(ctx, t, cluster, "vecadd")
@@ -128,17 +120,6 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 			t.Errorf("kubectl get workloadprofiles lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// buildStandInNCU builds test/tools/fake-ncu as ncu, for --ncu-path.
-func buildStandInNCU(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "ncu"), "github.com/prismgpu/prism/test/tools/fake-ncu")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build stand-in ncu: %v\n%s", err, out)
-	}
-	return dir
 }
 
 // createProfiledTemplate creates a one-GPU template whose claims name

@@ -18,7 +18,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,8 +99,7 @@ func TestProfilingInARealContainer(t *testing.T) {
 	if len(archived) != 1 {
 		t.Fatalf("archived reports of claim %s: %v, want one", claim.UID, archived)
 	}
-	report, err := os.ReadFile(archived[0])
-	if err != nil || !strings.Contains(string(report), "sm__throughput.avg.pct_of_peak_sustained_elapsed") {
-		t.Errorf("the archived report is not ncu's CSV (%v):\n%s", err, report)
+	if report := string(mustReadFile(t, archived[0])); !strings.Contains(report, "sm__throughput.avg.pct_of_peak_sustained_elapsed") {
+		t.Errorf("the archived report is not ncu's CSV:\n%s", report)
 	}
 }

@@ -45,17 +45,32 @@ type testImages struct {
 	pause, workload recipe.Result
 }
 
-func buildTestImages(ctx context.Context, t *testing.T) testImages {
+// buildImages builds the named images as OCI archives under the e2e's
+// repository and returns them in that order, with their tag.
+func buildImages(ctx context.Context, t *testing.T, names ...string) ([]recipe.Result, string) {
 	t.Helper()
 	o, err := recipe.DefaultOptions(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.Repository = e2eRepository
 	dir := t.TempDir()
-	res, err := recipe.Build(ctx, o, []string{"pause", "workload"}, func(name string) string { return filepath.Join(dir, name+".tar") })
+	start := time.Now()
+	res, err := recipe.Build(ctx, o, names, func(name string) string { return filepath.Join(dir, name+".tar") })
 	if err != nil {
-		t.Fatalf("build the test images: %v", err)
+		t.Fatalf("build the images %s: %v", strings.Join(names, ", "), err)
 	}
+	refs := make([]string, len(res))
+	for i, r := range res {
+		refs[i] = r.Ref
+	}
+	t.Logf("built %s in %s", strings.Join(refs, ", "), time.Since(start).Round(time.Second))
+	return res, o.Tag
+}
+
+func buildTestImages(ctx context.Context, t *testing.T) testImages {
+	t.Helper()
+	res, _ := buildImages(ctx, t, "pause", "workload")
 	return testImages{pause: res[0], workload: res[1]}
 }
 

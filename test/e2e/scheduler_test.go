@@ -159,10 +159,7 @@ func TestPrismSchedulerFromTheChart(t *testing.T) {
 			}
 		}
 	}
-	stockLog, err := os.ReadFile(filepath.Join(cluster.WorkDir(), "logs", "kube-scheduler.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stockLog := mustReadFile(t, filepath.Join(cluster.WorkDir(), "logs", "kube-scheduler.log"))
 	if !strings.Contains(string(stockLog), `pod="default/by-stock-scheduler"`) {
 		t.Errorf("the stock scheduler's log does not mention default/by-stock-scheduler, which it bound")
 	}
@@ -184,17 +181,7 @@ func TestPrismSchedulerFromTheChart(t *testing.T) {
 // cache: the first run on a machine is a kube-scheduler build (minutes).
 func buildSchedulerImage(ctx context.Context, t *testing.T) recipe.Result {
 	t.Helper()
-	o, err := recipe.DefaultOptions(repoRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Repository = e2eRepository
-	start := time.Now()
-	res, err := recipe.Build(ctx, o, []string{"prism-scheduler"}, func(name string) string { return filepath.Join(t.TempDir(), name+".tar") })
-	if err != nil {
-		t.Fatalf("build the prism-scheduler image: %v", err)
-	}
-	t.Logf("built %s in %s", res[0].Ref, time.Since(start).Round(time.Second))
+	res, _ := buildImages(ctx, t, "prism-scheduler")
 	return res[0]
 }
 
@@ -208,10 +195,7 @@ func createKubeconfigSecret(ctx context.Context, t *testing.T, c *testbed.Cluste
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := mustReadFile(t, path)
 	_, err = c.Client.CoreV1().Secrets(bed.Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: secret},
 		Data:       map[string][]byte{"kubeconfig": data},

@@ -17,8 +17,6 @@ limitations under the License.
 package e2e
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,8 +27,6 @@ import (
 
 	"github.com/prismgpu/prism/test/testbed"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // TestPublishedSlice covers what users read and select on: the exact slice a
 // simulated mixed node publishes, kubectl's view of it, a CEL selector on
@@ -49,19 +45,7 @@ func TestPublishedSlice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		golden := filepath.Join("testdata", "mixed-node-devices.golden.yaml")
-		if *update {
-			if err := os.WriteFile(golden, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run with -update to create)", err)
-		}
-		if string(got) != string(want) {
-			t.Errorf("published devices differ from %s (rerun with -update after checking):\n%s", golden, diffLines(string(want), string(got)))
-		}
+		checkGolden(t, filepath.Join("testdata", "mixed-node-devices.golden.yaml"), got)
 	})
 
 	t.Run("kubectl describe shows the attributes", func(t *testing.T) {
@@ -127,14 +111,9 @@ func TestPublishedSlice(t *testing.T) {
 	t.Run("republishes when the devices change", func(t *testing.T) {
 		// The plugin rereads its fleet file; a node that loses GPUs must stop
 		// offering them.
-		data, err := os.ReadFile(fleetPath("t4-2.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := mustReadFile(t, fleetPath("t4-2.yaml"))
 		path := filepath.Join(node.Dir, "changing-fleet.yaml")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, path, data)
 		// A second node keeps this subtest independent of the first plugin.
 		other, err := cluster.AddNode(ctx, testbed.NodeOptions{Name: "changing"})
 		if err != nil {
@@ -142,27 +121,7 @@ func TestPublishedSlice(t *testing.T) {
 		}
 		startPlugin(ctx, t, cluster, other, path)
 		waitForSlice(ctx, t, cluster.Client, other.Name, 2)
-		if err := os.WriteFile(path, []byte(strings.Replace(string(data), "count: 2", "count: 1", 1)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, path, []byte(strings.Replace(string(data), "count: 2", "count: 1", 1)))
 		waitForSlice(ctx, t, cluster.Client, other.Name, 1)
 	})
-}
-
-func diffLines(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var a, c string
-		if i < len(w) {
-			a = w[i]
-		}
-		if i < len(g) {
-			c = g[i]
-		}
-		if a != c {
-			b.WriteString("- " + a + "\n+ " + c + "\n")
-		}
-	}
-	return b.String()
 }

@@ -61,10 +61,7 @@ const gi = int64(1) << 30
 //   - a run that held 10Gi of its 8Gi share is recorded as exceeding it,
 //     and the job's next share has twice the memory.
 func TestSharesSizedByMeasuredUse(t *testing.T) {
-	mpsBin := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
-	if out, err := exec.Command("go", "build", "-o", mpsBin, "github.com/prismgpu/prism/test/tools/fake-mps-control").CombinedOutput(); err != nil {
-		t.Fatalf("build the stand-in nvidia-cuda-mps-control: %v\n%s", err, out)
-	}
+	mpsBin := buildStandIn(t, "fake-mps-control", "nvidia-cuda-mps-control")
 	record := filepath.Join(t.TempDir(), "mps.log")
 	// The plugins inherit the test's environment.
 	t.Setenv("FAKE_MPS_CONTROL_RECORD", record)

@@ -315,19 +315,7 @@ func files(t *testing.T, name string) map[string]*tar.Header {
 func walk(img v1.Image, fn func(*tar.Header, io.Reader) error) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := fn(h, tr); err != nil {
-			return fmt.Errorf("%s: %w", h.Name, err)
-		}
-	}
+	return recipe.EachTarEntry(rc, fn)
 }
 
 // resolve follows symlinks inside the image to a regular file.

@@ -225,7 +225,8 @@ var (
 	}
 )
 
-func (w kueueWebhook) parts(base string, caBundle []byte) (admissionv1.WebhookClientConfig, []admissionv1.RuleWithOperations, *metav1.LabelSelector) {
+// webhook is w as a validating webhook; a mutating one has the same fields.
+func (w kueueWebhook) webhook(base string, caBundle []byte) admissionv1.ValidatingWebhook {
 	version := "v1beta2"
 	var selector *metav1.LabelSelector
 	if w.group == "batch" {
@@ -234,29 +235,28 @@ func (w kueueWebhook) parts(base string, caBundle []byte) (admissionv1.WebhookCl
 		// Jobs do not depend on it.
 		selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: KueueQueueNameLabel, Operator: metav1.LabelSelectorOpExists}}}
 	}
-	return admissionv1.WebhookClientConfig{URL: ptr.To(base + w.path), CABundle: caBundle},
-		[]admissionv1.RuleWithOperations{{Operations: w.ops, Rule: admissionv1.Rule{APIGroups: []string{w.group}, APIVersions: []string{version}, Resources: w.resources}}},
-		selector
+	return admissionv1.ValidatingWebhook{
+		Name:           w.name,
+		ClientConfig:   admissionv1.WebhookClientConfig{URL: ptr.To(base + w.path), CABundle: caBundle},
+		Rules:          []admissionv1.RuleWithOperations{{Operations: w.ops, Rule: admissionv1.Rule{APIGroups: []string{w.group}, APIVersions: []string{version}, Resources: w.resources}}},
+		ObjectSelector: selector,
+		SideEffects:    ptr.To(admissionv1.SideEffectClassNone), FailurePolicy: ptr.To(admissionv1.Fail), AdmissionReviewVersions: []string{"v1"},
+	}
 }
 
 func (k *Kueue) registerWebhooks(ctx context.Context, c *Cluster, caBundle []byte) error {
 	base := "https://" + k.WebhookAddr
-	none, fail := admissionv1.SideEffectClassNone, admissionv1.Fail
 	mutating := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kueue-mutating-webhook-configuration"}}
 	for _, w := range kueueMutating {
-		cc, rules, sel := w.parts(base, caBundle)
+		v := w.webhook(base, caBundle)
 		mutating.Webhooks = append(mutating.Webhooks, admissionv1.MutatingWebhook{
-			Name: w.name, ClientConfig: cc, Rules: rules, ObjectSelector: sel,
-			SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+			Name: v.Name, ClientConfig: v.ClientConfig, Rules: v.Rules, ObjectSelector: v.ObjectSelector,
+			SideEffects: v.SideEffects, FailurePolicy: v.FailurePolicy, AdmissionReviewVersions: v.AdmissionReviewVersions,
 		})
 	}
 	validating := &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kueue-validating-webhook-configuration"}}
 	for _, w := range kueueValidating {
-		cc, rules, sel := w.parts(base, caBundle)
-		validating.Webhooks = append(validating.Webhooks, admissionv1.ValidatingWebhook{
-			Name: w.name, ClientConfig: cc, Rules: rules, ObjectSelector: sel,
-			SideEffects: &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
-		})
+		validating.Webhooks = append(validating.Webhooks, w.webhook(base, caBundle))
 	}
 	if _, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("register Kueue's mutating webhooks: %w", err)

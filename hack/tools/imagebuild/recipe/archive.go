@@ -299,35 +299,47 @@ func untar(path, dir string) error {
 		return err
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
+	err = EachTarEntry(f, func(h *tar.Header, content io.Reader) error {
+		rel, err := cleanPath(h.Name)
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			return os.MkdirAll(p, 0o755)
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			return writeFileAtomic(p, func(w io.Writer) error {
+				_, err := io.Copy(w, content)
+				return err
+			})
+		default:
+			return fmt.Errorf("unexpected entry type %q", h.Typeflag)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// EachTarEntry calls fn with every entry of a tar stream and its content,
+// in order, and stops at the first error; fn's error names the entry.
+func EachTarEntry(r io.Reader, fn func(h *tar.Header, content io.Reader) error) error {
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", path, err)
+			return fmt.Errorf("read tar: %w", err)
 		}
-		rel, err := cleanPath(h.Name)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(p, 0o755)
-		case tar.TypeReg:
-			if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-				err = writeFileAtomic(p, func(w io.Writer) error {
-					_, err := io.Copy(w, tr)
-					return err
-				})
-			}
-		default:
-			err = fmt.Errorf("unexpected entry type %q", h.Typeflag)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %s: %w", path, h.Name, err)
+		if err := fn(h, tr); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
 		}
 	}
 }

@@ -19,7 +19,6 @@ package recipe
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -122,23 +121,22 @@ func app(t *testing.T, img v1.Image) string {
 	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			t.Fatalf("no bin/app in the image")
+	var app []byte
+	err := EachTarEntry(rc, func(h *tar.Header, content io.Reader) error {
+		if h.Name != "bin/app" {
+			return nil
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name == "bin/app" {
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(b)
-		}
+		var err error
+		app, err = io.ReadAll(content)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if app == nil {
+		t.Fatalf("no bin/app in the image")
+	}
+	return string(app)
 }
 
 // An archive reads back with the name, digest, configs and files it was

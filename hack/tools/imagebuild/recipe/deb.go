@@ -20,7 +20,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -173,18 +172,10 @@ func debEntries(ctx context.Context, file string, keep func(string) bool) ([]ent
 	}
 	var entries []entry
 	data := map[string][]byte{}
-	tr := tar.NewReader(bytes.NewReader(out))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	err = EachTarEntry(bytes.NewReader(out), func(h *tar.Header, content io.Reader) error {
 		p := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		if p == "." || !keep(p) {
-			continue
+			return nil
 		}
 		e := entry{path: p, mode: fileMode(h.Mode)}
 		switch h.Typeflag {
@@ -192,8 +183,9 @@ func debEntries(ctx context.Context, file string, keep func(string) bool) ([]ent
 			e.kind = kindDir
 		case tar.TypeReg:
 			e.kind = kindFile
-			if e.data, err = io.ReadAll(tr); err != nil {
-				return nil, err
+			var err error
+			if e.data, err = io.ReadAll(content); err != nil {
+				return err
 			}
 			data[p] = e.data
 		case tar.TypeSymlink:
@@ -202,13 +194,17 @@ func debEntries(ctx context.Context, file string, keep func(string) bool) ([]ent
 			target := path.Clean(strings.TrimPrefix(h.Linkname, "./"))
 			d, ok := data[target]
 			if !ok {
-				return nil, fmt.Errorf("%s: hard link to %s, which comes later or is left out", p, target)
+				return fmt.Errorf("hard link to %s, which comes later or is left out", target)
 			}
 			e.kind, e.data = kindFile, d
 		default:
-			return nil, fmt.Errorf("%s: unsupported entry type %q", p, h.Typeflag)
+			return fmt.Errorf("unsupported entry type %q", h.Typeflag)
 		}
 		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return entries, nil
 }

@@ -19,7 +19,6 @@ package recipe
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -84,16 +83,12 @@ func TestLayerTar(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			tr := tar.NewReader(bytes.NewReader(raw))
-			for {
-				h, err := tr.Next()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			err = EachTarEntry(bytes.NewReader(raw), func(h *tar.Header, _ io.Reader) error {
 				got = append(got, fmt.Sprintf("%s %04o %d %d:%d", h.Name, h.Mode, h.ModTime.Unix(), h.Uid, h.Gid))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("layer entries (-want +got):\n%s", diff)

@@ -17,7 +17,6 @@ limitations under the License.
 package recipe
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -57,10 +56,8 @@ func (b *builder) profilingShim(p v1.Platform) layerSpec {
 			// the output, so a rebuild is byte-identical.
 			cmd := exec.CommandContext(ctx, cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-s", "-o", profiling.ShimName, "prism-profile.c")
 			cmd.Dir = dir
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Run(); err != nil {
-				return nil, fmt.Errorf("compiling the profiling shim with %s: %w\n%s", cc, err, out.String())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("compiling the profiling shim with %s: %w\n%s", cc, err, out)
 			}
 			data, err := os.ReadFile(filepath.Join(dir, profiling.ShimName))
 			if err != nil {
