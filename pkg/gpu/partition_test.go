@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 )
@@ -227,34 +228,17 @@ func TestEightGPUMIGNodeRespectsSliceLimits(t *testing.T) {
 	}
 }
 
-type classes map[string]*resourceapi.DeviceClass
-
-func (c classes) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, dc := range c {
-		out = append(out, dc)
-	}
-	return out, nil
-}
-
-func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
-	if dc, ok := c[name]; ok {
-		return dc, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
-
 // The scheduler's own allocator, on one A100 in MIG mode: two 3g.20gb
 // partitions fit, a third does not, and the whole GPU cannot be allocated
 // beside a partition.
 func TestAllocatorHonoursPartitionCounters(t *testing.T) {
 	slices := migNode(t, "NVIDIA A100-SXM4-40GB", 1)
-	gpuClass := classes{"gpu": {
+	gpuClass := deviceclasses.Of(&resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu"},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
 			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `"`},
 		}}},
-	}}
+	})
 	request := func(name, expr string) resourceapi.DeviceRequest {
 		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
 			DeviceClassName: "gpu",

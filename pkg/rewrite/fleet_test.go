@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/deviceclasses"
 )
 
 // sku is one GPU model as testdata/gpus.json describes it.
@@ -113,25 +114,8 @@ func nodeSlice(node string, s sku, n int) *resourceapi.ResourceSlice {
 	}
 }
 
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	out := make([]*resourceapi.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
-
-func gpuClasses() classLister {
-	return classLister{
+func gpuClasses() deviceclasses.Static {
+	return deviceclasses.Static{
 		DeviceClassName: {
 			ObjectMeta: metav1.ObjectMeta{Name: DeviceClassName},
 			Spec: resourceapi.DeviceClassSpec{

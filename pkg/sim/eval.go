@@ -35,6 +35,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -347,26 +348,13 @@ var Features = structured.Features{
 }
 
 // classes are the DeviceClasses the Helm chart installs.
-func classes() deviceClasses {
-	return deviceClasses{&resourceapi.DeviceClass{
+func classes() deviceclasses.Static {
+	return deviceclasses.Of(&resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},
 		Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + gpuv1alpha1.DriverName + `"`}}},
 		},
-	}, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}}}
-}
-
-type deviceClasses []*resourceapi.DeviceClass
-
-func (l deviceClasses) List() ([]*resourceapi.DeviceClass, error) { return l, nil }
-
-func (l deviceClasses) Get(name string) (*resourceapi.DeviceClass, error) {
-	for _, c := range l {
-		if c.Name == name {
-			return c, nil
-		}
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
+	}, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: rewrite.TierDeviceClassName}})
 }
 
 func shortBound(b prismv1alpha1.BoundType) string {

@@ -29,33 +29,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/sim"
 )
-
-// IncubatingFeatures is the allocator kube-scheduler 1.37 picks by default
-// (consumable capacity and binding conditions are beta and on).
-var IncubatingFeatures = structured.Features{
-	AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
-	DeviceBindingAndStatus: true, ConsumableCapacity: true,
-}
-
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	out := make([]*resourceapi.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("device class %s not found", name)
-}
 
 // GPUClass is the DeviceClass of deployments/static/deviceclasses.yaml.
 func GPUClass() *resourceapi.DeviceClass {
@@ -219,12 +196,12 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 // newAllocator is the allocator kube-scheduler 1.37 builds for a pod, with
 // the chart's DeviceClasses and a warm-able CEL cache of its size (10).
 func newAllocator(ctx context.Context, slices []*resourceapi.ResourceSlice) (structured.Allocator, error) {
-	return newAllocatorWith(ctx, slices, classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: TierClass()}, nil)
+	return newAllocatorWith(ctx, slices, deviceclasses.Of(GPUClass(), TierClass()), nil)
 }
 
 // newAllocatorWith is newAllocator with other DeviceClasses and with the
 // allocated devices, whose counters the allocator takes as consumed.
-func newAllocatorWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes classLister, allocated sets.Set[structured.DeviceID]) (structured.Allocator, error) {
+func newAllocatorWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes deviceclasses.Static, allocated sets.Set[structured.DeviceID]) (structured.Allocator, error) {
 	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
 	if allocated == nil {
 		allocated = sets.New[structured.DeviceID]()
@@ -234,7 +211,7 @@ func newAllocatorWith(ctx context.Context, slices []*resourceapi.ResourceSlice, 
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
-	return structured.NewAllocator(ctx, IncubatingFeatures, state, classes, slices, cache)
+	return structured.NewAllocator(ctx, sim.Features, state, classes, slices, cache)
 }
 
 // slimRows compares the fleet as published with the same fleet publishing

@@ -31,6 +31,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/rewrite"
@@ -79,8 +80,8 @@ func tierClassWithMIG() *resourceapi.DeviceClass {
 }
 
 // migClasses are the DeviceClasses of a cluster with the MIGPartitions gate.
-func migClasses() classLister {
-	return classLister{rewrite.DeviceClassName: GPUClass(), rewrite.TierDeviceClassName: tierClassWithMIG(), rewrite.MIGDeviceClassName: migClass()}
+func migClasses() deviceclasses.Static {
+	return deviceclasses.Of(GPUClass(), tierClassWithMIG(), migClass())
 }
 
 // newMIGNode is one node of gpus GPUs of product, its ResourceSlices laid
