@@ -386,9 +386,12 @@ func (s *Store) change(ctx context.Context, sync bool, set map[string]*Claim) er
 	defer s.updateMu.Unlock()
 
 	if s.journal == nil || s.journalBytes >= max(compactFloor, s.snapshotBytes) {
-		next := &Data{Claims: maps.Clone(s.data.Claims), Taints: s.data.Taints, MPSDaemons: s.data.MPSDaemons}
+		// A copy of every field, so that a field added to Data survives
+		// the rewrite; only Claims changes, so only it is cloned.
+		next := *s.data
+		next.Claims = maps.Clone(s.data.Claims)
 		apply(next.Claims, set)
-		return s.replace(ctx, next)
+		return s.replace(ctx, &next)
 	}
 	if err := s.append(ctx, set, sync); err != nil {
 		// The file may now end in part of the change: rewrite it whole next
@@ -738,7 +741,7 @@ func (s *Store) Reload(ctx context.Context) error {
 	// The other instance may have replaced the file this one appends to.
 	s.closeJournal()
 	raw, err := os.ReadFile(s.path)
-	data := &Data{Claims: map[string]Claim{}}
+	data := &Data{}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -750,11 +753,10 @@ func (s *Store) Reload(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reloading checkpoint %s: %w", s.path, err)
 		}
-		if p.Claims != nil {
-			data.Claims = p.Claims
-		}
-		data.Taints = p.Taints
-		data.MPSDaemons = p.MPSDaemons
+		data = &p.Data
+	}
+	if data.Claims == nil {
+		data.Claims = map[string]Claim{}
 	}
 	s.mu.Lock()
 	s.data = data
