@@ -55,9 +55,10 @@ func placements(size uint32, starts ...uint32) []nvml.GpuInstancePlacement {
 }
 
 // sevenSliceProfiles are the GPU-instance profiles of a GPU with seven
-// compute slices (A100, H100), in NVML_GPU_INSTANCE_PROFILE_* order: NVML's
-// index and id, the compute slices, how many instances fit, and where NVML
-// places them. The boards differ only in what each profile gets (engines).
+// compute slices (A100, H100), in the order `nvidia-smi mig -lgip` lists
+// them, which is not by index (the REV profiles come second): NVML's index
+// and id, the compute slices, how many instances fit, and where NVML places
+// them. The boards differ only in what each profile gets (engines).
 var sevenSliceProfiles = [...]struct {
 	index                 int
 	id, slices, instances uint32
