@@ -33,7 +33,9 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 	var parts []string
 	if raw, ok := c.Annotations[rewrite.AnnotationKey]; ok {
 		var plan rewrite.Plan
-		_ = json.Unmarshal([]byte(raw), &plan)
+		if err := json.Unmarshal([]byte(raw), &plan); err != nil {
+			return fmt.Sprintf("unreadable %s annotation: %v", rewrite.AnnotationKey, err)
+		}
 		tiers := strings.Join(uniq(subrequests(c)), ",")
 		switch share := plan.Share; {
 		case plan.BoundType == "":
@@ -42,9 +44,9 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 			parts = append(parts, fmt.Sprintf("profile %q not measured yet: profiling run", plan.Profile))
 		case share != nil && share.Verdict == rewrite.ShareSized.String() && share.Memory != nil:
 			parts = append(parts, fmt.Sprintf("profile %q usage -> share %d%% %s first -> tier %s", plan.Profile, share.ComputePercent, share.Memory, tiers))
-		case share != nil && plan.BoundType != "":
+		case share != nil:
 			parts = append(parts, fmt.Sprintf("profile %q %s/%s, no share (%s) -> tier %s", plan.Profile, plan.BoundType, plan.Policy, share.Verdict, tiers))
-		case plan.BoundType != "":
+		default:
 			parts = append(parts, fmt.Sprintf("profile %q %s/%s -> tier %s", plan.Profile, plan.BoundType, plan.Policy, tiers))
 		}
 		return strings.Join(parts, "; ")

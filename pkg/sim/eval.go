@@ -347,7 +347,9 @@ var Features = structured.Features{
 	DeviceBindingAndStatus: true, ConsumableCapacity: true,
 }
 
-// classes are the DeviceClasses the Helm chart installs.
+// classes are the Helm chart's DeviceClasses as a fleet without MIG
+// partitions sees them: the GPU class, without the chart's check that a
+// device is no partition, and the tier class.
 func classes() deviceclasses.Static {
 	return deviceclasses.Of(&resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: rewrite.DeviceClassName},

@@ -94,13 +94,13 @@ func newMIGNode(ctx context.Context, name, product string, gpus int, migMode boo
 	if !ok {
 		return nil, fmt.Errorf("unknown product %q", product)
 	}
-	sim, err := nvml.NewSimulated(&nvml.Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []nvml.GPUGroup{{
+	fake, err := nvml.NewSimulated(&nvml.Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []nvml.GPUGroup{{
 		Product: product, Count: gpus, NUMANodes: min(2, gpus), NVLink: spec.NVLinks > 0, MIGMode: migMode,
 	}}}, name)
 	if err != nil {
 		return nil, err
 	}
-	devices, err := nvml.Discover(ctx, sim, nvml.Options{})
+	devices, err := nvml.Discover(ctx, fake, nvml.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -17,25 +17,19 @@ limitations under the License.
 package chart
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"maps"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/prismgpu/prism/pkg/servingcert/certtest"
 )
 
 // networkPolicies renders the chart and returns its NetworkPolicies by name.
@@ -115,17 +109,7 @@ func TestControllerNetworkPolicy(t *testing.T) {
 // testCAFile writes a CA certificate in PEM and returns its path.
 func testCAFile(t *testing.T) (path, pemText string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "webhook client CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemText = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	pemText = string(certtest.NewCA(t, "webhook client CA").PEM())
 	path = filepath.Join(t.TempDir(), "client-ca.crt")
 	if err := os.WriteFile(path, []byte(pemText), 0o600); err != nil {
 		t.Fatal(err)

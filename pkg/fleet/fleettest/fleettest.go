@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // GPU is what one GPU publishes of its model.
@@ -48,16 +50,16 @@ func Slice(uid, driver, pool string, generation int64, gpus ...GPU) *resourceapi
 		d := resourceapi.Device{
 			Name: fmt.Sprintf("gpu-%d", i),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"gpu.prism.dev/productName":         {StringValue: ptr.To(g.Product)},
-				"gpu.prism.dev/memoryBandwidthGBps": {IntValue: ptr.To(g.BandwidthGBps)},
-				"gpu.prism.dev/fp32GFLOPS":          {IntValue: ptr.To(g.FP32GFLOPS)},
+				gpuv1alpha1.ProductNameAttribute.Qualified():         {StringValue: ptr.To(g.Product)},
+				gpuv1alpha1.MemoryBandwidthGBpsAttribute.Qualified(): {IntValue: ptr.To(g.BandwidthGBps)},
+				gpuv1alpha1.FP32GFLOPSAttribute.Qualified():          {IntValue: ptr.To(g.FP32GFLOPS)},
 			},
 		}
 		if g.Memory != "" {
-			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"gpu.prism.dev/memory": {Value: resource.MustParse(g.Memory)}}
+			d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{gpuv1alpha1.MemoryCapacity.Qualified(): {Value: resource.MustParse(g.Memory)}}
 		}
 		if g.CC != "" {
-			d.Attributes["gpu.prism.dev/cudaComputeCapability"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(g.CC)}
+			d.Attributes[gpuv1alpha1.CUDAComputeCapabilityAttribute.Qualified()] = resourceapi.DeviceAttribute{VersionValue: ptr.To(g.CC)}
 		}
 		s.Spec.Devices = append(s.Spec.Devices, d)
 	}
