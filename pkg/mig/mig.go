@@ -71,7 +71,7 @@ type Interface interface {
 	// GPUInstances lists the GPU instances of every profile on the GPU.
 	GPUInstances(ctx context.Context, parentUUID string) ([]GPUInstance, error)
 	// CreateGPUInstance creates a GPU instance at the placement and returns
-	// its ID.
+	// its ID. An instance whose ID it cannot read is destroyed again.
 	CreateGPUInstance(ctx context.Context, p Placement) (int, error)
 	// CreateComputeInstance creates the compute instance that spans the
 	// whole GPU instance, and returns its ID and the MIG device's UUID.
@@ -165,9 +165,14 @@ func (m *nvmlMIG) CreateGPUInstance(ctx context.Context, p Placement) (int, erro
 	}
 	gii, ret := gi.GetInfo()
 	if ret != nvml.SUCCESS {
-		// Not destroyed here: the caller recorded the placement and finds
-		// the instance there.
-		return 0, fmt.Errorf("read the GPU instance created at %s of GPU %s: %v", p.Slices(), p.ParentUUID, ret)
+		// Without its ID the caller could find the instance again only by
+		// its placement, where by then another party's may stand: destroy
+		// it through the handle, which is surely the one just created.
+		err := fmt.Errorf("read the GPU instance created at %s of GPU %s: %v", p.Slices(), p.ParentUUID, ret)
+		if ret := gi.Destroy(); ret != nvml.SUCCESS {
+			return 0, fmt.Errorf("%w; destroying it again: %v", err, ret)
+		}
+		return 0, err
 	}
 	return int(gii.Id), nil
 }

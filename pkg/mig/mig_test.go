@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
@@ -116,5 +117,38 @@ func TestAFullGPURefusesMore(t *testing.T) {
 	}
 	if _, err := m.CreateGPUInstance(ctx, mig.Placement{ParentUUID: uuid, ProfileIndex: gonvml.GPU_INSTANCE_PROFILE_1_SLICE, ProfileID: 19, Start: 6, Size: 1}); !errors.Is(err, mig.ErrPlacementInUse) {
 		t.Errorf("a 1g.5gb on a full GPU: %v, want ErrPlacementInUse", err)
+	}
+}
+
+// TestCreateDestroysAnInstanceItCannotRead: NVML created the instance, but
+// its ID cannot be read. The caller could find it again only by placement,
+// where another party's may stand by then, so it is destroyed through the
+// handle and the placement is free again.
+func TestCreateDestroysAnInstanceItCannotRead(t *testing.T) {
+	ctx := context.Background()
+	fleet := &nvml.Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040,
+		GPUs: []nvml.GPUGroup{{Product: "NVIDIA A100-SXM4-40GB", Count: 1, MIGMode: true}}}
+	sim, err := nvml.NewSimulated(fleet, "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := sim.Devices()[0]
+	uuid, _ := dev.GetUUID()
+	create := dev.CreateGpuInstanceWithPlacementFunc
+	dev.CreateGpuInstanceWithPlacementFunc = func(info *gonvml.GpuInstanceProfileInfo, pl *gonvml.GpuInstancePlacement) (gonvml.GpuInstance, gonvml.Return) {
+		gi, ret := create(info, pl)
+		if ret == gonvml.SUCCESS {
+			gi.(*mock.GpuInstance).GetInfoFunc = func() (gonvml.GpuInstanceInfo, gonvml.Return) {
+				return gonvml.GpuInstanceInfo{}, gonvml.ERROR_UNKNOWN
+			}
+		}
+		return gi, ret
+	}
+	m := mig.New(sim)
+	if _, err := m.CreateGPUInstance(ctx, mig.Placement{ParentUUID: uuid, ProfileIndex: gonvml.GPU_INSTANCE_PROFILE_1_SLICE, ProfileID: 19, Start: 3, Size: 1}); err == nil {
+		t.Error("creating an instance whose ID cannot be read succeeded")
+	}
+	if got, err := m.GPUInstances(ctx, uuid); err != nil || len(got) != 0 {
+		t.Errorf("instances after the failed create: %v, %v; want none", got, err)
 	}
 }

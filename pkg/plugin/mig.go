@@ -157,7 +157,11 @@ func (d *Driver) checkMIGPlacements(ctx context.Context, uid string, devices []c
 // created; if that fails too, the error wraps errMIGLeft.
 func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	logger := klog.FromContext(ctx)
-	created := false
+	// made names only the instances this call created, by the IDs NVML
+	// returned: a rollback must not destroy an instance that another party
+	// put at a placement this call has not reached, which the intent alone
+	// (profile and start, no ID) would match.
+	made := checkpoint.Claim{UID: rec.UID, Namespace: rec.Namespace, Name: rec.Name}
 	for i := range rec.Devices {
 		dev := &rec.Devices[i]
 		if dev.MIG == nil || dev.MIG.Created {
@@ -166,36 +170,35 @@ func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) error {
 		p := placementOf(dev.MIG)
 		gi, err := d.cfg.MIG.CreateGPUInstance(ctx, p)
 		if err != nil {
-			err = fmt.Errorf("partition %s: %w", dev.Name, err)
-			return d.undoMIG(ctx, *rec, err, created)
+			return d.undoMIG(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
 		}
-		created = true
+		m := *dev.MIG
+		m.Created, m.GPUInstanceID = true, gi
+		made.Devices = append(made.Devices, checkpoint.Device{Name: dev.Name, MIG: &m})
 		d.crash(CrashAfterMIGGPUInstanceCreated)
 		ci, uuid, err := d.cfg.MIG.CreateComputeInstance(ctx, p.ParentUUID, gi)
 		if err != nil {
-			return d.undoMIG(ctx, *rec, fmt.Errorf("partition %s: %w", dev.Name, err), true)
+			return d.undoMIG(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
 		}
 		d.crash(CrashAfterMIGComputeInstanceCreated)
 		dev.MIG.Created, dev.MIG.GPUInstanceID, dev.MIG.ComputeInstanceID, dev.MIG.UUID = true, gi, ci, uuid
 		logger.Info("Created MIG instance", "device", dev.Name, "parentUUID", p.ParentUUID, "profileID", p.ProfileID,
 			"placement", p.Slices(), "gpuInstance", gi, "computeInstance", ci, "uuid", uuid)
 	}
-	if !created {
+	if len(made.Devices) == 0 {
 		return nil
 	}
 	if err := d.checkpoint.PutClaims(ctx, true, *rec); err != nil {
-		return d.undoMIG(ctx, *rec, fmt.Errorf("record MIG instances: %w", err), true)
+		return d.undoMIG(ctx, made, fmt.Errorf("record MIG instances: %w", err))
 	}
 	d.crash(CrashAfterMIGRecorded)
 	return nil
 }
 
-// undoMIG destroys what a failed prepare created, and says in the error
-// whether the record must stay.
-func (d *Driver) undoMIG(ctx context.Context, rec checkpoint.Claim, cause error, created bool) error {
-	if !created {
-		return cause
-	}
+// undoMIG destroys the instances rec names, which a failed prepare
+// created, and says in the error whether the record must stay. rec must
+// name them by the IDs their creation returned, never by placement alone.
+func (d *Driver) undoMIG(ctx context.Context, rec checkpoint.Claim, cause error) error {
 	if err := d.destroyMIG(ctx, rec); err != nil {
 		return fmt.Errorf("%w; %w: %w", cause, errMIGLeft, err)
 	}

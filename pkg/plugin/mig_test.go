@@ -286,3 +286,40 @@ func TestMIGOverlapRefusedByNVMLFailsCleanly(t *testing.T) {
 		t.Errorf("instances (-want +got):\n%s", diff)
 	}
 }
+
+// racingMIG is the node's NVML with another party that acts just before
+// prepare creates a GPU instance, after prepare found the placements free.
+type racingMIG struct {
+	mig.Interface
+	before func(mig.Placement)
+}
+
+func (r racingMIG) CreateGPUInstance(ctx context.Context, p mig.Placement) (int, error) {
+	r.before(p)
+	return r.Interface.CreateGPUInstance(ctx, p)
+}
+
+// TestMIGRollbackLeavesAnotherPartysInstance: another party takes a claim's
+// second placement after prepare checked it. The prepare fails, and its
+// rollback destroys the instance it created at the first placement, known
+// by the ID NVML returned, but not the other party's at the second, which
+// matches the claim's intent there.
+func TestMIGRollbackLeavesAnotherPartysInstance(t *testing.T) {
+	n := newMIGNode(t)
+	d := n.driver(t)
+	d.cfg.MIG = racingMIG{Interface: d.cfg.MIG, before: func(p mig.Placement) {
+		if p.Start == 4 {
+			n.createByHand(t, gonvml.GPU_INSTANCE_PROFILE_1_SLICE, 4)
+		}
+	}}
+	r := prepare(t, d, allocatedClaim("m", []string{partition1g, otherPartition1g}))["m"]
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "placement is taken") {
+		t.Errorf("error %v, want NVML's refusal of a taken placement", r.Err)
+	}
+	if _, ok := d.checkpoint.Get("m"); ok {
+		t.Error("a failed claim stays recorded")
+	}
+	if diff := cmp.Diff([]string{"19@4"}, n.instances(t)); diff != "" {
+		t.Errorf("instances after the rollback (-want +got):\n%s", diff)
+	}
+}

@@ -182,7 +182,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		err := d.writeSpec(ctx, p.rec)
 		endCDI()
 		if err != nil {
-			err = d.undoMIG(ctx, p.rec, err, true)
+			err = d.undoMIG(ctx, p.rec, err)
 			fail(p.claim, "cdi", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -191,7 +191,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		}
 		d.startMPS(ctx, p.claim, p.rec)
 		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
-			err = d.undoMIG(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)), true)
+			err = d.undoMIG(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
 			fail(p.claim, "timeslice", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)

@@ -85,6 +85,13 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 		if err := d.cfg.CDI.RemoveClaimSpec(ctx, c.UID); err != nil {
 			return err
 		}
+		// As in unprepare, the MIG instances go before the record: once it
+		// is forgotten nothing says they are Prism's, and they would block
+		// their partitions for good. A failure keeps the record, so that
+		// the next sweep tries again.
+		if err := d.destroyMIG(ctx, rec); err != nil {
+			return err
+		}
 		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, map[string]bool{c.UID: true})); err != nil {
 			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
 		}

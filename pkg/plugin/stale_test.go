@@ -88,6 +88,39 @@ func TestStaleReleaseUndoesEverything(t *testing.T) {
 	}
 }
 
+// TestStaleReleaseDestroysMIGInstances: a claim on a MIG partition that is
+// released because it vanished from the API has its instance destroyed, as
+// an unprepare would. Left behind, the instance is nobody's, and the
+// partition and every one overlapping it fail to prepare, restart or not.
+func TestStaleReleaseDestroysMIGInstances(t *testing.T) {
+	for name, next := range map[string]string{
+		"same partition": partition1g,
+		// A 2g.10gb at slices 2-3 covers the partition's slice 3.
+		"overlapping partition": "gpu-0-mig-2g10gb-2",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			n := newMIGNode(t)
+			d := n.driver(t)
+			if r := prepare(t, d, allocatedClaim("m", []string{partition1g}))["m"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+
+			d.collectStale(ctx, 0)
+			if _, ok := d.checkpoint.Get("m"); ok {
+				t.Fatal("the stale claim was not released")
+			}
+			if got := n.instances(t); len(got) != 0 {
+				t.Errorf("instances left after the stale release: %v", got)
+			}
+			restarted := n.driver(t)
+			if r := prepare(t, restarted, allocatedClaim("next", []string{next}))["next"]; r.Err != nil {
+				t.Errorf("prepare of %s after the stale release: %v", next, r.Err)
+			}
+		})
+	}
+}
+
 // fastAPIBackoff retries start-up's API calls without waiting.
 func fastAPIBackoff(t *testing.T, steps int) {
 	saved := defaultAPIBackoff
