@@ -174,13 +174,15 @@ func run(ctx context.Context, o options) error {
 	// ResourceClaims, trimmed to their profile and allocation, tell which
 	// node may write which profile; while they wait, also to their GPU
 	// requests and the pod whose template made them, the fleet's load.
-	// ResourceSlices of Prism's driver are the fleet the ladders are cut
-	// from.
+	// Pods that wait to be scheduled, trimmed to the claims made for them,
+	// tell which of those claims their pods use. ResourceSlices of Prism's
+	// driver are the fleet the ladders are cut from.
 	preference, _ := rewrite.ParsePreference(o.preference)
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: profilewrites.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
+		&corev1.Pod{}:                    {Field: fleet.UnscheduledPods(), Transform: fleet.TrimPod},
 	}
 	if preference == rewrite.PreferAffinity {
 		// The pod webhook finds a pod's profile through its claim
@@ -212,6 +214,15 @@ func run(ctx context.Context, o options) error {
 	// annotation states.
 	if _, err := profileInformer.AddEventHandler(fleetView); err != nil {
 		return fmt.Errorf("watching WorkloadProfiles for the fleet's load: %w", err)
+	}
+	// A waiting claim counts only when its pod's status names it: anyone
+	// who creates a claim can point its ownerReference at a pod.
+	podInformer, err := profiles.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("starting Pod informer: %w", err)
+	}
+	if _, err := podInformer.AddEventHandler(fleetView); err != nil {
+		return fmt.Errorf("watching Pods for the fleet's load: %w", err)
 	}
 	sliceInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceSlice{})
 	if err != nil {

@@ -17,18 +17,21 @@ limitations under the License.
 // Package fleet keeps prism-controller's live view of the GPUs Prism
 // publishes: which models, how many devices of each, and the figures the
 // rewrite ranks them by; and of their load: which devices claims hold, and
-// which claims still wait. It is fed by a ResourceSlice, a ResourceClaim
-// and a WorkloadProfile informer, so a claim is cut for the fleet and the
-// load at its admission.
+// which claims still wait. It is fed by a ResourceSlice, a ResourceClaim,
+// a WorkloadProfile and a Pod informer (pods not yet scheduled), so a
+// claim is cut for the fleet and the load at its admission.
 //
 // The load is read from what tenants write, so it trusts little of it. A
 // claim without an allocation counts as waiting only when a pod's claim
-// template made it (the pod is its controlling owner, which
-// profilewrites.TrimClaim keeps): a
-// claim made by hand counts only once it is allocated, when it holds
-// devices. A waiting claim counts with the bound type of the
-// WorkloadProfile its prism.dev/profile annotation names in its namespace,
-// never with the one its prism.dev/rewrite annotation states.
+// template made it: the pod is its controlling owner (which
+// profilewrites.TrimClaim keeps), and the pod's status, which
+// kube-controller-manager writes and the tenant cannot, names the claim. A
+// claim made by hand, or with an ownerReference its creator pointed at a
+// pod, counts only once it is allocated, when it holds devices. A waiting
+// claim counts with at most maxPendingDevices GPUs (never more than the
+// fleet publishes), and with the bound type of the WorkloadProfile its
+// prism.dev/profile annotation names in its namespace, never with the one
+// its prism.dev/rewrite annotation states.
 package fleet
 
 import (
@@ -39,6 +42,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,10 +54,11 @@ import (
 )
 
 // View is a cache.ResourceEventHandler for a ResourceSlice, a ResourceClaim
-// (claims as profilewrites.TrimClaim keeps them) and a
-// WorkloadProfile informer. Fleet and Load are safe to call from any
-// goroutine; they are on the path of every admitted claim, so Fleet is one
-// atomic load and Load is rebuilt only after a change.
+// (claims as profilewrites.TrimClaim keeps them), a WorkloadProfile and a
+// Pod informer (UnscheduledPods, as TrimPod keeps them). Fleet and Load
+// are safe to call from any goroutine; they are on the path of every
+// admitted claim, so Fleet is one atomic load and Load is rebuilt only
+// after a change.
 type View struct {
 	mu     sync.Mutex
 	slices map[types.UID]sliceSummary
@@ -61,6 +66,9 @@ type View struct {
 	// boundTypes are the profiles' measured bound types; a profile without
 	// one is not kept.
 	boundTypes map[types.NamespacedName]prismv1alpha1.BoundType
+	// pods are the unscheduled pods that claims were made for; a pod
+	// without one is not kept.
+	pods map[types.NamespacedName]podClaims
 	// deviceModel maps the devices of current pool generations to their
 	// model.
 	deviceModel map[deviceKey]string
@@ -103,17 +111,32 @@ type claimSummary struct {
 	pending *pendingClaim
 }
 
-// pendingClaim is a waiting claim; its bound type is looked up when the
-// load is built, so that a profile measured later counts.
+// pendingClaim is a waiting claim; its bound type and whether its pod uses
+// it are looked up when the load is built, so that a profile measured
+// later, or a pod status written after the claim, counts.
 type pendingClaim struct {
 	devices int
 	profile types.NamespacedName // Name "": the claim names no profile
+	claim   string               // the claim's name
+	pod     types.NamespacedName // its controlling owner
+	podUID  types.UID
 }
+
+// maxPendingDevices is the most GPUs one waiting claim counts with:
+// AllocationResultsMaxSize, the most devices one allocation holds. The API
+// accepts a claim of up to DeviceRequestsMaxSize (32) requests, each of
+// any count, but the scheduler's allocator refuses a claim whose requests
+// add up to more than an allocation holds, so no claim ever takes more of
+// the fleet. Such a claim still counts, capped: the view does not try to
+// tell whether a claim can be allocated at all (one for 32 GPUs waits
+// forever on a fleet without a 32-GPU node just as well); it bounds what
+// one claim weighs by what one claim can ever take.
+const maxPendingDevices = resourceapi.AllocationResultsMaxSize
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
 	v := &View{slices: map[types.UID]sliceSummary{}, claims: map[types.UID]claimSummary{}, boundTypes: map[types.NamespacedName]prismv1alpha1.BoundType{},
-		changed: make(chan struct{}, 1)}
+		pods: map[types.NamespacedName]podClaims{}, changed: make(chan struct{}, 1)}
 	v.publish()
 	return v
 }
@@ -148,8 +171,10 @@ func (v *View) Load() *rewrite.Load {
 		return v.load
 	}
 	l := &rewrite.Load{Free: map[string]int{}}
+	published := 0 // the GPUs of the fleet
 	for _, m := range v.fleet.Load().Models {
 		l.Free[m.Name] = m.Devices
+		published += m.Devices
 	}
 	held := map[deviceKey]bool{}
 	for _, c := range v.claims {
@@ -162,15 +187,17 @@ func (v *View) Load() *rewrite.Load {
 				l.Free[model]--
 			}
 		}
-		if p := c.pending; p != nil {
-			l.Pending = append(l.Pending, rewrite.Pending{Devices: p.devices, BoundType: v.boundTypes[p.profile]})
+		// A claim cannot take more GPUs than the fleet has.
+		if p := c.pending; p != nil && v.usedByOwner(p) && min(p.devices, published) > 0 {
+			l.Pending = append(l.Pending, rewrite.Pending{Devices: min(p.devices, published), BoundType: v.boundTypes[p.profile]})
 		}
 	}
 	v.load = l
 	return l
 }
 
-// OnAdd records a slice, a claim or a profile's bound type.
+// OnAdd records a slice, a claim, a profile's bound type or the claims
+// made for a pod.
 func (v *View) OnAdd(obj any, _ bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -186,14 +213,16 @@ func (v *View) OnAdd(obj any, _ bool) {
 		v.load = nil
 	case *prismv1alpha1.WorkloadProfile:
 		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, o.Status.BoundType)
+	case *corev1.Pod:
+		v.setPod(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, summarisePod(o))
 	}
 }
 
-// OnUpdate records a slice's new devices, a claim's new allocation or a
-// profile's new measurement.
+// OnUpdate records a slice's new devices, a claim's new allocation, a
+// profile's new measurement or a pod's new claims.
 func (v *View) OnUpdate(_, obj any) { v.OnAdd(obj, false) }
 
-// OnDelete forgets a slice, a claim or a profile.
+// OnDelete forgets a slice, a claim, a profile or a pod.
 func (v *View) OnDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -211,6 +240,8 @@ func (v *View) OnDelete(obj any) {
 		v.load = nil
 	case *prismv1alpha1.WorkloadProfile:
 		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, "")
+	case *corev1.Pod:
+		v.forgetPod(types.NamespacedName{Namespace: o.Namespace, Name: o.Name})
 	}
 }
 
@@ -414,10 +445,11 @@ func publishesFiguresAsCapacity(d resourceapi.Device, m rewrite.Model) bool {
 }
 
 // summariseClaim reads the devices a claim holds, or what a claim that a
-// pod's template made waits for: the GPUs its Prism requests ask for (a
-// firstAvailable request by its first alternative) and the profile it
-// names. Its prism.dev/rewrite annotation is its owner's to write, so the
-// bound type is taken from the profile instead.
+// pod owns waits for: the GPUs its Prism requests ask for (a
+// firstAvailable request by its first alternative), at most
+// maxPendingDevices, the profile it names and the pod. Its
+// prism.dev/rewrite annotation is its owner's to write, so the bound type
+// is taken from the profile instead.
 func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 	if a := c.Status.Allocation; a != nil {
 		var held []deviceKey
@@ -428,10 +460,11 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 		}
 		return claimSummary{held: held}
 	}
-	if podOwner(c) == nil {
+	owner := podOwner(c)
+	if owner == nil {
 		return claimSummary{}
 	}
-	devices := 0
+	devices := int64(0)
 	for _, r := range c.Spec.Devices.Requests {
 		class, mode, count := "", resourceapi.DeviceAllocationMode(""), int64(0)
 		switch {
@@ -441,13 +474,15 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 			class, mode, count = r.FirstAvailable[0].DeviceClassName, r.FirstAvailable[0].AllocationMode, r.FirstAvailable[0].Count
 		}
 		if rewrite.IsGPUClass(class) && mode != resourceapi.DeviceAllocationModeAll {
-			devices += int(max(count, 1))
+			// Bounded before the sum, which counts of any size would
+			// overflow.
+			devices = min(devices+min(max(count, 1), maxPendingDevices), maxPendingDevices)
 		}
 	}
 	if devices == 0 {
 		return claimSummary{}
 	}
-	p := &pendingClaim{devices: devices}
+	p := &pendingClaim{devices: int(devices), claim: c.Name, pod: types.NamespacedName{Namespace: c.Namespace, Name: owner.Name}, podUID: owner.UID}
 	if name := c.Annotations[prismv1alpha1.ProfileAnnotation]; name != "" {
 		p.profile = types.NamespacedName{Namespace: c.Namespace, Name: name}
 	}
@@ -458,9 +493,10 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 // resourceclaim controller of kube-controller-manager makes a pod the
 // controlling owner of each claim it makes from the pod's claim templates;
 // reservedFor, the other tie to a pod, is only ever set with an
-// allocation. A claim made by hand and named by a pod's resourceClaimName
-// has neither while it waits: telling it from a claim no pod uses would
-// take a Pod informer.
+// allocation. Whoever creates a claim can write any ownerReference, so the
+// pod must also name the claim in its status (View.usedByOwner). A claim
+// made by hand and named by a pod's resourceClaimName has neither while it
+// waits, and does not count.
 func podOwner(c *resourceapi.ResourceClaim) *metav1.OwnerReference {
 	ref := metav1.GetControllerOfNoCopy(c)
 	if ref == nil || ref.APIVersion != "v1" || ref.Kind != "Pod" {

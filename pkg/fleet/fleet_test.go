@@ -220,18 +220,18 @@ func TestViewLoad(t *testing.T) {
 			c.Status.Allocation.Devices.Results[0].Driver = "gpu.example.com"
 			v.OnAdd(c, true)
 		},
-		func() { v.OnAdd(ofPod(waiting("plain-4", "", exactly("gpu.prism.dev", 4)), "job-0"), true) },
+		func() { fromTemplate(v, waiting("plain-4", "", exactly("gpu.prism.dev", 4)), "job-0") },
 		func() {
 			rewritten := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
 				{Name: "bandwidth-top", DeviceClassName: rewrite.TierDeviceClassName, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 				{Name: "fits", DeviceClassName: "gpu.prism.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1},
 			}}
-			c := ofPod(waiting("profiled-1", `{"boundType":"ComputeBound"}`, rewritten, exactly("nic.example.com", 1)), "job-1")
+			c := waiting("profiled-1", `{"boundType":"ComputeBound"}`, rewritten, exactly("nic.example.com", 1))
 			c.Namespace, c.Annotations["prism.dev/profile"] = "team-a", "sgemm"
-			v.OnAdd(c, true)
+			fromTemplate(v, c, "job-1")
 			v.OnAdd(profile("team-a", "sgemm", prismv1alpha1.BoundTypeComputeBound), true)
 		},
-		func() { v.OnAdd(ofPod(waiting("nic-only", "", exactly("nic.example.com", 2)), "job-2"), true) },
+		func() { fromTemplate(v, waiting("nic-only", "", exactly("nic.example.com", 2)), "job-2") },
 	}
 	for _, e := range events {
 		e()
