@@ -17,6 +17,8 @@ limitations under the License.
 package webhook
 
 import (
+	"fmt"
+
 	resourceapi "k8s.io/api/resource/v1"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -37,6 +39,31 @@ func HasGPURequest(spec *resourceapi.ResourceClaimSpec) bool {
 		}
 	}
 	return false
+}
+
+// WithinAPILimits checks the counts of a claim's lists against the limits
+// of resource.k8s.io/v1, which the API server enforces: a claim beyond them
+// never came from it, and the rewrite's work grows with them.
+func WithinAPILimits(spec *resourceapi.ResourceClaimSpec) error {
+	d := &spec.Devices
+	if len(d.Requests) > resourceapi.DeviceRequestsMaxSize || len(d.Constraints) > resourceapi.DeviceConstraintsMaxSize || len(d.Config) > resourceapi.DeviceConfigMaxSize {
+		return fmt.Errorf("%d requests, %d constraints and %d configs: beyond the API's limits (%d, %d, %d)",
+			len(d.Requests), len(d.Constraints), len(d.Config), resourceapi.DeviceRequestsMaxSize, resourceapi.DeviceConstraintsMaxSize, resourceapi.DeviceConfigMaxSize)
+	}
+	for _, r := range d.Requests {
+		if len(r.FirstAvailable) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+			return fmt.Errorf("request %.64q has %d subrequests, beyond the API's limit of %d", r.Name, len(r.FirstAvailable), resourceapi.FirstAvailableDeviceRequestMaxSize)
+		}
+		if r.Exactly != nil && len(r.Exactly.Selectors) > resourceapi.DeviceSelectorsMaxSize {
+			return fmt.Errorf("request %.64q has %d selectors, beyond the API's limit of %d", r.Name, len(r.Exactly.Selectors), resourceapi.DeviceSelectorsMaxSize)
+		}
+		for _, sub := range r.FirstAvailable {
+			if len(sub.Selectors) > resourceapi.DeviceSelectorsMaxSize {
+				return fmt.Errorf("subrequest %.64q has %d selectors, beyond the API's limit of %d", sub.Name, len(sub.Selectors), resourceapi.DeviceSelectorsMaxSize)
+			}
+		}
+	}
+	return nil
 }
 
 // ProfileOf is what the rewrite needs of a WorkloadProfile, with the

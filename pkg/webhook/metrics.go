@@ -31,6 +31,7 @@ import (
 // (claimrewrite.Metrics, podaffinity.Metrics).
 type Metrics struct {
 	denied   *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
@@ -38,7 +39,8 @@ type Metrics struct {
 // leaves them unregistered, which is what tests and benchmarks want.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		denied: CounterVec("prism_webhook_validation_denied_total", "Objects rejected by the validating webhook, by kind.", "kind"),
+		denied:  CounterVec("prism_webhook_validation_denied_total", "Objects rejected by the validating webhook, by kind.", "kind"),
+		refused: CounterVec("prism_webhook_requests_refused_total", "Requests answered without a review (too large, too many in flight, past their deadline) or whose object was not decoded (costly-object), by reason.", "reason"),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -48,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"webhook"}),
 	}
-	return Registered(reg, m, m.denied, m.duration)
+	return Registered(reg, m, m.denied, m.refused, m.duration)
 }
 
 // CounterVec is a webhook counter partitioned by labels.
@@ -76,6 +78,11 @@ func Registered[M any](reg prometheus.Registerer, m *M, collectors ...prometheus
 // value.
 func (m *Metrics) Denied(kind string) {
 	m.denied.WithLabelValues(kind).Inc()
+}
+
+// refusedRequest counts a request refused for reason.
+func (m *Metrics) refusedRequest(reason string) {
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 // named gives the webhook's reviews a logger of its name, and times them

@@ -28,26 +28,46 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// maxReviewSize is above the API server's own request limit (3 MiB), so
-// anything larger did not come from it.
-const maxReviewSize = 4 << 20
-
 // ReviewFunc answers one admission request. It must return a response; the
 // UID is filled in by the caller.
 type ReviewFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-// ReviewHandler is the HTTP side of a webhook: it decodes the
-// AdmissionReview, calls review and encodes the answer. It is written
-// against net/http and encoding/json directly because the webhook sits on
-// the claim creation path and every allocation shows up in its latency.
-// NewMux names each webhook's logger and times its reviews.
-func ReviewHandler(review ReviewFunc) http.Handler {
-	return reviewHandler(review)
+// RefuseFunc answers a request whose object Prism will not decode (see
+// checkQuantities); err says why. Deny is the answer of a validating
+// webhook; a mutating one that must never block an object admits it
+// unchanged.
+type RefuseFunc func(ctx context.Context, req *admissionv1.AdmissionRequest, err error) *admissionv1.AdmissionResponse
+
+// Deny refuses the object with err as the reason.
+func Deny(_ context.Context, _ *admissionv1.AdmissionRequest, err error) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid, Message: err.Error(),
+	}}
 }
 
-type reviewHandler ReviewFunc
+// AdmitUnchanged admits the object without changes: the answer of a
+// mutating webhook that never blocks an object.
+func AdmitUnchanged(context.Context, *admissionv1.AdmissionRequest, error) *admissionv1.AdmissionResponse {
+	return Allowed()
+}
 
-func (review reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ReviewHandler is the HTTP side of a webhook: it decodes the
+// AdmissionReview, checks that its objects are cheap to decode, calls
+// review (or refuse) and encodes the answer. It is written against
+// net/http and encoding/json directly because the webhook sits on the
+// claim creation path and every allocation shows up in its latency.
+// NewMux names each webhook's logger, times its reviews and bounds what
+// they may cost together.
+func ReviewHandler(review ReviewFunc, refuse RefuseFunc) http.Handler {
+	return reviewHandler{review: review, refuse: refuse}
+}
+
+type reviewHandler struct {
+	review ReviewFunc
+	refuse RefuseFunc
+}
+
+func (h reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	logger := klog.FromContext(r.Context())
 
 	if r.Method != http.MethodPost {
@@ -70,7 +90,15 @@ func (review reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := in.Request
 	logger = logger.WithValues("uid", req.UID, "kind", req.Kind.Kind, "namespace", req.Namespace, "name", req.Name, "operation", req.Operation)
-	resp := review(klog.NewContext(r.Context(), logger), req)
+	ctx := klog.NewContext(r.Context(), logger)
+	var resp *admissionv1.AdmissionResponse
+	if err := checkObjects(req); err != nil {
+		logger.Info("Refusing to decode the reviewed object", "reason", err)
+		refused(r.Context(), refusedObject)
+		resp = h.refuse(ctx, req, err)
+	} else {
+		resp = h.review(ctx, req)
+	}
 	resp.UID = req.UID
 
 	out := admissionv1.AdmissionReview{
@@ -83,6 +111,17 @@ func (review reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// failure policy.
 		logger.Error(err, "Writing AdmissionReview response")
 	}
+}
+
+// checkObjects checks the object and the old object of req.
+func checkObjects(req *admissionv1.AdmissionRequest) error {
+	if err := checkQuantities(req.Object.Raw); err != nil {
+		return fmt.Errorf("object: %w", err)
+	}
+	if err := checkQuantities(req.OldObject.Raw); err != nil {
+		return fmt.Errorf("old object: %w", err)
+	}
+	return nil
 }
 
 // Allowed admits without changes.

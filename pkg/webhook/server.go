@@ -50,13 +50,16 @@ const (
 )
 
 // NewMux routes the webhooks. Each gets a logger of its name, and its
-// reviews are timed under that name in metrics.
+// reviews are timed under that name in metrics. All of them share one
+// limiter: what their reviews in flight hold together is bounded, and each
+// review is answered by its deadline.
 func NewMux(metrics *Metrics, rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
+	limit := newLimiter(metrics.refusedRequest)
 	mux := http.NewServeMux()
-	mux.Handle(PodPreferencePath, metrics.named("pod-preference", podPreference))
-	mux.Handle(RewritePath, metrics.named("rewrite", rewriter))
-	mux.Handle(ValidatePath, metrics.named("validate", validator))
-	mux.Handle(ProfileWritesPath, metrics.named("profile-writes", profileWrites))
+	mux.Handle(PodPreferencePath, metrics.named("pod-preference", limit.wrap(podPreference)))
+	mux.Handle(RewritePath, metrics.named("rewrite", limit.wrap(rewriter)))
+	mux.Handle(ValidatePath, metrics.named("validate", limit.wrap(validator)))
+	mux.Handle(ProfileWritesPath, metrics.named("profile-writes", limit.wrap(profileWrites)))
 	return mux
 }
 
@@ -92,8 +95,8 @@ var serverTimeouts = timeouts{readHeader: 10 * time.Second, read: 10 * time.Seco
 // finish for up to shutdownGrace.
 // Request contexts do not inherit ctx's cancellation: a review cut off at
 // SIGTERM fails the API server's request, or with failurePolicy Ignore
-// admits a claim unrewritten. The request body is capped where reviews
-// are decoded (maxReviewSize).
+// admits a claim unrewritten. What reviews may cost is bounded by
+// NewMux's limiter.
 func Serve(ctx context.Context, l net.Listener, tlsConfig *tls.Config, handler http.Handler) error {
 	return serve(ctx, l, tlsConfig, handler, serverTimeouts)
 }

@@ -114,7 +114,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	r := &rewriter{opts: opts}
-	return webhook.ReviewHandler(r.review), nil
+	return webhook.ReviewHandler(r.review, r.refuse), nil
 }
 
 // warningSkips are the skips the claim's author or the profile's owner can
@@ -134,6 +134,13 @@ type outcome struct {
 	message string // for the log and the event
 	ops     []webhook.PatchOp
 	event   string // event reason, "" for none
+}
+
+// refuse admits a claim that the handler would not decode unchanged, as
+// one that fails to decode.
+func (r *rewriter) refuse(context.Context, *admissionv1.AdmissionRequest, error) *admissionv1.AdmissionResponse {
+	r.opts.Metrics.skipped.WithLabelValues(skipDecodeError).Inc()
+	return webhook.Allowed()
 }
 
 func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
@@ -194,6 +201,9 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 	}
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", prismv1alpha1.ProfileAnnotation, name, strings.Join(errs, "; "))}
+	}
+	if err := webhook.WithinAPILimits(&claim.Spec); err != nil {
+		return outcome{skip: skipUnsupported, message: err.Error()}
 	}
 	if !webhook.HasGPURequest(&claim.Spec) {
 		return outcome{skip: skipNotGPU, message: "no request for device class " + rewrite.DeviceClassName}

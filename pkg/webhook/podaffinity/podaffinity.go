@@ -85,7 +85,7 @@ func New(opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	p := &podPreference{opts: opts}
-	return webhook.ReviewHandler(p.review), nil
+	return webhook.ReviewHandler(p.review, webhook.AdmitUnchanged), nil
 }
 
 type podPreference struct {

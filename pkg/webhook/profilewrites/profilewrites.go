@@ -49,7 +49,7 @@ func New(claims *ProfileClaims, metrics *webhook.Metrics) (http.Handler, error) 
 		return nil, errors.New("profile write check needs the claims and metrics")
 	}
 	c := &profileWriteCheck{claims: claims, metrics: metrics}
-	return webhook.ReviewHandler(c.review), nil
+	return webhook.ReviewHandler(c.review, webhook.Deny), nil
 }
 
 type profileWriteCheck struct {

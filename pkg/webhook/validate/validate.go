@@ -73,7 +73,7 @@ func New(metrics *webhook.Metrics) (http.Handler, error) {
 		return nil, errors.New("validator needs metrics")
 	}
 	v := &validator{metrics: metrics}
-	return webhook.ReviewHandler(v.review), nil
+	return webhook.ReviewHandler(v.review, webhook.Deny), nil
 }
 
 type validator struct {
