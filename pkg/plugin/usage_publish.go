@@ -153,7 +153,7 @@ func (d *Driver) publishUsage(ctx context.Context, r usageRecord, f usage.Finish
 			return err
 		}
 		profileUID = wp.UID
-		merged = usage.Merge(wp.Status.Usage, f)
+		merged = usage.Merge(ctx, wp.Status.Usage, f)
 		wp.Status.Usage = merged
 		return profiles.UpdateStatus(ctx, wp)
 	})

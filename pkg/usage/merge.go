@@ -17,12 +17,15 @@ limitations under the License.
 package usage
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -35,6 +38,15 @@ const MinSamples = 3
 // percentile may come to a compute share before the run counts as pinned
 // at its limit.
 const PinnedMargin = 5
+
+// MaxPeakMemoryBytes, 16 TiB, is the largest previous peak memory that
+// Merge reads from a profile. Whoever may write a WorkloadProfile's status
+// can set its peak, and a peak above what any GPU holds is not a reading:
+// averaged in, it would size the workload's next share above every GPU (a
+// peak of 1Ei became one of 512Pi), and one near the int64 limit
+// overflowed the mean. The largest GPU in pkg/gpu's spec table holds 180 GB; the bound
+// leaves a margin of some ninety times that for GPUs to come.
+const MaxPeakMemoryBytes = 16 << 40
 
 // Share is the part of a GPU a run was given: zero for what it was not
 // limited in.
@@ -57,8 +69,10 @@ type Finished struct {
 
 // Merge folds a finished run into the profile's usage, prev (nil for none),
 // and returns the new usage; prev is not changed. It returns nil when the
-// run has fewer than MinSamples samples.
-func Merge(prev *prismv1alpha1.UsageProfile, f Finished) *prismv1alpha1.UsageProfile {
+// run has fewer than MinSamples samples. A previous peak memory that is not
+// a byte count up to MaxPeakMemoryBytes is logged and left out, and the
+// run's own peak is the profile's.
+func Merge(ctx context.Context, prev *prismv1alpha1.UsageProfile, f Finished) *prismv1alpha1.UsageProfile {
 	samples := f.Run.Samples()
 	if samples < MinSamples {
 		return nil
@@ -79,7 +93,14 @@ func Merge(prev *prismv1alpha1.UsageProfile, f Finished) *prismv1alpha1.UsagePro
 	if f.Run.MemorySamples > 0 {
 		peak := f.Run.PeakMemoryBytes
 		if prev != nil && prev.PeakMemory != nil {
-			peak = max(peak, (prev.PeakMemory.Value()+peak+1)/2)
+			// A copy: String caches its result in the Quantity, and prev
+			// is not changed.
+			q := *prev.PeakMemory
+			if old, err := previousPeak(q); err != nil {
+				klog.FromContext(ctx).Info("Leaving the profile's previous peak memory out of the merge", "previous", q.String(), "reason", err.Error())
+			} else {
+				peak = max(peak, halfwayBytes(old, peak))
+			}
 		}
 		out.PeakMemory = resource.NewQuantity(peak, resource.BinarySI)
 	}
@@ -102,6 +123,28 @@ func halfway(old, newest *int32) *int32 {
 		return ptr.To(*newest)
 	}
 	return ptr.To((*old + *newest + 1) / 2)
+}
+
+// previousPeak is a profile's peak memory in bytes, or why it is not one
+// that a GPU could have held.
+func previousPeak(q resource.Quantity) (int64, error) {
+	if q.Sign() < 0 {
+		return 0, errors.New("negative")
+	}
+	if q.Cmp(*resource.NewQuantity(MaxPeakMemoryBytes, resource.BinarySI)) > 0 {
+		return 0, fmt.Errorf("above %s, more than any GPU holds", resource.NewQuantity(MaxPeakMemoryBytes, resource.BinarySI))
+	}
+	v, ok := q.AsInt64()
+	if !ok {
+		return 0, errors.New("not a whole number of bytes")
+	}
+	return v, nil
+}
+
+// halfwayBytes is halfway rounded to the nearest for byte counts, which
+// are not negative, without the overflow of adding them first.
+func halfwayBytes(old, newest int64) int64 {
+	return old/2 + newest/2 + (old%2+newest%2+1)/2
 }
 
 func milli(percent float64, ok bool) *int32 {

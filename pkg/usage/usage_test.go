@@ -17,15 +17,19 @@ limitations under the License.
 package usage
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/gpu"
 )
 
 const gi = int64(1) << 30
@@ -122,7 +126,7 @@ func TestMergeOfThreeRuns(t *testing.T) {
 	var profile *prismv1alpha1.UsageProfile
 	for i, f := range runs {
 		before := profile.DeepCopy()
-		profile = Merge(profile, f)
+		profile = Merge(t.Context(), profile, f)
 		if diff := cmp.Diff(want[i], profile); diff != "" {
 			t.Errorf("after run %d (-want +got):\n%s", i+1, diff)
 		}
@@ -133,16 +137,81 @@ func TestMergeOfThreeRuns(t *testing.T) {
 }
 
 func TestGrowingRunIsNotSizedBelowItsPeak(t *testing.T) {
-	prev := Merge(nil, Finished{Run: run(2*gi, Unknown, 10, 10, 10)})
-	got := Merge(prev, Finished{Run: run(10*gi, Unknown, 10, 10, 10)})
+	prev := Merge(t.Context(), nil, Finished{Run: run(2*gi, Unknown, 10, 10, 10)})
+	got := Merge(t.Context(), prev, Finished{Run: run(10*gi, Unknown, 10, 10, 10)})
 	if want := resource.NewQuantity(10*gi, resource.BinarySI); got.PeakMemory.Cmp(*want) != 0 {
 		t.Errorf("peak memory %s after a run that held %s; want the newest peak", got.PeakMemory, want)
 	}
 }
 
+// TestPreviousPeakIsBounded: a previous peak memory that no GPU could have
+// held, or that is not a byte count, is left out of the merge with a logged
+// reason, and the run's own peak is the profile's; one up to
+// MaxPeakMemoryBytes is averaged in without overflowing. Unbounded, 1Ei
+// became a peak of 512Pi and MaxInt64 overflowed the mean and vanished.
+func TestPreviousPeakIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		previous resource.Quantity
+		want     resource.Quantity
+		// dropped is whether the previous peak is left out and logged.
+		dropped bool
+	}{
+		{name: "normal", previous: resource.MustParse("4Gi"), want: *resource.NewQuantity(3*gi, resource.BinarySI)},
+		{name: "zero", previous: resource.MustParse("0"), want: *resource.NewQuantity(2*gi, resource.BinarySI)},
+		{name: "at the bound", previous: *resource.NewQuantity(MaxPeakMemoryBytes, resource.BinarySI),
+			want: *resource.NewQuantity(MaxPeakMemoryBytes/2+gi, resource.BinarySI)},
+		{name: "a byte above the bound", previous: *resource.NewQuantity(MaxPeakMemoryBytes+1, resource.BinarySI),
+			want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+		{name: "1Ei", previous: resource.MustParse("1Ei"), want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+		{name: "MaxInt64", previous: *resource.NewQuantity(math.MaxInt64, resource.BinarySI),
+			want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+		{name: "beyond int64", previous: resource.MustParse("100Ei"), want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+		{name: "negative", previous: resource.MustParse("-4Gi"), want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+		{name: "garbage: a fraction of a byte", previous: resource.MustParse("1500m"), want: *resource.NewQuantity(2*gi, resource.BinarySI), dropped: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx := klog.NewContext(t.Context(), logger)
+			prev := Merge(ctx, nil, Finished{Run: run(gi, Unknown, 10, 10, 10)})
+			prev.PeakMemory = ptr.To(tc.previous)
+			got := Merge(ctx, prev, Finished{Run: run(2*gi, Unknown, 10, 10, 10)})
+			if diff := cmp.Diff(tc.want, *got.PeakMemory); diff != "" {
+				t.Errorf("peak memory after a run that held 2Gi (-want +got):\n%s", diff)
+			}
+			var logged []any
+			for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+				if e.Verbosity == 0 && e.Message == "Leaving the profile's previous peak memory out of the merge" {
+					logged = append(logged, e.ParameterKVList[1])
+				}
+			}
+			var want []any
+			if tc.dropped {
+				want = []any{tc.previous.String()}
+			}
+			if diff := cmp.Diff(want, logged); diff != "" {
+				t.Errorf("previous peaks logged as left out (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMaxPeakMemoryIsAboveEveryGPU: the bound on a previous peak keeps a
+// margin of at least 16 times the memory of every GPU in the spec table, so
+// that no real reading is ever left out.
+func TestMaxPeakMemoryIsAboveEveryGPU(t *testing.T) {
+	for _, product := range gpu.Products() {
+		spec, _ := gpu.LookupSpec(product)
+		if spec.MemoryBytes() > MaxPeakMemoryBytes/16 {
+			t.Errorf("%s holds %s, within 16 times of MaxPeakMemoryBytes (%s)", product,
+				resource.NewQuantity(int64(spec.MemoryBytes()), resource.BinarySI), resource.NewQuantity(MaxPeakMemoryBytes, resource.BinarySI))
+		}
+	}
+}
+
 func TestShortRunIsNotMerged(t *testing.T) {
-	prev := Merge(nil, Finished{Run: run(gi, Unknown, 10, 10, 10)})
-	if got := Merge(prev, Finished{Run: run(gi, Unknown, 90, 90)}); got != nil {
+	prev := Merge(t.Context(), nil, Finished{Run: run(gi, Unknown, 10, 10, 10)})
+	if got := Merge(t.Context(), prev, Finished{Run: run(gi, Unknown, 90, 90)}); got != nil {
 		t.Errorf("a run of 2 samples was merged: %+v", got)
 	}
 }
@@ -151,7 +220,7 @@ func TestProfileWithoutRunsIsNotAveraged(t *testing.T) {
 	// A status.usage someone wrote by hand without runs is replaced, not
 	// averaged with.
 	prev := &prismv1alpha1.UsageProfile{DutyCycleP50MilliPercent: ptr.To[int32](90000)}
-	got := Merge(prev, Finished{Run: run(gi, Unknown, 10, 10, 10)})
+	got := Merge(t.Context(), prev, Finished{Run: run(gi, Unknown, 10, 10, 10)})
 	if *got.DutyCycleP50MilliPercent != 10000 || got.Runs != 1 {
 		t.Errorf("p50 %d over %d runs, want 10000 over 1", *got.DutyCycleP50MilliPercent, got.Runs)
 	}

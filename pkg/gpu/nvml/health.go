@@ -18,9 +18,10 @@ package nvml
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // XIDGPULost is the Xid NVML reports when a GPU has fallen off the bus.
@@ -66,16 +68,33 @@ const waitTimeoutMs = 1000
 // time up to five minutes, until it reads or the watch ends.
 var DefaultHealthRetry = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 5 * time.Minute}
 
+// waitRetry paces the waits for events after one failed: NVML returns a
+// failure at once, not after the wait's timeout, so that without a pause a
+// failure that persists (NVML gone under the plugin, a lost GPU that every
+// wait reports) would be retried hundreds of thousands of times a second.
+// The pause starts at a tenth of a second, so that an error that clears
+// costs nothing, and doubles up to ten seconds, which bounds how late an
+// Xid of another GPU is read while one is lost. A wait that succeeds or
+// times out starts it over.
+var waitRetry = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 10 * time.Second}
+
 // WatchHealth registers for critical Xid events on every GPU and sends them
-// until ctx ends. A GPU that NVML reports as lost is sent as XIDGPULost.
+// until ctx ends. A GPU that NVML reports as lost is sent as XIDGPULost; a
+// loss that NVML does not attribute to a GPU it can name is sent for every
+// GPU the watch knows, since any of them may be the one.
 //
 // Each GPU is watched on its own. One whose handle or UUID NVML cannot read
 // is sent once as Unreadable and read again with the retry backoff
 // (DefaultHealthRetry when zero) until it reads, and from then on watched
 // like the others, which are watched meanwhile. Only NVML itself failing
 // (initialising, creating the event set, counting the GPUs) ends the watch
-// with an error.
+// with an error; a wait for events that fails is retried with a backoff.
 func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEvent, retry wait.Backoff) error {
+	return watchHealth(ctx, lib, events, retry, clock.RealClock{})
+}
+
+// watchHealth is WatchHealth on a clock that paces the failed waits.
+func watchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEvent, retry wait.Backoff, clk clock.Clock) error {
 	logger := klog.FromContext(ctx)
 	if retry == (wait.Backoff{}) {
 		retry = DefaultHealthRetry
@@ -93,12 +112,13 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("count GPUs: %v", ret)
 	}
+	gpus := &knownGPUs{uuids: map[int]string{}}
 	// The retries register with the set, so it is freed only after they
 	// have returned.
 	var retries sync.WaitGroup
 	defer retries.Wait()
 	for i := range count {
-		w := &gpuWatch{lib: lib, set: set, events: events, index: i, logger: klog.LoggerWithValues(logger, "index", i)}
+		w := &gpuWatch{lib: lib, set: set, events: events, index: i, gpus: gpus, logger: klog.LoggerWithValues(logger, "index", i)}
 		if w.try(ctx) {
 			continue
 		}
@@ -108,32 +128,155 @@ func WatchHealth(ctx context.Context, lib nvml.Interface, events chan<- HealthEv
 			})
 		})
 	}
+	// The set is kept whatever the waits return. NVML documents no failure
+	// of a wait that a new set would cure (an uninitialised library, a lost
+	// GPU, an unknown error), and a new set would have to register every
+	// GPU again, which a lost one refuses, so that its Xids would no longer
+	// be read.
+	failing := waitFailures{logger: logger}
 	for ctx.Err() == nil {
 		data, ret := set.Wait(waitTimeoutMs)
-		switch {
-		case ret == nvml.ERROR_TIMEOUT:
-			continue
-		case ret == nvml.ERROR_GPU_IS_LOST && data.Device != nil:
+		switch ret {
+		case nvml.SUCCESS:
+			failing.succeeded()
+			deliver(ctx, logger, events, gpus, data, true)
+		case nvml.ERROR_TIMEOUT:
+			failing.succeeded()
+		case nvml.ERROR_GPU_IS_LOST:
 			// The whole GPU is gone, whatever else the data says.
 			data.EventData, data.GpuInstanceId = XIDGPULost, noInstance
-		case ret != nvml.SUCCESS:
-			logger.Error(errors.New(ret.Error()), "Waiting for NVML events")
-			continue
+			deliver(ctx, logger, events, gpus, data, failing.failed(ret))
+			failing.pause(ctx, clk)
+		default:
+			failing.failed(ret)
+			failing.pause(ctx, clk)
 		}
-		if data.Device == nil {
-			continue
-		}
-		uuid, ret := data.Device.GetUUID()
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		ev := HealthEvent{UUID: uuid, XID: data.EventData}
-		if data.GpuInstanceId != noInstance {
-			ev.GPUInstance = &data.GpuInstanceId
-		}
-		send(ctx, events, ev)
 	}
 	return nil
+}
+
+// deliver sends the event NVML delivered, on the GPU it names. A lost GPU
+// that it does not name (no device, or one whose UUID cannot be read, which
+// is how NVML's null handle reads through go-nvml) or names as none the
+// watch registered is sent as lost for every GPU the watch knows: NVML says
+// that one is gone but not which, and leaving work on a lost GPU is the
+// worse mistake. Other Xids that name no GPU are dropped, since tainting
+// every GPU for them would drain a node for what may be one GPU's
+// recoverable error. loud says whether to log the loss at default
+// verbosity: a failing wait that repeats it is logged as the failure is.
+func deliver(ctx context.Context, logger klog.Logger, events chan<- HealthEvent, gpus *knownGPUs, data nvml.EventData, loud bool) {
+	uuid, named := "", false
+	if data.Device != nil {
+		var ret nvml.Return
+		uuid, ret = data.Device.GetUUID()
+		named = ret == nvml.SUCCESS
+	}
+	if data.EventData == XIDGPULost && !(named && gpus.has(uuid)) {
+		all := gpus.all()
+		if !loud {
+			logger = logger.V(4)
+		}
+		logger.Info("NVML reports a GPU lost without naming one the watch knows; marking every GPU lost", "uuid", uuid, "gpus", all)
+		for _, uuid := range all {
+			send(ctx, events, HealthEvent{UUID: uuid, XID: XIDGPULost})
+		}
+		return
+	}
+	if !named {
+		logger.V(2).Info("Dropping an Xid that NVML did not attribute to a GPU", "xid", data.EventData)
+		return
+	}
+	ev := HealthEvent{UUID: uuid, XID: data.EventData}
+	if data.GpuInstanceId != noInstance {
+		ev.GPUInstance = &data.GpuInstanceId
+	}
+	send(ctx, events, ev)
+}
+
+// knownGPUs are the UUIDs of the GPUs the watch has read, by index: the
+// node's GPUs as far as the watch can name them.
+type knownGPUs struct {
+	mu    sync.Mutex
+	uuids map[int]string
+}
+
+func (g *knownGPUs) add(index int, uuid string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.uuids[index] = uuid
+}
+
+func (g *knownGPUs) has(uuid string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, u := range g.uuids {
+		if u == uuid {
+			return true
+		}
+	}
+	return false
+}
+
+// all is the UUIDs in index order.
+func (g *knownGPUs) all() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	indices := slices.Sorted(maps.Keys(g.uuids))
+	uuids := make([]string, 0, len(indices))
+	for _, i := range indices {
+		uuids = append(uuids, g.uuids[i])
+	}
+	return uuids
+}
+
+// waitFailures paces and logs the waits for events that fail in a row.
+type waitFailures struct {
+	logger  klog.Logger
+	backoff wait.Backoff
+	// delay is the pause after the latest failure; n counts the failures
+	// in a row, and last is the latest one's.
+	delay time.Duration
+	n     int
+	last  nvml.Return
+}
+
+// failed counts a failed wait and logs it at default verbosity when its
+// error differs from the one before, or at the 1st, 2nd, 4th, 8th, ...
+// failure in a row, so that a failure that persists does not fill the log;
+// every failure is logged at verbosity 4. It says whether it logged at
+// default verbosity.
+func (f *waitFailures) failed(ret nvml.Return) bool {
+	if f.n == 0 {
+		f.backoff = waitRetry
+	}
+	f.n++
+	f.delay = f.backoff.Step()
+	loud := ret != f.last || f.n&(f.n-1) == 0
+	f.last = ret
+	logger := f.logger
+	if !loud {
+		logger = logger.V(4)
+	}
+	logger.Info("Waiting for NVML events failed; retrying", "err", ret.Error(), "failedWaits", f.n, "retryIn", f.delay)
+	return loud
+}
+
+// succeeded ends a run of failures, saying so if there was one.
+func (f *waitFailures) succeeded() {
+	if f.n > 0 {
+		f.logger.Info("Waiting for NVML events works again", "failedWaits", f.n)
+	}
+	f.n, f.last = 0, nvml.SUCCESS
+}
+
+// pause waits out the delay after the latest failure, or until ctx ends.
+func (f *waitFailures) pause(ctx context.Context, clk clock.Clock) {
+	t := clk.NewTimer(f.delay)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+	}
 }
 
 // gpuWatch registers one GPU for Xid events, as often as it takes.
@@ -142,6 +285,7 @@ type gpuWatch struct {
 	set    nvml.EventSet
 	events chan<- HealthEvent
 	index  int
+	gpus   *knownGPUs
 	logger klog.Logger
 	// failures counts the attempts that failed; reported is whether the
 	// GPU was sent as Unreadable.
@@ -159,6 +303,9 @@ func (w *gpuWatch) try(ctx context.Context) bool {
 	uuid, ret := dev.GetUUID()
 	if ret != nvml.SUCCESS {
 		return w.failed(ctx, fmt.Errorf("getting UUID: %w", ret), true)
+	}
+	if w.gpus != nil {
+		w.gpus.add(w.index, uuid)
 	}
 	switch ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, w.set); ret {
 	case nvml.SUCCESS:

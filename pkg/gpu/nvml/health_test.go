@@ -19,16 +19,19 @@ package nvml
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -262,4 +265,202 @@ func TestWatchHealthNamesTheGPUInstance(t *testing.T) {
 	if err := faults.InjectInstanceXID(uuid, noInstance, 94); err == nil {
 		t.Error("an Xid was raised on NVML's \"no instance\" ID as if it were an instance")
 	}
+}
+
+// TestFailingWaitBacksOff: a wait for events that fails at once is retried
+// with a backoff on the watch's clock, not in a loop, and logged at default
+// verbosity at the 1st, 2nd, 4th, 8th, ... failure only. The unbacked loop
+// called Wait some 300,000 times a second and logged each call.
+func TestFailingWaitBacksOff(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer cancel()
+	sim := simulate(t, oneOf("Tesla T4"), "node-a")
+	lib, _ := SimulateFaults(sim)
+	// A loop that does not back off ends the watch here, so that the test
+	// fails on the count below rather than hangs.
+	const spinning = 1000
+	var waits atomic.Int64
+	sim.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				if waits.Add(1) >= spinning {
+					cancel()
+				}
+				return nvml.EventData{}, nvml.ERROR_UNKNOWN
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	clk := testingclock.NewFakeClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+	done := make(chan error, 1)
+	go func() { done <- watchHealth(ctx, lib, make(chan HealthEvent), wait.Backoff{}, clk) }()
+
+	// Ten minutes, a second at a time, each step once the watch waits on
+	// the clock.
+	const interval, step = 10 * time.Minute, time.Second
+	for range interval / step {
+		for !clk.HasWaiters() {
+			select {
+			case err := <-done:
+				t.Fatalf("WatchHealth returned %v after %d waits without waiting on its clock", err, waits.Load())
+			default:
+				runtime.Gosched()
+			}
+		}
+		clk.Step(step)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("WatchHealth: %v", err)
+	}
+
+	// At the backoff's cap, ten minutes hold interval/cap waits; the ramp
+	// up to the cap adds fewer than ten. Fewer than interval/cap would mean
+	// the watch stopped trying.
+	got := int(waits.Load())
+	if most, least := int(interval/waitRetry.Cap)+10, int(interval/waitRetry.Cap); got > most || got < least {
+		t.Errorf("Wait called %d times in %s of failing at once, want %d to %d", got, interval, least, most)
+	}
+	var want, logged []any
+	for n := 1; n <= got; n *= 2 {
+		want = append(want, n)
+	}
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		if e.Verbosity == 0 && e.Message == "Waiting for NVML events failed; retrying" {
+			logged = append(logged, kv(e.ParameterKVList, "failedWaits"))
+		}
+	}
+	if diff := cmp.Diff(want, logged); diff != "" {
+		t.Errorf("failed waits logged at verbosity 0 (-want +got):\n%s", diff)
+	}
+}
+
+// TestUnattributedLossMarksEveryGPULost: NVML reporting a GPU lost without
+// naming a GPU the watch knows marks every GPU of the node lost, and says
+// so in the log; a loss that names one marks only that one.
+func TestUnattributedLossMarksEveryGPULost(t *testing.T) {
+	unreadable := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_INVALID_ARGUMENT }}
+	for _, tc := range []struct {
+		name string
+		// event is what the first wait returns, given the node's GPUs.
+		event   func(devices []*mock.Device) (nvml.EventData, nvml.Return)
+		wantAll bool
+	}{{
+		name:    "lost, no device",
+		event:   func([]*mock.Device) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST },
+		wantAll: true,
+	}, {
+		// How go-nvml reads NVML's null device handle.
+		name: "lost, device without a UUID",
+		event: func([]*mock.Device) (nvml.EventData, nvml.Return) {
+			return nvml.EventData{Device: unreadable}, nvml.ERROR_GPU_IS_LOST
+		},
+		wantAll: true,
+	}, {
+		name: "Xid 79, no device",
+		event: func([]*mock.Device) (nvml.EventData, nvml.Return) {
+			return nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: XIDGPULost, GpuInstanceId: noInstance, ComputeInstanceId: noInstance}, nvml.SUCCESS
+		},
+		wantAll: true,
+	}, {
+		name: "lost, GPU 1",
+		event: func(devices []*mock.Device) (nvml.EventData, nvml.Return) {
+			return nvml.EventData{Device: devices[1]}, nvml.ERROR_GPU_IS_LOST
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+			defer cancel()
+			sim := simulate(t, &Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: []GPUGroup{{Product: "Tesla T4", Count: 3}}}, "node-a")
+			lib, _ := SimulateFaults(sim)
+			var uuids []string
+			for _, d := range sim.Devices() {
+				uuid, _ := d.GetUUID()
+				uuids = append(uuids, uuid)
+			}
+			// The second wait says that the watch is done with the first
+			// one's event: the events are sent unbuffered, so that all of
+			// them were received by then.
+			var waits atomic.Int64
+			drained := make(chan struct{})
+			sim.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+				return &mock.EventSet{
+					WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+						switch waits.Add(1) {
+						case 1:
+							return tc.event(sim.Devices())
+						case 2:
+							close(drained)
+						}
+						<-ctx.Done()
+						return nvml.EventData{}, nvml.ERROR_TIMEOUT
+					},
+					FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+				}, nvml.SUCCESS
+			}
+			clk := testingclock.NewFakeClock(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
+			events := make(chan HealthEvent)
+			done := make(chan error, 1)
+			go func() { done <- watchHealth(ctx, lib, events, wait.Backoff{}, clk) }()
+
+			want := []HealthEvent{{UUID: uuids[1], XID: XIDGPULost}}
+			if tc.wantAll {
+				want = nil
+				for _, uuid := range uuids {
+					want = append(want, HealthEvent{UUID: uuid, XID: XIDGPULost})
+				}
+			}
+			var got []HealthEvent
+		read:
+			for {
+				select {
+				case ev := <-events:
+					got = append(got, ev)
+					continue
+				case <-drained:
+					break read
+				case err := <-done:
+					t.Fatalf("WatchHealth returned %v after sending %+v", err, got)
+				default:
+				}
+				// A lost GPU fails the wait, which is retried after a pause.
+				if clk.HasWaiters() {
+					clk.Step(waitRetry.Cap)
+				}
+				runtime.Gosched()
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("WatchHealth: %v", err)
+			}
+			if diff := cmp.Diff(want, got, cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("health events (-want +got):\n%s", diff)
+			}
+			var said []any
+			for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+				if e.Verbosity == 0 && e.Message == "NVML reports a GPU lost without naming one the watch knows; marking every GPU lost" {
+					said = append(said, kv(e.ParameterKVList, "gpus"))
+				}
+			}
+			var wantSaid []any
+			if tc.wantAll {
+				wantSaid = []any{uuids}
+			}
+			if diff := cmp.Diff(wantSaid, said); diff != "" {
+				t.Errorf("GPUs logged as all lost (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// kv is the value of key in a log entry's key/value list; nil when absent.
+func kv(list []any, key string) any {
+	for i := 0; i+1 < len(list); i += 2 {
+		if list[i] == key {
+			return list[i+1]
+		}
+	}
+	return nil
 }
