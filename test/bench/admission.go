@@ -54,6 +54,9 @@ type AdmissionOptions struct {
 	RepoRoot      string
 	Rate          int           // requests per second for each of the two kinds
 	Duration      time.Duration // how long the rate is held
+	// CgroupProcs is the cgroup.procs file of a cgroup the controller
+	// starts in, so that all its memory is charged there; empty: none.
+	CgroupProcs string
 }
 
 // AdmissionResult carries the controller's RSS for the footprint rows.
@@ -73,7 +76,7 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 	if err := ensureFleet(ctx, client); err != nil {
 		return nil, err
 	}
-	w, err := startWebhook(ctx, c, o)
+	w, err := startWebhook(ctx, c, o, "prism-controller")
 	if err != nil {
 		return nil, err
 	}
@@ -169,9 +172,10 @@ type webhookUnderLoad struct {
 	ready time.Duration
 }
 
-// startWebhook starts prism-controller and returns once it rewrites the
-// profiled claim.
-func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions) (*webhookUnderLoad, error) {
+// startWebhook starts prism-controller as name (its log and certificate
+// directory are named after it) and returns once it rewrites the profiled
+// claim.
+func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions, name string) (*webhookUnderLoad, error) {
 	port, err := testbed.FreePort()
 	if err != nil {
 		return nil, err
@@ -180,15 +184,20 @@ func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions) (
 	if err != nil {
 		return nil, err
 	}
-	certDir := filepath.Join(c.WorkDir(), "webhook-certs")
+	certDir := filepath.Join(c.WorkDir(), name+"-certs")
 	started := time.Now()
 	// No webhook configuration is registered: the API server's own claims
 	// (scheduling, prepare) must not pass through it. The controller's
 	// caBundle injector retries in the background.
-	proc, err := testbed.StartProcess(ctx, "prism-controller", c.WorkDir(), filepath.Join(c.WorkDir(), "logs", "prism-controller.log"), o.ControllerBin,
+	bin, args := o.ControllerBin, []string{}
+	if o.CgroupProcs != "" {
+		// The shell joins the cgroup, then becomes the controller.
+		bin, args = "/bin/sh", []string{"-c", `echo $$ >"$0" && exec "$@"`, o.CgroupProcs, o.ControllerBin}
+	}
+	proc, err := testbed.StartProcess(ctx, name, c.WorkDir(), filepath.Join(c.WorkDir(), "logs", name+".log"), bin, append(args,
 		"--kubeconfig="+c.KubeconfigPath, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
 		"--extra-sans=127.0.0.1", "--cert-dir="+certDir, "--namespace=prism-system",
-		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance")
+		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance")...)
 	if err != nil {
 		return nil, err
 	}

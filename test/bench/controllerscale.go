@@ -114,7 +114,7 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 		nodes, claims = n, want
 		fmt.Printf("  controller scale: %d nodes, %d claims in the API server (%s)\n", nodes, claims, time.Since(start).Round(time.Second))
 
-		w, err := startWebhook(ctx, c, o.AdmissionOptions)
+		w, err := startWebhook(ctx, c, o.AdmissionOptions, "prism-controller")
 		if err != nil {
 			return nil, err
 		}

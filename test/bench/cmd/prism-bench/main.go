@@ -67,10 +67,12 @@ func main() {
 		prepScale   = flag.String("prepare-scale", "8:500,16:1000", "GPUS:CLAIMS cases of the prepare phase that fill a node with memory-share claims; empty skips them")
 		admRate     = flag.Int("admission-rate", 100, "admission requests per second per kind")
 		admDuration = flag.Duration("admission-duration", 5*time.Second, "how long the admission rate is held")
+		floodRate   = flag.Int("flood-rate", 20, "forged reviews per second in the admission-flood phase, across both replicas")
+		floodFor    = flag.Duration("flood-duration", time.Minute, "how long the admission-flood phase floods, and how long its legitimate load runs with and without the flood")
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,prepare,admission,startup,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,prepare,admission,admission-flood,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	ctx, stop := toolmain.Start()
@@ -79,7 +81,7 @@ func main() {
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
 		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
 	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, migRounds: *migRounds, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
-	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, *scaleNodes, *scalePer, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, bench.FloodOptions{FloodRate: *floodRate, AdmissionOptions: bench.AdmissionOptions{Rate: floodLegitRate, Duration: *floodFor}}, *scaleNodes, *scalePer, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -118,7 +120,7 @@ type allocatorFlags struct {
 }
 
 func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions,
-	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, scaleNodes string, scalePer, starts int, only string, keep bool) (retErr error) {
+	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, flood bench.FloodOptions, scaleNodes string, scalePer, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
 		return only == "" || strings.Contains(","+only+",", ","+phase+",")
@@ -206,7 +208,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return err
 		}
 	}
-	if !want("scheduling") && !want("prepare") && !want("admission") && !want("startup") && !want("usage") && !want("controller-scale") {
+	if !want("scheduling") && !want("prepare") && !want("admission") && !want("admission-flood") && !want("startup") && !want("usage") && !want("controller-scale") {
 		return nil
 	}
 
@@ -304,6 +306,10 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return nil
 		}))
 	}
+	errs = append(errs, rowsPhase("admission-flood", func() ([]bench.Row, error) {
+		flood.ControllerBin, flood.RepoRoot = filepath.Join(binDir, "prism-controller"), repo
+		return bench.AdmissionFlood(ctx, c, client, flood)
+	}))
 	if want("startup") {
 		errs = append(errs, phase("startup", func() error {
 			res, err := bench.Startup(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "start"), starts)
@@ -337,6 +343,11 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	rep.Rows = append(rep.Rows, footprint...)
 	return errors.Join(errs...)
 }
+
+// floodLegitRate is the admission-flood phase's legitimate load, requests
+// per second per kind per replica: lighter than the admission phase's,
+// since two replicas and the flood share the machine's cores.
+const floodLegitRate = 20
 
 func joinDurations(ds []time.Duration) string {
 	parts := make([]string, len(ds))
