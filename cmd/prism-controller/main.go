@@ -286,6 +286,11 @@ func run(ctx context.Context, o options) error {
 	}
 
 	var getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	// Self-signed, the controller keeps the webhook configurations, and
+	// with them a path token (webhook.PathToken). It is ready once it has
+	// read them: before, it would refuse the API server's reviews.
+	var token *webhook.PathToken
+	configsRead := make(chan struct{})
 	if o.selfSigned {
 		// The pod's name is what the Service's EndpointSlices list: CAs of
 		// replicas that are gone can then be told apart. On the host network
@@ -300,9 +305,17 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return fmt.Errorf("creating self-signed certificates: %w", err)
 		}
+		token = webhook.NewPathToken()
 		injector := &servingcert.CABundleInjector{Client: cs, MutatingName: webhook.MutatingConfigName, ValidatingName: webhook.ValidatingConfigName, Bundle: certs.CABundle,
-			Replica: replica, Replicas: servingcert.ServiceReplicas(cs, o.namespace, o.serviceName)}
-		go injector.Run(ctx)
+			Replica: replica, Replicas: servingcert.ServiceReplicas(cs, o.namespace, o.serviceName), PathToken: token}
+		go func() {
+			// Run logs a failure; a first try, failed or not, is enough
+			// to serve: where the configurations cannot be read, plain
+			// paths are served until they can.
+			_ = injector.Sync(ctx)
+			close(configsRead)
+			injector.Run(ctx)
+		}()
 		go certs.Run(ctx, injector.Sync)
 		getCertificate = certs.GetCertificate
 	} else {
@@ -316,13 +329,19 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 		getCertificate = w.GetCertificate
+		close(configsRead)
 	}
 
 	var ready atomic.Bool
 	go func() {
-		if profiles.WaitForCacheSync(ctx) {
+		if !profiles.WaitForCacheSync(ctx) {
+			return
+		}
+		logger.Info("WorkloadProfile cache synced")
+		select {
+		case <-configsRead:
 			ready.Store(true)
-			logger.Info("WorkloadProfile cache synced")
+		case <-ctx.Done():
 		}
 	}()
 	go serveHTTP(ctx, o.httpAddress, reg, &ready)
@@ -337,7 +356,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("listening for webhooks: %w", err)
 	}
-	return webhook.Serve(ctx, l, webhook.ServerTLS(getCertificate, clientCAs), webhook.NewMux(metrics, rewriter, validator, profileWrites, podPreference))
+	return webhook.Serve(ctx, l, webhook.ServerTLS(getCertificate, clientCAs), webhook.NewMux(metrics, token, rewriter, validator, profileWrites, podPreference))
 }
 
 // startLabeller labels single-model GPU nodes from the fleet view, on

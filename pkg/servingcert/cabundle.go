@@ -23,6 +23,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // maxBundleCerts bounds the caBundle. Each controller replica in
@@ -48,7 +50,7 @@ const maxBundleCerts = 8
 const orphanGrace = 5 * time.Minute
 
 // CABundleInjector keeps the caBundle of the webhook configurations
-// trusting Bundle. Someone resetting it (a Helm upgrade, kubectl apply) is
+// trusting Bundle, and their paths carrying PathToken's token. Someone resetting it (a Helm upgrade, kubectl apply) is
 // undone within Interval.
 type CABundleInjector struct {
 	Client                       kubernetes.Interface
@@ -66,6 +68,9 @@ type CABundleInjector struct {
 	// are dropped once orphanGrace has passed without their replica being
 	// listed. Nil, or an error: only expired CAs are dropped.
 	Replicas func(context.Context) (sets.Set[string], error)
+	// PathToken, if set, keeps a token as the last segment of every
+	// webhook's path (webhook.PathToken).
+	PathToken PathToken
 
 	now func() time.Time
 
@@ -73,6 +78,16 @@ type CABundleInjector struct {
 	// orphanSince is when each CA (by its DER) was first seen without a
 	// listed replica.
 	orphanSince map[string]time.Time
+}
+
+// PathToken is the token a webhook's path ends in.
+type PathToken interface {
+	// Split splits a path into the webhook's own path and the token
+	// it ends in ("" for none).
+	Split(path string) (base, token string)
+	// Adopt is given the token found in a configuration ("" for none)
+	// and returns the one to write.
+	Adopt(found string) string
 }
 
 // Run calls Sync until ctx is done.
@@ -129,16 +144,77 @@ func (i *CABundleInjector) Sync(ctx context.Context) error {
 		return mergeBundle(existing, ours, now, func(c *x509.Certificate) bool { return i.stale(c, live, now) })
 	}
 
+	update := func(ccs []*admissionregistrationv1.WebhookClientConfig) bool {
+		changed := false
+		for _, cc := range ccs {
+			changed = setBundle(cc, merge) || changed
+		}
+		if i.PathToken != nil {
+			changed = setPathTokens(ccs, i.PathToken) || changed
+		}
+		return changed
+	}
+
 	var errs []error
 	if i.MutatingName != "" {
-		errs = append(errs, updateBundles(ctx, "MutatingWebhookConfiguration", i.MutatingName,
-			i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutatingClientConfigs, merge))
+		errs = append(errs, updateConfig(ctx, "MutatingWebhookConfiguration", i.MutatingName,
+			i.Client.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutatingClientConfigs, update))
 	}
 	if i.ValidatingName != "" {
-		errs = append(errs, updateBundles(ctx, "ValidatingWebhookConfiguration", i.ValidatingName,
-			i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validatingClientConfigs, merge))
+		errs = append(errs, updateConfig(ctx, "ValidatingWebhookConfiguration", i.ValidatingName,
+			i.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validatingClientConfigs, update))
 	}
 	return errors.Join(errs...)
+}
+
+// setPathTokens makes the path of every client config end in the token
+// that token returns for the first token found among them.
+func setPathTokens(ccs []*admissionregistrationv1.WebhookClientConfig, token PathToken) bool {
+	ccs = slices.DeleteFunc(slices.Clone(ccs), func(cc *admissionregistrationv1.WebhookClientConfig) bool { return cc.Service == nil && cc.URL == nil })
+	found := ""
+	for _, cc := range ccs {
+		if _, t := token.Split(clientPath(cc)); t != "" {
+			found = t
+			break
+		}
+	}
+	want := token.Adopt(found)
+	changed := false
+	for _, cc := range ccs {
+		path := clientPath(cc)
+		base, _ := token.Split(path)
+		if p := base + "/" + want; p != path {
+			setClientPath(cc, p)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// clientPath is the path a client config sends reviews to.
+func clientPath(cc *admissionregistrationv1.WebhookClientConfig) string {
+	if cc.Service != nil {
+		return ptr.Deref(cc.Service.Path, "")
+	}
+	if cc.URL != nil {
+		if u, err := url.Parse(*cc.URL); err == nil {
+			return u.Path
+		}
+	}
+	return ""
+}
+
+func setClientPath(cc *admissionregistrationv1.WebhookClientConfig, path string) {
+	if cc.Service != nil {
+		cc.Service.Path = &path
+		return
+	}
+	if cc.URL != nil {
+		if u, err := url.Parse(*cc.URL); err == nil {
+			u.Path = path
+			cc.URL = ptr.To(u.String())
+		}
+	}
 }
 
 func setBundle(cc *admissionregistrationv1.WebhookClientConfig, merge func([]byte) []byte) bool {
@@ -263,27 +339,24 @@ func clientConfigsOf[W any](webhooks []W, clientConfig func(*W) *admissionregist
 	return out
 }
 
-// updateBundles merges our CA into every webhook of one configuration, the
-// mutating and the validating kind alike, retrying on conflicts.
-func updateBundles[C any](ctx context.Context, kind, name string, api configClient[C],
+// updateConfig applies update to the client configs of every webhook of
+// one configuration, the mutating and the validating kind alike, and
+// writes the configuration if update changed one, retrying on conflicts.
+func updateConfig[C any](ctx context.Context, kind, name string, api configClient[C],
 	clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig,
-	merge func([]byte) []byte) error {
+	update func([]*admissionregistrationv1.WebhookClientConfig) bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cfg, err := api.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("getting %s %s: %w", kind, name, err)
 		}
-		changed := false
-		for _, cc := range clientConfigs(cfg) {
-			changed = setBundle(cc, merge) || changed
-		}
-		if !changed {
+		if !update(clientConfigs(cfg)) {
 			return nil
 		}
 		if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("updating %s %s: %w", kind, name, err)
 		}
-		klog.FromContext(ctx).Info("Updated caBundle", "kind", kind, "name", name)
+		klog.FromContext(ctx).Info("Updated the webhooks' caBundle and paths", "kind", kind, "name", name)
 		return nil
 	})
 }

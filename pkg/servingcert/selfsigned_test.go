@@ -26,9 +26,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -419,5 +421,98 @@ func TestServiceReplicas(t *testing.T) {
 	}
 	if want := sets.New("ctl-a", "ctl-b"); !got.Equal(want) {
 		t.Errorf("replicas %v, want %v", sets.List(got), sets.List(want))
+	}
+}
+
+// fakePathToken hands out its token and records what it was shown.
+type fakePathToken struct {
+	token string
+	found []string
+}
+
+func (f *fakePathToken) Split(path string) (string, string) {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 && strings.HasPrefix(path[i+1:], "tok-") {
+		return path[:i], path[i+1:]
+	}
+	return path, ""
+}
+
+// Adopt keeps the smaller token, as webhook.PathToken does.
+func (f *fakePathToken) Adopt(found string) string {
+	f.found = append(f.found, found)
+	if found != "" && found < f.token {
+		f.token = found
+	}
+	return f.token
+}
+
+// The injector keeps every webhook's path ending in the token, in the
+// service and the URL form alike, adopts the token it finds, and writes
+// nothing once the paths carry it.
+func TestCABundleInjectorKeepsThePathToken(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	s := newTestCerts(t, "")
+	svc := func(path string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "prism", Name: "prism-controller", Path: &path}}
+	}
+	url := func(u string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{URL: &u}
+	}
+	cs := fake.NewClientset(
+		&admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: testMutatingName},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{
+				{Name: "rewrite.prism.dev", ClientConfig: svc("/rewrite-resourceclaims")},
+				{Name: "pods.prism.dev", ClientConfig: url("https://127.0.0.1:8443/mutate-pods")},
+			},
+		},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: testValidatingName},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{
+				{Name: "claims.prism.dev", ClientConfig: svc("/validate/tok-a")},
+				{Name: "profiles.prism.dev", ClientConfig: url("https://127.0.0.1:8443/validate?x=1")},
+			},
+		},
+	)
+	tok := &fakePathToken{token: "tok-b"}
+	inj := &CABundleInjector{Client: cs, MutatingName: testMutatingName, ValidatingName: testValidatingName, Bundle: s.CABundle, PathToken: tok}
+	if err := inj.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	paths := func() []string {
+		m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, testMutatingName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, testValidatingName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []string{*m.Webhooks[0].ClientConfig.Service.Path, *m.Webhooks[1].ClientConfig.URL, *v.Webhooks[0].ClientConfig.Service.Path, *v.Webhooks[1].ClientConfig.URL}
+	}
+	// The mutating configuration had no token: the injector's own is
+	// written. The validating one had a smaller one: it is adopted there,
+	// and written to the mutating one at the next sync.
+	want := []string{"/rewrite-resourceclaims/tok-b", "https://127.0.0.1:8443/mutate-pods/tok-b", "/validate/tok-a", "https://127.0.0.1:8443/validate/tok-a?x=1"}
+	if diff := cmp.Diff(want, paths()); diff != "" {
+		t.Errorf("paths (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"", "tok-a"}, tok.found); diff != "" {
+		t.Errorf("tokens found (-want +got):\n%s", diff)
+	}
+
+	before := updates(cs)
+	if err := inj.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := updates(cs) - before; n != 1 {
+		t.Errorf("%d updates to bring the mutating configuration to the adopted token, want 1", n)
+	}
+	before = updates(cs)
+	if err := inj.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := updates(cs) - before; n != 0 {
+		t.Errorf("%d updates with every path carrying the token", n)
 	}
 }

@@ -43,9 +43,13 @@ func TestWithinAPILimits(t *testing.T) {
 		spec    resourceapi.ResourceClaimSpec
 		wantErr string
 	}{
-		{name: "at every limit", spec: requests(resourceapi.DeviceRequestsMaxSize, func(r *resourceapi.DeviceRequest) { r.Exactly.Selectors = selectors(resourceapi.DeviceSelectorsMaxSize) })},
+		{name: "at every limit", spec: requests(resourceapi.DeviceRequestsMaxSize, func(r *resourceapi.DeviceRequest) {
+			r.Exactly.Selectors = selectors(resourceapi.DeviceSelectorsMaxSize)
+		})},
 		{name: "too many requests", spec: requests(resourceapi.DeviceRequestsMaxSize+1, nil), wantErr: "33 requests, 0 constraints and 0 configs: beyond the API's limits (32, 32, 32)"},
-		{name: "too many selectors", spec: requests(1, func(r *resourceapi.DeviceRequest) { r.Exactly.Selectors = selectors(resourceapi.DeviceSelectorsMaxSize + 1) }), wantErr: `request "r0" has 33 selectors`},
+		{name: "too many selectors", spec: requests(1, func(r *resourceapi.DeviceRequest) {
+			r.Exactly.Selectors = selectors(resourceapi.DeviceSelectorsMaxSize + 1)
+		}), wantErr: `request "r0" has 33 selectors`},
 		{name: "too many subrequests", spec: requests(1, func(r *resourceapi.DeviceRequest) {
 			r.Exactly = nil
 			r.FirstAvailable = make([]resourceapi.DeviceSubRequest, resourceapi.FirstAvailableDeviceRequestMaxSize+1)

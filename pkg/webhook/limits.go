@@ -69,6 +69,8 @@ const (
 	refusedDeadline = "deadline"
 	refusedBody     = "unreadable-body"
 	refusedPanic    = "panic"
+	// refusedToken: a request whose path does not name the PathToken.
+	refusedToken = "no-path-token"
 	// refusedObject: a review whose object holds a quantity beyond
 	// checkQuantities' bounds, answered without decoding it.
 	refusedObject = "costly-object"

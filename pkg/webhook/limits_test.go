@@ -45,12 +45,12 @@ func limitedMux(t *testing.T, h http.Handler) (*http.ServeMux, *Metrics) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewMux(m, h, h, h, h), m
+	return NewMux(m, nil, h, h, h, h), m
 }
 
 func refusals(m *Metrics) map[string]float64 {
 	out := map[string]float64{}
-	for _, reason := range []string{refusedTooLarge, refusedBusy, refusedDeadline, refusedBody, refusedPanic, refusedObject} {
+	for _, reason := range []string{refusedTooLarge, refusedBusy, refusedDeadline, refusedBody, refusedPanic, refusedObject, refusedToken} {
 		if v := testutil.ToFloat64(m.refused.WithLabelValues(reason)); v != 0 {
 			out[reason] = v
 		}

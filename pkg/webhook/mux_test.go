@@ -37,7 +37,7 @@ func TestMuxRoutesAndTimesEachWebhook(t *testing.T) {
 	handler := func(name string) http.Handler {
 		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = append(reached, name) })
 	}
-	mux := NewMux(m, handler("rewriter"), handler("validator"), handler("profile writes"), handler("pod preference"))
+	mux := NewMux(m, nil, handler("rewriter"), handler("validator"), handler("profile writes"), handler("pod preference"))
 	for _, path := range []string{RewritePath, ValidatePath, ValidatePath, ProfileWritesPath, PodPreferencePath} {
 		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, path, nil))
 	}

@@ -50,16 +50,27 @@ const (
 )
 
 // NewMux routes the webhooks. Each gets a logger of its name, and its
-// reviews are timed under that name in metrics. All of them share one
-// limiter: what their reviews in flight hold together is bounded, and each
-// review is answered by its deadline.
-func NewMux(metrics *Metrics, rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
+// reviews are timed under that name in metrics. Each is served on its path
+// and on its path followed by a token: with token, only requests that name
+// the token it knows are reviewed (nil: only the plain paths). All of them
+// share one limiter: what their reviews in flight hold together is
+// bounded, and each review is answered by its deadline.
+func NewMux(metrics *Metrics, token *PathToken, rewriter, validator, profileWrites, podPreference http.Handler) *http.ServeMux {
 	limit := newLimiter(metrics.refusedRequest)
 	mux := http.NewServeMux()
-	mux.Handle(PodPreferencePath, metrics.named("pod-preference", limit.wrap(podPreference)))
-	mux.Handle(RewritePath, metrics.named("rewrite", limit.wrap(rewriter)))
-	mux.Handle(ValidatePath, metrics.named("validate", limit.wrap(validator)))
-	mux.Handle(ProfileWritesPath, metrics.named("profile-writes", limit.wrap(profileWrites)))
+	for _, w := range []struct {
+		path, name string
+		h          http.Handler
+	}{
+		{PodPreferencePath, "pod-preference", podPreference},
+		{RewritePath, "rewrite", rewriter},
+		{ValidatePath, "validate", validator},
+		{ProfileWritesPath, "profile-writes", profileWrites},
+	} {
+		h := metrics.named(w.name, token.guard(metrics.refusedRequest, limit.wrap(w.h)))
+		mux.Handle(w.path, h)
+		mux.Handle(w.path+"/{token}", h)
+	}
 	return mux
 }
 

@@ -18,6 +18,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -44,6 +45,7 @@ import (
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -660,6 +662,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	unprepared := `prism_plugin_requests_total{method="unprepare",result="success"}`
 	unpreparedBefore := promValue(t, httpAddress, unprepared)
 	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
+	checkOnlyTheAPIServerIsReviewed(ctx, t, client)
+	stage("the upgraded controller reviews only requests that name the path token")
 	running, err := client.CoreV1().Pods("default").Get(ctx, "inventory", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -742,4 +746,47 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	}
 	t.Logf("left in the state directory %s for the operator (chart README, Uninstall): %v", stateDir, names)
 	stage("node clean")
+}
+
+// checkOnlyTheAPIServerIsReviewed checks the default chart's answer to a
+// caller that is not the API server: the webhook configurations carry the
+// controller's path token, the API server's reviews (which name it) are
+// answered, and a review that names no token, or another, gets a 404, even
+// one sent over TLS without a client certificate straight to the port.
+func checkOnlyTheAPIServerIsReviewed(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	var base, token string
+	waitFor(t, "the rewrite webhook's URL to carry the path token", func() bool {
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
+		if err != nil || m.Webhooks[0].ClientConfig.URL == nil {
+			return false
+		}
+		base, token = webhook.SplitPathToken(*m.Webhooks[0].ClientConfig.URL)
+		return token != ""
+	})
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // a forger checks nothing
+	post := func(url string) int {
+		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged","kind":{"group":"resource.k8s.io","version":"v1","kind":"ResourceClaim"},"resource":{"group":"resource.k8s.io","version":"v1","resource":"resourceclaims"},"operation":"CREATE","namespace":"default","object":{"metadata":{"name":"forged","annotations":{"prism.dev/profile":"stream"}},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev","capacity":{"requests":{"memory":"1e-9999999"}}}}]}}}}}`
+		resp, err := hc.Post(url, "application/json", strings.NewReader(review))
+		if err != nil {
+			t.Fatalf("posting a review to %s: %v", url, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	other := strings.Repeat("0", len(token))
+	if other == token {
+		other = strings.Repeat("1", len(token))
+	}
+	// A new controller serves the plain paths for a short grace after it
+	// wrote the first token; an upgraded one adopts the token at once.
+	waitFor(t, "the plain path to be refused", func() bool { return post(base) == http.StatusNotFound })
+	if code := post(base + "/" + other); code != http.StatusNotFound {
+		t.Errorf("a review naming another token: %d, want 404", code)
+	}
+	// With the token the costly quantity is refused without decoding it;
+	// the mutating webhook admits such a claim unchanged.
+	if code := post(base + "/" + token); code != http.StatusOK {
+		t.Errorf("a review naming the token: %d, want 200", code)
+	}
 }

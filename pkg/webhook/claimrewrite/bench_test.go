@@ -139,7 +139,7 @@ func BenchmarkAdmissionTLS(b *testing.B) {
 	go func() {
 		// Only the rewrite webhook is asked.
 		other := http.NotFoundHandler()
-		served <- webhook.Serve(ctx, l, webhook.ServerTLS(certs.GetCertificate, nil), webhook.NewMux(m, rw, other, other, other))
+		served <- webhook.Serve(ctx, l, webhook.ServerTLS(certs.GetCertificate, nil), webhook.NewMux(m, nil, rw, other, other, other))
 	}()
 
 	pool := x509.NewCertPool()
