@@ -274,8 +274,13 @@ func (w *webhookUnderLoad) connect(ctx context.Context, repoRoot, readyz, certDi
 }
 
 func (w *webhookUnderLoad) post(body []byte) (time.Duration, []byte, error) {
+	return w.postTo(w.url, body)
+}
+
+// postTo posts a review to url, which must answer it with 200.
+func (w *webhookUnderLoad) postTo(url string, body []byte) (time.Duration, []byte, error) {
 	start := time.Now()
-	resp, err := w.hc.Post(w.url, "application/json", bytes.NewReader(body))
+	resp, err := w.hc.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}

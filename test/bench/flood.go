@@ -32,7 +32,10 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -49,12 +52,14 @@ type FloodOptions struct {
 
 // AdmissionFlood runs two prism-controller replicas, each in a memory
 // cgroup at the chart's limit, and measures the legitimate admission
-// load of the admission phase on both, first alone and then while a
-// client without a certificate sends forged reviews at FloodRate for the
-// same time: costly quantities (1 MiB of them, and a small review of ten),
-// and 1 MiB claims that decode and rewrite in full. It fails when a
-// replica exits (the cgroup's OOM killer ends it at the limit), or when
-// the legitimate p99 under the flood is more than twice that without.
+// load of the admission phase on both: alone, then twice while a client
+// without a certificate sends forged reviews at FloodRate for the same
+// time (costly quantities, 1 MiB of them and a small review of ten, and
+// 1 MiB claims that decode and rewrite in full). The first flood finds no
+// path token, as where nothing authenticates the API server; the second
+// finds the default chart's. It fails when a replica exits (the cgroup's
+// OOM killer ends it at the limit), or when the legitimate p99 under a
+// flood is more than twice that without.
 func AdmissionFlood(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o FloodOptions) ([]Row, error) {
 	limit, err := chartControllerMemoryLimit(o.RepoRoot)
 	if err != nil {
@@ -96,17 +101,27 @@ func AdmissionFlood(ctx context.Context, c *testbed.Cluster, client kubernetes.I
 	if err != nil {
 		return nil, fmt.Errorf("without the flood: %w", err)
 	}
-	f := newFlood(replicas)
-	stop := make(chan struct{})
-	flooded := make(chan error, 1)
-	go func() { flooded <- f.run(o.FloodRate, stop) }()
-	loud, loadErr := loadReplicas(replicas, o.Rate, o.Duration)
-	close(stop)
-	if err := <-flooded; err != nil {
+	// Without a path token: the controllers answer on the plain paths, as
+	// where nothing authenticates the API server (certificates from
+	// cert-manager, no client CA), and every forged review is reviewed.
+	open, openFlood, err := floodReplicas(replicas, o)
+	if err != nil {
+		return nil, fmt.Errorf("without a path token: %w", err)
+	}
+	// Under the default chart: the webhook configurations exist, the
+	// controllers keep their path token in them, and the legitimate load
+	// names it as the API server does. The forger does not know it.
+	cleanup, err := registerWebhookConfigs(ctx, client, replicas)
+	if err != nil {
 		return nil, err
 	}
-	if loadErr != nil {
-		return nil, fmt.Errorf("under the flood: %w", loadErr)
+	defer cleanup()
+	if err := waitForPathToken(ctx, client, replicas); err != nil {
+		return nil, err
+	}
+	guarded, guardedFlood, err := floodReplicas(replicas, o)
+	if err != nil {
+		return nil, fmt.Errorf("with the path token: %w", err)
 	}
 
 	var errs []error
@@ -136,19 +151,105 @@ func AdmissionFlood(ctx context.Context, c *testbed.Cluster, client kubernetes.I
 	}
 	cse := fmt.Sprintf("2 replicas, %s each (the chart's limit), %d forged req/s for %s", resource.NewQuantity(limit, resource.BinarySI), o.FloodRate, o.Duration)
 	rows := []Row{
-		NewRow("admission-flood", cse, "legitimate p99, no annotation", "ms", "no flood", ms(Percentile(quiet[0], 0.99)), "flood", ms(Percentile(loud[0], 0.99)),
-			fmt.Sprintf("%d + %d requests at %d req/s per kind per replica", len(quiet[0]), len(loud[0]), o.Rate)),
-		NewRow("admission-flood", cse, "legitimate p99, rewrite", "ms", "no flood", ms(Percentile(quiet[1], 0.99)), "flood", ms(Percentile(loud[1], 0.99)), ""),
+		NewRow("admission-flood", cse, "legitimate p99, no annotation, no path token", "ms", "no flood", ms(Percentile(quiet[0], 0.99)), "flood", ms(Percentile(open[0], 0.99)),
+			fmt.Sprintf("%d requests at %d req/s per kind per replica", len(quiet[0]), o.Rate)),
+		NewRow("admission-flood", cse, "legitimate p99, rewrite, no path token", "ms", "no flood", ms(Percentile(quiet[1], 0.99)), "flood", ms(Percentile(open[1], 0.99)), ""),
+		NewRow("admission-flood", cse, "legitimate p99, no annotation, path token (default)", "ms", "no flood", ms(Percentile(quiet[0], 0.99)), "flood", ms(Percentile(guarded[0], 0.99)), ""),
+		NewRow("admission-flood", cse, "legitimate p99, rewrite, path token (default)", "ms", "no flood", ms(Percentile(quiet[1], 0.99)), "flood", ms(Percentile(guarded[1], 0.99)), ""),
 		NewRow("admission-flood", cse, "peak memory (cgroup)", "MiB", "limit", mib(uint64(limit)), "highest replica", slices.Max(peaks), fmt.Sprintf("replicas %.1f and %.1f MiB", peaks[0], peaks[1])),
 		NewRow("admission-flood", cse, "peak RSS (VmHWM)", "MiB", "limit", mib(uint64(limit)), "highest replica", slices.Max(hwms), fmt.Sprintf("replicas %.1f and %.1f MiB", hwms[0], hwms[1])),
-		NewRow("admission-flood", cse, "forged reviews answered", "count", "sent", float64(f.sent), "answered", float64(f.answered()), f.summary()+"; refused by the controllers: "+fmt.Sprint(refusals)),
+		NewRow("admission-flood", cse, "forged reviews answered", "count", "sent", float64(openFlood.sent+guardedFlood.sent), "answered", float64(openFlood.answered()+guardedFlood.answered()),
+			"no token: "+openFlood.summary()+"; token: "+guardedFlood.summary()+"; refused by the controllers: "+fmt.Sprint(refusals)),
 	}
-	for kind := range 2 {
-		if q, l := Percentile(quiet[kind], 0.99), Percentile(loud[kind], 0.99); l > 2*q {
-			errs = append(errs, fmt.Errorf("legitimate p99 of kind %d: %s under the flood, more than twice %s without", kind, l, q))
+	for mode, loud := range map[string][2][]time.Duration{"without a path token": open, "with the path token": guarded} {
+		for kind, name := range []string{"no annotation", "rewrite"} {
+			if q, l := Percentile(quiet[kind], 0.99), Percentile(loud[kind], 0.99); l > 2*q {
+				errs = append(errs, fmt.Errorf("legitimate p99 (%s, %s): %s under the flood, more than twice %s without", name, mode, l, q))
+			}
 		}
 	}
 	return rows, errors.Join(errs...)
+}
+
+// floodReplicas runs the legitimate load on the replicas while a flood of
+// forged reviews is sent to their plain paths.
+func floodReplicas(replicas []*webhookUnderLoad, o FloodOptions) ([2][]time.Duration, *flood, error) {
+	f := newFlood(replicas)
+	stop := make(chan struct{})
+	flooded := make(chan error, 1)
+	go func() { flooded <- f.run(o.FloodRate, stop) }()
+	samples, err := loadReplicas(replicas, o.Rate, o.Duration)
+	close(stop)
+	return samples, f, errors.Join(<-flooded, err)
+}
+
+// registerWebhookConfigs creates the webhook configurations the
+// controllers keep, with webhooks the API server never calls (their match
+// condition is false): only the controllers read and write them. It
+// returns a function that deletes them.
+func registerWebhookConfigs(ctx context.Context, client kubernetes.Interface, replicas []*webhookUnderLoad) (func(), error) {
+	url := replicas[0].url
+	never := []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "false"}}
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"resource.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"resourceclaims"}},
+	}}
+	none := admissionregistrationv1.SideEffectClassNone
+	ignore := admissionregistrationv1.Ignore
+	cc := admissionregistrationv1.WebhookClientConfig{URL: &url}
+	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhook.MutatingConfigName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "rewrite.gpu.prism.dev", ClientConfig: cc, Rules: rules, MatchConditions: never,
+			SideEffects: &none, FailurePolicy: &ignore, AdmissionReviewVersions: []string{"v1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhook.ValidatingConfigName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "validate.gpu.prism.dev", ClientConfig: cc, Rules: rules, MatchConditions: never,
+			SideEffects: &none, FailurePolicy: &ignore, AdmissionReviewVersions: []string{"v1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, webhook.MutatingConfigName, metav1.DeleteOptions{})
+		_ = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, webhook.ValidatingConfigName, metav1.DeleteOptions{})
+	}, nil
+}
+
+// waitForPathToken waits until the controllers have written their path
+// token into the configurations and both refuse the plain paths (after
+// the grace that follows the first token), then points the legitimate
+// load at the token's paths, as the API server's.
+func waitForPathToken(ctx context.Context, client kubernetes.Interface, replicas []*webhookUnderLoad) error {
+	var token string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, webhook.MutatingConfigName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		_, token = webhook.SplitPathToken(*m.Webhooks[0].ClientConfig.URL)
+		if token == "" {
+			return false, nil
+		}
+		for _, w := range replicas {
+			plain := strings.TrimSuffix(w.url, "/"+token)
+			if _, _, err := w.postTo(plain+"/"+token, w.bodies[0]); err != nil {
+				return false, nil
+			}
+			if _, _, err := w.postTo(plain, w.bodies[0]); err == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the controllers to keep a path token and refuse the plain paths: %w", err)
+	}
+	for _, w := range replicas {
+		w.url = strings.TrimSuffix(w.url, "/"+token) + "/" + token
+	}
+	return nil
 }
 
 // loadReplicas runs the admission phase's load on every replica at once
