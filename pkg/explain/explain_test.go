@@ -268,6 +268,21 @@ func TestMisplacedProfileAnnotation(t *testing.T) {
 	}
 }
 
+// TestMisplacedProfileAnnotationIsBounded: the warnings quote at most 64
+// bytes of a value that is no WorkloadProfile name, and its length.
+func TestMisplacedProfileAnnotationIsBounded(t *testing.T) {
+	huge := map[string]string{prismv1alpha1.ProfileAnnotation: strings.Repeat("p", 200<<10)}
+	shown := `prism.dev/profile="` + strings.Repeat("p", 64) + `"... (204800 bytes) on `
+	for name, got := range map[string]string{
+		"template": MisplacedOnTemplate(&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Annotations: huge}}),
+		"pod":      MisplacedOnPod(&metav1.ObjectMeta{Name: "trainer-0", Annotations: huge}),
+	} {
+		if !strings.HasPrefix(got, shown) || len(got) > 512 {
+			t.Errorf("%s: warning of %d bytes %.300q, want at most 512 starting %q", name, len(got), got, shown)
+		}
+	}
+}
+
 func TestAvailability(t *testing.T) {
 	q := resource.MustParse
 	gib := q("1Gi")

@@ -17,6 +17,7 @@ limitations under the License.
 package explain
 
 import (
+	"errors"
 	"fmt"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -33,7 +34,7 @@ import (
 // profile annotation on its own metadata but not under spec.metadata, the
 // part its claims are made from. "" when there is nothing to say.
 func MisplacedOnTemplate(tmpl *resourceapi.ResourceClaimTemplate) string {
-	name, ok := tmpl.Annotations[prismv1alpha1.ProfileAnnotation]
+	value, ok := tmpl.Annotations[prismv1alpha1.ProfileAnnotation]
 	if !ok {
 		return ""
 	}
@@ -41,16 +42,27 @@ func MisplacedOnTemplate(tmpl *resourceapi.ResourceClaimTemplate) string {
 		return ""
 	}
 	return fmt.Sprintf("%s=%s on ResourceClaimTemplate %s's own metadata is ignored: claims are made from spec.metadata, so put it under spec.metadata.annotations",
-		prismv1alpha1.ProfileAnnotation, name, tmpl.Name)
+		prismv1alpha1.ProfileAnnotation, shown(value), tmpl.Name)
 }
 
 // MisplacedOnPod warns about a pod that carries the profile annotation:
 // Prism reads it from the pod's ResourceClaims, not from the pod.
 func MisplacedOnPod(pod metav1.Object) string {
-	name, ok := pod.GetAnnotations()[prismv1alpha1.ProfileAnnotation]
+	value, ok := pod.GetAnnotations()[prismv1alpha1.ProfileAnnotation]
 	if !ok {
 		return ""
 	}
 	return fmt.Sprintf("%s=%s on Pod %s is ignored: put it on the ResourceClaim, or under spec.metadata.annotations of its ResourceClaimTemplate",
-		prismv1alpha1.ProfileAnnotation, name, pod.GetName())
+		prismv1alpha1.ProfileAnnotation, shown(value), pod.GetName())
+}
+
+// shown is an annotation value as a warning quotes it: a name as it is,
+// anything else as prismv1alpha1.ProfileName's error does, so that a
+// warning stays short whatever the value's size.
+func shown(value string) string {
+	var invalid *prismv1alpha1.InvalidProfileError
+	if _, err := prismv1alpha1.ParseProfileName(value); errors.As(err, &invalid) {
+		return invalid.Shown()
+	}
+	return value
 }

@@ -483,7 +483,7 @@ func summariseClaim(c *resourceapi.ResourceClaim) claimSummary {
 		return claimSummary{}
 	}
 	p := &pendingClaim{devices: int(devices), claim: c.Name, pod: types.NamespacedName{Namespace: c.Namespace, Name: owner.Name}, podUID: owner.UID}
-	if name := c.Annotations[prismv1alpha1.ProfileAnnotation]; name != "" {
+	if name, _ := prismv1alpha1.ProfileName(c.Annotations); name != "" {
 		p.profile = types.NamespacedName{Namespace: c.Namespace, Name: name}
 	}
 	return claimSummary{pending: p}

@@ -160,6 +160,12 @@ func TestLoadPending(t *testing.T) {
 		{"an annotation without a profile is unprofiled", func(v *View) {
 			fromTemplate(v, claiming(unused("mallory", "c1", "", 1), `{"boundType":"ComputeBound"}`), "job-0")
 		}, []rewrite.Pending{{Devices: 1}}},
+		{"an annotation that is no WorkloadProfile name names none", func(v *View) {
+			// No API server holds such a profile; a cache fed from a CRD
+			// without name validation could.
+			v.OnAdd(profile("mallory", "Idle", prismv1alpha1.BoundTypeLatencyBound), true)
+			fromTemplate(v, unused("mallory", "c1", "Idle", 1), "job-0")
+		}, []rewrite.Pending{{Devices: 1}}},
 		{"a profile of the same name in another namespace is not the claim's", func(v *View) {
 			v.OnAdd(profile("alice", "sgemm", prismv1alpha1.BoundTypeComputeBound), true)
 			fromTemplate(v, unused("mallory", "c1", "sgemm", 1), "job-0")

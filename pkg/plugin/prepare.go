@@ -35,6 +35,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
@@ -434,6 +435,13 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, d.cfg.NodeName)
 	}
 	d.planMPS(claim, rec.Devices)
+	// Said once here, where the claim is at hand; profiling and usage then
+	// read the annotation as naming no profile. The claim's author saw the
+	// controller's NotRewritten Event at creation already.
+	profile, err := prismv1alpha1.ProfileName(claim.Annotations)
+	if err != nil {
+		klog.FromContext(ctx).Info("Claim's profile annotation is invalid: neither its GPU usage nor its profile is written to a WorkloadProfile", "claim", klog.KObj(claim), "err", err)
+	}
 	// Profiling wraps the claim's containers, so it is a claim-wide choice:
 	// any request asking for it profiles the claim.
 	for _, dev := range rec.Devices {
@@ -466,7 +474,6 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		if err != nil {
 			return rec, err
 		}
-		profile, _ := profiling.ProfileName(claim)
 		rec.Profiling = &checkpoint.Profiling{
 			ReportDir: profiling.ClaimDir(d.cfg.Profiling.Options.StateDir, rec.UID),
 			Profile:   profile,

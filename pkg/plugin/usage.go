@@ -168,7 +168,8 @@ func (d *Driver) trackUsage(ctx context.Context, claims []*resourceapi.ResourceC
 			Claim:     prismv1alpha1.ClaimReference{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID},
 			UpdatedAt: now,
 		}
-		r.Profile, _ = profiling.ProfileName(claim)
+		// An invalid annotation names none; plan logged why.
+		r.Profile, _ = prismv1alpha1.ProfileName(claim.Annotations)
 		for _, ref := range claim.Status.ReservedFor {
 			if ref.Resource == "pods" && ref.APIGroup == "" {
 				r.Pods = append(r.Pods, podRef{Name: ref.Name, UID: ref.UID})
@@ -265,6 +266,7 @@ func (d *Driver) loadUsage(ctx context.Context) {
 			_ = os.Remove(filepath.Join(u.dir, e.Name()))
 			continue
 		}
+		r.Profile = validProfile(logger, r.Claim, r.Profile)
 		if rec, prepared := d.checkpoint.Get(uid); prepared && r.EndedAt == nil && rec.State == checkpoint.PrepareCompleted {
 			u.claims[uid] = d.newTrackedClaim(r, rec)
 			continue
@@ -284,7 +286,7 @@ func (d *Driver) loadUsage(ctx context.Context) {
 		}
 		r := usageRecord{Claim: prismv1alpha1.ClaimReference{Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}, UpdatedAt: d.clock.Now()}
 		if c.Profiling != nil {
-			r.Profile = c.Profiling.Profile
+			r.Profile = validProfile(logger, r.Claim, c.Profiling.Profile)
 		}
 		logger.Info("Prepared claim has no usage record, as after an upgrade: sampling it from now on", "claim", klog.KRef(c.Namespace, c.Name), "profile", r.Profile)
 		u.claims[c.UID] = d.newTrackedClaim(r, *c)
@@ -296,6 +298,18 @@ func (d *Driver) loadUsage(ctx context.Context) {
 }
 
 func ptrTime(t time.Time) *time.Time { return &t }
+
+// validProfile checks a profile name read back from disk (a usage record,
+// the checkpoint, a report job), which a plugin that did not yet check the
+// annotation at prepare may have written: an invalid one names none, and
+// is logged only as the error quotes it.
+func validProfile(logger klog.Logger, claim prismv1alpha1.ClaimReference, name string) string {
+	valid, err := prismv1alpha1.ParseProfileName(name)
+	if err != nil {
+		logger.Info("Recorded profile of a claim is invalid: nothing of the claim is written to a WorkloadProfile", "claim", klog.KRef(claim.Namespace, claim.Name), "err", err)
+	}
+	return valid
+}
 
 // persistUsage writes the records changed since the last write, at most
 // every usagePersistEvery unless forced, and the records of claims that

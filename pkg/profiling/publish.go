@@ -33,20 +33,13 @@ import (
 	"github.com/prismgpu/prism/pkg/profile"
 )
 
-// ProfileName returns the WorkloadProfile a claim's profile goes to. The
-// plugin reads it at prepare, while the claim certainly exists, and keeps
-// it for unprepare.
-func ProfileName(claim metav1.Object) (string, bool) {
-	name, ok := claim.GetAnnotations()[prismv1alpha1.ProfileAnnotation]
-	return name, ok && name != ""
-}
-
 // Result is what a Publisher writes: a collected report's status, or the
 // reason there is none.
 type Result struct {
 	// Claim is the claim the report was collected under.
 	Claim prismv1alpha1.ClaimReference
-	// Profile is the WorkloadProfile's name, from prismv1alpha1.ProfileAnnotation.
+	// Profile is the WorkloadProfile's name, from
+	// prismv1alpha1.ProfileName.
 	Profile string
 	// Status and Err are what Collect returned.
 	Status *prismv1alpha1.WorkloadProfileStatus
@@ -73,6 +66,9 @@ func NewPublisher(c WorkloadProfiles) *Publisher {
 func (p *Publisher) Publish(ctx context.Context, r Result) error {
 	if r.Profile == "" {
 		return errors.New("publishing profile: no WorkloadProfile name")
+	}
+	if _, err := prismv1alpha1.ParseProfileName(r.Profile); err != nil {
+		return fmt.Errorf("publishing profile: %w", err)
 	}
 	key := types.NamespacedName{Namespace: r.Claim.Namespace, Name: r.Profile}
 	logger := klog.FromContext(ctx).WithValues("workloadProfile", klog.KRef(key.Namespace, key.Name), "claim", klog.KRef(r.Claim.Namespace, r.Claim.Name))

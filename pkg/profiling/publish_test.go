@@ -218,20 +218,40 @@ func collectFixture(ctx context.Context, t *testing.T, name string, claim prismv
 	return Collect(ctx, dir, profile.Options{Source: &prismv1alpha1.ProfileSource{Type: prismv1alpha1.ProfileSourceResourceClaim, ResourceClaim: &claim}})
 }
 
-func TestProfileName(t *testing.T) {
-	for name, tc := range map[string]struct {
-		annotations map[string]string
-		want        string
-		ok          bool
-	}{
-		"annotated":  {annotations: map[string]string{prismv1alpha1.ProfileAnnotation: "train"}, want: "train", ok: true},
-		"empty":      {annotations: map[string]string{prismv1alpha1.ProfileAnnotation: ""}},
-		"not at all": {},
+// TestPublishRefusesAnInvalidName: a name no WorkloadProfile could have is
+// refused before any request, in an error that quotes at most 64 bytes of
+// it, so that the caller's retries neither call the API nor log the value.
+func TestPublishRefusesAnInvalidName(t *testing.T) {
+	for name, profile := range map[string]string{
+		"none":       "",
+		"upper case": "Train",
+		"200 KiB":    strings.Repeat("p", 200<<10),
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ProfileName(&metav1.ObjectMeta{Annotations: tc.annotations})
-			if got != tc.want || ok != tc.ok {
-				t.Errorf("ProfileName = %q, %v; want %q, %v", got, ok, tc.want, tc.ok)
+			_, ctx := ktesting.NewTestContext(t)
+			scheme := runtime.NewScheme()
+			if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			requests := 0
+			c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&prismv1alpha1.WorkloadProfile{}).
+				WithInterceptorFuncs(interceptor.Funcs{
+					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						requests++
+						return c.Get(ctx, key, obj, opts...)
+					},
+					Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+						requests++
+						return c.Create(ctx, obj, opts...)
+					},
+				}).Build()
+			claim := prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train-gpu", UID: testClaimUID}
+			err := NewPublisher(profilingtest.WorkloadProfiles(c)).Publish(ctx, Result{Claim: claim, Profile: profile, Err: errors.New("no report")})
+			if err == nil || len(err.Error()) > 512 {
+				t.Errorf("Publish error of %d bytes, want an error of at most 512: %.600v", len(fmt.Sprint(err)), err)
+			}
+			if requests != 0 {
+				t.Errorf("%d API requests, want none", requests)
 			}
 		})
 	}

@@ -118,9 +118,12 @@ func run(ctx context.Context, out io.Writer, cs kubernetes.Interface, namespace,
 	}
 
 	fmt.Fprintf(out, "Claim:    %s/%s\n", claim.Namespace, claim.Name)
-	if p := claim.Annotations[prismv1alpha1.ProfileAnnotation]; p != "" {
+	switch p, err := prismv1alpha1.ProfileName(claim.Annotations); {
+	case err != nil:
+		fmt.Fprintf(out, "Profile:  none, %v\n", err)
+	case p != "":
 		fmt.Fprintf(out, "Profile:  %s\n", p)
-	} else {
+	default:
 		for _, note := range misplacedProfile(ctx, cs, claim) {
 			fmt.Fprintf(out, "Note:     %s\n", note)
 		}

@@ -67,6 +67,9 @@ func TestExplainClaim(t *testing.T) {
 	generated.Name, generated.Annotations = "trainer-0-gpu-x2k", map[string]string{"resource.kubernetes.io/pod-claim-name": "gpu"}
 	generated.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "trainer-0", UID: "pod-uid", Controller: ptr.To(true)}}
 
+	badName := claim.DeepCopy()
+	badName.Annotations = map[string]string{"prism.dev/profile": "Train"}
+
 	tests := []struct {
 		name    string
 		objects []runtime.Object
@@ -83,6 +86,8 @@ func TestExplainClaim(t *testing.T) {
 				"Note:     prism.dev/profile=train on ResourceClaimTemplate trainer-gpu's own metadata is ignored",
 			}},
 		{name: "no devices", objects: []runtime.Object{claim, class}, claim: "c", want: []string{"No devices published by gpu.prism.dev."}},
+		{name: "profile annotation that is no name", objects: []runtime.Object{badName, slice, class}, claim: "c",
+			want: []string{`Profile:  none, prism.dev/profile "Train" is not a WorkloadProfile name`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

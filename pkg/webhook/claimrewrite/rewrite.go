@@ -35,7 +35,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -195,12 +194,14 @@ func (r *rewriter) review(ctx context.Context, req *admissionv1.AdmissionRequest
 // decide works out the patch for an annotated claim, or why there is none.
 // It counts rewrites; skips are counted by the caller.
 func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim) outcome {
-	name := claim.Annotations[prismv1alpha1.ProfileAnnotation]
-	if name == "" {
+	// The message quotes at most 64 bytes of an invalid value: it goes
+	// into an Event and the log, and the value may be 256 KiB.
+	name, invalid := prismv1alpha1.ProfileName(claim.Annotations)
+	switch {
+	case invalid != nil:
+		return outcome{skip: skipInvalidProfileName, message: invalid.Error()}
+	case name == "":
 		return outcome{skip: skipNoAnnotation}
-	}
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return outcome{skip: skipInvalidProfileName, message: fmt.Sprintf("%s %q: %s", prismv1alpha1.ProfileAnnotation, name, strings.Join(errs, "; "))}
 	}
 	if err := webhook.WithinAPILimits(&claim.Spec); err != nil {
 		return outcome{skip: skipUnsupported, message: err.Error()}

@@ -465,3 +465,67 @@ func TestDryRunRecordsNoEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidProfileNameEventIsBounded: the Warning Event about an invalid
+// prism.dev/profile quotes at most 64 bytes of it and says its length,
+// whether it goes on the claim or, for a claim made from a pod's template,
+// on the pod. The whole value, up to the API's 256 KiB of annotations,
+// once went into the Event.
+func TestInvalidProfileNameEventIsBounded(t *testing.T) {
+	const maxEvent = 512
+	huge := strings.Repeat("p", 200<<10)
+	for _, tc := range []struct {
+		name, profile string
+		fromTemplate  bool
+		want          string // prefix of the Event
+	}{
+		{
+			name: "upper case", profile: "Train",
+			want: `Warning NotRewritten invalid-profile-name: prism.dev/profile "Train" is not a WorkloadProfile name: a lowercase RFC 1123 subdomain`,
+		},
+		{
+			name: "200 KiB", profile: huge,
+			want: `Warning NotRewritten invalid-profile-name: prism.dev/profile "` + huge[:64] + `"... (204800 bytes) is not a WorkloadProfile name: must be no more than 253 characters`,
+		},
+		{
+			name: "200 KiB on a claim of a pod", profile: huge, fromTemplate: true,
+			want: `Warning NotRewritten claim for pod trainer-0: invalid-profile-name: prism.dev/profile "` + huge[:64] + `"... (204800 bytes)`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := &resourceapi.ResourceClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: webhooktest.Namespace, Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: tc.profile}},
+				Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+					Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: rewrite.DeviceClassName},
+				}}}},
+			}
+			if tc.fromTemplate {
+				claim.Name = ""
+				claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "trainer-0", UID: "pod-uid", Controller: ptr.To(true)}}
+			}
+			object, err := json.Marshal(claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, m, events := newTestRewriter(t, true, fakeReader(t))
+			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object))
+			if !resp.Allowed || resp.Patch != nil {
+				t.Fatalf("claim denied or patched: %+v", resp)
+			}
+			if got := testutil.ToFloat64(m.skipped.WithLabelValues(skipInvalidProfileName)); got != 1 {
+				t.Errorf("skip counter %s = %v, want 1", skipInvalidProfileName, got)
+			}
+			select {
+			case e := <-events.Events:
+				if !strings.HasPrefix(e, tc.want) {
+					t.Errorf("event %.600q, want prefix %q", e, tc.want)
+				}
+				if len(e) > maxEvent {
+					t.Errorf("event of %d bytes, want at most %d", len(e), maxEvent)
+				}
+			default:
+				t.Errorf("no event, want %q", tc.want)
+			}
+		})
+	}
+}

@@ -171,7 +171,9 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 		if outcome := get(ctx, p.opts.Templates, ns, *c.ResourceClaimTemplateName, tmpl, podNotCached); outcome != "" {
 			return nil, outcome
 		}
-		name := tmpl.Spec.ObjectMeta.Annotations[prismv1alpha1.ProfileAnnotation]
+		// An invalid name names no profile; the claim webhook says why,
+		// with an Event on the pod, when the template makes the claim.
+		name, _ := prismv1alpha1.ProfileName(tmpl.Spec.ObjectMeta.Annotations)
 		if name == "" || !webhook.HasGPURequest(&tmpl.Spec.Spec) {
 			return nil, ""
 		}

@@ -79,7 +79,11 @@ func TestPodPreference(t *testing.T) {
 	floorPlan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
 		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}, Exclude: []string{l4.Name}}})
 	namedFloor := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared-big", Namespace: "ml", Annotations: map[string]string{rewrite.AnnotationKey: string(floorPlan)}}}
-	reader := webhooktest.Reader(t, stream, unmeasured, big, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"), named, namedFloor)
+	// No API server holds a profile of this name; the cache would, from a
+	// CRD installed without name validation, and the pod webhook looked it up.
+	upperCase := webhooktest.Profile("Stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	reader := webhooktest.Reader(t, stream, unmeasured, big, upperCase, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"),
+		template("bad-name", "Stream"), named, namedFloor)
 	h100Term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}
 	required := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -132,6 +136,8 @@ func TestPodPreference(t *testing.T) {
 			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("fresh")}}, podProfileUnmeasured, nil, nil},
 		{"a template without a profile", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
 			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("plain")}}, podNoProfiledClaim, nil, nil},
+		{"a template whose profile is no WorkloadProfile name names none", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("bad-name")}}, podNoProfiledClaim, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := NewMetrics(nil)

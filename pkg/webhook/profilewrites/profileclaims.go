@@ -141,7 +141,10 @@ func TrimClaim(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	if p, ok := c.Annotations[prismv1alpha1.ProfileAnnotation]; ok {
+	// Only a valid name is kept: the value is the claim's author's, up to
+	// the API's 256 KiB of annotations, and an invalid one names no profile
+	// to any reader of the cache.
+	if p, _ := prismv1alpha1.ProfileName(c.Annotations); p != "" {
 		out.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: p}
 	}
 	if c.Status.Allocation == nil {
@@ -189,7 +192,7 @@ func keepPending(c, out *resourceapi.ResourceClaim) {
 // plugin names its pool after its node, and prepares only results of that
 // pool.
 func profileClaimKeys(c *resourceapi.ResourceClaim) []profileClaimKey {
-	profile := c.Annotations[prismv1alpha1.ProfileAnnotation]
+	profile, _ := prismv1alpha1.ProfileName(c.Annotations)
 	if profile == "" || c.Status.Allocation == nil {
 		return nil
 	}

@@ -17,6 +17,7 @@ limitations under the License.
 package profilewrites
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,6 +25,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 // TestTrimClaimKeepsThePodOwner: the fleet view counts a waiting claim
@@ -60,6 +63,48 @@ func TestTrimClaimKeepsThePodOwner(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, out.(*resourceapi.ResourceClaim).OwnerReferences, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("owner references (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTrimClaimKeepsOnlyAValidProfile: the informer caches every claim of
+// the cluster, so it keeps the profile annotation only where it names a
+// WorkloadProfile. A 200 KiB value made each claim cost about 257 KiB of
+// the controller's memory, and a thousand such claims its 256 MiB limit.
+func TestTrimClaimKeepsOnlyAValidProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name, profile string
+		want          string // the profile kept, "" for none
+	}{
+		{name: "a valid name is kept", profile: "train", want: "train"},
+		{name: "the longest name is kept", profile: strings.Repeat("a", 253), want: strings.Repeat("a", 253)},
+		{name: "one a byte too long is dropped", profile: strings.Repeat("a", 254)},
+		{name: "200 KiB are dropped", profile: strings.Repeat("a", 200<<10)},
+		{name: "upper case is dropped", profile: "Train"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, allocated := range []bool{false, true} {
+				c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "alice", UID: "c-uid",
+					Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: tc.profile, "pad": strings.Repeat("x", 1<<10)}}}
+				if allocated {
+					c.Status.Allocation = &resourceapi.AllocationResult{}
+				}
+				out, err := TrimClaim(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept := out.(*resourceapi.ResourceClaim).Annotations
+				if got := kept[prismv1alpha1.ProfileAnnotation]; got != tc.want {
+					t.Errorf("allocated %v: kept a profile of %d bytes (%.70q), want %q", allocated, len(got), got, tc.want)
+				}
+				n := 0
+				for k, v := range kept {
+					n += len(k) + len(v)
+				}
+				if limit := len(prismv1alpha1.ProfileAnnotation) + len(tc.want); n > limit {
+					t.Errorf("allocated %v: the cached claim keeps %d bytes of annotations, want at most %d", allocated, n, limit)
+				}
 			}
 		})
 	}

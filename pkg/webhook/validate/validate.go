@@ -14,9 +14,10 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package validate is the validating webhook for GpuConfig parameters in
-// ResourceClaims and ResourceClaimTemplates and for WorkloadProfile specs,
-// with warnings for a prism.dev/profile annotation where nothing reads it.
+// Package validate is the validating webhook for GpuConfig parameters and
+// the prism.dev/profile annotation in ResourceClaims and
+// ResourceClaimTemplates and for WorkloadProfile specs, with warnings for a
+// prism.dev/profile annotation where nothing reads it.
 package validate
 
 import (
@@ -62,10 +63,12 @@ var (
 	sharings = sets.New(string(prismv1alpha1.SharingExclusive), string(prismv1alpha1.SharingFractional))
 )
 
-// New returns the validating webhook for GpuConfig parameters in
-// ResourceClaims and ResourceClaimTemplates, and for WorkloadProfile specs.
-// Catching a bad GpuConfig here turns a pod stuck in ContainerCreating into
-// an error at kubectl apply. It also warns, without denying, about a
+// New returns the validating webhook for GpuConfig parameters and the
+// prism.dev/profile annotation in ResourceClaims and ResourceClaimTemplates,
+// and for WorkloadProfile specs. Catching a bad GpuConfig here turns a pod
+// stuck in ContainerCreating into an error at kubectl apply, and a profile
+// name that is no name into the same error rather than a claim that is
+// neither rewritten nor profiled. It also warns, without denying, about a
 // prism.dev/profile annotation where nothing reads it: on a template's own
 // metadata or on a Pod.
 func New(metrics *webhook.Metrics) (http.Handler, error) {
@@ -95,11 +98,15 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 		claim := &resourceapi.ResourceClaim{}
 		if err = json.Unmarshal(req.Object.Raw, claim); err == nil {
 			errs = validateDeviceConfigs(claim.Spec.Devices.Config, field.NewPath("spec", "devices", "config"))
+			errs = append(errs, validateProfileAnnotation(req, claim.Annotations, func(old *resourceapi.ResourceClaim) map[string]string { return old.Annotations },
+				field.NewPath("metadata", "annotations"))...)
 		}
 	case claimTemplateGK:
 		tmpl := &resourceapi.ResourceClaimTemplate{}
 		if err = json.Unmarshal(req.Object.Raw, tmpl); err == nil {
 			errs = validateDeviceConfigs(tmpl.Spec.Spec.Devices.Config, field.NewPath("spec", "spec", "devices", "config"))
+			errs = append(errs, validateProfileAnnotation(req, tmpl.Spec.ObjectMeta.Annotations, func(old *resourceapi.ResourceClaimTemplate) map[string]string { return old.Spec.ObjectMeta.Annotations },
+				field.NewPath("spec", "metadata", "annotations"))...)
 			warnings = appendWarning(warnings, explain.MisplacedOnTemplate(tmpl))
 		}
 	case podGK:
@@ -152,6 +159,26 @@ func validateDeviceConfigs(configs []resourceapi.DeviceClaimConfiguration, path 
 		}
 	}
 	return errs
+}
+
+// validateProfileAnnotation refuses a prism.dev/profile that names no
+// WorkloadProfile, where the claims read it: on a claim, and under a
+// template's spec.metadata. The reason quotes at most 64 bytes of the
+// value. An update is refused only where it changes the value: one that
+// a claim already had (from before this check) must not keep its
+// finalizers from being removed.
+func validateProfileAnnotation[T any](req *admissionv1.AdmissionRequest, annotations map[string]string, oldAnnotations func(*T) map[string]string, path *field.Path) field.ErrorList {
+	_, err := prismv1alpha1.ProfileName(annotations)
+	if err == nil {
+		return nil
+	}
+	if req.Operation == admissionv1.Update {
+		old := new(T)
+		if json.Unmarshal(req.OldObject.Raw, old) == nil && oldAnnotations(old)[prismv1alpha1.ProfileAnnotation] == annotations[prismv1alpha1.ProfileAnnotation] {
+			return nil
+		}
+	}
+	return field.ErrorList{field.Invalid(path.Key(prismv1alpha1.ProfileAnnotation), field.OmitValueType{}, err.Error())}
 }
 
 // validateProfileSpec checks what a user pins. Warnings are for specs that

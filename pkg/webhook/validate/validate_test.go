@@ -17,13 +17,17 @@ limitations under the License.
 package validate
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
 func TestValidator(t *testing.T) {
@@ -127,4 +131,104 @@ func TestValidator(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestValidatorRefusesAnInvalidProfile: a prism.dev/profile that names no
+// WorkloadProfile is refused where claims read it, with a reason that
+// quotes at most 64 bytes of it; an update that keeps a claim's value is
+// let through, so that a claim from before the check can still be deleted.
+func TestValidatorRefusesAnInvalidProfile(t *testing.T) {
+	const maxMessage = 1 << 10
+	huge := strings.Repeat("p", 200<<10)
+	claim := func(profile string) []byte {
+		c := resourceapi.ResourceClaim{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim"},
+			ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: webhooktest.Namespace, Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: profile}},
+		}
+		return marshal(t, c)
+	}
+	template := func(profile string) []byte {
+		tmpl := resourceapi.ResourceClaimTemplate{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
+			ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: webhooktest.Namespace},
+		}
+		tmpl.Spec.ObjectMeta.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: profile}
+		return marshal(t, tmpl)
+	}
+	tests := []struct {
+		name        string
+		kind        metav1.GroupVersionKind
+		op          admissionv1.Operation
+		object, old []byte
+		// wantDenied is the start of the denial's message; "" admits.
+		wantDenied string
+	}{
+		{name: "claim naming a profile", kind: webhooktest.ClaimGVK, object: claim("train")},
+		{name: "claim naming none", kind: webhooktest.ClaimGVK, object: claim("")},
+		{
+			name: "claim naming no name", kind: webhooktest.ClaimGVK, object: claim("Train"),
+			wantDenied: `ResourceClaim.resource.k8s.io "" is invalid: metadata.annotations[prism.dev/profile]: Invalid value: prism.dev/profile "Train" is not a WorkloadProfile name`,
+		},
+		{
+			name: "claim of 200 KiB", kind: webhooktest.ClaimGVK, object: claim(huge),
+			wantDenied: `ResourceClaim.resource.k8s.io "" is invalid: metadata.annotations[prism.dev/profile]: Invalid value: prism.dev/profile "` + huge[:64] + `"... (204800 bytes) is not a WorkloadProfile name: must be no more than 253 characters`,
+		},
+		{
+			name: "update to a value of 200 KiB", kind: webhooktest.ClaimGVK, op: admissionv1.Update, object: claim(huge), old: claim("train"),
+			wantDenied: `ResourceClaim.resource.k8s.io "" is invalid: metadata.annotations[prism.dev/profile]: Invalid value: prism.dev/profile "` + huge[:64] + `"...`,
+		},
+		{name: "update that keeps the claim's value", kind: webhooktest.ClaimGVK, op: admissionv1.Update, object: claim(huge), old: claim(huge)},
+		{
+			name: "template's claims of 200 KiB", kind: webhooktest.TemplateGVK, object: template(huge),
+			wantDenied: `ResourceClaimTemplate.resource.k8s.io "" is invalid: spec.metadata.annotations[prism.dev/profile]: Invalid value: prism.dev/profile "` + huge[:64] + `"... (204800 bytes)`,
+		},
+		{name: "template's claims naming a profile", kind: webhooktest.TemplateGVK, object: template("train")},
+	}
+	m, err := webhook.NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			op := tc.op
+			if op == "" {
+				op = admissionv1.Create
+			}
+			body := webhooktest.ReviewBody(t, op, tc.kind, tc.object)
+			if tc.old != nil {
+				var review admissionv1.AdmissionReview
+				if err := json.Unmarshal(body, &review); err != nil {
+					t.Fatal(err)
+				}
+				review.Request.OldObject.Raw = tc.old
+				body = marshal(t, review)
+			}
+			resp := webhooktest.Call(t, h, body)
+			if tc.wantDenied == "" {
+				if !resp.Allowed {
+					t.Fatalf("denied: %.2000s", resp.Result.Message)
+				}
+				return
+			}
+			if resp.Allowed || resp.Result == nil {
+				t.Fatalf("allowed, want denial with %q", tc.wantDenied)
+			}
+			if msg := resp.Result.Message; !strings.HasPrefix(msg, tc.wantDenied) || len(msg) > maxMessage {
+				t.Errorf("message of %d bytes\n%.2000s\nwant at most %d, starting\n%s", len(msg), msg, maxMessage, tc.wantDenied)
+			}
+		})
+	}
+}
+
+func marshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
