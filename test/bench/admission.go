@@ -196,7 +196,7 @@ func startWebhook(ctx context.Context, c *testbed.Cluster, o AdmissionOptions, n
 	}
 	proc, err := testbed.StartProcess(ctx, name, c.WorkDir(), filepath.Join(c.WorkDir(), "logs", name+".log"), bin, append(args,
 		"--kubeconfig="+c.KubeconfigPath, "--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(port),
-		"--extra-sans=127.0.0.1", "--cert-dir="+certDir, "--namespace=prism-system",
+		"--extra-sans=127.0.0.1", "--cert-dir="+certDir, "--namespace=prism-system", "--replica-name="+name,
 		"--http-address=127.0.0.1:"+strconv.Itoa(httpPort), "--policy=performance")...)
 	if err != nil {
 		return nil, err
