@@ -24,8 +24,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/api/prism/v1alpha1/crdtest"
 )
 
 const rawHeader = `"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"` + "\n" +
@@ -85,5 +88,76 @@ func TestKernelNamesAreBounded(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"k0", "k1", "k10", "k100", "k1000"}, names); diff != "" {
 		t.Errorf("top kernels (-want +got):\n%s", diff)
+	}
+}
+
+// TestStatusFitsTheCRD: every string the summary fills from the report or
+// the caller is held to the CRD's limits, and what does not fit is left
+// out with a logged reason rather than costing the whole status. A 105-byte
+// ncu version once made the API server refuse each of ten publishes, and
+// the profile was lost.
+func TestStatusFitsTheCRD(t *testing.T) {
+	long := "2025." + strings.Repeat("1", 100)
+	withVersion := func(v string) string { return "Nsight Compute version " + v + "\n" + oneLaunch }
+	withDevice := func(device, cc string) string {
+		return `"ID","Kernel Name","Device","CC","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"` + "\n" +
+			`"0","a","` + device + `","` + cc + `","10","50","50"` + "\n"
+	}
+	for _, tc := range []struct {
+		name   string
+		report string
+		opts   Options
+		want   v1alpha1.WorkloadProfileStatus // the fields compared
+		// wantLog is what the log must say of what was left out.
+		wantLog string
+	}{
+		{name: "the report's version", report: withVersion("2025.2.1.0"), want: v1alpha1.WorkloadProfileStatus{NCUVersion: "2025.2.1.0"}},
+		{
+			name: "a version of 105 bytes in the report", report: withVersion(long),
+			wantLog: `Leaving out an ncu version longer than the API allows from="the report"`,
+		},
+		{
+			name: "a version of 105 bytes in the report, the caller's instead", report: withVersion(long), opts: Options{NCUVersion: "2025.3.0"},
+			want: v1alpha1.WorkloadProfileStatus{NCUVersion: "2025.3.0"}, wantLog: "bytes=105",
+		},
+		{
+			name: "a version of 105 bytes from the caller", report: oneLaunch, opts: Options{NCUVersion: long},
+			wantLog: `Leaving out an ncu version longer than the API allows from="the caller"`,
+		},
+		{name: "the longest version", report: oneLaunch, opts: Options{NCUVersion: strings.Repeat("9", 64)}, want: v1alpha1.WorkloadProfileStatus{NCUVersion: strings.Repeat("9", 64)}},
+		{
+			name: "a device name of 300 bytes in the report", report: withDevice(strings.Repeat("H", 300), "9.0"),
+			want: v1alpha1.WorkloadProfileStatus{Device: &v1alpha1.ProfiledDevice{ProductName: strings.Repeat("H", 256), ComputeCapability: "9.0"}},
+		},
+		{
+			// Cut at a character: "é" is two bytes.
+			name: "a device name of 300 characters from the caller", report: oneLaunch, opts: Options{Device: v1alpha1.ProfiledDevice{ProductName: strings.Repeat("é", 300)}},
+			want: v1alpha1.WorkloadProfileStatus{Device: &v1alpha1.ProfiledDevice{ProductName: strings.Repeat("é", 128)}},
+		},
+		{
+			name: "a compute capability that is not major.minor", report: withDevice("NVIDIA H100", "9.0.1"),
+			want:    v1alpha1.WorkloadProfileStatus{Device: &v1alpha1.ProfiledDevice{ProductName: "NVIDIA H100"}},
+			wantLog: `Leaving out a compute capability that is not major.minor computeCapability="9.0.1"`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+			opts := tc.opts
+			opts.ObservedAt = observedAt
+			st, err := FromReport(klog.NewContext(t.Context(), logger), strings.NewReader(tc.report), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if errs := crdtest.NewValidator(t).ValidateStatus(t, st); len(errs) > 0 {
+				t.Errorf("the API server would refuse the status: %v", errs.ToAggregate())
+			}
+			got := v1alpha1.WorkloadProfileStatus{NCUVersion: st.NCUVersion, Device: st.Device}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if log := logger.GetSink().(ktesting.Underlier).GetBuffer().String(); !strings.Contains(log, tc.wantLog) {
+				t.Errorf("log does not say %q:\n%s", tc.wantLog, log)
+			}
+		})
 	}
 }

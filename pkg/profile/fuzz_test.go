@@ -20,18 +20,28 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/prismgpu/prism/api/prism/v1alpha1/crdtest"
 	"github.com/prismgpu/prism/pkg/ncu/ncutest"
 )
 
+// oneLaunch is the shortest raw report with a launch.
+const oneLaunch = `"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+"0","a","10","50","50"
+`
+
 // FuzzFromReport feeds whatever the parser accepts through the summary, so
 // that odd but parseable reports (zero durations, one kernel with no GPU
-// time among others) cannot make it panic or leave the API's ranges.
+// time among others) cannot make it panic or leave the API's ranges. Every
+// status is checked against the CRD as the API server checks it: one it
+// would refuse is a profile lost.
 func FuzzFromReport(f *testing.F) {
+	crd := crdtest.NewValidator(f)
 	ncutest.AddFixtures(f, filepath.Join("..", "ncu", "testdata"))
 	f.Add([]byte(`"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 "0","a","0","150","-5"
@@ -43,10 +53,21 @@ func FuzzFromReport(f *testing.F) {
 "0","a","1e308","50","50","1e300","50"
 "1","b","86400","50","50","1e24","50"
 `))
+	// A version of 105 bytes, which the CRD's 64 refused: the publish was
+	// tried ten times and the profile lost.
+	f.Add([]byte("Nsight Compute version 2025." + strings.Repeat("1", 100) + "\n" + oneLaunch))
+	// A device name beyond the CRD's 256 bytes and a compute capability
+	// that is not "major.minor", both from the report.
+	f.Add([]byte(`"ID","Kernel Name","Device","CC","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+"0","a","` + strings.Repeat("H", 300) + `","9.0.1","10","50","50"
+`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		st, err := FromReport(context.Background(), bytes.NewReader(in), Options{ObservedAt: time.Unix(0, 0)})
 		if err != nil {
 			return
+		}
+		if errs := crd.ValidateStatus(t, st); len(errs) > 0 {
+			t.Fatalf("the API server would refuse the status: %v", errs.ToAggregate())
 		}
 		percents := []*int32{st.SMThroughputMilliPercent, st.MemoryThroughputMilliPercent, st.DRAMThroughputMilliPercent,
 			st.L2ThroughputMilliPercent, st.AchievedOccupancyMilliPercent}

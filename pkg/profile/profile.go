@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,9 +39,12 @@ import (
 
 const (
 	defaultTopKernels = 5
-	maxTopKernels     = 10  // the API's MaxItems
-	maxKernelName     = 512 // the API's MaxLength
+	maxTopKernels     = v1alpha1.MaxTopKernels
+	maxKernelName     = v1alpha1.MaxKernelNameLength
 )
+
+// computeCapability is the API's pattern of a compute capability.
+var computeCapability = regexp.MustCompile(v1alpha1.ComputeCapabilityPattern)
 
 // Options say what the report itself cannot.
 type Options struct {
@@ -151,7 +155,7 @@ func newSummary() *summary { return &summary{kernels: map[string]*kernel{}} }
 // add takes one launch; it keeps nothing of l but copies of what it needs.
 func (s *summary) add(l *ncu.Launch) error {
 	if s.launches == 0 {
-		s.firstDevice, s.firstComputeCapability = strings.Clone(Truncate(l.Device, maxKernelName)), strings.Clone(Truncate(l.ComputeCapability, 16))
+		s.firstDevice, s.firstComputeCapability = strings.Clone(Truncate(l.Device, v1alpha1.MaxProductNameLength)), strings.Clone(Truncate(l.ComputeCapability, 16))
 	}
 	s.launches++
 	ns := l.Metrics[ncu.MetricDuration]
@@ -215,16 +219,13 @@ func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1a
 	}
 	st := v1alpha1.WorkloadProfileStatus{
 		BoundType:  v1alpha1.BoundTypeUnknown,
-		NCUVersion: rep.Version,
+		NCUVersion: ncuVersion(logger, rep.Version, opts.NCUVersion),
 		ObservedAt: &metav1.Time{Time: observedAt},
 		Source:     opts.Source,
 		Report:     opts.Report,
 		PeakMemory: opts.PeakMemory,
 	}
-	if st.NCUVersion == "" {
-		st.NCUVersion = opts.NCUVersion
-	}
-	st.Device = s.device(opts.Device)
+	st.Device = s.device(logger, opts.Device)
 	now := metav1.NewTime(observedAt)
 
 	if s.launches == 0 {
@@ -313,9 +314,30 @@ func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1a
 	return st
 }
 
+// ncuVersion is the version to record: the report's, or else the
+// caller's. One the API would refuse is left out with the reason logged,
+// never the status with it: the API server refuses a whole status for one
+// field, and the profile matters more than the version. A version cut
+// short would be a different version, so it is not cut.
+func ncuVersion(logger klog.Logger, reported, fallback string) string {
+	for _, v := range []struct{ version, from string }{{reported, "the report"}, {fallback, "the caller"}} {
+		switch {
+		case v.version == "":
+		case len(v.version) > v1alpha1.MaxNCUVersionLength:
+			logger.Info("Leaving out an ncu version longer than the API allows", "from", v.from,
+				"version", Truncate(v.version, v1alpha1.MaxNCUVersionLength), "bytes", len(v.version), "maximum", v1alpha1.MaxNCUVersionLength)
+		default:
+			return v.version
+		}
+	}
+	return ""
+}
+
 // device merges what the report says about the device with what the caller
-// knows better.
-func (s *summary) device(override v1alpha1.ProfiledDevice) *v1alpha1.ProfiledDevice {
+// knows better, held to the API's limits: a product name is cut to its
+// length, and a compute capability that is not "major.minor" is left out,
+// with the reason logged.
+func (s *summary) device(logger klog.Logger, override v1alpha1.ProfiledDevice) *v1alpha1.ProfiledDevice {
 	d := override
 	if s.launches > 0 {
 		if d.ComputeCapability == "" {
@@ -325,6 +347,11 @@ func (s *summary) device(override v1alpha1.ProfiledDevice) *v1alpha1.ProfiledDev
 		if _, err := strconv.Atoi(s.firstDevice); d.ProductName == "" && err != nil {
 			d.ProductName = s.firstDevice
 		}
+	}
+	d.ProductName = Truncate(d.ProductName, v1alpha1.MaxProductNameLength)
+	if cc := d.ComputeCapability; cc != "" && !computeCapability.MatchString(cc) {
+		logger.Info("Leaving out a compute capability that is not major.minor", "computeCapability", Truncate(cc, 16))
+		d.ComputeCapability = ""
 	}
 	if d == (v1alpha1.ProfiledDevice{}) {
 		return nil

@@ -17,9 +17,7 @@ limitations under the License.
 package v1alpha1_test
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -28,31 +26,15 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/api/prism/v1alpha1/crdtest"
 )
 
-// loadCRD reads the generated manifest, so that these tests fail when the
-// markers and the manifest drift apart (re-run hack/generate.sh).
-func loadCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deployments", "crds", "prism.dev_workloadprofiles.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(b, crd); err != nil {
-		t.Fatal(err)
-	}
-	return crd
-}
-
 func TestCRDShape(t *testing.T) {
-	crd := loadCRD(t)
+	crd := crdtest.Load(t)
 	if crd.Spec.Group != v1alpha1.GroupVersion.Group || crd.Spec.Scope != apiextensionsv1.NamespaceScoped ||
 		crd.Spec.Names.Kind != "WorkloadProfile" || len(crd.Spec.Versions) != 1 {
 		t.Fatalf("unexpected CRD: %+v", crd.Spec)
@@ -96,23 +78,8 @@ func eachProperty(path string, p apiextensionsv1.JSONSchemaProps, visit func(pat
 	}
 }
 
-// schemaValidator validates objects against the CRD's schema the way the
-// API server does.
-func schemaValidator(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition) validation.SchemaValidator {
-	t.Helper()
-	internal := &apiextensions.JSONSchemaProps{}
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
-		t.Fatal(err)
-	}
-	validator, _, err := validation.NewSchemaValidator(internal)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return validator
-}
-
 func TestCRDValidation(t *testing.T) {
-	validator := schemaValidator(t, loadCRD(t))
+	validator := crdtest.NewValidator(t)
 	i32 := func(v int32) *int32 { return &v }
 	valid := func() *v1alpha1.WorkloadProfile {
 		min := resource.MustParse("40Gi")
@@ -151,22 +118,14 @@ func TestCRDValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := valid()
 			tc.mutate(w)
-			b, err := json.Marshal(w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var obj map[string]any
-			if err := json.Unmarshal(b, &obj); err != nil {
-				t.Fatal(err)
-			}
-			res := validator.Validate(obj)
+			errs := validator.ValidateProfile(t, w)
 			var fields []string
-			for _, e := range res.Errors {
+			for _, e := range errs {
 				fields = append(fields, e.Error())
 			}
 			got := strings.Join(fields, "; ")
 			switch {
-			case tc.field == "" && len(res.Errors) > 0:
+			case tc.field == "" && len(errs) > 0:
 				t.Errorf("valid object rejected: %s", got)
 			case tc.field != "" && !strings.Contains(got, tc.field):
 				t.Errorf("errors %q do not name %s", got, tc.field)
@@ -179,7 +138,7 @@ func TestCRDValidation(t *testing.T) {
 // does before it accepts a CRD: it must be structural, allOf patterns
 // beside the int-or-string of every quantity included.
 func TestCRDStructural(t *testing.T) {
-	crd := loadCRD(t)
+	crd := crdtest.Load(t)
 	internal := &apiextensions.JSONSchemaProps{}
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
 		t.Fatal(err)
@@ -198,7 +157,7 @@ func TestCRDStructural(t *testing.T) {
 // turns away, in each of them, the strings that make ParseQuantity or Cmp
 // run for minutes, before anything decodes them (issue 31).
 func TestCRDQuantityPattern(t *testing.T) {
-	crd := loadCRD(t)
+	crd := crdtest.Load(t)
 	var quantities []string
 	eachProperty("", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema, func(path string, p apiextensionsv1.JSONSchemaProps) {
 		if p.XIntOrString {
@@ -214,7 +173,7 @@ func TestCRDQuantityPattern(t *testing.T) {
 		t.Errorf("quantity fields (-want +got):\n%s", diff)
 	}
 
-	validator := schemaValidator(t, crd)
+	validator := crdtest.NewValidatorFor(t, crd)
 	for _, path := range want {
 		for value, ok := range map[string]bool{
 			"40Gi": true, "1500m": true, "0.5": true, "1e18": true, "9223372036854775807": true, "-1": true,
@@ -231,7 +190,7 @@ func TestCRDQuantityPattern(t *testing.T) {
 			}
 			obj[parts[0]] = field
 			var got []string
-			for _, e := range validator.Validate(obj).Errors {
+			for _, e := range validator.Validate(obj) {
 				got = append(got, e.Error())
 			}
 			switch {
@@ -241,5 +200,36 @@ func TestCRDQuantityPattern(t *testing.T) {
 				t.Errorf("%s: %q not rejected there: %q", path, value, got)
 			}
 		}
+	}
+}
+
+// TestCRDLimits keeps the limits the writers of a status hold its fields
+// to equal to the manifest's: a constant above its marker lets through
+// what the API server then refuses, with the whole status.
+func TestCRDLimits(t *testing.T) {
+	want := map[string]string{
+		".status.ncuVersion":               fmt.Sprintf("maxLength %d", v1alpha1.MaxNCUVersionLength),
+		".status.device.productName":       fmt.Sprintf("maxLength %d", v1alpha1.MaxProductNameLength),
+		".status.topKernels[].name":        fmt.Sprintf("maxLength %d", v1alpha1.MaxKernelNameLength),
+		".status.topKernels":               fmt.Sprintf("maxItems %d", v1alpha1.MaxTopKernels),
+		".status.device.computeCapability": "pattern " + v1alpha1.ComputeCapabilityPattern,
+		".spec.minComputeCapability":       "pattern " + v1alpha1.ComputeCapabilityPattern,
+	}
+	got := map[string]string{}
+	eachProperty("", *crdtest.Load(t).Spec.Versions[0].Schema.OpenAPIV3Schema, func(path string, p apiextensionsv1.JSONSchemaProps) {
+		if _, ok := want[path]; !ok {
+			return
+		}
+		switch {
+		case p.MaxLength != nil:
+			got[path] = fmt.Sprintf("maxLength %d", *p.MaxLength)
+		case p.MaxItems != nil:
+			got[path] = fmt.Sprintf("maxItems %d", *p.MaxItems)
+		case p.Pattern != "":
+			got[path] = "pattern " + p.Pattern
+		}
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("limits (-constants +manifest):\n%s", diff)
 	}
 }

@@ -57,7 +57,7 @@ var (
 
 	// computeCapabilityRE matches the CRD's pattern; it is checked here too
 	// because a CRD installed from an older manifest may lack it.
-	computeCapabilityRE = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]{1,2}$`)
+	computeCapabilityRE = regexp.MustCompile(prismv1alpha1.ComputeCapabilityPattern)
 
 	policies = sets.New(string(prismv1alpha1.PolicyPerformance), string(prismv1alpha1.PolicyEconomy), string(prismv1alpha1.PolicyLoadAware))
 	sharings = sets.New(string(prismv1alpha1.SharingExclusive), string(prismv1alpha1.SharingFractional))
