@@ -32,7 +32,18 @@ type usageMetrics struct {
 	dramActivity  *prometheus.GaugeVec
 	shareExceeded *prometheus.CounterVec
 	runs          *prometheus.CounterVec
+	unattributed  *prometheus.CounterVec
 }
+
+// Why a claim's sample of a shared GPU lacks a figure: a process there
+// could be the claim's and could not be counted as such.
+const (
+	// unattributedUnreadable: a process whose cgroup cannot be read.
+	unattributedUnreadable = "unreadable"
+	// unattributedMPSServer: the MPS server's PID holds work of several
+	// MPS shares of the GPU.
+	unattributedMPSServer = "mps-server"
+)
 
 // usageLabels name a claim's GPU: the pod is the first that reserved the
 // claim (a claim of a pod's template has one).
@@ -46,6 +57,7 @@ func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
 		dramActivity:  gaugeVec(r, "gpu_dram_activity_percent", "GPM DRAM bandwidth use of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).", usageLabels...),
 		shareExceeded: counterVec(r, "share_exceeded_total", "Runs on a share of a GPU that used more than they were given, by resource (memory, compute).", "resource"),
 		runs:          counterVec(r, "usage_runs_total", "Claims' GPU usage runs after unprepare, by outcome: Merged into the WorkloadProfile, TooShort, NoProfile, PublishFailed.", "outcome"),
+		unattributed:  counterVec(r, "usage_unattributed_total", "Samples of claims on shared GPUs that lack a figure because a process that could be the claim's could not be counted, by reason: unreadable (its cgroup cannot be read), mps-server (the MPS server holds work of several shares).", "reason"),
 	}
 }
 

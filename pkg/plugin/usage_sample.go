@@ -17,6 +17,7 @@ limitations under the License.
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/usage"
 )
 
@@ -40,6 +42,12 @@ type deviceReader struct {
 	lastSeen uint64
 	// gpm is nil where the GPU has no GPM.
 	gpm *gpmReader
+	// owners are whose the GPU's processes were when last read, kept while
+	// NVML lists them: a process that exited is still its pod's.
+	owners map[uint32]procOwner
+	// mpsUnsplit is set while the GPU's MPS server holds figures of
+	// several claims, so that the log says when that starts and ends.
+	mpsUnsplit bool
 }
 
 // gpmReader turns two GPM samples into the metrics between them; the
@@ -62,6 +70,8 @@ type deviceReading struct {
 	// procUtil is false where NVML gives no per-process utilisation.
 	procs    map[uint32]*procUsage
 	procUtil bool
+	// reader is the GPU's, which remembers its processes' owners.
+	reader *deviceReader
 }
 
 type procUsage struct {
@@ -114,6 +124,15 @@ type claimSnapshot struct {
 	pods    map[types.UID]bool
 }
 
+// tenant is a claim sharing a GPU, as attribution sees it.
+type tenant struct {
+	uid  string
+	pods map[types.UID]bool
+	// mps: the GPU's MPS daemon enforces the claim's share, so that the
+	// claim's processes are clients of the GPU's MPS server.
+	mps bool
+}
+
 // sampleUsage reads every tracked claim's GPUs once and adds the samples to
 // their runs. Claims released by another path than unprepare (the
 // stale-claim sweep, start-up reconciliation) end here.
@@ -125,9 +144,11 @@ func (d *Driver) sampleUsage(ctx context.Context) {
 	var gone []string
 	var snapshot []claimSnapshot
 	needs := map[string]need{}
+	tenants := map[string][]tenant{}
 	u.mu.Lock()
 	for uid, t := range u.claims {
-		if _, ok := d.checkpoint.Get(uid); !ok {
+		rec, ok := d.checkpoint.Get(uid)
+		if !ok {
 			gone = append(gone, uid)
 			continue
 		}
@@ -135,10 +156,12 @@ func (d *Driver) sampleUsage(ctx context.Context) {
 		for _, p := range t.rec.Pods {
 			s.pods[p.UID] = true
 		}
+		mps := d.mpsGPUs(rec)
 		for _, dev := range t.devices {
 			n := needs[dev.uuid]
 			if dev.shared {
 				n.procs = true
+				tenants[dev.uuid] = append(tenants[dev.uuid], tenant{uid: uid, pods: s.pods, mps: mps[dev.uuid]})
 			} else {
 				n.whole = true
 			}
@@ -160,7 +183,14 @@ func (d *Driver) sampleUsage(ctx context.Context) {
 	for uuid, n := range needs {
 		readings[uuid] = u.read(ctx, uuid, n)
 	}
-	owners := &podOwners{root: u.cfg.ProcRoot, byPID: map[uint32]podOwner{}}
+	owners := &podOwners{root: u.cfg.ProcRoot, byPID: map[uint32]podOwner{}, servers: map[uint32]bool{}}
+	shares := make(map[string]map[string]*share, len(tenants))
+	for uuid, ts := range tenants {
+		if r := readings[uuid]; r != nil {
+			shares[uuid] = r.attribute(ts, owners)
+			logMPSUnsplit(ctx, uuid, r.reader, shares[uuid])
+		}
+	}
 	type result struct {
 		uid          string
 		samples      []usage.Sample
@@ -175,10 +205,17 @@ func (d *Driver) sampleUsage(ctx context.Context) {
 			if r == nil {
 				continue
 			}
-			sample, unattributed := r.sampleFor(dev.shared, s.pods, owners)
-			if unattributed > 0 {
-				res.unattributed += unattributed
-				continue
+			sample := r.whole()
+			if dev.shared {
+				sh := shares[dev.uuid][s.uid]
+				sample = sh.sample(r.procUtil)
+				res.unattributed += sh.unreadable
+				if sh.unreadable > 0 {
+					d.metrics.usage.unattributed.WithLabelValues(unattributedUnreadable).Inc()
+				}
+				if sh.mpsServer {
+					d.metrics.usage.unattributed.WithLabelValues(unattributedMPSServer).Inc()
+				}
 			}
 			res.samples = append(res.samples, sample)
 			res.gpus = append(res.gpus, dev.uuid)
@@ -196,7 +233,7 @@ func (d *Driver) sampleUsage(ctx context.Context) {
 		}
 		if res.unattributed > 0 && !t.unattributed {
 			t.unattributed = true
-			klog.FromContext(ctx).Info("Dropping usage samples of a claim on a shared GPU: processes on the GPU could not be told to be the claim's or another pod's (is the plugin in the host's PID namespace?); a neighbour's use is never counted as the claim's, so its run may be too short to merge",
+			klog.FromContext(ctx).Info("Leaving figures out of a claim's usage samples on a shared GPU: processes on the GPU whose cgroup cannot be read could be the claim's (is the plugin in the host's PID namespace?); a figure they could hide is left out rather than recorded too low, so the claim's run may be too short to merge",
 				"claim", klog.KRef(t.rec.Claim.Namespace, t.rec.Claim.Name), "processes", res.unattributed, "procRoot", u.cfg.ProcRoot)
 		}
 		pod := ""
@@ -229,7 +266,7 @@ func (u *usageSampler) read(ctx context.Context, uuid string, n need) *deviceRea
 		u.readers[uuid] = rd
 		u.mu.Unlock()
 	}
-	r := &deviceReading{dutyCycle: usage.Unknown, memory: usage.Unknown, sm: usage.Unknown, dram: usage.Unknown}
+	r := &deviceReading{dutyCycle: usage.Unknown, memory: usage.Unknown, sm: usage.Unknown, dram: usage.Unknown, reader: rd}
 	if n.whole {
 		if util, ret := rd.handle.GetUtilizationRates(); ret == nvml.SUCCESS {
 			r.dutyCycle = int(util.Gpu)
@@ -290,38 +327,197 @@ func (u *usageSampler) read(ctx context.Context, uuid string, n need) *deviceRea
 	return r
 }
 
-// sampleFor is the claim's sample of this GPU: the whole GPU's figures
-// when it holds it alone, else the sum of its own processes' figures. It
-// returns how many processes could not be attributed, in which case the
-// sample is not to be used: counting only those known to be the claim's
-// would understate its use, and a share sized from that would be too small.
-func (r *deviceReading) sampleFor(shared bool, pods map[types.UID]bool, owners *podOwners) (usage.Sample, int) {
-	if !shared {
-		return usage.Sample{DutyCyclePercent: r.dutyCycle, MemoryBytes: r.memory, SMActivityPercent: r.sm, DRAMActivityPercent: r.dram}, 0
+// whole is the sample of a GPU the claim holds alone: the whole GPU's
+// figures are the claim's.
+func (r *deviceReading) whole() usage.Sample {
+	return usage.Sample{DutyCyclePercent: r.dutyCycle, MemoryBytes: r.memory, SMActivityPercent: r.sm, DRAMActivityPercent: r.dram}
+}
+
+// share is what attribution gives a claim of a shared GPU's reading.
+type share struct {
+	util   int
+	memory int64
+	// utilUnknown and memoryUnknown are set where a process that could be
+	// the claim's could not be counted.
+	utilUnknown, memoryUnknown bool
+	// unreadable counts the processes whose cgroup could not be read that
+	// made a figure unknown; mpsServer is set where the MPS server's did.
+	unreadable int
+	mpsServer  bool
+}
+
+func (s *share) add(p *procUsage) {
+	s.util += p.util
+	if p.memory == usage.Unknown || s.memory == usage.Unknown {
+		s.memory = usage.Unknown
+	} else {
+		s.memory += p.memory
 	}
-	// GPM counts the whole GPU, the neighbours' work too.
-	s := usage.Sample{DutyCyclePercent: usage.Unknown, MemoryBytes: 0, SMActivityPercent: usage.Unknown, DRAMActivityPercent: usage.Unknown}
-	util, unattributed := 0, 0
+}
+
+// hide marks unknown the figures that p could add to the claim's: its
+// utilisation if it has any, its memory if it holds any. It reports
+// whether it marked one.
+func (s *share) hide(p *procUsage) bool {
+	hid := false
+	if p.util > 0 {
+		s.utilUnknown, hid = true, true
+	}
+	if p.memory != 0 {
+		s.memoryUnknown, hid = true, true
+	}
+	return hid
+}
+
+// sample is the claim's sample of the GPU. GPM counts the whole GPU, the
+// neighbours' work too, so a share has none.
+func (s *share) sample(procUtil bool) usage.Sample {
+	out := usage.Sample{DutyCyclePercent: usage.Unknown, MemoryBytes: s.memory, SMActivityPercent: usage.Unknown, DRAMActivityPercent: usage.Unknown}
+	if procUtil && !s.utilUnknown {
+		out.DutyCyclePercent = min(s.util, 100)
+	}
+	if s.memoryUnknown {
+		out.MemoryBytes = usage.Unknown
+	}
+	return out
+}
+
+// attribute splits a shared GPU's reading among the claims sharing it, by
+// claim UID. A claim's figures are the sums of its own processes', told by
+// their pod cgroup; a neighbour's use is never counted as the claim's.
+//
+// A process that cannot be told to be one claim's costs only the figures
+// it could hide, and only to the claims it could belong to: such a figure
+// is left unknown rather than recorded too low, because a share sized from
+// too low a figure is too small. Every other figure, and every claim the
+// process cannot belong to, is recorded as usual:
+//
+//   - A process read in an earlier cycle keeps the owner it had while NVML
+//     lists it: an exited process's last samples are its own pod's, and no
+//     neighbour's.
+//   - A process whose cgroup cannot be read, and never could, may be any
+//     claim's on the GPU or none's (a host process, where the plugin does
+//     not see the host's PIDs). For every claim here it makes the
+//     utilisation unknown if it has any, and the memory if it holds any;
+//     an exited process's empty sample costs nothing.
+//   - The MPS server (nvidia-cuda-mps-server outside the claims' pods)
+//     stands for its clients, which are the claims whose shares the GPU's
+//     MPS daemon enforces, and never for the others. NVML may list a
+//     client's work under the client's PID or under the server's. The
+//     server runs no kernel of its own, so any utilisation under its PID is
+//     its clients'. Its memory is its own context where a client shows
+//     memory under its own PID, and its clients' where none does. With one
+//     client claim, both are that claim's; with several, how they split is
+//     unknown, and the figure is left unknown for each.
+func (r *deviceReading) attribute(tenants []tenant, owners *podOwners) map[string]*share {
+	out := make(map[string]*share, len(tenants))
+	for _, t := range tenants {
+		out[t.uid] = &share{}
+	}
+	var remembered map[uint32]procOwner
+	if r.reader != nil {
+		remembered = r.reader.owners
+	}
+	seen := make(map[uint32]procOwner, len(r.procs))
+	var servers, unreadable []*procUsage
+	clientMemory := false
 	for pid, p := range r.procs {
-		owner, err := owners.of(pid)
-		if err != nil {
-			unattributed++
-			continue
-		}
-		if !pods[owner] {
-			continue
-		}
-		util += p.util
-		if p.memory == usage.Unknown || s.MemoryBytes == usage.Unknown {
-			s.MemoryBytes = usage.Unknown
+		var o procOwner
+		if uid, err := owners.of(pid); err == nil {
+			o.pod = uid
+		} else if known, ok := remembered[pid]; ok {
+			o = known
 		} else {
-			s.MemoryBytes += p.memory
+			unreadable = append(unreadable, p)
+			continue
+		}
+		claimed := false
+		for _, t := range tenants {
+			if t.pods[o.pod] {
+				out[t.uid].add(p)
+				claimed = true
+				if t.mps && p.memory != 0 {
+					clientMemory = true
+				}
+			}
+		}
+		if !claimed && (o.mpsServer || owners.mpsServer(pid)) {
+			o.mpsServer = true
+			servers = append(servers, p)
+		}
+		seen[pid] = o
+	}
+	if r.reader != nil {
+		r.reader.owners = seen
+	}
+
+	var clients []*share
+	for _, t := range tenants {
+		if t.mps {
+			clients = append(clients, out[t.uid])
 		}
 	}
-	if r.procUtil {
-		s.DutyCyclePercent = min(util, 100)
+	for _, p := range servers {
+		held := *p
+		if clientMemory {
+			held.memory = 0
+		}
+		switch len(clients) {
+		case 0:
+		case 1:
+			clients[0].add(&held)
+		default:
+			for _, s := range clients {
+				if s.hide(&held) {
+					s.mpsServer = true
+				}
+			}
+		}
 	}
-	return s, unattributed
+	for _, p := range unreadable {
+		for _, s := range out {
+			if s.hide(p) {
+				s.unreadable++
+			}
+		}
+	}
+	return out
+}
+
+// logMPSUnsplit says when the MPS server of a GPU starts and stops holding
+// figures of several claims, which the claims' samples then lack.
+func logMPSUnsplit(ctx context.Context, uuid string, rd *deviceReader, shares map[string]*share) {
+	unsplit := false
+	for _, s := range shares {
+		unsplit = unsplit || s.mpsServer
+	}
+	if rd == nil || rd.mpsUnsplit == unsplit {
+		return
+	}
+	rd.mpsUnsplit = unsplit
+	logger := klog.FromContext(ctx).V(2)
+	if unsplit {
+		logger.Info("NVML lists the work of several MPS shares of a GPU under the MPS server's PID: their samples lack what it holds (utilisation, or memory where no client shows its own) until it lists them apart", "gpu", uuid)
+	} else {
+		logger.Info("The MPS server of a GPU no longer holds figures of several shares", "gpu", uuid)
+	}
+}
+
+// mpsGPUs are the GPUs, by UUID, whose MPS daemon enforces the claim's share.
+func (d *Driver) mpsGPUs(rec checkpoint.Claim) map[string]bool {
+	var out map[string]bool
+	for _, dev := range rec.Devices {
+		if dev.Sharing == nil || !dev.Sharing.MPS {
+			continue
+		}
+		if g, ok := d.device(dev.Name); ok {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[g.UUID] = true
+		}
+	}
+	return out
 }
 
 func (rd *deviceReader) free() {
@@ -385,11 +581,21 @@ func (g *gpmReader) read(lib nvml.Interface, h nvml.Device) (sm, dram float64) {
 	return sm, dram
 }
 
+// procOwner is whose a GPU process is.
+type procOwner struct {
+	// pod is the UID of the pod whose container runs the process; "" for
+	// one outside any pod.
+	pod types.UID
+	// mpsServer: the process is an MPS server outside the claims' pods.
+	mpsServer bool
+}
+
 // podOwners tells which pod a GPU process belongs to, from its cgroup,
-// once per process per cycle.
+// and whether it is an MPS server, once per process per cycle.
 type podOwners struct {
-	root  string
-	byPID map[uint32]podOwner
+	root    string
+	byPID   map[uint32]podOwner
+	servers map[uint32]bool
 }
 
 type podOwner struct {
@@ -427,4 +633,22 @@ func (o *podOwners) of(pid uint32) (types.UID, error) {
 	}
 	o.byPID[pid] = owner
 	return owner.uid, owner.err
+}
+
+// mpsServerCommand is what an MPS server runs. Its /proc/<pid>/comm is cut
+// to 15 characters, nvidia-cuda-mps, as the control daemon's is: the
+// command line tells them apart.
+const mpsServerCommand = "nvidia-cuda-mps-server"
+
+// mpsServer says whether pid runs the MPS server; false where its command
+// line cannot be read.
+func (o *podOwners) mpsServer(pid uint32) bool {
+	if is, ok := o.servers[pid]; ok {
+		return is
+	}
+	cmdline, err := os.ReadFile(filepath.Join(o.root, fmt.Sprint(pid), "cmdline"))
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	is := err == nil && filepath.Base(string(argv0)) == mpsServerCommand
+	o.servers[pid] = is
+	return is
 }

@@ -357,7 +357,8 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 
 // TestUnattributableProcessDropsTheSample: a process on a shared GPU whose
 // pod cannot be read might be the claim's own; the claim's figures without
-// it would be too low, so the sample is dropped.
+// it would be too low, so those it holds, here both, are left out
+// (TestSharedGPUAttribution has the rule).
 func TestUnattributableProcessDropsTheSample(t *testing.T) {
 	bed := newUsageBed(t)
 	d := bed.driver(t)
