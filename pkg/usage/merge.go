@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -105,7 +106,11 @@ func Merge(ctx context.Context, prev *prismv1alpha1.UsageProfile, f Finished) *p
 		out.PeakMemory = resource.NewQuantity(peak, resource.BinarySI)
 	}
 	out.Samples = samples
-	out.Runs++
+	// Runs counts up to its type's end: a count that had reached it
+	// would otherwise turn negative, and the API server refuse it.
+	if out.Runs < math.MaxInt32 {
+		out.Runs++
+	}
 	out.ProductName = f.ProductName
 	out.Share = granted(f.Share)
 	out.Exceeded = Exceeded(f.Run, f.Share)

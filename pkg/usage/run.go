@@ -71,13 +71,15 @@ func (r *Run) Add(s Sample) {
 	}
 }
 
-// Samples is how many samples gave a duty cycle.
+// Samples is how many samples gave a duty cycle. A run is read back from
+// the plugin's state directory; counts that could not have been added up
+// (negative, or past int32 together) are taken at their bound.
 func (r *Run) Samples() int32 {
-	var n int32
+	var n int64
 	for _, c := range r.DutyCycle {
-		n += c
+		n += int64(max(c, 0))
 	}
-	return n
+	return int32(min(n, math.MaxInt32))
 }
 
 // DutyCyclePercentile is the nearest-rank p-th percentile (0 < p <= 100)
@@ -111,9 +113,15 @@ func (r *Run) DRAMActivityMean() (float64, bool) {
 	return mean(r.DRAMActivitySum, r.DRAMActivitySamples)
 }
 
+// mean is sum/n within 0 to 100 per cent, the range Add keeps every
+// sample in; a run read back with sums out of it has no mean.
 func mean(sum float64, n int32) (float64, bool) {
-	if n == 0 {
+	if n <= 0 {
 		return 0, false
 	}
-	return sum / float64(n), true
+	m := sum / float64(n)
+	if !(m >= 0 && m <= 100) {
+		return 0, false
+	}
+	return m, true
 }
