@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -189,7 +190,7 @@ func floodReplicas(replicas []*webhookUnderLoad, o FloodOptions) ([2][]time.Dura
 // condition is false): only the controllers read and write them. It
 // returns a function that deletes them.
 func registerWebhookConfigs(ctx context.Context, client kubernetes.Interface, replicas []*webhookUnderLoad) (func(), error) {
-	url := replicas[0].url
+	address := replicas[0].url
 	never := []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "false"}}
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
@@ -197,7 +198,7 @@ func registerWebhookConfigs(ctx context.Context, client kubernetes.Interface, re
 	}}
 	none := admissionregistrationv1.SideEffectClassNone
 	ignore := admissionregistrationv1.Ignore
-	cc := admissionregistrationv1.WebhookClientConfig{URL: &url}
+	cc := admissionregistrationv1.WebhookClientConfig{URL: &address}
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: webhook.MutatingConfigName},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "rewrite.gpu.prism.dev", ClientConfig: cc, Rules: rules, MatchConditions: never,
@@ -300,8 +301,10 @@ func newFlood(replicas []*webhookUnderLoad) *flood {
 		},
 		statuses: map[string]int{},
 	}
+	// The forger knows the address, not the path token.
 	for _, w := range replicas {
-		f.targets = append(f.targets, strings.TrimSuffix(w.url, webhook.RewritePath))
+		u, _ := url.Parse(w.url)
+		f.targets = append(f.targets, u.Scheme+"://"+u.Host)
 	}
 	tenCostly := make([]string, 10)
 	for i := range tenCostly {
