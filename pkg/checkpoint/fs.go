@@ -17,47 +17,26 @@ limitations under the License.
 package checkpoint
 
 import (
-	"io"
 	"os"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
-// fileSystem holds the steps of an atomic write, so that tests can make
-// each of them fail; a full disk or an EIO cannot be provoked portably
-// with real files.
+// fileSystem holds the steps of the snapshot's atomic rewrite, of moving a
+// damaged file aside and of opening the journal, so that tests can make
+// each of them fail.
 type fileSystem interface {
-	CreateTemp(dir, pattern string) (file, error)
+	atomicfile.FS
 	// OpenAppend opens an existing file for appending.
-	OpenAppend(name string) (file, error)
-	Rename(oldpath, newpath string) error
-	Remove(name string) error
-	SyncDir(dir string) error
+	OpenAppend(name string) (atomicfile.File, error)
 }
 
-type file interface {
-	io.Writer
-	Sync() error
-	Close() error
-	Name() string
-}
+type osFS struct{ atomicfile.OS }
 
-type osFS struct{}
-
-func (osFS) CreateTemp(dir, pattern string) (file, error) { return os.CreateTemp(dir, pattern) }
-func (osFS) OpenAppend(name string) (file, error) {
-	return os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
-}
-func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
-func (osFS) Remove(name string) error             { return os.Remove(name) }
-
-// SyncDir makes a rename in dir durable.
-func (osFS) SyncDir(dir string) error {
-	d, err := os.Open(dir)
+func (osFS) OpenAppend(name string) (atomicfile.File, error) {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := d.Sync(); err != nil {
-		_ = d.Close()
-		return err
-	}
-	return d.Close()
+	return f, nil
 }

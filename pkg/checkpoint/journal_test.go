@@ -25,6 +25,8 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/prismgpu/prism/pkg/atomicfile/atomicfiletest"
 )
 
 type op struct {
@@ -269,14 +271,14 @@ func TestFailedAppendIsRepairedByARewrite(t *testing.T) {
 			if err := s.PutClaims(ctx, true, started("a")); err != nil {
 				t.Fatal(err)
 			}
-			ffs.setFailAt(failAt)
-			if err := s.PutClaims(ctx, true, completed("a")); !errors.Is(err, errInjected) {
+			ffs.FailAt(failAt)
+			if err := s.PutClaims(ctx, true, completed("a")); !errors.Is(err, atomicfiletest.ErrInjected) {
 				t.Fatalf("PutClaims = %v, want the injected failure", err)
 			}
 			if got := s.List(); !reflect.DeepEqual(got, []Claim{started("a")}) {
 				t.Errorf("memory changed by a failed append: %+v", got)
 			}
-			ffs.setFailAt("")
+			ffs.FailAt("")
 			before, _ := os.Stat(e.path())
 			if err := s.PutClaims(ctx, true, completed("b")); err != nil {
 				t.Fatal(err)

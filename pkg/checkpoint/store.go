@@ -36,6 +36,8 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 const (
@@ -124,9 +126,7 @@ const compactFloor = 256 << 10
 
 // Store holds the checkpoint in memory and persists every change.
 type Store struct {
-	dir     string
 	path    string
-	name    string
 	bootID  string
 	fs      fileSystem
 	observe func(ctx context.Context, step string, d time.Duration)
@@ -135,7 +135,7 @@ type Store struct {
 	// next change must rewrite it whole: after Open and Reload, after a
 	// failed write, and once the journal outgrew the snapshot. seq numbers
 	// the appended changes since the last rewrite.
-	journal       file
+	journal       atomicfile.File
 	journalBytes  int64
 	snapshotBytes int64
 	seq           int64
@@ -199,8 +199,6 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, Recovered, err
 		return nil, rec, fmt.Errorf("creating checkpoint directory: %w", err)
 	}
 	s := &Store{
-		dir:     dir,
-		name:    opts.FileName,
 		path:    filepath.Join(dir, opts.FileName),
 		fs:      opts.fs,
 		observe: opts.Observe,
@@ -470,7 +468,12 @@ func (s *Store) compact(ctx context.Context, d *Data) error {
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	if err := s.writeAtomic(content); err != nil {
+	// A crash at any point leaves either the old or the new file in place,
+	// never a mix. If the final directory sync fails the new file may
+	// already be visible; memory then still holds the old state, and the
+	// next successful write, which is a rewrite because a failed one leaves
+	// no journal open, brings the two back together.
+	if err := atomicfile.WriteFileFS(s.fs, s.path, content, 0o600); err != nil {
 		return fmt.Errorf("writing checkpoint %s: %w", s.path, err)
 	}
 	s.snapshotBytes, s.journalBytes, s.seq = int64(len(content)), 0, 0
@@ -500,46 +503,9 @@ func (s *Store) Close() {
 	s.closeJournal()
 }
 
-// writeAtomic replaces the checkpoint so that a crash at any point leaves
-// either the old or the new file in place, never a mix. If the final
-// directory sync fails the new file may already be visible; memory then
-// still holds the old state, and the next successful write, which is a
-// rewrite because a failed one leaves no journal open, brings the two back
-// together.
-func (s *Store) writeAtomic(content []byte) (err error) {
-	f, err := s.fs.CreateTemp(s.dir, s.name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("creating temporary file: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = s.fs.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(content); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("writing temporary file: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("syncing temporary file: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("closing temporary file: %w", err)
-	}
-	if err = s.fs.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("renaming temporary file: %w", err)
-	}
-	if err = s.fs.SyncDir(s.dir); err != nil {
-		return fmt.Errorf("syncing directory: %w", err)
-	}
-	return nil
-}
-
 // removeTempFiles deletes leftovers of writes interrupted by a crash.
 func (s *Store) removeTempFiles(logger klog.Logger) {
-	leftovers, err := filepath.Glob(filepath.Join(s.dir, s.name+".tmp-*"))
+	leftovers, err := atomicfile.Leftovers(s.path)
 	if err != nil {
 		return
 	}

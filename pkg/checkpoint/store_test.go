@@ -33,6 +33,9 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
+	"github.com/prismgpu/prism/pkg/atomicfile/atomicfiletest"
 )
 
 const (
@@ -411,6 +414,7 @@ func TestUpdateFailureLeavesStateUnchanged(t *testing.T) {
 	}{
 		{failAt: "create", diskUnchanged: true},
 		{failAt: "write", diskUnchanged: true},
+		{failAt: "chmod", diskUnchanged: true},
 		{failAt: "sync", diskUnchanged: true},
 		{failAt: "close", diskUnchanged: true},
 		{failAt: "rename", diskUnchanged: true},
@@ -429,7 +433,7 @@ func TestUpdateFailureLeavesStateUnchanged(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			ffs.setFailAt(tc.failAt)
+			ffs.FailAt(tc.failAt)
 			after := before
 			after.State = PrepareCompleted
 			_, ctx := ktesting.NewTestContext(t)
@@ -438,7 +442,7 @@ func TestUpdateFailureLeavesStateUnchanged(t *testing.T) {
 				d.Claims["uid-b"] = sampleClaim("uid-b", PrepareStarted)
 				return nil
 			})
-			if !errors.Is(err, errInjected) {
+			if !errors.Is(err, atomicfiletest.ErrInjected) {
 				t.Fatalf("Update error = %v, want the injected failure", err)
 			}
 			if got := s.List(); !reflect.DeepEqual(got, []Claim{before}) {
@@ -455,7 +459,7 @@ func TestUpdateFailureLeavesStateUnchanged(t *testing.T) {
 				t.Errorf("temporary files left behind: %v", tmp)
 			}
 
-			ffs.setFailAt("")
+			ffs.FailAt("")
 			mustUpdate(t, s, put(after))
 			reopened, _ := e.open(t)
 			if got := reopened.List(); !reflect.DeepEqual(got, []Claim{after}) {
@@ -643,91 +647,15 @@ func TestConcurrentUpdates(t *testing.T) {
 	}
 }
 
-var errInjected = errors.New("injected failure")
+// faultyFS fails one step of the atomic write or of an append.
+type faultyFS struct{ atomicfiletest.FS }
 
-// faultyFS fails one step of the atomic write.
-type faultyFS struct {
-	mu     sync.Mutex
-	failAt string
-}
-
-func (f *faultyFS) setFailAt(step string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failAt = step
-}
-
-func (f *faultyFS) fail(step string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failAt == step {
-		return fmt.Errorf("%s: %w", step, errInjected)
-	}
-	return nil
-}
-
-func (f *faultyFS) CreateTemp(dir, pattern string) (file, error) {
-	if err := f.fail("create"); err != nil {
-		return nil, err
-	}
-	real, err := osFS{}.CreateTemp(dir, pattern)
-	if err != nil {
-		return nil, err
-	}
-	return &faultyFile{file: real, fs: f}, nil
-}
-
-func (f *faultyFS) OpenAppend(name string) (file, error) {
+func (f *faultyFS) OpenAppend(name string) (atomicfile.File, error) {
 	real, err := osFS{}.OpenAppend(name)
 	if err != nil {
 		return nil, err
 	}
-	return &faultyFile{file: real, fs: f}, nil
-}
-
-func (f *faultyFS) Rename(oldpath, newpath string) error {
-	if err := f.fail("rename"); err != nil {
-		return err
-	}
-	return osFS{}.Rename(oldpath, newpath)
-}
-
-func (f *faultyFS) Remove(name string) error { return osFS{}.Remove(name) }
-
-func (f *faultyFS) SyncDir(dir string) error {
-	if err := f.fail("syncdir"); err != nil {
-		return err
-	}
-	return osFS{}.SyncDir(dir)
-}
-
-type faultyFile struct {
-	file
-	fs *faultyFS
-}
-
-func (f *faultyFile) Write(p []byte) (int, error) {
-	if err := f.fs.fail("write"); err != nil {
-		// A short write, as on a full disk.
-		n, _ := f.file.Write(p[:len(p)/2])
-		return n, err
-	}
-	return f.file.Write(p)
-}
-
-func (f *faultyFile) Sync() error {
-	if err := f.fs.fail("sync"); err != nil {
-		return err
-	}
-	return f.file.Sync()
-}
-
-func (f *faultyFile) Close() error {
-	if err := f.fs.fail("close"); err != nil {
-		_ = f.file.Close()
-		return err
-	}
-	return f.file.Close()
+	return f.File(real), nil
 }
 
 // An unsynced change must still be readable by the next Open: only its

@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/atomicfile"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/usage"
@@ -349,19 +350,7 @@ func (u *usageSampler) write(r usageRecord) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(u.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(u.dir, string(r.Claim.UID)+".json"))
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	if err := atomicfile.WriteFile(filepath.Join(u.dir, string(r.Claim.UID)+".json"), data, 0o600); err != nil {
 		return fmt.Errorf("write usage record of claim %s: %w", r.Claim.UID, err)
 	}
 	return nil

@@ -20,9 +20,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 const archiveDir = "archive"
@@ -90,7 +93,10 @@ func keepReport(ctx context.Context, src, dst string) error {
 		if r == nil {
 			continue
 		}
-		err = copyFileAtomic(filepath.Join(dst, name), r)
+		err = atomicfile.Write(filepath.Join(dst, name), 0o644, func(w io.Writer) error {
+			_, err := io.Copy(w, r)
+			return err
+		})
 		r.close()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("archiving %s: %w", name, err))

@@ -17,11 +17,9 @@ limitations under the License.
 package profiling
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +34,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/atomicfile"
 	"github.com/prismgpu/prism/pkg/ncu"
 )
 
@@ -203,7 +202,7 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 		return nil, fmt.Errorf("profiling claim %s: %w", claimUID, err)
 	}
 	preload := filepath.Join(root, preloadFile)
-	if err := writeFileAtomic(preload, []byte(ContainerShimPath+"\n")); err != nil {
+	if err := atomicfile.WriteFile(preload, []byte(ContainerShimPath+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("writing the preload list: %w", err)
 	}
 	dir := ClaimDir(opts.StateDir, claimUID)
@@ -223,7 +222,7 @@ func Prepare(ctx context.Context, opts Options, claimUID string, cfg *gpuv1alpha
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("opening profile directory %s to the container: %w", dir, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, ArgsFile), []byte(strings.Join(args, "\n")+"\n")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, ArgsFile), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("writing ncu arguments: %w", err)
 	}
 	recordVersion(ctx, ncuPath, dir)
@@ -308,36 +307,9 @@ func recordVersion(ctx context.Context, ncuPath, dir string) {
 		logger.Info("Could not record the ncu version", "ncu", ncuPath, "err", err)
 		return
 	}
-	if err := writeFileAtomic(filepath.Join(dir, VersionFile), out); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, VersionFile), out, 0o644); err != nil {
 		logger.Info("Could not record the ncu version", "err", err)
 	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	return copyFileAtomic(path, bytes.NewReader(data))
-}
-
-// copyFileAtomic writes what r holds to path through a temporary file and
-// a rename, so that path never holds part of it; on a read error nothing
-// is written.
-func copyFileAtomic(path string, r io.Reader) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after a successful rename
-	if _, err := io.Copy(tmp, r); err != nil {
-		tmp.Close() //nolint:errcheck // the copy error is the one to report
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close() //nolint:errcheck // the chmod error is the one to report
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 func validateClaimUID(uid string) error {

@@ -27,6 +27,7 @@ import (
 	"strings"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 // jobFile, in a claim directory beside out/, is the plugin's: the claim's
@@ -94,5 +95,5 @@ func writeJob(dir string, job Job) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, jobFile), data)
+	return atomicfile.WriteFile(filepath.Join(dir, jobFile), data, 0o644)
 }

@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 // File names in the certificate directory. They are the keys of a
@@ -331,32 +333,10 @@ func (s *SelfSigned) write(certPEM, keyPEM []byte, ca *x509.Certificate) error {
 		data []byte
 		mode os.FileMode
 	}{{KeyFile, keyPEM, 0o600}, {CertFile, certPEM, 0o644}, {CAFile, caPEM, 0o644}} {
-		if err := writeAtomic(filepath.Join(s.opts.Dir, f.name), f.data, f.mode); err != nil {
-			return err
+		path := filepath.Join(s.opts.Dir, f.name)
+		if err := atomicfile.WriteFile(path, f.data, f.mode); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
 		}
-	}
-	return nil
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 // Usage is what the simulated GPUs show workloads using, read from a fleet's
@@ -71,11 +73,7 @@ func WriteUsage(path string, u Usage) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write usage file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("write usage file: %w", err)
 	}
 	return nil

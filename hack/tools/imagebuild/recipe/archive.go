@@ -36,6 +36,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/prismgpu/prism/pkg/atomicfile"
 )
 
 // Annotations on the archive's index.json entry.
@@ -62,7 +64,7 @@ func compressLayer(raw []byte, path string) error {
 		return err
 	}
 	defer rc.Close()
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
 		_, err := io.Copy(w, rc)
 		return err
 	})
@@ -139,7 +141,7 @@ func writeArchive(path, ref string, top mutate.Appendable, mtime time.Time) erro
 	if _, err := layout.Write(dir, idx); err != nil {
 		return err
 	}
-	return writeFileAtomic(path, func(w io.Writer) error { return tarDir(w, dir, mtime) })
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error { return tarDir(w, dir, mtime) })
 }
 
 // tarDir writes the files under dir in lexical order, owned by 0:0 and
@@ -175,27 +177,6 @@ func tarDir(w io.Writer, dir string, mtime time.Time) error {
 		return err
 	}
 	return tw.Close()
-}
-
-// writeFileAtomic writes path through a temporary file beside it, so a
-// reader (or a build sharing the cache) never sees half of it.
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	err = write(tmp)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // Archive is an image archive read back, for inspection.
@@ -312,7 +293,7 @@ func untar(path, dir string) error {
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return err
 			}
-			return writeFileAtomic(p, func(w io.Writer) error {
+			return atomicfile.Write(p, 0o644, func(w io.Writer) error {
 				_, err := io.Copy(w, content)
 				return err
 			})
