@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 )
 
@@ -79,27 +80,31 @@ func TestOneCallWritesOneChangePerPhase(t *testing.T) {
 
 // Two time-sliced shares of one GPU released in one call: neither sees the
 // other as a remaining user, so the GPU goes back to the default slice.
+// Prepare refuses such shares now; these are the records of a plugin from
+// before that, which the upgraded one still releases.
 func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
 	d.cfg.TimeSlicer = slices
-	cfg := opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`)
-	a, b := sharedClaim("a", "20Gi"), sharedClaim("b", "20Gi")
-	a.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfg}
-	b.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfg}
-	for uid, r := range prepare(t, d, a, b) {
-		if r.Err != nil {
-			t.Fatalf("claim %s: %v", uid, r.Err)
-		}
-	}
 	g, _ := d.device("gpu-0")
-	if got := slices.Get(g.UUID); got != "Long" {
-		t.Fatalf("time slice after prepare = %q, want Long", got)
-	}
-	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: a.UID}, {UID: b.UID}}); err != nil {
+	ctx := context.Background()
+	if err := slices.SetTimeSlice(ctx, g.UUID, gpuv1alpha1.LongTimeSlice); err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Get(g.UUID); got != "Default" {
+	var records []checkpoint.Claim
+	for _, uid := range []string{"a", "b"} {
+		records = append(records, checkpoint.Claim{UID: uid, Namespace: "ns", Name: "claim-" + uid, State: checkpoint.PrepareCompleted, Devices: []checkpoint.Device{{
+			Requests: []string{"gpu"}, Pool: testNode, Name: "gpu-0", ShareID: "share-" + uid,
+			Sharing: &checkpoint.Sharing{Strategy: string(gpuv1alpha1.TimeSlicingSharing), TimeSlice: string(gpuv1alpha1.LongTimeSlice), MemoryShareBytes: 20 << 30},
+		}}})
+	}
+	if err := d.checkpoint.PutClaims(ctx, true, records...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "a"}, {UID: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Get(g.UUID); got != gpuv1alpha1.DefaultTimeSlice {
 		t.Errorf("time slice after both were released = %q, want Default", got)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/mps"
@@ -53,11 +52,14 @@ func (d *Driver) newMPS(ctx context.Context) {
 }
 
 // mpsShare says whether a device is a share that MPS should enforce: a
-// share of part of the GPU (see sharedDevice), not set up for
-// time-slicing by the claim's own config.
+// share of part of the GPU (see sharedDevice). A share of the whole GPU,
+// which a claim that names no amount gets on a shareable GPU, has the GPU
+// to itself and is not one. plan refuses a share whose config sets a
+// strategy a share cannot take, so that no claim's config takes its share
+// out of MPS.
 func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
 	s := dev.Sharing
-	if dev.ShareID == "" || s == nil || s.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
+	if dev.ShareID == "" || s == nil {
 		return false
 	}
 	partialCompute := s.ComputePercent > 0 && s.ComputePercent < 100

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -211,5 +212,74 @@ func TestSharesRunTimeSlicedWithoutMPS(t *testing.T) {
 	}
 	if got := d.checkpoint.MPSDaemons(); len(got) != 0 {
 		t.Errorf("daemons recorded without MPS: %+v", got)
+	}
+}
+
+// TestATimeSlicedShareIsRefused: a share of part of a GPU whose GpuConfig
+// asks for time-slicing is refused at prepare, before anything touches the
+// GPU: MPS would not enforce it, and the time slice is the whole GPU's. The
+// neighbouring share keeps its MPS daemon and the GPU its time slice. A
+// share of the whole GPU has the GPU to itself and is time-sliced as asked.
+func TestATimeSlicedShareIsRefused(t *testing.T) {
+	timeSliced := opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`)
+	exclusive := opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`)
+	withConfig := func(c *resourceapi.ResourceClaim, cfg resourceapi.DeviceAllocationConfiguration) *resourceapi.ResourceClaim {
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{cfg}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		// neighbour: an MPS share of the GPU is prepared first.
+		neighbour bool
+		wantErr   string // "": prepared
+		wantSlice gpuv1alpha1.TimeSliceInterval
+	}{
+		{"compute and memory", withConfig(computeShare("a", 10, "4Gi"), timeSliced), true,
+			"prepare claim ns/claim-a: device gpu-0 of request gpu is a share of the GPU (10% compute, 4Gi memory), and its GpuConfig sets sharing.strategy TimeSlicing: " +
+				"a share cannot be time-sliced: MPS enforces it, and a time slice is set for the whole GPU, which other claims' shares run on; remove the sharing configuration, or ask for a whole GPU", ""},
+		{"memory", withConfig(sharedClaim("a", "4Gi"), timeSliced), true, "is a share of the GPU (4Gi memory)", ""},
+		// An H100's 81559Mi hold 79Gi and less than a step besides.
+		{"compute, and all the memory", withConfig(computeShare("a", 50, "79Gi"), timeSliced), false, "is a share of the GPU (50% compute, 79Gi memory)", ""},
+		{"Exclusive", withConfig(computeShare("a", 10, "4Gi"), exclusive), true, "", ""},
+		{"the whole GPU", withConfig(sharedClaim("a", "79Gi"), timeSliced), false, "", gpuv1alpha1.LongTimeSlice},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMPSDriver(t)
+			d := m.start(t)
+			slices := &RecordedTimeSlices{}
+			d.cfg.TimeSlicer = slices
+			var before cdispec.ContainerEdits
+			if tc.neighbour {
+				if r := prepare(t, d, computeShare("n", 45, "8Gi"))["n"]; r.Err != nil {
+					t.Fatal(r.Err)
+				}
+				before = deviceEdits(t, m.state, "n")
+			}
+			err := prepare(t, d, tc.claim)["a"].Err
+			_, recorded := d.checkpoint.Get("a")
+			_, specErr := os.Stat(filepath.Join(m.state, "cdi", cdi.SpecFileName("a")))
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("prepare: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("prepare error %v, want one containing %q", err, tc.wantErr)
+			case tc.wantErr != "" && (recorded || !os.IsNotExist(specErr)):
+				t.Errorf("refused share left a record (%v) or a CDI spec (%v)", recorded, specErr)
+			}
+			g, _ := d.device("gpu-0")
+			if got := slices.Get(g.UUID); got != tc.wantSlice {
+				t.Errorf("time slice of gpu-0 %q, want %q", got, tc.wantSlice)
+			}
+			if !tc.neighbour {
+				return
+			}
+			if diff := cmp.Diff(before, deviceEdits(t, m.state, "n")); diff != "" {
+				t.Errorf("the neighbour's container edits changed (-before +after):\n%s", diff)
+			}
+			if _, ok := d.checkpoint.MPSDaemons()[g.UUID]; !ok {
+				t.Errorf("the neighbour's MPS daemon is gone")
+			}
+		})
 	}
 }

@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -429,6 +430,16 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 				dev.Sharing.ComputePercent = int32(min(q.Value(), 100))
 			}
 		}
+		// prism-validate refuses this at admission; a claim created while
+		// it was down, or given the config by its DeviceClass, is refused
+		// here, before the GPU's time slice, which the other shares run
+		// under, is touched.
+		if cfg.Sharing != nil && mpsShare(dev, gpuDev) {
+			if err := cfg.Sharing.Strategy.ShareConflict(); err != nil {
+				return rec, fmt.Errorf("device %s of request %s is a share of the GPU (%s), and its GpuConfig sets sharing.strategy %s: %w; remove the sharing configuration, or ask for a whole GPU",
+					result.Device, result.Request, shareText(dev.Sharing), cfg.Sharing.Strategy, err)
+			}
+		}
 		rec.Devices = append(rec.Devices, dev)
 	}
 	if len(rec.Devices) == 0 {
@@ -482,6 +493,19 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		break
 	}
 	return rec, nil
+}
+
+// shareText is a share as its author asked for it: "10% compute, 4Gi
+// memory".
+func shareText(s *checkpoint.Sharing) string {
+	var parts []string
+	if s.ComputePercent > 0 {
+		parts = append(parts, fmt.Sprintf("%d%% compute", s.ComputePercent))
+	}
+	if s.MemoryShareBytes > 0 {
+		parts = append(parts, resource.NewQuantity(s.MemoryShareBytes, resource.BinarySI).String()+" memory")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // sharedDevice names a device of the claim that other workloads may use at

@@ -55,6 +55,11 @@ func TestMemoryFloorForm(t *testing.T) {
 		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
 		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCEL) + ": every rewritten request names its own", "30Gi", true},
 		{"a memory share is a share, not a floor", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
+		// An amount of memory would make a time-sliced request a share,
+		// which the validating webhook refuses.
+		{"a time-sliced request keeps the floor in CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity(), NoShareRequests("gpu")},
+			string(FormCEL) + ": every rewritten request names its own gpu.prism.dev/memory amount, or has a GpuConfig whose sharing strategy a share cannot take", "", true},
+		{"a time-sliced request gets no memory share", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity(), NoShareRequests("gpu")}, "", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := exactGPU("gpu", 1)

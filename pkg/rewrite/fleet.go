@@ -99,6 +99,8 @@ type options struct {
 	partitions bool
 	// exclusive: see ExclusiveRequests.
 	exclusive map[string]bool
+	// noShare: see NoShareRequests.
+	noShare map[string]bool
 }
 
 // WithFleet makes Rewrite cut its ladders from the published fleet instead

@@ -312,9 +312,15 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 				reqLadder, reqGenerated = append(reqLadder, t), append(reqGenerated, generated[i])
 			}
 		}
+		// A request that may not be a share gets no amount of memory: not
+		// its memory share, and its floor in CEL.
+		reqNeeds, reqFloor := n, capacityFloor
+		if o.noShare[req.Name] {
+			reqNeeds.share, reqFloor = nil, false
+		}
 		// A memory amount the user wrote stays the request; the floor stays
 		// in CEL beside it (see subrequests).
-		if capacityFloor && plan.MemoryFloor.IsZero() && !namesMemory(req.Exactly) {
+		if reqFloor && plan.MemoryFloor.IsZero() && !namesMemory(req.Exactly) {
 			plan.MemoryFloor = floorForm
 		}
 		requestBounds := bounds
@@ -328,7 +334,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 				boundsForm = celBecause("request %s %s", req.Name, why)
 			}
 		}
-		subs, err := subrequests(req.Exactly, reqLadder, reqGenerated, n, capacityFloor, requestBounds)
+		subs, err := subrequests(req.Exactly, reqLadder, reqGenerated, reqNeeds, reqFloor, requestBounds)
 		if err != nil {
 			return nil, nil, fmt.Errorf("rewrite for profile %q: %w", plan.Profile, err)
 		}
@@ -365,7 +371,7 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	switch {
 	case len(plan.Rewritten) == 0 || !plan.MemoryFloor.IsZero():
 	case capacityFloor:
-		plan.MemoryFloor = celBecause("every rewritten request names its own %s amount", gpuv1alpha1.MemoryCapacity.Qualified())
+		plan.MemoryFloor = celBecause("every rewritten request names its own %s amount, or has a GpuConfig whose sharing strategy a share cannot take", gpuv1alpha1.MemoryCapacity.Qualified())
 	default:
 		plan.MemoryFloor = floorForm // declined, and why; zero where not asked
 	}

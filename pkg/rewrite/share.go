@@ -306,6 +306,24 @@ func ExclusiveRequests(requests ...string) Option {
 	}
 }
 
+// NoShareRequests names the claim's requests whose GpuConfig sets a
+// sharing strategy that a share cannot take (TimeSlicing; see
+// gpuv1alpha1.SharingStrategy.ShareConflict). They get no amount of a
+// shareable capacity (gpuv1alpha1.SharedCapacities): no share, no memory
+// share, and the memory floor in CEL, because any amount would make them a
+// share, which the validating webhook refuses and the kubelet plugin does
+// not prepare. The caller reads the configs; see docs/sharing.md.
+func NoShareRequests(requests ...string) Option {
+	return func(o *options) {
+		if o.noShare == nil {
+			o.noShare = map[string]bool{}
+		}
+		for _, r := range requests {
+			o.noShare[r] = true
+		}
+	}
+}
+
 // shareStep decides the share the profile gets, if the caller offers
 // shares: the share tier, or nil and why not in the plan.
 func (o options) shareStep(p Profile) (*tier, *SharePlan) {
@@ -366,6 +384,8 @@ func (o options) shareIneligible(e *resourceapi.ExactDeviceRequest, request stri
 		return "names its own capacity amounts, which are kept", false
 	case o.exclusive[request]:
 		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
+	case o.noShare[request]:
+		return "its GpuConfig sets a sharing strategy that a share cannot take", true
 	}
 	return "", false
 }

@@ -207,6 +207,11 @@ func TestRewriteOffersTheShareFirst(t *testing.T) {
 			nil, "opted-out", nil},
 		{"the claim's GpuConfig says Exclusive", Profile{Name: "p", Usage: measured}, gpuSpec(exactGPU("gpu", 1)), []Option{ExclusiveRequests("gpu")},
 			nil, "opted-out", []Untouched{{"gpu", "its GpuConfig sets sharing.strategy Exclusive"}}},
+		// A share cannot be time-sliced; the validating webhook would
+		// refuse the claim with a share tier.
+		{"the claim's GpuConfig says TimeSlicing", memoryBound, gpuSpec(exactGPU("gpu", 1)), []Option{NoShareRequests("gpu")},
+			map[string][]subSummary{"gpu": {{Name: "ultra"}, {Name: "high"}, {Name: "fits"}}}, "opted-out",
+			[]Untouched{{"gpu", "its GpuConfig sets a sharing strategy that a share cannot take"}}},
 		{"several GPUs, or amounts named, keep whole GPUs", memoryBound, gpuSpec(exactGPU("one", 1), exactGPU("two", 2), withCapacity), nil,
 			map[string][]subSummary{
 				"one": {{"share", share}, {Name: "ultra"}, {Name: "high"}, {Name: "fits"}},

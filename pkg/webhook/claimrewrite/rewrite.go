@@ -240,9 +240,10 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if r.opts.CapacityForms != nil && r.opts.CapacityForms() {
 		opts = append(opts, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
 	}
-	// The partition step reads the user's opt-outs too, so they go in
-	// whether or not shares are offered.
-	opts = append(opts, rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...))
+	// The partition step reads the user's opt-outs too, and a request that
+	// may not be a share gets no memory share or capacity floor either, so
+	// they go in whether or not shares are offered.
+	opts = append(opts, rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...), rewrite.NoShareRequests(noShareRequests(&claim.Spec)...))
 	if r.shares() {
 		opts = append(opts, rewrite.ShareFromUsage())
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// explicitSharing is the part of a GpuConfig the opt-out reads, decoded
+// explicitSharing is the part of a GpuConfig the share step reads, decoded
 // without gpuv1alpha1.Decode: Decode fills in strategy Exclusive where the
 // user wrote none, and only a strategy the user wrote says "never share
 // me".
@@ -40,11 +40,24 @@ type explicitSharing struct {
 }
 
 // exclusiveRequests returns the GPU requests of spec that a GpuConfig of the
-// claim puts on strategy Exclusive explicitly: they keep whole GPUs. A
-// config that names no requests applies to all of them. A config that does
-// not decode says nothing here; the validating webhook rejects it, and the
-// kubelet plugin refuses it at prepare.
+// claim puts on strategy Exclusive explicitly: they keep whole GPUs.
 func exclusiveRequests(spec *resourceapi.ResourceClaimSpec) []string {
+	return requestsWithStrategy(spec, func(s gpuv1alpha1.SharingStrategy) bool { return s == gpuv1alpha1.ExclusiveSharing })
+}
+
+// noShareRequests returns the GPU requests of spec that a GpuConfig of the
+// claim gives a strategy a share cannot take (TimeSlicing): the rewrite
+// must not make them shares, which the validating webhook would refuse.
+func noShareRequests(spec *resourceapi.ResourceClaimSpec) []string {
+	return requestsWithStrategy(spec, func(s gpuv1alpha1.SharingStrategy) bool { return s.ShareConflict() != nil })
+}
+
+// requestsWithStrategy returns the GPU requests of spec that a GpuConfig of
+// the claim gives a strategy that match says yes to. A config that names
+// no requests applies to all of them. A config that names no strategy, or
+// does not decode, says nothing here; the validating webhook rejects one
+// that does not decode, and the kubelet plugin refuses it at prepare.
+func requestsWithStrategy(spec *resourceapi.ResourceClaimSpec, match func(gpuv1alpha1.SharingStrategy) bool) []string {
 	var all bool
 	named := map[string]bool{}
 	for _, c := range spec.Devices.Config {
@@ -54,7 +67,7 @@ func exclusiveRequests(spec *resourceapi.ResourceClaimSpec) []string {
 		var cfg explicitSharing
 		if err := json.Unmarshal(c.Opaque.Parameters.Raw, &cfg); err != nil ||
 			cfg.APIVersion != gpuv1alpha1.SchemeGroupVersion.String() || cfg.Kind != gpuv1alpha1.GpuConfigKind ||
-			cfg.Sharing == nil || cfg.Sharing.Strategy != gpuv1alpha1.ExclusiveSharing {
+			cfg.Sharing == nil || cfg.Sharing.Strategy == "" || !match(cfg.Sharing.Strategy) {
 			continue
 		}
 		if len(c.Requests) == 0 {

@@ -32,8 +32,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/pkg/webhook/validate"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
@@ -50,6 +53,10 @@ func measured(mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.Worklo
 		mutate(wp)
 	})
 }
+
+// timeSliced is a GpuConfig that time-slices the GPU, which a share cannot
+// take.
+const timeSliced = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
 
 // withConfig is claim-profiled.json with a GpuConfig for its gpu request.
 func withConfig(t *testing.T, parameters string) []byte {
@@ -97,6 +104,9 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 		}), nil, true, []string{"ultra", "high", "fits"}, EventReasonRewritten, "opted-out"},
 		{"the claim's GpuConfig says Exclusive", measured(memoryBound), func(t *testing.T) []byte {
 			return withConfig(t, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`)
+		}, true, []string{"ultra", "high", "fits"}, EventReasonRewritten, "opted-out"},
+		{"the claim's GpuConfig says TimeSlicing", measured(memoryBound), func(t *testing.T) []byte {
+			return withConfig(t, timeSliced)
 		}, true, []string{"ultra", "high", "fits"}, EventReasonRewritten, "opted-out"},
 		{"a GpuConfig that only defaults to Exclusive", measured(memoryBound), func(t *testing.T) []byte {
 			return withConfig(t, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
@@ -173,7 +183,6 @@ func TestExclusiveRequests(t *testing.T) {
 	}
 	const (
 		exclusive   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`
-		timeSliced  = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`
 		profiling   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`
 		foreignKind = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"NicConfig","sharing":{"strategy":"Exclusive"}}`
 	)
@@ -197,6 +206,106 @@ func TestExclusiveRequests(t *testing.T) {
 			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Config: tc.configs}}
 			if diff := cmp.Diff(tc.want, exclusiveRequests(spec)); diff != "" {
 				t.Errorf("exclusive requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A GpuConfig names the requests it time-slices, or all of them.
+func TestNoShareRequests(t *testing.T) {
+	config := func(parameters string, requests ...string) resourceapi.DeviceClaimConfiguration {
+		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{Raw: []byte(parameters)}}}}
+	}
+	const (
+		exclusive = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`
+		profiling = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`
+	)
+	requests := []resourceapi.DeviceRequest{{Name: "a"}, {Name: "b"}}
+	for _, tc := range []struct {
+		name    string
+		configs []resourceapi.DeviceClaimConfiguration
+		want    []string
+	}{
+		{"no config", nil, nil},
+		{"named request", []resourceapi.DeviceClaimConfiguration{config(timeSliced, "b")}, []string{"b"}},
+		{"every request", []resourceapi.DeviceClaimConfiguration{config(timeSliced)}, []string{"a", "b"}},
+		{"Exclusive", []resourceapi.DeviceClaimConfiguration{config(exclusive)}, nil},
+		{"no strategy", []resourceapi.DeviceClaimConfiguration{config(profiling)}, nil},
+		{"another driver", []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "nic.example.com", Parameters: runtime.RawExtension{Raw: []byte(timeSliced)}}}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Config: tc.configs}}
+			if diff := cmp.Diff(tc.want, noShareRequests(spec)); diff != "" {
+				t.Errorf("requests that may not be shares (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTimeSlicedClaimIsNeverAShare: whichever way the rewrite could make a
+// request a share (the share tier, a Fractional profile's memory share, the
+// memory floor as a capacity request), a request whose GpuConfig
+// time-slices its GPU gets none of them, and prism-validate admits what
+// the rewrite wrote.
+func TestTimeSlicedClaimIsNeverAShare(t *testing.T) {
+	// A memory floor, or a Fractional profile's memory share, needs a
+	// measured peak.
+	memoryBound := func(wp *prismv1alpha1.WorkloadProfile) {
+		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
+		wp.Status.PeakMemory = ptr.To(resource.MustParse("20Gi"))
+	}
+	yes := func() bool { return true }
+	for _, tc := range []struct {
+		name    string
+		profile *prismv1alpha1.WorkloadProfile
+		opts    func(*Options)
+	}{
+		{"a share from usage", measured(memoryBound), func(o *Options) { o.Shares = yes }},
+		{"the memory floor as a capacity request", measured(memoryBound), func(o *Options) { o.CapacityForms = yes }},
+		{"a Fractional profile's memory share", measured(func(wp *prismv1alpha1.WorkloadProfile) {
+			memoryBound(wp)
+			wp.Spec.Sharing = prismv1alpha1.SharingFractional
+		}), func(*Options) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, Recorder: record.NewFakeRecorder(10), Metrics: m}
+			tc.opts(&opts)
+			h, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			object := withConfig(t, timeSliced)
+			claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
+			subs := claim.Spec.Devices.Requests[0].FirstAvailable
+			if len(subs) == 0 {
+				t.Fatalf("gpu request not rewritten: %+v", claim.Spec.Devices.Requests[0])
+			}
+			for _, sub := range subs {
+				if c := gpuv1alpha1.SharedCapacities(sub.Capacity); len(c) > 0 {
+					t.Errorf("tier %s of a time-sliced request names amounts of %v", sub.Name, c)
+				}
+			}
+
+			vm, err := webhook.NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := validate.New(vm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rewritten, err := json.Marshal(claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp := webhooktest.Call(t, v, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, rewritten)); !resp.Allowed {
+				t.Errorf("prism-validate refuses the rewritten claim: %s", resp.Result.Message)
 			}
 		})
 	}

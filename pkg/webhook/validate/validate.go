@@ -14,7 +14,8 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package validate is the validating webhook for GpuConfig parameters and
+// Package validate is the validating webhook for GpuConfig parameters (and
+// their sharing strategy where a request asks for a share of a GPU) and
 // the prism.dev/profile annotation in ResourceClaims and
 // ResourceClaimTemplates and for WorkloadProfile specs, with warnings for a
 // prism.dev/profile annotation where nothing reads it.
@@ -98,6 +99,8 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 		claim := &resourceapi.ResourceClaim{}
 		if err = json.Unmarshal(req.Object.Raw, claim); err == nil {
 			errs = validateDeviceConfigs(claim.Spec.Devices.Config, field.NewPath("spec", "devices", "config"))
+			errs = append(errs, validateShareStrategies(req, &claim.Spec, func(old *resourceapi.ResourceClaim) *resourceapi.ResourceClaimSpec { return &old.Spec },
+				field.NewPath("spec", "devices", "config"))...)
 			errs = append(errs, validateProfileAnnotation(req, claim.Annotations, func(old *resourceapi.ResourceClaim) map[string]string { return old.Annotations },
 				field.NewPath("metadata", "annotations"))...)
 		}
@@ -105,6 +108,8 @@ func (v *validator) review(ctx context.Context, req *admissionv1.AdmissionReques
 		tmpl := &resourceapi.ResourceClaimTemplate{}
 		if err = json.Unmarshal(req.Object.Raw, tmpl); err == nil {
 			errs = validateDeviceConfigs(tmpl.Spec.Spec.Devices.Config, field.NewPath("spec", "spec", "devices", "config"))
+			errs = append(errs, validateShareStrategies(req, &tmpl.Spec.Spec, func(old *resourceapi.ResourceClaimTemplate) *resourceapi.ResourceClaimSpec { return &old.Spec.Spec },
+				field.NewPath("spec", "spec", "devices", "config"))...)
 			errs = append(errs, validateProfileAnnotation(req, tmpl.Spec.ObjectMeta.Annotations, func(old *resourceapi.ResourceClaimTemplate) map[string]string { return old.Spec.ObjectMeta.Annotations },
 				field.NewPath("spec", "metadata", "annotations"))...)
 			warnings = appendWarning(warnings, explain.MisplacedOnTemplate(tmpl))

@@ -36,6 +36,8 @@ func TestValidator(t *testing.T) {
 		fixture string
 		kind    metav1.GroupVersionKind
 		op      admissionv1.Operation
+		// oldFixture is the object an update replaces; "": none.
+		oldFixture string
 		// wantDenied lists substrings of the denial message; empty means
 		// the object is admitted.
 		wantDenied  []string
@@ -52,6 +54,32 @@ func TestValidator(t *testing.T) {
 			wantDenied: []string{"spec.devices.config[1].opaque.parameters"},
 		},
 		{name: "claim delete is not validated", fixture: "claim-bad-config.json", kind: webhooktest.ClaimGVK, op: admissionv1.Delete},
+		{
+			// MPS enforces a share; time-slicing would leave it and set the
+			// slice of the GPU the other shares run on.
+			name: "share with a TimeSlicing GpuConfig", fixture: "claim-share-timeslicing.json", kind: webhooktest.ClaimGVK,
+			wantDenied: []string{
+				`spec.devices.config[0].opaque.parameters.sharing.strategy: Invalid value: "TimeSlicing": ` +
+					`request "gpu", which names amounts of gpu.prism.dev/compute and gpu.prism.dev/memory, asks for a share of a GPU: ` +
+					`a share cannot be time-sliced`,
+				"remove the sharing configuration, or the amounts to ask for a whole GPU",
+			},
+		},
+		{name: "share with an Exclusive GpuConfig", fixture: "claim-share-exclusive.json", kind: webhooktest.ClaimGVK},
+		{name: "TimeSlicing for the whole GPU of a claim that also holds a share", fixture: "claim-whole-timeslicing.json", kind: webhooktest.ClaimGVK},
+		{
+			name: "template whose share tier a TimeSlicing GpuConfig reaches", fixture: "template-share-timeslicing.json", kind: webhooktest.TemplateGVK,
+			wantDenied: []string{`spec.spec.devices.config[0].opaque.parameters.sharing.strategy: Invalid value: "TimeSlicing": request "gpu/share", which names an amount of gpu.prism.dev/memory, asks for a share of a GPU`},
+		},
+		{name: "template with TimeSlicing for its whole-GPU tier only", fixture: "template-whole-tier-timeslicing.json", kind: webhooktest.TemplateGVK},
+		{
+			name: "update that brings a share its TimeSlicing", fixture: "claim-share-timeslicing.json", oldFixture: "claim-share-exclusive.json", kind: webhooktest.ClaimGVK, op: admissionv1.Update,
+			wantDenied: []string{"a share cannot be time-sliced"},
+		},
+		{
+			// A claim from before the check must still lose its finalizers.
+			name: "update of a share that was time-sliced already", fixture: "claim-share-timeslicing.json", oldFixture: "claim-share-timeslicing.json", kind: webhooktest.ClaimGVK, op: admissionv1.Update,
+		},
 		{
 			name: "template with invalid GpuConfig", fixture: "template-bad-config.json", kind: webhooktest.TemplateGVK,
 			wantDenied: []string{"ResourceClaimTemplate.resource.k8s.io", "spec.spec.devices.config[0].opaque.parameters", "profiling.launchCount", "between 1 and 1000"},
@@ -107,7 +135,11 @@ func TestValidator(t *testing.T) {
 			if op == "" {
 				op = admissionv1.Create
 			}
-			resp := webhooktest.Call(t, h, webhooktest.ReviewBody(t, op, tc.kind, webhooktest.ReadFixture(t, tc.fixture)))
+			body := webhooktest.ReviewBody(t, op, tc.kind, webhooktest.ReadFixture(t, tc.fixture))
+			if tc.oldFixture != "" {
+				body = withOldObject(t, body, webhooktest.ReadFixture(t, tc.oldFixture))
+			}
+			resp := webhooktest.Call(t, h, body)
 			if len(tc.wantDenied) == 0 {
 				if !resp.Allowed {
 					t.Fatalf("denied: %s", resp.Result.Message)
@@ -200,12 +232,7 @@ func TestValidatorRefusesAnInvalidProfile(t *testing.T) {
 			}
 			body := webhooktest.ReviewBody(t, op, tc.kind, tc.object)
 			if tc.old != nil {
-				var review admissionv1.AdmissionReview
-				if err := json.Unmarshal(body, &review); err != nil {
-					t.Fatal(err)
-				}
-				review.Request.OldObject.Raw = tc.old
-				body = marshal(t, review)
+				body = withOldObject(t, body, tc.old)
 			}
 			resp := webhooktest.Call(t, h, body)
 			if tc.wantDenied == "" {
@@ -222,6 +249,18 @@ func TestValidatorRefusesAnInvalidProfile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withOldObject is the review body with old as the object an update
+// replaces.
+func withOldObject(t *testing.T, body, old []byte) []byte {
+	t.Helper()
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		t.Fatal(err)
+	}
+	review.Request.OldObject.Raw = old
+	return marshal(t, review)
 }
 
 func marshal(t *testing.T, v any) []byte {

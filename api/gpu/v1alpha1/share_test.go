@@ -1,0 +1,71 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+func TestSharedCapacities(t *testing.T) {
+	amounts := func(names ...resourceapi.QualifiedName) *resourceapi.CapacityRequirements {
+		c := &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}
+		for _, n := range names {
+			c.Requests[n] = resource.MustParse("1")
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		c    *resourceapi.CapacityRequirements
+		want []CapacityName
+	}{
+		{"none", nil, nil},
+		{"empty", amounts(), nil},
+		{"memory", amounts(MemoryCapacity.Qualified()), []CapacityName{MemoryCapacity}},
+		{"compute and memory", amounts(MemoryCapacity.Qualified(), ComputeCapacity.Qualified()), []CapacityName{ComputeCapacity, MemoryCapacity}},
+		// A lower bound on a figure is no share: only shareable GPUs'
+		// capacities are.
+		{"a figure", amounts(SMVersionCapacity.Qualified(), FP32GFLOPSCapacity.Qualified()), nil},
+		{"another driver's memory", amounts("nic.example.com/memory"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, SharedCapacities(tc.c)); diff != "" {
+				t.Errorf("shared capacities (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestShareConflict(t *testing.T) {
+	for _, tc := range []struct {
+		strategy SharingStrategy
+		conflict bool
+	}{
+		{"", false},
+		{ExclusiveSharing, false},
+		{TimeSlicingSharing, true},
+		{"Sometimes", true},
+	} {
+		if err := tc.strategy.ShareConflict(); (err != nil) != tc.conflict {
+			t.Errorf("strategy %q: conflict %v, want %v", tc.strategy, err, tc.conflict)
+		}
+	}
+}
