@@ -30,6 +30,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
 
 const (
@@ -246,19 +248,7 @@ func TestSpecGolden(t *testing.T) {
 	}
 	got := bytes.ReplaceAll(pretty.Bytes(), []byte(f.driverRoot), []byte("$DRIVER_ROOT"))
 	got = append(got, '\n')
-	golden := filepath.Join("testdata", "claim-spec.golden.json")
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("spec differs from %s:\n%s", golden, got)
-	}
+	goldentest.Compare(t, filepath.Join("testdata", "claim-spec.golden.json"), got)
 }
 
 func TestWriteIsIdempotent(t *testing.T) {

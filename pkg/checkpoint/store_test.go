@@ -36,6 +36,7 @@ import (
 
 	"github.com/prismgpu/prism/pkg/atomicfile"
 	"github.com/prismgpu/prism/pkg/atomicfile/atomicfiletest"
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
 
 const (
@@ -171,19 +172,7 @@ func TestGoldenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "v2.json")
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("checkpoint format changed:\nwant %s\ngot  %s", want, got)
-	}
+	goldentest.Compare(t, filepath.Join("testdata", "v2.json"), got)
 }
 
 func TestHandEditedWhitespaceIsAccepted(t *testing.T) {

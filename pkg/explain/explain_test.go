@@ -19,6 +19,7 @@ package explain
 import (
 	"bytes"
 	"cmp"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -31,6 +32,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/goldentest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -215,7 +217,7 @@ func TestWriteTable(t *testing.T) {
 			if err := WriteTable(&buf, tc.rows, tc.wide); err != nil {
 				t.Fatal(err)
 			}
-			explaintest.Golden(t, tc.want, buf.String())
+			goldentest.Compare(t, filepath.Join("testdata", tc.want), buf.Bytes())
 		})
 	}
 }

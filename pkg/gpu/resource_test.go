@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
 
 // h100 is a fully populated device, as discovery would produce it: its
@@ -76,7 +76,7 @@ func TestResourceDeviceGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResourceDevice: %v", err)
 	}
-	golden.Compare(t, filepath.Join("testdata", "h100.golden.json"), got)
+	goldentest.Compare(t, filepath.Join("testdata", "h100.golden.json"), goldentest.JSON(t, got))
 }
 
 func TestResourceDeviceOmitsWhatIsUnknown(t *testing.T) {

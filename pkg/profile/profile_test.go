@@ -17,10 +17,8 @@ limitations under the License.
 package profile
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,9 +34,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 var observedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -250,7 +247,11 @@ func TestFromReportGolden(t *testing.T) {
 			if c := Classify(*st.SMThroughputMilliPercent, *st.MemoryThroughputMilliPercent); c != st.BoundType {
 				t.Errorf("Classify of the stored numbers = %s, status says %s", c, st.BoundType)
 			}
-			compareGolden(t, strings.TrimSuffix(tc.file, ".csv")+".golden.yaml", st)
+			golden, err := yaml.Marshal(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			goldentest.Compare(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".golden.yaml"), golden)
 		})
 	}
 }
@@ -265,27 +266,6 @@ func qty(q *resource.Quantity) string {
 		return ""
 	}
 	return q.String()
-}
-
-func compareGolden(t *testing.T, name string, st v1alpha1.WorkloadProfileStatus) {
-	t.Helper()
-	got, err := yaml.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test with -update to create it)", err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("%s differs; run with -update if intended. Got:\n%s", path, got)
-	}
 }
 
 func TestSummarizeLatencyMessage(t *testing.T) {

@@ -17,15 +17,10 @@ limitations under the License.
 package e2e
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // readFile reads a file that may not be there yet, such as a log a process
 // is about to write: a missing file reads as empty.
@@ -64,19 +59,4 @@ func writeTempFile(t *testing.T, name string, data []byte) string {
 	path := filepath.Join(t.TempDir(), name)
 	writeFile(t, path, data)
 	return path
-}
-
-// checkGolden compares got with a golden file, which -update rewrites.
-func checkGolden(t *testing.T, golden string, got []byte) {
-	t.Helper()
-	if *update {
-		writeFile(t, golden, got)
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s differs (-want +got; rerun with -update after checking):\n%s", golden, diff)
-	}
 }

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/prismgpu/prism/pkg/goldentest"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -45,7 +46,7 @@ func TestPublishedSlice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkGolden(t, filepath.Join("testdata", "mixed-node-devices.golden.yaml"), got)
+		goldentest.Compare(t, filepath.Join("testdata", "mixed-node-devices.golden.yaml"), got)
 	})
 
 	t.Run("kubectl describe shows the attributes", func(t *testing.T) {

@@ -26,13 +26,14 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/goldentest"
 	"github.com/prismgpu/prism/pkg/gpu"
-	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
 )
 
 func simulate(t *testing.T, f *Fleet, node string) *Simulated {
@@ -130,7 +131,7 @@ func TestDiscoveredH100FleetGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ResourceDevices: %v", err)
 	}
-	golden.Compare(t, filepath.Join("testdata", "h100-sxm-8.golden.json"), published)
+	goldentest.Compare(t, filepath.Join("testdata", "h100-sxm-8.golden.json"), goldentest.JSON(t, published))
 }
 
 func TestNVLinkDomains(t *testing.T) {
@@ -249,8 +250,8 @@ func TestDiscoverFallsBackWhenNVMLCannotAnswer(t *testing.T) {
 			MaxSMClockMHz: spec.MaxSMClockMHz, MultiprocessorCount: spec.MultiprocessorCount,
 			PCIeGeneration: spec.PCIeGeneration, PCIeLinkWidth: spec.PCIeLinkWidth, MIGCapable: true,
 		}
-		if got, wantJSON := golden.JSON(t, d), golden.JSON(t, want); got != wantJSON {
-			t.Errorf("discovered\n%s\nwant\n%s", got, wantJSON)
+		if diff := cmp.Diff(string(goldentest.JSON(t, want)), string(goldentest.JSON(t, d))); diff != "" {
+			t.Errorf("discovered device differs (-want +got):\n%s", diff)
 		}
 	})
 

@@ -25,8 +25,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/prismgpu/prism/pkg/goldentest"
 	"github.com/prismgpu/prism/pkg/gpu"
-	"github.com/prismgpu/prism/pkg/gpu/internal/golden"
 )
 
 func inMIGMode(product string) *Fleet {
@@ -72,10 +72,10 @@ func TestMIGDiscoveryPerBoard(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ResourceSlices: %v", err)
 			}
-			golden.Compare(t, filepath.Join("testdata", tc.golden), struct {
+			goldentest.Compare(t, filepath.Join("testdata", tc.golden), goldentest.JSON(t, struct {
 				Profiles []gpu.MIGProfile
 				Slices   []gpu.Slice
-			}{d.MIG.Profiles, slices})
+			}{d.MIG.Profiles, slices}))
 		})
 	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package explaincmd
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
 
 func TestExplainClaim(t *testing.T) {
@@ -156,7 +158,7 @@ func TestExplainGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			explaintest.Golden(t, tc.golden, out)
+			goldentest.Compare(t, filepath.Join("testdata", tc.golden), []byte(out))
 		})
 	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package getcmd
 
 import (
+	"path/filepath"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/goldentest"
 )
 
 // The fake client does not filter by field selector, so the fixtures hold
@@ -53,7 +55,7 @@ func TestGetGPUs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			explaintest.Golden(t, tc.golden, out)
+			goldentest.Compare(t, filepath.Join("testdata", tc.golden), []byte(out))
 		})
 	}
 }

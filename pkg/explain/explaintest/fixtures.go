@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -40,25 +39,6 @@ func Load[T any](t testing.TB, name string) T {
 		t.Fatalf("%s: %v", name, err)
 	}
 	return v
-}
-
-// Golden compares got with testdata/name, which UPDATE_GOLDEN=1 rewrites
-// first.
-func Golden(t testing.TB, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if os.Getenv("UPDATE_GOLDEN") != "" {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("output differs from %s (-want +got):\n%s", path, diff)
-	}
 }
 
 // Objects are items as objects of a fake clientset.
