@@ -80,10 +80,15 @@ func (t *PathToken) Adopt(found string) string {
 		t.current = found
 	case found != "" && found < t.current:
 		t.previous, t.previousUntil, t.current = t.current, t.now().Add(pathTokenGrace), found
-	case t.current == "":
-		// The configurations are about to carry a path token for the
-		// first time; until API servers see it they use the plain paths.
-		t.previous, t.previousUntil, t.current = "", t.now().Add(pathTokenGrace), newPathToken()
+	case found == "":
+		// The configurations are about to carry a path token: for the
+		// first time, or again after someone reset their paths (kubectl
+		// apply, or a renderer that cannot look the token up). Until API
+		// servers see it they use the plain paths.
+		if t.current == "" {
+			t.current = newPathToken()
+		}
+		t.previous, t.previousUntil = "", t.now().Add(pathTokenGrace)
 	}
 	return t.current
 }

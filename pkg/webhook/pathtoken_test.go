@@ -66,6 +66,9 @@ func TestPathToken(t *testing.T) {
 		if got := tok.Adopt(""); got != tokenB {
 			t.Errorf("a configuration without a token gets %s, want %s", got, tokenB)
 		}
+		// Someone reset a configuration's paths: until API servers see
+		// the token again, they use the plain paths.
+		check(t, "reset", tok, accepts{Plain: true, B: true})
 		if got := tok.Adopt("not-a-token"); got != tokenB {
 			t.Errorf("a configuration with a malformed token gets %s, want %s", got, tokenB)
 		}

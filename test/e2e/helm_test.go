@@ -582,6 +582,9 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		t.Fatalf("before the upgrade the registration sockets are %v, want the old plugin's %s", socks, oldReg)
 	}
 	upgradeStart := time.Now()
+	// The installed controller has written its path token; the upgrade
+	// must keep it (the chart renders the paths the cluster has).
+	tokenBefore := pathToken(ctx, t, client)
 	helm.run(ctx, t, "upgrade", helmRelease, chart, "--namespace", bed.Namespace, "--reuse-values", "--set", "image.tag="+upgradeTag)
 	// Until the old plugin's registration socket is gone: note the first
 	// moment two plugins were registered, and what the node held then.
@@ -662,8 +665,10 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	unprepared := `prism_plugin_requests_total{method="unprepare",result="success"}`
 	unpreparedBefore := promValue(t, httpAddress, unprepared)
 	stage("helm upgrade done: plugin pod " + newPluginPod.Name + ", controller pod " + newControllerPod.Name)
-	checkOnlyTheAPIServerIsReviewed(ctx, t, client)
-	stage("the upgraded controller reviews only requests that name the path token")
+	if tokenAfter := checkOnlyTheAPIServerIsReviewed(ctx, t, client); tokenAfter != tokenBefore {
+		t.Errorf("the upgrade changed the path token from %s to %s: the chart reset the webhooks' paths", tokenBefore, tokenAfter)
+	}
+	stage("the upgraded controller kept the path token and reviews only requests that name it")
 	running, err := client.CoreV1().Pods("default").Get(ctx, "inventory", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -753,17 +758,10 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 // controller's path token, the API server's reviews (which name it) are
 // answered, and a review that names no token, or another, gets a 404, even
 // one sent over TLS without a client certificate straight to the port.
-func checkOnlyTheAPIServerIsReviewed(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+func checkOnlyTheAPIServerIsReviewed(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
 	t.Helper()
-	var base, token string
-	waitFor(t, "the rewrite webhook's URL to carry the path token", func() bool {
-		m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
-		if err != nil || m.Webhooks[0].ClientConfig.URL == nil {
-			return false
-		}
-		base, token = webhook.SplitPathToken(*m.Webhooks[0].ClientConfig.URL)
-		return token != ""
-	})
+	token := pathToken(ctx, t, client)
+	base := strings.TrimSuffix(rewriteURL(ctx, t, client), "/"+token)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}}} //nolint:gosec // a forger checks nothing
 	post := func(url string) int {
 		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged","kind":{"group":"resource.k8s.io","version":"v1","kind":"ResourceClaim"},"resource":{"group":"resource.k8s.io","version":"v1","resource":"resourceclaims"},"operation":"CREATE","namespace":"default","object":{"metadata":{"name":"forged","annotations":{"prism.dev/profile":"stream"}},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.prism.dev","capacity":{"requests":{"memory":"1e-9999999"}}}}]}}}}}`
@@ -778,8 +776,9 @@ func checkOnlyTheAPIServerIsReviewed(ctx context.Context, t *testing.T, client k
 	if other == token {
 		other = strings.Repeat("1", len(token))
 	}
-	// A new controller serves the plain paths for a short grace after it
-	// wrote the first token; an upgraded one adopts the token at once.
+	// The plain paths are served for a short grace after the controller
+	// wrote a token where there was none; a controller that finds the
+	// token (as after an upgrade) adopts it at once.
 	waitFor(t, "the plain path to be refused", func() bool { return post(base) == http.StatusNotFound })
 	if code := post(base + "/" + other); code != http.StatusNotFound {
 		t.Errorf("a review naming another token: %d, want 404", code)
@@ -789,4 +788,26 @@ func checkOnlyTheAPIServerIsReviewed(ctx context.Context, t *testing.T, client k
 	if code := post(base + "/" + token); code != http.StatusOK {
 		t.Errorf("a review naming the token: %d, want 200", code)
 	}
+	return token
+}
+
+// pathToken waits for the rewrite webhook's URL to carry the controller's
+// path token and returns it.
+func pathToken(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
+	t.Helper()
+	var token string
+	waitFor(t, "the rewrite webhook's URL to carry the path token", func() bool {
+		_, token = webhook.SplitPathToken(rewriteURL(ctx, t, client))
+		return token != ""
+	})
+	return token
+}
+
+func rewriteURL(ctx context.Context, t *testing.T, client kubernetes.Interface) string {
+	t.Helper()
+	m, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "prism-rewrite", metav1.GetOptions{})
+	if err != nil || m.Webhooks[0].ClientConfig.URL == nil {
+		return ""
+	}
+	return *m.Webhooks[0].ClientConfig.URL
 }

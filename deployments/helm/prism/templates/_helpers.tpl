@@ -177,19 +177,46 @@ namespaceSelector:
         {{- end }}
 {{- end -}}
 
+{{/*
+The path token the controller keeps in the webhooks' paths (self-signed
+mode; docs/security.md, "Under the default chart: the path token"), as
+"/<token>", read from the installed prism-rewrite so that an upgrade
+renders the paths the cluster has and does not reset them. Empty on a
+first install, under helm template, or with cert-manager.
+*/}}
+{{- define "prism.webhook.pathToken" -}}
+{{- if not .Values.webhook.certManager.enabled -}}
+{{- $token := "" -}}
+{{- $installed := lookup "admissionregistration.k8s.io/v1" "MutatingWebhookConfiguration" "" "prism-rewrite" -}}
+{{- range (($installed).webhooks | default list) -}}
+{{- $path := "" -}}
+{{- if (.clientConfig).service -}}
+{{- $path = .clientConfig.service.path | default "" -}}
+{{- else if (.clientConfig).url -}}
+{{- $path = (urlParse .clientConfig.url).path -}}
+{{- end -}}
+{{- if not $token -}}
+{{- $token = regexFind "/[0-9a-f]{32}$" $path -}}
+{{- end -}}
+{{- end -}}
+{{- $token -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Where the API server sends one webhook's reviews: (dict "ctx" $ "path" "/validate") */}}
 {{- define "prism.webhook.clientConfig" -}}
 {{- $url := .ctx.Values.webhook.url -}}
+{{- $path := printf "%s%s" .path (include "prism.webhook.pathToken" .ctx) -}}
 clientConfig:
   {{- if $url.enabled }}
   {{- /* An IPv6 address needs brackets in a URL. */}}
   {{- $host := ternary (printf "[%s]" $url.host) $url.host (contains ":" $url.host) }}
-  url: {{ printf "https://%s:%d%s" $host (int .ctx.Values.webhook.port) .path | quote }}
+  url: {{ printf "https://%s:%d%s" $host (int .ctx.Values.webhook.port) $path | quote }}
   {{- else }}
   service:
     name: {{ include "prism.webhook.serviceName" .ctx }}
     namespace: {{ .ctx.Release.Namespace }}
-    path: {{ .path | quote }}
+    path: {{ $path | quote }}
     port: 443
   {{- end }}
 {{- end -}}
