@@ -161,14 +161,14 @@ func Allocator(ctx context.Context, o AllocatorOptions) ([]Row, error) {
 				{name: "plain", claim: claim(sim.GPUClaim(1))},
 				{name: "selective", claim: claim(SelectiveSpec(1))},
 				{name: "ladder, class CEL", claim: claim(InUserClass(ladder))},
-				{name: "ladder", claim: claim(ladder)},
+				{name: allocCELLadder, claim: claim(ladder)},
 				{name: "ladder, capacity floor", claim: claim(capacity)},
 				{name: "built-in ladder", claim: claim(builtIn)},
 				{name: "affinity, hard needs", claim: claim(affinity)},
 				{name: "affinity, capacity floor", claim: claim(affinityCapacity)},
 				{name: "plain, " + figuresFleet, claim: claim(sim.GPUClaim(1)), on: aFigures, fleet: figuresFleet},
 				{name: "selective, " + figuresFleet, claim: claim(SelectiveSpec(1)), on: aFigures, fleet: figuresFleet},
-				{name: "ladder, capacity floor and bounds", claim: claim(bounds), on: aFigures, fleet: figuresFleet},
+				{name: allocShippedLadder, claim: claim(bounds), on: aFigures, fleet: figuresFleet},
 			}
 			if decision.ExcludedNodes() != nil {
 				skip := map[string]bool{}
@@ -253,6 +253,17 @@ func claim(spec *resourceapi.ResourceClaimSpec) *resourceapi.ResourceClaim {
 
 // figuresFleet names the fleet published with --figures-as-capacity.
 const figuresFleet = "figures as capacity"
+
+// The allocator phase's ladders that the summary reads.
+const (
+	// allocShippedLadder is the ladder in ShippedForm, on figuresFleet,
+	// published as the chart's plugin publishes it: what the controller
+	// writes by default. It is compared with "plain, "+figuresFleet.
+	allocShippedLadder = "ladder, capacity floor and bounds"
+	// allocCELLadder is the ladder in the CEL form (--memory-floor=cel),
+	// on the fleet without figure capacities.
+	allocCELLadder = "ladder"
+)
 
 // claimCost is what one claim shape cost over the fleet.
 type claimCost struct {

@@ -153,12 +153,24 @@ type SchedulingOptions struct {
 	// turn, half the pods each, and both are compared kind by kind.
 	PatchedSchedulerBin string
 	// FiguresAsCapacity publishes the slices as a plugin with
-	// --figures-as-capacity does, for every kind, and adds the ladder with
-	// its tier bounds as capacity requests.
+	// --figures-as-capacity does (the chart's, ShippedFiguresAsCapacity),
+	// for every kind, and adds the ladder in ShippedForm, with its tier
+	// bounds as capacity requests, which needs them. Off, the phase
+	// measures the CEL form alone, on slices without figure capacities.
 	FiguresAsCapacity bool
 }
 
 const benchScheduler = "prism-bench-scheduler"
+
+// The scheduling phase's ladders that the summary reads, each compared with
+// "plain" on the same slices.
+const (
+	// schedShippedLadder is the ladder in ShippedForm (with
+	// FiguresAsCapacity only): what the controller writes by default.
+	schedShippedLadder = "ladder-bounds"
+	// schedCELLadder is the ladder in the CEL form (--memory-floor=cel).
+	schedCELLadder = "ladder"
+)
 
 // Scheduling publishes Nodes and ResourceSlices for a mixed fleet directly,
 // runs a kube-scheduler (the test bed's build unless o.SchedulerBin names
@@ -263,7 +275,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	kinds := []kind{
 		{"plain", sim.GPUClaim(1), nil},
 		{"selective", SelectiveSpec(1), nil},
-		{"ladder", ladder, nil},
+		{schedCELLadder, ladder, nil},
 		{"ladder-capacity", capacity, nil},
 		{"affinity", affinitySpec, preferred},
 		{"affinity-capacity", affinityCapacity, preferred},
@@ -273,7 +285,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 		if err != nil {
 			return nil, err
 		}
-		kinds = append(kinds, kind{"ladder-bounds", bounds, nil})
+		kinds = append(kinds, kind{schedShippedLadder, bounds, nil})
 	}
 	// With a memory floor some models cannot hold the workload: the pod
 	// webhook's required term keeps the pod off their nodes before the
@@ -381,7 +393,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	compare(1, 2, "the fair reference: "+SelectiveSelector+" written by hand")
 	compare(1, 3, "")
 	for i, k := range kinds {
-		if k.name == "ladder-bounds" {
+		if k.name == schedShippedLadder {
 			compare(1, i, "")
 		}
 	}

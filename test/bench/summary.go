@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // Headline is one line of the summary: a row of the table, picked by its
@@ -48,25 +50,51 @@ type Headline struct {
 	Library func(*LibraryComparison) (s Spread, detail string, ok bool)
 	// Hint says what a run of the phase needs to measure it.
 	Hint string
+	// Form is the form of the rewritten claim the row measures, where the
+	// phase measures several (the controller's --memory-floor). The
+	// ShippedForm's rows lead their phase; another form's follow as
+	// secondary rows, labelled with the form (see What). Empty: the row is
+	// not about the form.
+	Form rewrite.Form
+}
+
+// What is the headline's label as the summary prints it: the row of a form
+// the chart does not ship says which.
+func (h Headline) What() string {
+	if h.Form == "" || h.Form == ShippedForm {
+		return h.Label
+	}
+	return strings.ToUpper(h.Form.String()) + " form: " + h.Label
 }
 
 // Headlines are the summary that `make bench` opens with. When several rows
 // match one, the last is shown: the phases emit their largest case last.
+// The allocator and scheduling rows lead with the ladder as the chart ships
+// it (ShippedForm, on slices with the figures as capacities), against a
+// plain claim on the same slices; the CEL form follows.
 var Headlines = []Headline{
 	{Phase: "allocator", Label: "rewritten ladder vs plain claim, µs per node", Section: "allocator", Metric: "mean per node",
-		AName: "plain", BName: "ladder", CaseSuffix: ", " + Profiles[0].Name, ShowCase: true},
+		AName: "plain, " + figuresFleet, BName: allocShippedLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: ShippedForm},
 	{Phase: "allocator", Label: "rewritten ladder vs the preference written by hand", Section: "allocator", Metric: "mean per node",
-		AName: "selective", BName: "ladder", CaseSuffix: ", " + Profiles[0].Name, ShowCase: true},
+		AName: "selective, " + figuresFleet, BName: allocShippedLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: ShippedForm},
+	{Phase: "allocator", Label: "rewritten ladder vs plain claim, µs per node", Section: "allocator", Metric: "mean per node",
+		AName: "plain", BName: allocCELLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: rewrite.FormCEL},
+	{Phase: "allocator", Label: "rewritten ladder vs the preference written by hand", Section: "allocator", Metric: "mean per node",
+		AName: "selective", BName: allocCELLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: rewrite.FormCEL},
 	{Phase: "allocator", Label: "patched vs stock library, plain claim, all cases", Library: plainPooled, Hint: "needs --patched-bench"},
-	{Phase: "allocator", Label: "patched library's best ladder vs stock plain claim", Library: largestLadder, Hint: "needs --patched-bench"},
+	{Phase: "allocator", Label: "patched library's best ladder vs stock plain claim", Library: largestLadder, Hint: "needs --patched-bench", Form: rewrite.FormCEL},
 	{Phase: "mig-alloc", Label: "whole GPU, 8-GPU MIG node vs plain node, µs", Section: "mig allocator", Metric: "median per node",
 		AName: migAllocReference, BName: "plain claim, MIG node", CaseSuffix: migAllocCaseName(8, migAllocIdle)},
 	{Phase: "mig-alloc", Label: "light job's ladder, half-cut MIG node vs plain", Section: "mig allocator", Metric: "median per node",
 		AName: migAllocReference, BName: "light job's ladder, MIG node", CaseSuffix: migAllocCaseName(8, migAllocBusy)},
 	{Phase: "scheduling", Label: "pods bound per second, ladder vs plain claim", Section: "scheduling", Metric: "pods bound per second",
-		AName: "plain", BName: "ladder"},
+		AName: "plain", BName: schedShippedLadder, Form: ShippedForm, Hint: "--sched-figures-as-capacity was off"},
 	{Phase: "scheduling", Label: "create-to-bound p99, ladder vs plain claim", Section: "scheduling", Metric: "create-to-bound p99",
-		AName: "plain", BName: "ladder"},
+		AName: "plain", BName: schedShippedLadder, Form: ShippedForm, Hint: "--sched-figures-as-capacity was off"},
+	{Phase: "scheduling", Label: "pods bound per second, ladder vs plain claim", Section: "scheduling", Metric: "pods bound per second",
+		AName: "plain", BName: schedCELLadder, Form: rewrite.FormCEL},
+	{Phase: "scheduling", Label: "create-to-bound p99, ladder vs plain claim", Section: "scheduling", Metric: "create-to-bound p99",
+		AName: "plain", BName: schedCELLadder, Form: rewrite.FormCEL},
 	{Phase: "prepare", Label: "prepare p50, 1 GPU, Prism vs reference driver", Section: "prepare", Metric: "NodePrepareResources 1 GPU p50",
 		AName: "example driver", BName: "Prism", Hint: "needs --reference-plugin"},
 	{Phase: "prepare", Label: "prepare p99, 1 GPU, Prism vs reference driver", Section: "prepare", Metric: "NodePrepareResources 1 GPU p99",
@@ -97,7 +125,7 @@ func largestLadder(c *LibraryComparison) (Spread, string, bool) {
 		return Spread{}, "", false
 	}
 	r := c.Cases[len(c.Cases)-1]
-	return r.LadderRatio, fmt.Sprintf("median (range) over %d pairs (%s)", r.Pairs, r.Case), true
+	return r.LadderRatio, fmt.Sprintf("median (range) over %d pairs, the cheaper of %s (%s)", r.Pairs, strings.Join(ladderShapes, " and "), r.Case), true
 }
 
 // match is the last row the headline picks.
@@ -119,7 +147,7 @@ func Summary(w io.Writer, rep *Report) {
 	for _, p := range rep.Phases {
 		ran[p.Phase] = true
 	}
-	fmt.Fprintln(w, "Summary: each ratio is B/A, both measured in this run")
+	fmt.Fprintf(w, "Summary: each ratio is B/A, both measured in this run; ladders as the chart ships them (--memory-floor=%s), then in the CEL form (--memory-floor=%s)\n", ShippedForm, rewrite.FormCEL)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PHASE\tWHAT\tB/A\tA → B")
 	for _, h := range Headlines {
@@ -134,7 +162,7 @@ func Summary(w io.Writer, rep *Report) {
 				detail = h.Hint
 			}
 		}
-		line := h.Phase + "\t" + h.Label + "\t" + ratio
+		line := h.Phase + "\t" + h.What() + "\t" + ratio
 		if detail != "" {
 			line += "\t" + detail
 		}

@@ -54,7 +54,7 @@ func main() {
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
-		schedFigs   = flag.Bool("sched-figures-as-capacity", false, "publish the scheduling phase's slices with the figures as capacities (the plugin's --figures-as-capacity) and add the ladder with capacity tier bounds")
+		schedFigs   = flag.Bool("sched-figures-as-capacity", bench.ShippedFiguresAsCapacity, "publish the scheduling phase's slices with the figures as capacities, as the chart's plugin does, and measure the ladder the controller writes by default (capacity floor and tier bounds) beside the CEL form; false measures the CEL form alone, on slices without them")
 		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
 		patchedSch  = flag.String("patched-sched-bin", "", "prism-scheduler (hack/upstream-allocator.sh scheduler); when set, it runs beside the --sched-bin scheduler and takes every other batch of the scheduling phase, half the pods, and both are compared kind by kind")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
