@@ -22,6 +22,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // gridPolicy is a policy of the packing or the sizing evaluation. The
@@ -300,4 +301,20 @@ func gpusNeededCell(need Estimate, unserved int) string {
 		return "never"
 	}
 	return "-"
+}
+
+// agreeing formats v with prec decimals, or more where prec would round it
+// across the line a verdict draws, so that the printed figure never
+// contradicts the verdict: test is the verdict's test, and the figure is
+// printed with the fewest decimals at which test says of it what it says
+// of v (1.299 against a goal of 1.3 prints as 1.299, not 1.30).
+func agreeing(v float64, prec int, test func(float64) bool) string {
+	want := test(v)
+	for p := prec; p <= 15; p++ {
+		s := strconv.FormatFloat(v, 'f', p, 64)
+		if x, err := strconv.ParseFloat(s, 64); err == nil && test(x) == want {
+			return s
+		}
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }

@@ -77,7 +77,9 @@ func TestMalformedFilesAreNamedByFileLineAndColumn(t *testing.T) {
 		"jobs-empty.csv":           `jobs-empty.csv: empty, want the header`,
 		"pairs-speed-nan.csv":      `pairs-speed-nan.csv:5: column speed_b: "x" is not a number`,
 		"pairs-duplicate.csv":      `pairs-duplicate.csv:3: pair "b", "a" on gpu "t1" repeats line 2`,
-		"pairs-negative.csv":       `pairs-negative.csv:2: column speed_a: "-0.1" is outside [0, 10]`,
+		"pairs-negative.csv":       `pairs-negative.csv:2: column speed_a: "-0.1" is outside [0, 1]`,
+		"pairs-above-one.csv":      `pairs-above-one.csv:2: column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone (up to 1.01 is taken as measurement noise and read as 1)`,
+		"slices-above-one.csv":     `slices-above-one.csv:2: column speed: "1.02" is above 1: a job on a slice cannot run faster than on the whole GPU (up to 1.01 is taken as measurement noise and read as 1)`,
 		"pairs-quote.csv":          `pairs-quote.csv:2: extraneous or missing " in quoted-field`,
 		"slices-speed-empty.csv":   `slices-speed-empty.csv:2: column speed: "" is not a number`,
 	} {
@@ -111,5 +113,47 @@ func TestAPairOfAJobNeverMeasuredAloneIsRejected(t *testing.T) {
 	_, err := ReadMeasured(jobs, pairs, "")
 	if want := `pairs.csv:2: job "b" on gpu "t1" has no row in the jobs file`; err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// A speed above 1 by no more than SpeedTolerance is measurement noise: it
+// reads as 1 and is named, so that the report can say so. A speed of 0 on
+// a slice is a job that did not fit there.
+func TestSpeedsAboveOneWithinTheToleranceReadAsOne(t *testing.T) {
+	for _, tc := range []struct {
+		name, csv string
+		want      []PairSpeed
+	}{{
+		name: "within the tolerance",
+		csv:  "job_a,job_b,gpu,speed_a,speed_b\na,b,t1,1.004,0.5\na,a,t1,0.5,1.01\n",
+		want: []PairSpeed{
+			{JobA: "a", JobB: "b", GPU: "t1", SpeedA: 1, SpeedB: 0.5, Clamped: []string{"pairs.csv:2: speed_a 1.004"}, Line: 2},
+			{JobA: "a", JobB: "a", GPU: "t1", SpeedA: 0.5, SpeedB: 1, Clamped: []string{"pairs.csv:3: speed_b 1.01"}, Line: 3},
+		},
+	}, {
+		name: "1 and below are kept",
+		csv:  "job_a,job_b,gpu,speed_a,speed_b\na,b,t1,1,0\n",
+		want: []PairSpeed{{JobA: "a", JobB: "b", GPU: "t1", SpeedA: 1, SpeedB: 0, Line: 2}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParsePairs(strings.NewReader(tc.csv), "pairs.csv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	got, err := ParseSlices(strings.NewReader("job,gpu,slice,speed\na,t1,3g.20gb,1.0035\na,t1,1g.5gb,0\n"), "slices.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SliceSpeed{
+		{Job: "a", GPU: "t1", Slice: "3g.20gb", Speed: 1, Clamped: []string{"slices.csv:2: speed 1.0035"}, Line: 2},
+		{Job: "a", GPU: "t1", Slice: "1g.5gb", Speed: 0, Line: 3},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("slices (-want +got):\n%s", diff)
 	}
 }

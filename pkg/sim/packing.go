@@ -125,8 +125,22 @@ type PackingData struct {
 	MemMiB      float64
 	MemoryKnown bool
 	Jobs        []MeasuredJob
+	// Dropped are the job types of the GPU model left out because the pair
+	// table lacks a pair of them (ForGPUSkipIncomplete), in the order they
+	// were dropped.
+	Dropped []DroppedJob
+	// Clamped names the pair speeds on this GPU model read as 1 (see
+	// SpeedTolerance).
+	Clamped []string
 	// speed[i][j] is job type i's speed beside j, a fraction of alone.
 	speed [][]float64
+}
+
+// DroppedJob is a job type left out of the packing evaluation and the
+// pairs the table lacks of it with the job types still in when it was.
+type DroppedJob struct {
+	Job   string
+	Lacks []string
 }
 
 // GPUMemoryMiB is the memory of the GPU models the shipped data covers
@@ -135,55 +149,133 @@ type PackingData struct {
 var GPUMemoryMiB = map[string]float64{"k80": 12 << 10, "p100": 16 << 10, "v100": 16 << 10, "a100-40gb": 40 << 10,
 	"h100": 81559, "h100-mps": 81559}
 
+// GPUMemoryModels lists the GPU models of GPUMemoryMiB, sorted.
+func GPUMemoryModels() []string {
+	out := make([]string, 0, len(GPUMemoryMiB))
+	for g := range GPUMemoryMiB {
+		out = append(out, g)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // ForGPU picks one GPU model's job types and pairs. Every pair of its job
-// types must be in the pair table: the judge has no way to rate one that
-// is not, and leaving such pairs out of the policies' reach would tell them
-// what the judge knows.
+// types, self-pairs included, must be in the pair table: the judge has no
+// way to rate one that is not, and leaving such pairs out of the policies'
+// reach would tell them what the judge knows. The error lists the missing
+// pairs.
 func (m *Measured) ForGPU(gpu string, memMiB float64) (*PackingData, error) {
+	return m.forGPU(gpu, memMiB, false)
+}
+
+// ForGPUSkipIncomplete is ForGPU on a pair table that lacks some pairs: it
+// leaves out job types, one at a time, the one lacking the most pairs with
+// the job types still in first (the later in the jobs file on a tie),
+// until every pair of those left is in the table, and names them in
+// Dropped. The stream is then drawn from the job types left.
+func (m *Measured) ForGPUSkipIncomplete(gpu string, memMiB float64) (*PackingData, error) {
+	return m.forGPU(gpu, memMiB, true)
+}
+
+func (m *Measured) forGPU(gpu string, memMiB float64, skipIncomplete bool) (*PackingData, error) {
 	d := &PackingData{GPU: gpu, MemMiB: memMiB, MemoryKnown: true}
 	index := map[string]int{}
+	var jobs []MeasuredJob
 	for _, j := range m.Jobs {
 		if j.GPU == gpu {
-			index[j.Job] = len(d.Jobs)
-			d.Jobs = append(d.Jobs, j)
-			d.MemoryKnown = d.MemoryKnown && Known(j.MemMiB)
+			index[j.Job] = len(jobs)
+			jobs = append(jobs, j)
 		}
 	}
-	if len(d.Jobs) == 0 {
+	if len(jobs) == 0 {
 		return nil, fmt.Errorf("no job measured on gpu %q (gpus: %s)", gpu, strings.Join(m.GPUs(), ", "))
 	}
-	if d.MemoryKnown && memMiB <= 0 {
-		return nil, fmt.Errorf("gpu %q: its memory is needed to check memory fits (--gpu-memory)", gpu)
-	}
-	n := len(d.Jobs)
-	d.speed = make([][]float64, n)
-	for i := range d.speed {
-		d.speed[i] = make([]float64, n)
-		for k := range d.speed[i] {
-			d.speed[i][k] = math.NaN()
+	n := len(jobs)
+	speed := make([][]float64, n)
+	for i := range speed {
+		speed[i] = make([]float64, n)
+		for k := range speed[i] {
+			speed[i][k] = math.NaN()
 		}
 	}
+	pairs := 0
 	for _, p := range m.Pairs {
 		if p.GPU != gpu {
 			continue
 		}
+		pairs++
+		d.Clamped = append(d.Clamped, p.Clamped...)
 		a, b := index[p.JobA], index[p.JobB]
-		d.speed[a][b], d.speed[b][a] = p.SpeedA, p.SpeedB
+		speed[a][b], speed[b][a] = p.SpeedA, p.SpeedB
 		if a == b {
 			// Two jobs of one type: each is one of the two.
-			d.speed[a][a] = (p.SpeedA + p.SpeedB) / 2
+			speed[a][a] = (p.SpeedA + p.SpeedB) / 2
 		}
 	}
-	var missing []string
-	for i := range n {
-		for k := i; k < n; k++ {
-			if math.IsNaN(d.speed[i][k]) {
-				missing = append(missing, fmt.Sprintf("%s + %s", d.Jobs[i].Job, d.Jobs[k].Job))
+	if pairs == 0 {
+		return nil, fmt.Errorf("gpu %q: the pair table has no pair on this gpu", gpu)
+	}
+	kept := make([]int, n)
+	for i := range kept {
+		kept[i] = i
+	}
+	// lacks lists the pairs of job type i with the kept ones (i with
+	// itself included) that the table does not have.
+	lacks := func(i int) []string {
+		var out []string
+		for _, k := range kept {
+			if math.IsNaN(speed[i][k]) {
+				a, b := i, k
+				if b < a {
+					a, b = b, a
+				}
+				out = append(out, fmt.Sprintf("%s + %s", jobs[a].Job, jobs[b].Job))
 			}
 		}
+		return out
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("gpu %q: the pair table lacks %d pairs of its job types, e.g. %s", gpu, len(missing), missing[0])
+	if !skipIncomplete {
+		var missing []string
+		for x, i := range kept {
+			for _, k := range kept[x:] {
+				if math.IsNaN(speed[i][k]) {
+					missing = append(missing, fmt.Sprintf("%s + %s", jobs[i].Job, jobs[k].Job))
+				}
+			}
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("gpu %q: the pair table lacks %d of the %d pairs of its job types (--skip-incomplete leaves out job types until none is missing): %s",
+				gpu, len(missing), n*(n+1)/2, strings.Join(missing, "; "))
+		}
+	}
+	for {
+		worst, most := -1, 0
+		for x, i := range kept {
+			if l := len(lacks(i)); l >= most && l > 0 {
+				worst, most = x, l
+			}
+		}
+		if worst < 0 {
+			break
+		}
+		i := kept[worst]
+		d.Dropped = append(d.Dropped, DroppedJob{Job: jobs[i].Job, Lacks: lacks(i)})
+		kept = slices.Delete(kept, worst, worst+1)
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("gpu %q: no job type is left with every pair in the pair table", gpu)
+	}
+	d.speed = make([][]float64, len(kept))
+	for x, i := range kept {
+		d.Jobs = append(d.Jobs, jobs[i])
+		d.MemoryKnown = d.MemoryKnown && Known(jobs[i].MemMiB)
+		d.speed[x] = make([]float64, len(kept))
+		for y, k := range kept {
+			d.speed[x][y] = speed[i][k]
+		}
+	}
+	if d.MemoryKnown && memMiB <= 0 {
+		return nil, fmt.Errorf("gpu %q: its memory is needed to check memory fits (--gpu-memory; built in for %s)", gpu, strings.Join(GPUMemoryModels(), ", "))
 	}
 	return d, nil
 }

@@ -19,6 +19,7 @@ package sim
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,15 +117,165 @@ func TestPrismDoesNotSeeTheJudgesTable(t *testing.T) {
 	}
 }
 
+// Every pair of a GPU model's job types must be judged: by default a
+// missing one is refused, and the error lists them all; with
+// --skip-incomplete, job types are left out until none is missing, the one
+// lacking the most pairs first, the later in the jobs file on a tie.
 func TestForGPUWantsEveryPairJudged(t *testing.T) {
-	m := readHandMade(t)
-	m.Pairs = m.Pairs[:5]
-	_, err := m.ForGPU("t1", 16<<10)
-	if want := `gpu "t1": the pair table lacks 1 pairs of its job types, e.g. heavy + heavy`; err == nil || err.Error() != want {
-		t.Errorf("error %v, want %q", err, want)
+	const hint = "(--skip-incomplete leaves out job types until none is missing)"
+	type result struct {
+		Jobs    []string
+		Dropped []DroppedJob
+		Err     string
 	}
+	for _, tc := range []struct {
+		name string
+		// without are the pairs left out of the hand-made table, by index:
+		// light+light, light+medium, light+heavy, medium+medium,
+		// medium+heavy, heavy+heavy.
+		without      []int
+		refuse, skip result
+	}{{
+		name:   "complete",
+		refuse: result{Jobs: []string{"light", "medium", "heavy"}},
+		skip:   result{Jobs: []string{"light", "medium", "heavy"}},
+	}, {
+		name:    "a self-pair missing",
+		without: []int{5},
+		refuse:  result{Err: `gpu "t1": the pair table lacks 1 of the 6 pairs of its job types ` + hint + `: heavy + heavy`},
+		skip:    result{Jobs: []string{"light", "medium"}, Dropped: []DroppedJob{{Job: "heavy", Lacks: []string{"heavy + heavy"}}}},
+	}, {
+		name:    "the job type lacking the most goes first",
+		without: []int{1, 3},
+		refuse:  result{Err: `gpu "t1": the pair table lacks 2 of the 6 pairs of its job types ` + hint + `: light + medium; medium + medium`},
+		skip:    result{Jobs: []string{"light", "heavy"}, Dropped: []DroppedJob{{Job: "medium", Lacks: []string{"light + medium", "medium + medium"}}}},
+	}, {
+		name:    "on a tie the later one goes",
+		without: []int{2},
+		refuse:  result{Err: `gpu "t1": the pair table lacks 1 of the 6 pairs of its job types ` + hint + `: light + heavy`},
+		skip:    result{Jobs: []string{"light", "medium"}, Dropped: []DroppedJob{{Job: "heavy", Lacks: []string{"light + heavy"}}}},
+	}, {
+		name:    "every pair but one self-pair missing",
+		without: []int{1, 2, 3, 4, 5},
+		refuse: result{Err: `gpu "t1": the pair table lacks 5 of the 6 pairs of its job types ` + hint +
+			`: light + medium; light + heavy; medium + medium; medium + heavy; heavy + heavy`},
+		skip: result{Jobs: []string{"light"}, Dropped: []DroppedJob{
+			{Job: "heavy", Lacks: []string{"light + heavy", "medium + heavy", "heavy + heavy"}},
+			{Job: "medium", Lacks: []string{"light + medium", "medium + medium"}},
+		}},
+	}, {
+		name:    "no pair on the gpu",
+		without: []int{0, 1, 2, 3, 4, 5},
+		refuse:  result{Err: `gpu "t1": the pair table has no pair on this gpu`},
+		skip:    result{Err: `gpu "t1": the pair table has no pair on this gpu`},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := readHandMade(t)
+			var pairs []PairSpeed
+			for i, p := range m.Pairs {
+				if !slices.Contains(tc.without, i) {
+					pairs = append(pairs, p)
+				}
+			}
+			m.Pairs = pairs
+			for _, mode := range []struct {
+				name   string
+				forGPU func(string, float64) (*PackingData, error)
+				want   result
+			}{{"refusing", m.ForGPU, tc.refuse}, {"skipping", m.ForGPUSkipIncomplete, tc.skip}} {
+				var got result
+				d, err := mode.forGPU("t1", 16<<10)
+				if err != nil {
+					got.Err = err.Error()
+				} else {
+					for _, j := range d.Jobs {
+						got.Jobs = append(got.Jobs, j.Job)
+					}
+					got.Dropped = d.Dropped
+					// What is left is judged in full.
+					for i := range d.speed {
+						for k := range d.speed[i] {
+							if math.IsNaN(d.speed[i][k]) {
+								t.Errorf("%s: %s beside %s is not judged", mode.name, d.Jobs[i].Job, d.Jobs[k].Job)
+							}
+						}
+					}
+				}
+				if diff := cmp.Diff(mode.want, got); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", mode.name, diff)
+				}
+			}
+		})
+	}
+	m := readHandMade(t)
 	if _, err := m.ForGPU("nope", 1); err == nil || !strings.Contains(err.Error(), "gpus: t1, t2") {
 		t.Errorf("error %v, want the GPUs listed", err)
+	}
+}
+
+// The report names the job types left out and the speeds read as 1.
+func TestPackingReportNamesWhatWasLeftOutOrReadAsOne(t *testing.T) {
+	m := readHandMade(t)
+	m.Pairs = m.Pairs[:5] // no heavy + heavy
+	m.Pairs[1].SpeedA, m.Pairs[1].Clamped = 1, []string{"pairs.csv:4: speed_a 1.004"}
+	d, err := m.ForGPUSkipIncomplete("t1", 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := PackSweep{Policies: []PackPolicy{PackWhole, PackPrism}, Loads: []float64{0.5}, Noises: []float64{0}, Seeds: 1, GPUs: 4, Jobs: 100, Workers: 1}
+	outs, err := d.Execute(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WritePackingReport(&b, d, s, SummarisePacking(outs)); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(b.String(), "\n")[:3]
+	want := []string{
+		"Packing on t1: 2 job types (2 with a utilisation figure, 0 of those heavy at no noise; the rest keep a whole GPU under prism), 3 pairs judged.",
+		"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks heavy + heavy).",
+		"Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to 1% above 1 is taken as noise): pairs.csv:4: speed_a 1.004.",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+}
+
+// The verdict's figures are printed so that they never contradict it: a
+// ratio or share that two (one) decimals would round across its goal gets
+// the decimals it takes.
+func TestPackingVerdictPrintsFiguresThatAgreeWithIt(t *testing.T) {
+	row := func(p PackPolicy, noise, goodput, below80 float64) *PackRow {
+		return &PackRow{Policy: p, Load: 0.5, Noise: noise, Goodput: Estimate{Mean: goodput, N: 3}, Below80: Estimate{Mean: below80, N: 3}}
+	}
+	for _, tc := range []struct {
+		name                  string
+		prism, prism20, whole float64
+		below80               float64
+		want                  string
+	}{{
+		name:  "just below the goal",
+		prism: 1.299, prism20: 1.1, whole: 1, below80: 0.01,
+		want: "load 50%: prism at 0% noise goodput 1.30, <80% 1.0% (target met); vs best profile-free meeting it (whole-gpu 1.00): 1.299x (goal >= 1.30x: fails); vs whole-gpu: 1.30x (goal >= 1.5x: fails);" +
+			" prism at 20% noise goodput 1.10, <80% 1.0% (target met); vs best profile-free meeting it (whole-gpu 1.00): 1.10x (goal >= 1.15x: fails);",
+	}, {
+		name:  "at the goal",
+		prism: 1.3, prism20: 1.1499999, whole: 1, below80: 0.01,
+		want: "load 50%: prism at 0% noise goodput 1.30, <80% 1.0% (target met); vs best profile-free meeting it (whole-gpu 1.00): 1.30x (goal >= 1.30x: holds); vs whole-gpu: 1.30x (goal >= 1.5x: fails);" +
+			" prism at 20% noise goodput 1.15, <80% 1.0% (target met); vs best profile-free meeting it (whole-gpu 1.00): 1.1499999x (goal >= 1.15x: fails);",
+	}, {
+		name:  "just above the interference target",
+		prism: 1.6, prism20: 1.6, whole: 1, below80: 0.0504,
+		want: "load 50%: prism at 0% noise goodput 1.60, <80% 5.04% (target missed); vs best profile-free meeting it (whole-gpu 1.00): 1.60x (goal >= 1.30x: fails); vs whole-gpu: 1.60x (goal >= 1.5x: fails);" +
+			" prism at 20% noise goodput 1.60, <80% 5.04% (target missed); vs best profile-free meeting it (whole-gpu 1.00): 1.60x (goal >= 1.15x: fails);",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := []*PackRow{row(PackWhole, 0, tc.whole, 0), row(PackPrism, 0, tc.prism, tc.below80), row(PackPrism, 0.2, tc.prism20, tc.below80)}
+			if diff := cmp.Diff([]string{tc.want}, PackingVerdict(rows)); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

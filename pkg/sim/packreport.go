@@ -19,6 +19,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // WritePackingReport prints what the evaluation ran on, the table and the
@@ -37,6 +38,16 @@ func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRo
 	n := len(d.Jobs)
 	fmt.Fprintf(w, "Packing on %s: %d job types (%d with a utilisation figure, %d of those heavy at no noise; the rest keep a whole GPU under prism), %d pairs judged.\n",
 		d.GPU, n, profiled, heavy, n*(n+1)/2)
+	if len(d.Dropped) > 0 {
+		left := make([]string, len(d.Dropped))
+		for i, j := range d.Dropped {
+			left[i] = fmt.Sprintf("%s (lacks %s)", j.Job, strings.Join(j.Lacks, ", "))
+		}
+		fmt.Fprintf(w, "Left out (--skip-incomplete), as the pair table lacks a pair of them: %s.\n", strings.Join(left, "; "))
+	}
+	if len(d.Clamped) > 0 {
+		fmt.Fprintln(w, clampedLine(d.Clamped))
+	}
 	if d.MemoryKnown {
 		fmt.Fprintf(w, "Memory: measured per job type; %d MiB per GPU.\n", int(d.MemMiB))
 	} else {
@@ -47,4 +58,10 @@ func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRo
 	fmt.Fprintf(w, "Target: at most %.0f%% of jobs below 80%% of their speed alone. GPUS NEEDED: fewest GPUs serving the same stream with at most %.0f%% of jobs slowed (JCT / work alone) beyond 1.25, waiting included.\n\n",
 		100*InterferenceTarget, 100*InterferenceTarget)
 	return writeTableVerdict(w, rows, WritePackingTable, PackingVerdict)
+}
+
+// clampedLine says which speeds above 1 were read as 1.
+func clampedLine(clamped []string) string {
+	return fmt.Sprintf("Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to %.0f%% above 1 is taken as noise): %s.",
+		100*SpeedTolerance, strings.Join(clamped, "; "))
 }

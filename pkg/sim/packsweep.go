@@ -59,7 +59,15 @@ func (r *PackRow) cell() gridCell[PackPolicy] { return gridCell[PackPolicy]{r.Po
 
 // MeetsTarget says whether the mean share of jobs below 80 % is within
 // the interference target.
-func (r *PackRow) MeetsTarget() bool { return r.Below80.Mean <= InterferenceTarget+1e-9 }
+func (r *PackRow) MeetsTarget() bool { return meetsTarget(r.Below80.Mean) }
+
+func meetsTarget(below80 float64) bool { return below80 <= InterferenceTarget+1e-9 }
+
+// below80Pct prints a share below 80 % in per cent with one decimal, or
+// more where one would round it across the interference target.
+func below80Pct(share float64) string {
+	return agreeing(100*share, 1, func(pct float64) bool { return meetsTarget(pct / 100) })
+}
 
 // SummarisePacking groups outcomes by policy, load and noise, in sweep
 // order.
@@ -84,8 +92,9 @@ func WritePackingTable(w io.Writer, rows []*PackRow) error {
 		if r.MeetsTarget() {
 			target = "meets"
 		}
+		below80 := fmt.Sprintf("%s%% ±%.1f", below80Pct(r.Below80.Mean), 100*r.Below80.Half)
 		fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", 100*r.Load, r.Policy, noiseCell(r.Policy, r.Noise),
-			r.Goodput, pct(r.Below80), pct(r.Below90), r.Median, r.P99, pct(r.Paired), r.OOMs, gpusNeededCell(r.GPUsNeeded, r.Unserved), target)
+			r.Goodput, below80, pct(r.Below90), r.Median, r.P99, pct(r.Paired), r.OOMs, gpusNeededCell(r.GPUsNeeded, r.Unserved), target)
 	}
 	return tw.Flush()
 }
@@ -97,7 +106,9 @@ func pct(x Estimate) string {
 // PackingVerdict states, per load, the acceptance goal: Prism's goodput
 // per GPU against the best profile-free policy that meets the interference
 // target (goal ≥ 1.3×), against whole-GPU allocation (≥ 1.5×), and with 20 %
-// profile noise against the best profile-free policy (≥ 1.15×).
+// profile noise against the best profile-free policy (≥ 1.15×). A ratio or
+// share is printed with two (one) decimals, or more where fewer would
+// round it across its goal.
 func PackingVerdict(rows []*PackRow) []string {
 	var out []string
 	loads := distinctLoads(rows, func(r *PackRow) float64 { return r.Load })
@@ -118,22 +129,28 @@ func PackingVerdict(rows []*PackRow) []string {
 			if prism == nil {
 				continue
 			}
-			line += fmt.Sprintf(" prism at %.0f%% noise goodput %.2f, <80%% %.1f%% (target %s)", 100*g.noise, prism.Goodput.Mean, 100*prism.Below80.Mean, map[bool]string{true: "met", false: "missed"}[prism.MeetsTarget()])
+			line += fmt.Sprintf(" prism at %.0f%% noise goodput %.2f, <80%% %s%% (target %s)", 100*g.noise, prism.Goodput.Mean, below80Pct(prism.Below80.Mean), map[bool]string{true: "met", false: "missed"}[prism.MeetsTarget()])
 			if best == nil {
 				line += "; no profile-free policy meets the target;"
 				continue
 			}
 			ratio := prism.Goodput.Mean / best.Goodput.Mean
-			line += fmt.Sprintf("; vs best profile-free meeting it (%s %.2f): %.2fx (goal >= %.2fx: %s);", best.Policy, best.Goodput.Mean, ratio, g.goal,
+			line += fmt.Sprintf("; vs best profile-free meeting it (%s %.2f): %sx (goal >= %.2fx: %s);", best.Policy, best.Goodput.Mean, ratioAgainst(ratio, g.goal), g.goal,
 				holds(prism.MeetsTarget() && ratio >= g.goal))
 			if whole != nil && g.noise == 0 {
 				ratio := prism.Goodput.Mean / whole.Goodput.Mean
-				line += fmt.Sprintf(" vs whole-gpu: %.2fx (goal >= 1.5x: %s);", ratio, holds(prism.MeetsTarget() && ratio >= 1.5))
+				line += fmt.Sprintf(" vs whole-gpu: %sx (goal >= 1.5x: %s);", ratioAgainst(ratio, 1.5), holds(prism.MeetsTarget() && ratio >= 1.5))
 			}
 		}
 		out = append(out, line)
 	}
 	return out
+}
+
+// ratioAgainst prints a goodput ratio with two decimals, or more where two
+// would round it across goal.
+func ratioAgainst(ratio, goal float64) string {
+	return agreeing(ratio, 2, func(x float64) bool { return x >= goal })
 }
 
 func holds(ok bool) string {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -101,18 +102,28 @@ func SlicingVerdict(rows []*SliceRow) []string {
 			if r == nil || whole == nil {
 				continue
 			}
-			switch {
-			case r.GPUsNeeded.N == 0 || whole.GPUsNeeded.N == 0:
-				line += fmt.Sprintf(" %s GPUs needed vs whole-gpu: not served;", p)
-			case r.GPUsNeeded.Mean <= whole.GPUsNeeded.Mean:
-				line += fmt.Sprintf(" %s needs %.0f%% fewer GPUs than whole-gpu;", p, 100*(1-r.GPUsNeeded.Mean/whole.GPUsNeeded.Mean))
-			default:
-				line += fmt.Sprintf(" %s needs %.0f%% more GPUs than whole-gpu;", p, 100*(r.GPUsNeeded.Mean/whole.GPUsNeeded.Mean-1))
-			}
+			line += " " + gpusNeededVersusWhole(p, r.GPUsNeeded, whole.GPUsNeeded)
 		}
 		out = append(out, line)
 	}
 	return out
+}
+
+// gpusNeededVersusWhole compares the GPUs policy p needs with what
+// whole-GPU allocation needs: the same number, or how many per cent fewer
+// or more, printed with the decimals it takes not to read 0 %.
+func gpusNeededVersusWhole(p SlicePolicy, need, whole Estimate) string {
+	if need.N == 0 || whole.N == 0 {
+		return fmt.Sprintf("%s GPUs needed vs whole-gpu: not served;", p)
+	}
+	if math.Abs(need.Mean-whole.Mean) < 1e-9 {
+		return fmt.Sprintf("%s needs the same number of GPUs as whole-gpu;", p)
+	}
+	more, pct := "more", 100*(need.Mean/whole.Mean-1)
+	if pct < 0 {
+		more, pct = "fewer", -pct
+	}
+	return fmt.Sprintf("%s needs %s%% %s GPUs than whole-gpu;", p, agreeing(pct, 0, func(x float64) bool { return x > 0 }), more)
 }
 
 // WriteSlicingReport prints what the evaluation ran on, each job type's
@@ -121,16 +132,38 @@ func WriteSlicingReport(w io.Writer, d *SlicingData, s SliceSweep, rows []*Slice
 	m := d.Model
 	fmt.Fprintf(w, "MIG sizing on %s: %d job types with slice speeds; profiles %s (%d compute, %d memory slices; placements as NVML gives them, so fragmentation counts).\n",
 		d.GPU, len(d.Jobs), profileNames(m), m.ComputeSlices, m.MemorySlices)
-	fmt.Fprintf(w, "Stream: %d jobs a run (middle 60%% measured) on %d GPUs, each cut as jobs come (best fit); %d seeds; 95%% intervals. A slice the judge has no speed for ran out of memory: the job reruns on a whole GPU.\n",
+	fmt.Fprintf(w, "Stream: %d jobs a run (middle 60%% measured) on %d GPUs, each cut as jobs come (best fit); %d seeds; 95%% intervals. A slice the judge lists as did not fit (speed 0) runs out of memory: the job reruns on a whole GPU.\n",
 		s.Jobs, s.GPUs, s.Seeds)
+	var unmeasured []string
+	for i, profiles := range d.Unmeasured() {
+		if len(profiles) > 0 {
+			unmeasured = append(unmeasured, fmt.Sprintf("%s on %s", d.Jobs[i].Job, strings.Join(profiles, ", ")))
+		}
+	}
+	if len(unmeasured) > 0 {
+		fmt.Fprintf(w, "Not measured (no row in the slices file; no policy chooses these, a job whose rule picks one gets the next larger slice it was measured on): %s.\n",
+			strings.Join(unmeasured, "; "))
+	}
+	if len(d.Clamped) > 0 {
+		fmt.Fprintln(w, clampedLine(d.Clamped))
+	}
 	fmt.Fprintf(w, "Oracle: smallest slice at >= %.0f%% of whole-GPU speed. GPUS NEEDED: fewest GPUs serving the same stream with at most %.0f%% of jobs slowed beyond %.0fx (JCT / work alone on a whole GPU, waiting included).\n\n",
 		100*SliceSpeedTarget, 100*SliceLateShare, SliceLateSlowdown)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tUTIL%\tMEM MIB\tBY-MEMORY\tPRISM\tORACLE\tSPEED BY-MEMORY\tSPEED PRISM")
 	for i, j := range d.Jobs {
-		pm, pp, po := d.Choose(SliceMemory, i, 1), d.Choose(SlicePrism, i, 1), d.Choose(SliceOracle, i, 1)
+		var k [3]int
+		var cell [3]string
+		for x, p := range []SlicePolicy{SliceMemory, SlicePrism, SliceOracle} {
+			var unmeasured int
+			k[x], unmeasured = d.choose(p, i, 1)
+			cell[x] = m.Profiles[k[x]].Name
+			if unmeasured >= 0 {
+				cell[x] += fmt.Sprintf(" (%s not measured)", m.Profiles[unmeasured].Name)
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\n", j.Job, j.UtilPct, j.MemMiB,
-			m.Profiles[pm].Name, m.Profiles[pp].Name, m.Profiles[po].Name, speedCell(d.speed[i][pm]), speedCell(d.speed[i][pp]))
+			cell[0], cell[1], cell[2], speedCell(d.speed[i][k[0]]), speedCell(d.speed[i][k[1]]))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -140,7 +173,7 @@ func WriteSlicingReport(w io.Writer, d *SlicingData, s SliceSweep, rows []*Slice
 }
 
 func speedCell(v float64) string {
-	if math.IsNaN(v) {
+	if v == 0 {
 		return "oom"
 	}
 	return fmt.Sprintf("%.2f", v)

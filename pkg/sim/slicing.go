@@ -96,9 +96,13 @@ type SlicingData struct {
 	GPU   string
 	Model MIGModel
 	Jobs  []MeasuredJob
+	// Clamped names the slice speeds on this GPU model read as 1 (see
+	// SpeedTolerance).
+	Clamped []string
 	// speed[i][k] is job type i's speed on profile k, a fraction of the
-	// whole GPU; NaN where it was not measured, which the judge takes as
-	// did not fit (MISO has no 1g.5gb row for jobs that ran out of memory).
+	// whole GPU: 0 where the job did not fit in the slice's memory, NaN
+	// where the slices file has no row (not measured), which no policy
+	// chooses.
 	speed [][]float64
 }
 
@@ -135,6 +139,7 @@ func (m *Measured) ForSlicing(gpu string) (*SlicingData, error) {
 			d.speed = append(d.speed, row)
 		}
 		d.speed[i][k] = s.Speed
+		d.Clamped = append(d.Clamped, s.Clamped...)
 	}
 	if len(d.Jobs) == 0 {
 		return nil, fmt.Errorf("no slice speed measured on gpu %q", gpu)
@@ -169,29 +174,59 @@ func (d *SlicingData) whole() int { return len(d.Model.Profiles) - 1 }
 
 // Choose is the profile a policy asks for a job of type typ whose measured
 // figures are scaled by factor (1 + noise). Only the oracle reads the
-// judge's speeds.
+// judge's speeds. No policy chooses a profile the job was not measured on,
+// since the judge could not rate it: where a policy's rule picks one, the
+// job asks for the next larger profile it was measured on.
 func (d *SlicingData) Choose(p SlicePolicy, typ int, factor float64) int {
+	k, _ := d.choose(p, typ, factor)
+	return k
+}
+
+// choose is Choose and, where the policy's rule picked a profile the job
+// was not measured on, that profile (-1 otherwise).
+func (d *SlicingData) choose(p SlicePolicy, typ int, factor float64) (k, unmeasured int) {
 	j := d.Jobs[typ]
+	rule := d.whole()
 	switch p {
 	case SliceMemory:
-		if !Known(j.MemMiB) {
-			return d.whole()
+		if Known(j.MemMiB) {
+			rule = d.smallest(j.MemMiB*factor, 0)
 		}
-		return d.smallest(j.MemMiB*factor, 0)
 	case SlicePrism:
-		share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true)
-		if !ok {
-			return d.whole()
+		if share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true); ok {
+			rule = d.smallest(share.MemMiB, float64(share.ComputePct))
 		}
-		return d.smallest(share.MemMiB, float64(share.ComputePct))
 	case SliceOracle:
 		for k, s := range d.speed[typ] {
 			if s >= SliceSpeedTarget-1e-9 {
-				return k
+				return k, -1
 			}
 		}
 	}
-	return d.whole()
+	// Profiles grow in memory and compute, so a larger one also covers
+	// what the rule asked for.
+	k = rule
+	for k < d.whole() && math.IsNaN(d.speed[typ][k]) {
+		k++
+	}
+	if k != rule {
+		return k, rule
+	}
+	return k, -1
+}
+
+// Unmeasured lists, per job type in order, the profiles it has no speed
+// for; empty where it has one for every profile.
+func (d *SlicingData) Unmeasured() [][]string {
+	out := make([][]string, len(d.Jobs))
+	for i, row := range d.speed {
+		for k, s := range row {
+			if math.IsNaN(s) {
+				out[i] = append(out[i], d.Model.Profiles[k].Name)
+			}
+		}
+	}
+	return out
 }
 
 // smallest is the first profile with at least memMiB of memory and
@@ -267,9 +302,9 @@ func (d *SlicingData) Simulate(r SliceRun) SliceResult {
 // slice 0 — the only start of 4g and 7g — free longest. A placement is
 // given back when its job ends (instances are created and destroyed per
 // job, as Prism's prepare and unprepare do). A job that asked for a slice
-// the judge has no speed for ran out of memory: it fails at start and
-// reruns on a whole GPU. Jobs that fit nowhere wait and are retried in
-// arrival order after every event.
+// the judge lists as did not fit (speed 0) ran out of memory: it fails at
+// start and reruns on a whole GPU. Jobs that fit nowhere wait and are
+// retried in arrival order after every event.
 func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 	used := make([]uint8, r.GPUs) // bit s: memory slice s is taken
 	var running, queue []*slicedJob
@@ -281,7 +316,7 @@ func (d *SlicingData) simulate(r SliceRun, jobs []streamJob) SliceResult {
 	schedule := func(now float64) {
 		kept := queue[:0]
 		for _, j := range queue {
-			if math.IsNaN(d.speed[j.sj.typ][j.prof]) {
+			if d.speed[j.sj.typ][j.prof] == 0 {
 				// Did not fit: the start fails, and the job asks again for
 				// the whole GPU.
 				rec.oom(j.idx)

@@ -239,3 +239,97 @@ func slicesIndex(rows []*SliceRow, p SlicePolicy, load float64) int {
 	}
 	return -1
 }
+
+// A slice with no row was not measured: no policy chooses it (a rule that
+// picks it moves up to the next slice the job was measured on), and it is
+// never taken as a job that did not fit. fat's 1g.5gb is "did not fit" (0)
+// in slices.csv and has no row in slices-unmeasured.csv.
+func TestAnUnmeasuredSliceIsNotChosenNorAFitFailure(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		// want is what each policy asks for fat (job type 3).
+		want map[SlicePolicy]string
+		// ooms is by-memory's out-of-memory starts per 1000 jobs, about
+		// one job type in four where fat's 1g.5gb did not fit.
+		oomsLo, oomsHi float64
+	}{
+		{"slices.csv", map[SlicePolicy]string{SliceWhole: "7g.40gb", SliceMemory: "1g.5gb", SlicePrism: "2g.10gb", SliceOracle: "3g.20gb"}, 150, 350},
+		{"slices-unmeasured.csv", map[SlicePolicy]string{SliceWhole: "7g.40gb", SliceMemory: "2g.10gb", SlicePrism: "2g.10gb", SliceOracle: "3g.20gb"}, 0, 0},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			d := readSlicing(t, tc.file)
+			got := map[SlicePolicy]string{}
+			for p, names := range choices(d, 1) {
+				got[p] = names[3]
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("fat's choices (-want +got):\n%s", diff)
+			}
+			r := d.Simulate(SliceRun{Policy: SliceMemory, Load: 0.05, GPUs: 16, Jobs: 400, Seed: 1})
+			if r.OOMs < tc.oomsLo || r.OOMs > tc.oomsHi {
+				t.Errorf("by-memory OOMs per 1000 = %g, want within [%g, %g]", r.OOMs, tc.oomsLo, tc.oomsHi)
+			}
+		})
+	}
+}
+
+// The report names the slices not measured and the choices moved past
+// them.
+func TestSlicingReportNamesTheUnmeasuredSlices(t *testing.T) {
+	d := readSlicing(t, "slices-unmeasured.csv")
+	if diff := cmp.Diff([][]string{nil, nil, nil, {"1g.5gb"}}, d.Unmeasured()); diff != "" {
+		t.Errorf("unmeasured (-want +got):\n%s", diff)
+	}
+	s := SliceSweep{Policies: []SlicePolicy{SliceWhole}, Loads: []float64{0.5}, Seeds: 1, GPUs: 4, Jobs: 100, Workers: 1}
+	outs, err := d.Execute(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := WriteSlicingReport(&b, d, s, SummariseSlicing(outs)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "Not measured") || strings.HasPrefix(l, "fat ") {
+			got = append(got, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	want := []string{
+		"Not measured (no row in the slices file; no policy chooses these, a job whose rule picks one gets the next larger slice it was measured on): fat on 1g.5gb.",
+		"fat 10.0 4000 2g.10gb (1g.5gb not measured) 2g.10gb 3g.20gb 0.70 0.70",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+}
+
+// The GPUs-needed comparison says "the same number" for equal counts and
+// never prints 0 % more or fewer.
+func TestSlicingVerdictComparesGPUsNeeded(t *testing.T) {
+	row := func(p SlicePolicy, need float64) *SliceRow {
+		return &SliceRow{Policy: p, Load: 0.5, Median: Estimate{Mean: 1, N: 3}, GPUsNeeded: Estimate{Mean: need, N: 3}}
+	}
+	for _, tc := range []struct {
+		name                         string
+		whole, memory, prism, oracle float64
+		want                         string
+	}{{
+		name:  "equal",
+		whole: 20, memory: 25, prism: 20, oracle: 16,
+		want: "load 50%: median slowdown whole-gpu 1.00x, by-memory 1.00x, prism 1.00x, oracle 1.00x," +
+			" prism needs the same number of GPUs as whole-gpu; oracle needs 20% fewer GPUs than whole-gpu; by-memory needs 25% more GPUs than whole-gpu;",
+	}, {
+		name:  "less than half a per cent apart",
+		whole: 20, memory: 20.04, prism: 19.98, oracle: 19.999,
+		want: "load 50%: median slowdown whole-gpu 1.00x, by-memory 1.00x, prism 1.00x, oracle 1.00x," +
+			" prism needs 0.1% fewer GPUs than whole-gpu; oracle needs 0.01% fewer GPUs than whole-gpu; by-memory needs 0.2% more GPUs than whole-gpu;",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := []*SliceRow{row(SliceWhole, tc.whole), row(SliceMemory, tc.memory), row(SlicePrism, tc.prism), row(SliceOracle, tc.oracle)}
+			if diff := cmp.Diff([]string{tc.want}, SlicingVerdict(rows)); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -100,7 +100,7 @@ func run(gavelDir, misoDir, h100Dir, out string) error {
 	for name, rows := range map[string][]string{
 		"jobs.csv":   append([]string{head("Job types measured alone, one row per GPU model. util_pct of the Gavel rows is an ESTIMATE (README.md).")}, jobs...),
 		"pairs.csv":  append([]string{head("Co-located throughputs as fractions of alone (Gavel's; h100 and h100-mps measured by hack/gpu-check.sh); 0,0 = the pair did not fit in memory.")}, pairs...),
-		"slices.csv": append([]string{head("MISO's speed on MIG slices of an A100-40GB as a fraction of the whole GPU (7g.40gb).")}, slicesOut...),
+		"slices.csv": append([]string{head("MISO's speed on MIG slices of an A100-40GB as a fraction of the whole GPU (7g.40gb); 0 = did not fit in the slice's memory, no row = not measured.")}, slicesOut...),
 	} {
 		data := strings.TrimSuffix(strings.Join(rows, "\n"), "\n") + "\n"
 		data = strings.Replace(data, "\n\n", "\n", 1)
@@ -217,11 +217,24 @@ func countFamily(names []string, family string) int {
 }
 
 // misoRows carries over MISO's whole-GPU utilisation, memory and speed per
-// job (model and batch size) and its speeds on MIG slices.
+// job (model and batch size) and its speeds on MIG slices. A slice whose
+// job list (mps/configs/<slice>.json, the batch sizes MISO ran there) leaves
+// the batch size out did not fit: it has no log, and MISO's own simulator
+// rates it 0 (mps/scheduler/simulator/utils.py). Its row says so with a
+// speed of 0. A slice whose list has the batch size but no log was not
+// measured and gets no row.
 func misoRows(dir string) (jobs, slicesOut []string, err error) {
 	var batches map[string][]int
 	if err := showJSON(dir, "mps/configs/batch.json", &batches); err != nil {
 		return nil, nil, err
+	}
+	ran := map[string]map[string][]int{}
+	for _, s := range misoSlices {
+		var list map[string][]int
+		if err := showJSON(dir, "mps/configs/"+strings.Replace(s, ".", "_", 1)+".json", &list); err != nil {
+			return nil, nil, err
+		}
+		ran[s] = list
 	}
 	for _, model := range sortedKeys(batches) {
 		var util, dram, mem map[string]float64
@@ -254,6 +267,8 @@ func misoRows(dir string) (jobs, slicesOut []string, err error) {
 			for _, s := range misoSlices {
 				if t, ok := times[s]; ok {
 					slicesOut = append(slicesOut, fmt.Sprintf("%s,%s,%s,%.4f", quote(job), misoGPU, s, whole/t))
+				} else if !slices.Contains(ran[s][model], b) {
+					slicesOut = append(slicesOut, fmt.Sprintf("%s,%s,%s,%.4f", quote(job), misoGPU, s, 0.0))
 				}
 			}
 		}

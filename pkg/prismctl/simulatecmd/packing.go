@@ -34,7 +34,7 @@ type packFlags struct {
 	jobs, pairs, slices, gpu, policies, loads, noise, svgDir string
 	gpuMemMiB                                                float64
 	gpus, jobsPerRun, seeds, workers                         int
-	gpusNeeded                                               bool
+	gpusNeeded, skipIncomplete                               bool
 }
 
 // runMeasured runs the evaluations on measured data the flags name: the
@@ -73,7 +73,11 @@ func runPacking(cmd *cobra.Command, f packFlags, m *sim.Measured) error {
 	if mem == 0 {
 		mem = sim.GPUMemoryMiB[f.gpu]
 	}
-	d, err := m.ForGPU(f.gpu, mem)
+	forGPU := m.ForGPU
+	if f.skipIncomplete {
+		forGPU = m.ForGPUSkipIncomplete
+	}
+	d, err := forGPU(f.gpu, mem)
 	if err != nil {
 		return err
 	}
@@ -111,7 +115,11 @@ func evaluate[Out, Row, Metric any](out io.Writer, svgDir string, execute func()
 
 func slicesSummary(ss []sim.SliceSpeed) string {
 	var jobs, gpus, profiles []string
+	var didNotFit int
 	for _, s := range ss {
+		if s.Speed == 0 {
+			didNotFit++
+		}
 		for _, x := range []struct {
 			list *[]string
 			v    string
@@ -121,6 +129,6 @@ func slicesSummary(ss []sim.SliceSpeed) string {
 			}
 		}
 	}
-	return fmt.Sprintf("Slices: %d speeds of %d job types on %s, slices %s (not used by packing; the MIG sizing evaluation reads them).",
-		len(ss), len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
+	return fmt.Sprintf("Slices: %d speeds and %d did not fit, of %d job types on %s, slices %s (not used by packing; the MIG sizing evaluation reads them).",
+		len(ss)-didNotFit, didNotFit, len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
 }

@@ -70,11 +70,13 @@ worse than a profile-blind placement's.
 With --jobs and --pairs instead, it runs the packing evaluation: a stream
 of jobs drawn from jobs.csv for one GPU model (--gpu) arrives at each load
 onto --gpus GPUs; each policy places jobs reading only jobs.csv (prism
-through the share-sizing rule, its utilisation figures scaled by a
-multiplicative error of up to --noise), and the judge rates every job from
-pairs.csv. Prints goodput per GPU, the shares of jobs below 80 and 90 % of their
-speed alone, median and p99 slowdown and the GPUs needed, with 95 %
-confidence intervals over seeds, and the acceptance verdict.
+through the share-sizing rule, a job's util_pct and mem_mib each scaled by
+one factor drawn in 1 ± --noise), and the judge rates every job from
+pairs.csv, which must hold every pair of the GPU model's job types
+(--skip-incomplete leaves out the job types it lacks a pair of). Prints
+goodput per GPU, the shares of jobs below 80 and 90 % of their speed
+alone, median and p99 slowdown and the GPUs needed, with 95 % confidence
+intervals over seeds, and the acceptance verdict.
 
 With --jobs and --slices, it runs the MIG sizing evaluation on every GPU
 model of slices.csv that has a MIG model (a100-40gb): the stream arrives
@@ -82,7 +84,8 @@ onto --gpus GPUs cut into MIG slices as jobs come; whole-gpu, by-memory
 (smallest slice holding the measured memory), prism (the share-sizing rule
 mapped to the smallest slice covering its memory and compute) and oracle
 (reads slices.csv: the smallest slice at 80 % of whole-GPU speed) are
-judged on slices.csv's speeds. With --pairs too, both run. File formats:
+judged on slices.csv's speeds; by-memory and prism read util_pct and
+mem_mib scaled by 1 ± --noise. With --pairs too, both run. File formats:
 docs/simulator.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -190,7 +193,7 @@ docs/simulator.md.`,
 	fl.StringVar(&jobTypesPath, "job-types", "", "trace replay: the job types pods are drawn from with their classifier input (job,sm_pct,mem_pct); required with --nodes")
 	fl.StringVar(&policiesFlag, "policies", joinPolicies(), "comma-separated policies")
 	fl.StringVar(&loadsFlag, "loads", "0.3,0.5,0.7,0.9", "target utilisations to compress arrivals to")
-	fl.StringVar(&noiseFlag, "noise", "0,0.1,0.2,0.4", "shares of wrong classifier labels (Prism policies)")
+	fl.StringVar(&noiseFlag, "noise", "0,0.1,0.2,0.4", "trace replay: shares of wrong classifier labels (Prism policies); packing and MIG sizing: the largest relative error on each job's util_pct and mem_mib, one factor drawn uniformly in 1 ± noise (prism; by-memory too in MIG sizing)")
 	fl.IntVar(&seeds, "seeds", 10, "seeds per configuration (job types, label noise, ties)")
 	fl.IntVar(&workers, "workers", 2, "simulations run in parallel")
 	fl.IntVar(&every, "every", 8, "keep every n-th node of each (model, GPU count) group of the node list")
@@ -205,7 +208,8 @@ docs/simulator.md.`,
 	fl.StringVar(&pack.pairs, "pairs", "", "packing: pairs.csv (job_a,job_b,gpu,speed_a,speed_b), what the judge reads")
 	fl.StringVar(&pack.slices, "slices", "", "MIG sizing: slices.csv (job,gpu,slice,speed), what its judge reads")
 	fl.StringVar(&pack.gpu, "gpu", "v100", "packing: the GPU model of jobs.csv to pack")
-	fl.Float64Var(&pack.gpuMemMiB, "gpu-memory", 0, "packing: the GPU's memory in MiB (0: the built-in figure for k80, p100, v100, a100-40gb)")
+	fl.Float64Var(&pack.gpuMemMiB, "gpu-memory", 0, "packing: the GPU's memory in MiB (0: the built-in figure for "+strings.Join(sim.GPUMemoryModels(), ", ")+")")
+	fl.BoolVar(&pack.skipIncomplete, "skip-incomplete", false, "packing: leave out the job types of --gpu that pairs.csv lacks a pair of (self-pairs included) and name them, instead of refusing")
 	fl.IntVar(&pack.gpus, "gpus", 32, "packing and MIG sizing: GPUs the stream runs on")
 	fl.IntVar(&pack.jobsPerRun, "stream", 2000, "packing and MIG sizing: jobs per run")
 	fl.BoolVar(&pack.gpusNeeded, "gpus-needed", true, "packing and MIG sizing: also search the fewest GPUs that serve each run's stream")

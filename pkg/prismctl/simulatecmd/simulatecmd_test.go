@@ -23,7 +23,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/prismgpu/prism/pkg/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/sim"
 )
 
 const (
@@ -33,6 +36,10 @@ const (
 	pods        = "../../sim/testdata/pods.csv"
 	throughputs = "../../../test/bench/data/jobs.csv"
 	jobTypes    = "../../../test/bench/data/job-types.csv"
+	// shippedPairs and shippedSlices are the measured data make bench
+	// runs on.
+	shippedPairs  = "../../../test/bench/data/pairs.csv"
+	shippedSlices = "../../../test/bench/data/slices.csv"
 )
 
 func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
@@ -72,7 +79,7 @@ func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
 			"--seeds", "3", "--loads", "0.5,0.9", "--noise", "0,0.2",
 		},
 		want: []string{
-			"Slices: 2 speeds of 2 job types on t1",
+			"Slices: 2 speeds and 0 did not fit, of 2 job types on t1",
 			"MIG sizing: no MIG model for t1 (models: a100-40gb); not evaluated.",
 			"Packing on t1: 3 job types",
 			// 4 policies without noise and prism at 2 levels, 2 loads, 3 seeds.
@@ -80,6 +87,34 @@ func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
 			"load 90%: prism at 0% noise",
 		},
 		files: []string{"packing-goodput.svg", "packing-below80.svg", "packing-median-slowdown.svg"},
+	}, {
+		name: "packing without the job types lacking a pair",
+		args: []string{
+			"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs-incomplete.csv", "--skip-incomplete",
+			"--gpu", "t1", "--gpu-memory", "16384", "--gpus", "4", "--stream", "100", "--seeds", "1", "--loads", "0.5", "--noise", "0",
+		},
+		want: []string{
+			"Packing on t1: 2 job types",
+			"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks heavy + heavy).",
+		},
+	}, {
+		name: "packing on the shipped H100 pairs under MPS reads two speeds as 1",
+		args: []string{
+			"--jobs", throughputs, "--pairs", shippedPairs, "--gpu", "h100-mps",
+			"--gpus", "4", "--stream", "100", "--seeds", "1", "--loads", "0.5", "--noise", "0", "--gpus-needed=false",
+		},
+		want: []string{"Read as 1, as measurement noise", "speed_a 1.0004", "speed_b 1.0039"},
+	}, {
+		name: "MIG sizing on the shipped slices: every slice measured or did not fit",
+		args: []string{
+			"--jobs", throughputs, "--slices", shippedSlices,
+			"--gpus", "4", "--stream", "100", "--seeds", "1", "--loads", "0.5", "--noise", "0", "--gpus-needed=false",
+		},
+		want: []string{
+			"MIG sizing on a100-40gb: 32 job types",
+			"Read as 1, as measurement noise", "speed 1.0035",
+		},
+		absent: []string{"Not measured", "not measured"},
 	}, {
 		name: "MIG sizing",
 		args: []string{
@@ -149,9 +184,34 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 		{[]string{"--jobs", slicing + "jobs.csv", "--slices", slicing + "slices.csv", "--policies", "fastest"}, `unknown MIG sizing policy "fastest"`},
 		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs.csv", "--gpu", "t1", "--policies", "fastest"}, `unknown packing policy "fastest"`},
 		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs.csv", "--gpu", "t1"}, `gpu "t1": its memory is needed`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs-incomplete.csv", "--gpu", "t1", "--gpu-memory", "16384"},
+			`gpu "t1": the pair table lacks 1 of the 6 pairs of its job types (--skip-incomplete leaves out job types until none is missing): heavy + heavy`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "bad/pairs-above-one.csv", "--gpu", "t1", "--gpu-memory", "16384"},
+			`pairs-above-one.csv:2: column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone`},
 	} {
 		if _, err := explaintest.Execute(NewCommand(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// The help of the flags the evaluations on measured data share with the
+// trace replay says what they do there, and --gpu-memory lists the models
+// it has a figure for from the table that holds them.
+func TestFlagHelpSaysWhatTheCodeDoes(t *testing.T) {
+	fl := NewCommand().Flags()
+	usage := fl.Lookup("gpu-memory").Usage
+	_, list, ok := strings.Cut(usage, "built-in figure for ")
+	list, _, _ = strings.Cut(list, ")")
+	if !ok {
+		t.Fatalf("--gpu-memory: %q names no built-in figures", usage)
+	}
+	if diff := cmp.Diff(sim.GPUMemoryModels(), strings.Split(list, ", ")); diff != "" {
+		t.Errorf("--gpu-memory lists (-want +got):\n%s", diff)
+	}
+	for _, want := range []string{"wrong classifier labels", "util_pct", "mem_mib", "1 ± noise"} {
+		if usage := fl.Lookup("noise").Usage; !strings.Contains(usage, want) {
+			t.Errorf("--noise: %q does not say %q", usage, want)
 		}
 	}
 }
