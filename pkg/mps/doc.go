@@ -24,12 +24,37 @@ limitations under the License.
 // directory of its own under the plugin's state directory:
 //
 //	<root>/<GPU UUID>/pipe   CUDA_MPS_PIPE_DIRECTORY, mounted into each share's containers
-//	<root>/<GPU UUID>/log    CUDA_MPS_LOG_DIRECTORY, the daemon's logs
+//	<root>/<GPU UUID>/log    CUDA_MPS_LOG_DIRECTORY, the daemon's logs, mounted nowhere
 //
 // The last share unprepared stops it with the documented "quit" command sent
 // through its pipe directory, then by signal if it does not go, and removes
 // both directories. A GPU of its own per daemon keeps one tenant's daemon
 // failure, and its restart, away from the tenants of the other GPUs.
+//
+// # The pipe directory
+//
+// The tenants of a GPU share its pipe directory, read-write, so that
+// clients of any UID reach the daemon. So that none can break it for the
+// others:
+//
+//   - it has mode 01777: the sticky bit keeps the daemon's pipes and each
+//     tenant's files from being removed or renamed by another non-root
+//     user;
+//   - before each share is prepared, Ensure checks that the daemon's control
+//     pipe is still there, a pipe or socket owned by the daemon's user. A
+//     daemon without one serves no new client (they would run without
+//     MPS, silently) and cannot be told to quit: it is killed at once and a
+//     fresh one started on the same directory, and Ensure returns a
+//     ReplacedError, because the containers that used it have lost their
+//     MPS server. The last share's stop kills such a daemon at once too,
+//     instead of waiting StopTimeout for a quit it cannot send;
+//   - where the plugin may mount, and its mounts reach the host (the state
+//     directory is a shared mount), a new pipe directory is a tmpfs of
+//     PipeDirSize bytes, so that tenants can write neither to the host's
+//     disk nor beyond that. A directory that containers may already have
+//     mounted is never mounted over, which they would not see: it stays
+//     what it is until its last share ends. Elsewhere pipe directories are
+//     plain, and Unbounded says why.
 //
 // NVIDIA's own DRA driver runs each daemon as a Deployment of its own, which
 // survives its kubelet plugin but costs an API object, an image and a
@@ -51,7 +76,8 @@ limitations under the License.
 //   - shares remain and the process is alive: it is adopted. A live process
 //     is one whose /proc entry has the recorded start time (not a reused
 //     PID), runs nvidia-cuda-mps-control, and has the recorded pipe
-//     directory in its environment;
+//     directory in its environment; and it must still have its control
+//     pipe, or it is killed and replaced as below;
 //   - shares remain and the daemon died: a fresh one is started on the same
 //     pipe directory. Containers that were connected to the dead daemon's
 //     MPS server have lost it: their CUDA calls fail and they must be

@@ -71,6 +71,9 @@ type Manager struct {
 	binary      string
 	libDirs     []string
 	unavailable error
+	// unbounded says why pipe directories are not tmpfs mounts; nil when
+	// they are.
+	unbounded   error
 	root        string
 	store       *checkpoint.Store
 	procRoot    string
@@ -117,6 +120,7 @@ func New(opts Options) *Manager {
 	} else {
 		m.binary = binary
 		m.metrics.available.Set(1)
+		m.unbounded = checkBound(m.root)
 	}
 	for _, dir := range libraryDirs {
 		dir = filepath.Join(opts.DriverRoot, dir)
@@ -132,6 +136,17 @@ func New(opts Options) *Manager {
 // when they can.
 func (m *Manager) Unavailable() error { return m.unavailable }
 
+// Unbounded says why the pipe directories that the shares' containers
+// write to are not size-limited tmpfs mounts but plain directories on the
+// state directory's file system; nil when they are, or when MPS is
+// unavailable and there are none.
+func (m *Manager) Unbounded() error {
+	if m.unavailable != nil {
+		return nil
+	}
+	return m.unbounded
+}
+
 // PipeDir is the host path of a GPU's pipe directory. It depends on the
 // UUID alone, so that a CDI spec written again from the checkpoint names
 // the same directory.
@@ -139,24 +154,60 @@ func (m *Manager) PipeDir(uuid string) string { return filepath.Join(m.root, uui
 
 func (m *Manager) logDir(uuid string) string { return filepath.Join(m.root, uuid, "log") }
 
+// ReplacedError is what Ensure returns when it found the GPU's daemon dead,
+// or alive but out of reach of its control pipe, and started a fresh one.
+// The share is served; but containers of the GPU's other shares that used
+// the old daemon have lost their MPS server and must be restarted, which
+// their owners should hear of.
+type ReplacedError struct {
+	UUID string
+	// PID is the old daemon's.
+	PID int
+	// Reason is what was wrong with it.
+	Reason string
+}
+
+func (e *ReplacedError) Error() string {
+	return fmt.Sprintf("the MPS control daemon %d of GPU %s was replaced: %s", e.PID, e.UUID, e.Reason)
+}
+
 // Ensure makes sure a daemon serves the GPU: it starts one if none is
-// recorded, and a fresh one if the recorded one has died.
+// recorded, and a fresh one if the recorded one has died or can no longer
+// be reached through its control pipe (which it kills first). A replaced
+// daemon that had served shares is reported as a *ReplacedError.
 func (m *Manager) Ensure(ctx context.Context, uuid string) error {
 	if m.unavailable != nil {
 		return m.unavailable
 	}
+	logger := klog.FromContext(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rec, ok := m.store.MPSDaemons()[uuid]
 	if !ok {
 		return m.start(ctx, uuid, ResultStarted)
 	}
-	if alive, why := m.running(rec); !alive {
-		klog.FromContext(ctx).Info("MPS control daemon is gone; starting a fresh one. Containers that used it must be restarted to use the new one",
+	state, why := m.check(rec)
+	switch state {
+	case serving:
+		return nil
+	case unreachable:
+		logger.Info("MPS control daemon cannot be reached; killing it and starting a fresh one. Containers that used it must be restarted to use the new one",
 			"uuid", uuid, "pid", rec.PID, "reason", why)
-		return m.start(ctx, uuid, ResultRestarted)
+		if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+			return err
+		}
+	case gone:
+		logger.Info("MPS control daemon is gone; starting a fresh one. Containers that used it must be restarted to use the new one",
+			"uuid", uuid, "pid", rec.PID, "reason", why)
 	}
-	return nil
+	if err := m.start(ctx, uuid, ResultRestarted); err != nil {
+		return err
+	}
+	if rec.PID <= 0 {
+		// Its start was cut short: no share used it.
+		return nil
+	}
+	return &ReplacedError{UUID: uuid, PID: rec.PID, Reason: why}
 }
 
 // Stop stops the GPU's daemon, if one is recorded, and removes its
@@ -190,13 +241,24 @@ func (m *Manager) Recover(ctx context.Context, need map[string]bool) error {
 			}
 			continue
 		}
-		if alive, why := m.running(rec); alive {
+		state, why := m.check(rec)
+		if state == serving {
 			m.metrics.starts.WithLabelValues(ResultAdopted).Inc()
 			logger.Info("Adopted MPS control daemon", "uuid", uuid, "pid", rec.PID, "pipeDir", rec.PipeDir)
 			continue
-		} else if m.unavailable == nil {
-			logger.Info("MPS control daemon died while shares of its GPU remain; starting a fresh one. Containers that used it have lost their MPS server and must be restarted",
+		}
+		if state == unreachable {
+			logger.Info("MPS control daemon cannot be reached while shares of its GPU remain; killing it. Containers that used it have lost their MPS server and must be restarted",
 				"uuid", uuid, "pid", rec.PID, "reason", why)
+			if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		} else {
+			logger.Info("MPS control daemon died while shares of its GPU remain. Containers that used it have lost their MPS server and must be restarted",
+				"uuid", uuid, "pid", rec.PID, "reason", why)
+		}
+		if m.unavailable == nil {
 			if err := m.start(ctx, uuid, ResultRestarted); err != nil {
 				errs = append(errs, err)
 			}
@@ -213,6 +275,30 @@ func (m *Manager) Recover(ctx context.Context, need map[string]bool) error {
 	}
 	m.updateGauge()
 	return errors.Join(errs...)
+}
+
+// daemonState is what became of a recorded daemon.
+type daemonState int
+
+const (
+	// serving: it runs and listens on its control pipe.
+	serving daemonState = iota
+	// gone: it no longer runs (see running).
+	gone
+	// unreachable: it runs, but its control pipe is gone or is not its own
+	// (see checkControl): clients cannot reach it, nor can quit.
+	unreachable
+)
+
+// check says what became of the recorded daemon, and why it does not serve.
+func (m *Manager) check(rec checkpoint.MPSDaemon) (daemonState, string) {
+	if alive, why := m.running(rec); !alive {
+		return gone, why
+	}
+	if err := checkControl(rec.PipeDir); err != nil {
+		return unreachable, err.Error()
+	}
+	return serving, ""
 }
 
 // running says whether the recorded daemon still runs, and why not.
@@ -238,14 +324,13 @@ func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
 		m.updateGauge()
 	}()
 	rec := checkpoint.MPSDaemon{UUID: uuid, PipeDir: m.PipeDir(uuid), LogDir: m.logDir(uuid)}
-	if prev, ok := m.store.MPSDaemons()[uuid]; ok && prev.PID == 0 {
+	prev, recorded := m.store.MPSDaemons()[uuid]
+	if recorded && prev.PID == 0 {
 		// A start cut short may have left a daemon whose PID was never
 		// recorded; it listens on the same pipe directory.
 		m.quit(ctx, prev)
 	}
-	// The pipe directory is emptied, not replaced: containers of earlier
-	// shares have it mounted, and would not see a new directory.
-	if err := emptyDir(rec.PipeDir); err != nil {
+	if err := preparePipeDir(rec.PipeDir, !recorded, m.unbounded); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(rec.LogDir, 0o755); err != nil {
@@ -303,8 +388,8 @@ func (m *Manager) waitListening(ctx context.Context, pipeDir string, exited <-ch
 			return false, errors.New("the daemon exited before it listened")
 		default:
 		}
-		_, err := os.Stat(filepath.Join(pipeDir, controlPipe))
-		return err == nil, nil
+		// The daemon's own pipe: not one a tenant made in its place.
+		return checkControl(pipeDir) == nil, nil
 	})
 	if wait.Interrupted(err) {
 		return fmt.Errorf("no %s in %s after %s", controlPipe, pipeDir, m.ready)
@@ -313,21 +398,31 @@ func (m *Manager) waitListening(ctx context.Context, pipeDir string, exited <-ch
 }
 
 // stopDaemon asks the daemon to quit, kills it if it does not, and removes
-// its directories and record.
+// its directories and record. Only a daemon that listens on its control
+// pipe is asked and waited for, StopTimeout at most for both; one that
+// cannot be reached is killed at once, so that a tenant who removed the
+// pipe cannot make the caller, which holds the driver lock, wait.
 func (m *Manager) stopDaemon(ctx context.Context, rec checkpoint.MPSDaemon) error {
 	logger := klog.FromContext(ctx)
-	alive, _ := m.running(rec)
-	if alive || rec.PID == 0 {
+	switch state, why := m.check(rec); {
+	case state == serving:
+		if m.quitAndWait(ctx, rec) {
+			m.metrics.stops.WithLabelValues(StopQuit).Inc()
+			break
+		}
+		logger.Info("MPS control daemon did not quit; killing it", "uuid", rec.UUID, "pid", rec.PID, "timeout", m.stop)
+		if err := m.kill(ctx, rec, StopKilled); err != nil {
+			return err
+		}
+	case state == unreachable:
+		logger.Info("MPS control daemon cannot be reached to quit; killing it", "uuid", rec.UUID, "pid", rec.PID, "reason", why)
+		if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+			return err
+		}
+	case rec.PID == 0:
 		m.quit(ctx, rec)
 	}
-	if alive && !m.waitGone(ctx, rec) {
-		logger.Info("MPS control daemon did not quit; killing it", "uuid", rec.UUID, "pid", rec.PID)
-		_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
-		if !m.waitGone(ctx, rec) {
-			return fmt.Errorf("MPS control daemon %d of GPU %s survived SIGKILL", rec.PID, rec.UUID)
-		}
-	}
-	if err := os.RemoveAll(filepath.Dir(rec.PipeDir)); err != nil {
+	if err := removeDaemonDirs(rec.PipeDir); err != nil {
 		return fmt.Errorf("remove MPS directories of GPU %s: %w", rec.UUID, err)
 	}
 	if err := m.store.Update(ctx, func(d *checkpoint.Data) error {
@@ -342,13 +437,35 @@ func (m *Manager) stopDaemon(ctx context.Context, rec checkpoint.MPSDaemon) erro
 	return nil
 }
 
+// quitAndWait sends the daemon quit and waits until it is gone, both
+// within StopTimeout; false if it is still there then.
+func (m *Manager) quitAndWait(ctx context.Context, rec checkpoint.MPSDaemon) bool {
+	ctx, cancel := context.WithTimeout(ctx, m.stop)
+	defer cancel()
+	m.quit(ctx, rec)
+	return m.waitGone(ctx, rec)
+}
+
+// kill ends a daemon, its process group (the MPS servers it started) with
+// it, without asking, and counts the stop as result.
+func (m *Manager) kill(ctx context.Context, rec checkpoint.MPSDaemon, result string) error {
+	_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+	if !m.waitGone(ctx, rec) {
+		return fmt.Errorf("MPS control daemon %d of GPU %s survived SIGKILL", rec.PID, rec.UUID)
+	}
+	m.metrics.stops.WithLabelValues(result).Inc()
+	delete(m.exited, rec.PID)
+	return nil
+}
+
 // quit sends the daemon the documented quit command through its pipe
-// directory. Failing is not an error: the caller checks the process.
+// directory, if the control pipe there is the daemon's. Failing is not an
+// error: the caller checks the process.
 func (m *Manager) quit(ctx context.Context, rec checkpoint.MPSDaemon) {
 	if m.binary == "" {
 		return
 	}
-	if _, err := os.Stat(filepath.Join(rec.PipeDir, controlPipe)); err != nil {
+	if checkControl(rec.PipeDir) != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.stop)
@@ -407,26 +524,4 @@ func (m *Manager) updateGauge() {
 		}
 	}
 	m.metrics.daemons.Set(float64(n))
-}
-
-// emptyDir makes dir exist and hold nothing.
-func emptyDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	// Workloads run as any user and must reach the daemon's pipes; the
-	// directory above is the plugin's state directory, closed to others.
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package mps
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -48,6 +49,10 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{state: t.TempDir()}
 	e.driverRoot, e.record = mpstest.DriverRoot(t)
+	// Pipe directories are plain directories, whatever the host's mounts,
+	// unless the test allows tmpfs mounts (see allowMounts).
+	fakePropagation(t, errors.New("the test's mounts do not reach a host"))
+	mpstest.UnmountAtCleanup(t, e.state)
 	// No daemon outlives its test, whatever the test did to it.
 	t.Cleanup(func() {
 		if e.store == nil {
@@ -231,7 +236,11 @@ func TestDeadDaemonIsReplacedWhileSharesRemain(t *testing.T) {
 			if restart {
 				m = e.restart(t, map[string]bool{gpuA: true})
 			} else {
-				ensure(t, m, gpuA)
+				err := m.Ensure(t.Context(), gpuA)
+				var replaced *ReplacedError
+				if !errors.As(err, &replaced) || replaced.PID != dead.PID {
+					t.Errorf("Ensure = %v, want a ReplacedError for the dead daemon %d", err, dead.PID)
+				}
 			}
 			fresh := e.daemon(t, gpuA)
 			if fresh.PID == dead.PID || !alive(fresh.PID) {

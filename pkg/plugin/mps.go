@@ -20,9 +20,11 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -44,11 +46,20 @@ func (d *Driver) newMPS(ctx context.Context) {
 	if root == "" {
 		return
 	}
+	logger := klog.FromContext(ctx)
 	if err := d.mps.Unavailable(); err != nil {
-		klog.FromContext(ctx).Info("MPS is unavailable: GPU shares run time-sliced and their memory limits are not enforced", "reason", err.Error())
+		logger.Info("MPS is unavailable: GPU shares run time-sliced and their memory limits are not enforced", "reason", err.Error())
 		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "MPSUnavailable",
 			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", d.cfg.NodeName, err)
+		return
 	}
+	if err := d.mps.Unbounded(); err != nil {
+		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "stateDir", d.cfg.StateDir)
+		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "MPSPipeDirUnbounded",
+			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", d.cfg.NodeName, d.cfg.StateDir, err)
+		return
+	}
+	logger.Info("MPS pipe directories are size-limited", "bytes", mps.PipeDirSize)
 }
 
 // mpsShare says whether a device is a share that MPS should enforce: a
@@ -116,13 +127,37 @@ func (d *Driver) startMPS(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if !ok {
 			continue
 		}
-		if err := d.mps.Ensure(ctx, g.UUID); err != nil {
+		err := d.mps.Ensure(ctx, g.UUID)
+		var replaced *mps.ReplacedError
+		if errors.As(err, &replaced) {
+			d.mpsReplaced(claim, g.UUID, replaced)
+		} else if err != nil {
 			klog.FromContext(ctx).Error(err, "Starting the MPS control daemon; the share runs time-sliced", "claim", klog.KObj(claim), "uuid", g.UUID)
 			d.metrics.claimErrors.WithLabelValues("prepare", "mps-daemon").Inc()
 			d.recorder.Eventf(claim, corev1.EventTypeWarning, "MPSDaemonFailed",
 				"The MPS control daemon of device %s on node %s did not start, so the GPU share runs time-sliced: %v", dev.Name, d.cfg.NodeName, err)
 		}
 	}
+}
+
+// mpsReplaced tells those whose containers lost their MPS server when a
+// GPU's daemon was replaced: the node, and each other claim that holds an
+// MPS share of the GPU. The claim being prepared uses the new daemon.
+func (d *Driver) mpsReplaced(claim *resourceapi.ResourceClaim, uuid string, replaced *mps.ReplacedError) {
+	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "MPSDaemonReplaced",
+		"On node %s, %v; containers of its shares that used it have lost their MPS server and must be restarted", d.cfg.NodeName, replaced)
+	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		if c.UID == string(claim.UID) || !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
+			g, ok := d.device(dev.Name)
+			return ok && g.UUID == uuid && dev.Sharing != nil && dev.Sharing.MPS
+		}) {
+			return true
+		}
+		ref := &corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: resourceapi.SchemeGroupVersion.String(), Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
+		d.recorder.Eventf(ref, corev1.EventTypeWarning, "MPSDaemonReplaced",
+			"On node %s, %v; this claim's containers that used it have lost their MPS server and must be restarted", d.cfg.NodeName, replaced)
+		return true
+	})
 }
 
 // mpsNeeded lists the GPUs whose prepared claims hold MPS shares.

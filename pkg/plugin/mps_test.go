@@ -21,15 +21,19 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -49,6 +53,9 @@ func newMPSDriver(t *testing.T) *mpsDriver {
 	t.Helper()
 	m := &mpsDriver{state: t.TempDir()}
 	m.driverRoot, m.record = mpstest.DriverRoot(t)
+	// Where this host lets the plugin bound pipe directories with a tmpfs,
+	// a test that leaves its daemon running leaves the mount too.
+	mpstest.UnmountAtCleanup(t, m.state)
 	// No daemon outlives its test.
 	t.Cleanup(func() {
 		for _, e := range mpstest.Read(t, m.record) {
@@ -279,6 +286,120 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			}
 			if _, ok := d.checkpoint.MPSDaemons()[g.UUID]; !ok {
 				t.Errorf("the neighbour's MPS daemon is gone")
+			}
+		})
+	}
+}
+
+// counterSeries are the non-zero series of a counter with one label, by
+// that label, gathered by name from the driver's registry.
+func counterSeries(t *testing.T, d *Driver, name string) map[string]float64 {
+	t.Helper()
+	families, err := d.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if v := m.GetCounter().GetValue(); v != 0 && len(m.GetLabel()) == 1 {
+				out[m.GetLabel()[0].GetValue()] = v
+			}
+		}
+	}
+	return out
+}
+
+// eventTargets are the objects that Events of the reason are about, as
+// "Kind/Name", once there are as many as want or ten seconds have passed.
+func eventTargets(t *testing.T, d *Driver, reason string, want int) []string {
+	t.Helper()
+	var got []string
+	_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := d.cfg.KubeClient.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = nil
+		for _, e := range evs.Items {
+			if e.Reason == reason {
+				got = append(got, e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name)
+			}
+		}
+		return len(got) >= want, nil
+	})
+	slices.Sort(got)
+	return got
+}
+
+// TestMPSDaemonWithoutItsControlPipe: a tenant removed the daemon's
+// control pipe (a root container can, whatever the directory's mode), so
+// no new client reaches the daemon. The last share's unprepare, under the
+// driver lock, kills it at once instead of waiting out the stop timeout
+// for a quit it cannot send; the next share's prepare replaces it, and the
+// node and the GPU's other shares hear that their containers lost their
+// MPS server.
+func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		next func(t *testing.T, d *Driver)
+		// wantEvents are the daemons' records, wantStarts and wantStops how
+		// the plugin started and stopped them.
+		wantEvents            []string
+		wantStarts, wantStops map[string]float64
+		wantDaemons           int
+		wantReplacedEventsFor []string
+	}{{
+		name:       "the last share leaves",
+		next:       func(t *testing.T, d *Driver) { unprepare(t, d, "a") },
+		wantEvents: []string{"start "},
+		wantStarts: map[string]float64{"started": 1},
+		wantStops:  map[string]float64{"unreachable": 1},
+	}, {
+		name: "another share arrives",
+		next: func(t *testing.T, d *Driver) {
+			if r := prepare(t, d, computeShare("b", 20, "4Gi"))["b"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		},
+		wantEvents:            []string{"start ", "start "},
+		wantStarts:            map[string]float64{"started": 1, "restarted": 1},
+		wantStops:             map[string]float64{"unreachable": 1},
+		wantDaemons:           1,
+		wantReplacedEventsFor: []string{"Node/" + testNode, "ResourceClaim/claim-a"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMPSDriver(t)
+			d := m.start(t)
+			if r := prepare(t, d, computeShare("a", 45, "8Gi"))["a"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			g, _ := d.device("gpu-0")
+			old := d.checkpoint.MPSDaemons()[g.UUID]
+			if err := os.Remove(filepath.Join(old.PipeDir, "control")); err != nil {
+				t.Fatal(err)
+			}
+			tc.next(t, d)
+			if diff := cmp.Diff(tc.wantStops, counterSeries(t, d, "prism_plugin_mps_daemon_stops_total")); diff != "" {
+				t.Errorf("how the daemon was stopped (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantStarts, counterSeries(t, d, "prism_plugin_mps_daemon_starts_total")); diff != "" {
+				t.Errorf("daemon starts (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantEvents, m.daemonEvents(t)); diff != "" {
+				t.Errorf("daemon records (-want +got):\n%s", diff)
+			}
+			if got := len(d.checkpoint.MPSDaemons()); got != tc.wantDaemons {
+				t.Errorf("%d daemons recorded, want %d: %+v", got, tc.wantDaemons, d.checkpoint.MPSDaemons())
+			}
+			if err := syscall.Kill(old.PID, 0); err == nil {
+				t.Errorf("the daemon %d without a control pipe still runs", old.PID)
+			}
+			if diff := cmp.Diff(tc.wantReplacedEventsFor, eventTargets(t, d, "MPSDaemonReplaced", len(tc.wantReplacedEventsFor))); diff != "" {
+				t.Errorf("MPSDaemonReplaced Events (-want +got):\n%s", diff)
 			}
 		})
 	}

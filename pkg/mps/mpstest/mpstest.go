@@ -24,7 +24,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Entry is one line that the stand-in records.
@@ -78,6 +81,43 @@ func Read(t *testing.T, file string) []Entry {
 	}
 	if err := s.Err(); err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// UnmountAtCleanup unmounts, when the test ends, what is still mounted in
+// or under dir: the tmpfs of a pipe directory whose daemon the test left
+// running, which would keep its temporary directory from being removed.
+// Nothing is mounted where the plugin may not mount, or where its mounts
+// would not reach the host.
+func UnmountAtCleanup(t *testing.T, dir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		for _, m := range mountsUnder(t, dir) {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmounting %s left by the test: %v", m, err)
+			}
+		}
+	})
+}
+
+// mountsUnder lists the mount points in and under dir, deepest first.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		// ID parent major:minor root mount-point ...
+		fields := strings.Fields(line)
+		if len(fields) < 5 {
+			continue
+		}
+		if p := fields[4]; p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append([]string{p}, out...)
+		}
 	}
 	return out
 }

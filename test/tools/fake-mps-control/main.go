@@ -26,12 +26,19 @@ limitations under the License.
 //	{"role":"daemon","event":"exit","pid":12,...}
 //
 // With -f it runs the daemon in the foreground: it makes the "control"
-// named pipe in CUDA_MPS_PIPE_DIRECTORY and reads commands from it until
-// "quit" or SIGTERM, then removes the pipe. With -d it starts itself with
-// -f in a session of its own and returns once the daemon listens, as the
-// real -d does. Without either it is a client: it copies its standard input
-// to a running daemon's control pipe, and fails as the real one does when
-// there is none.
+// named pipe in CUDA_MPS_PIPE_DIRECTORY, owned by the user it runs as (root,
+// under the plugin) and writable by every user, as clients of any UID must
+// reach the daemon, and reads commands from it until "quit" or SIGTERM,
+// then removes the pipe if it is still the one it made. With -d it starts
+// itself with -f in a session of its own and returns once the daemon
+// listens, as the real -d does. Without either it is a client: it copies
+// its standard input to a running daemon's control pipe, and fails as the
+// real one does when there is none.
+//
+// The daemon reads the pipe it opened, not the path: once "control" is
+// removed, or replaced, no client reaches it, as none reaches the real
+// daemon, while it runs on. That is what the plugin's liveness check
+// must notice.
 package main
 
 import (
@@ -98,7 +105,20 @@ func serve(control string, handle func(string)) error {
 	if err := syscall.Mkfifo(control, 0o666); err != nil {
 		return fmt.Errorf("make control pipe: %w", err)
 	}
-	defer os.Remove(control)
+	// The umask must not narrow it: clients of any UID write to it.
+	if err := os.Chmod(control, 0o666); err != nil {
+		return err
+	}
+	made, err := os.Lstat(control)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Not a successor's pipe, made after this one was removed.
+		if now, err := os.Lstat(control); err == nil && os.SameFile(made, now) {
+			_ = os.Remove(control)
+		}
+	}()
 	// Opened for reading and writing, so that a client closing its end is
 	// no end of file: the daemon waits for the next one.
 	pipe, err := os.OpenFile(control, os.O_RDWR, 0)
