@@ -28,6 +28,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/prismgpu/prism/pkg/mountpoint"
 )
 
 // A GPU's pipe directory is the one thing its tenants share: every share's
@@ -86,7 +88,7 @@ func checkBound(root string) error {
 	if mountErr != nil {
 		mountErr = fmt.Errorf("mounting a tmpfs on %s: %w", dir, mountErr)
 	}
-	return errors.Join(mountErr, unmountDir(dir), os.Remove(dir))
+	return errors.Join(mountErr, mountpoint.Unmount(dir), os.Remove(dir))
 }
 
 // sharedMount says why mounts made under dir do not reach the host, nil
@@ -178,7 +180,7 @@ func preparePipeDir(dir string, fresh bool, bound error) error {
 		return err
 	}
 	if fresh && bound == nil {
-		mounted, err := isMountPoint(dir)
+		mounted, err := mountpoint.Is(dir)
 		if err != nil {
 			return err
 		}
@@ -218,41 +220,10 @@ func emptyDir(dir string) error {
 // and all, after unmounting the pipe directory's tmpfs: RemoveAll would
 // empty the tmpfs, then fail on the mount point.
 func removeDaemonDirs(pipeDir string) error {
-	if err := unmountDir(pipeDir); err != nil {
+	if err := mountpoint.Unmount(pipeDir); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Dir(pipeDir))
-}
-
-// unmountDir unmounts what is mounted on dir, if anything. Lazily: a
-// share's container still being torn down may hold it.
-func unmountDir(dir string) error {
-	// Looking first: a plugin that may not mount may not unmount either,
-	// not even a directory without a mount.
-	mounted, err := isMountPoint(dir)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !mounted) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("unmounting the tmpfs on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// isMountPoint tells whether something is mounted on dir, by comparing its
-// device with its parent's, which is on the state directory's file system.
-func isMountPoint(dir string) (bool, error) {
-	var st, parent unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, &fs.PathError{Op: "lstat", Path: dir, Err: err}
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
-		return false, &fs.PathError{Op: "lstat", Path: filepath.Dir(dir), Err: err}
-	}
-	return st.Dev != parent.Dev, nil
 }
 
 // checkControl says why the daemon cannot be reached through the control

@@ -32,6 +32,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/prismgpu/prism/pkg/mountpoint"
 )
 
 // Tenants of a GPU's shares, as the UIDs their containers run as.
@@ -425,7 +427,7 @@ func TestPipeDirsArePlainWhereNoTmpfsCanBeMounted(t *testing.T) {
 			if len(mounts) != tried {
 				t.Errorf("mounted %v on a plugin whose pipe directories are unbounded", mounts[tried:])
 			}
-			if mounted, err := isMountPoint(m.PipeDir(gpuA)); err != nil || mounted {
+			if mounted, err := mountpoint.Is(m.PipeDir(gpuA)); err != nil || mounted {
 				t.Errorf("pipe directory is a mount point: %v %v", mounted, err)
 			}
 		})

@@ -26,6 +26,8 @@ import (
 	"slices"
 
 	"github.com/prismgpu/prism/pkg/atomicfile"
+
+	"github.com/prismgpu/prism/pkg/mountpoint"
 )
 
 const archiveDir = "archive"
@@ -51,7 +53,7 @@ func Archive(ctx context.Context, stateDir, dir string, keep int) error {
 	}
 	out := filepath.Join(dir, outDir)
 	kept := keepReport(ctx, out, dir)
-	if err := errors.Join(unmountQuota(out), os.RemoveAll(out)); err != nil {
+	if err := errors.Join(mountpoint.Unmount(out), os.RemoveAll(out)); err != nil {
 		return fmt.Errorf("archiving %s: %w", dir, errors.Join(kept, err))
 	}
 	root := filepath.Join(stateDir, profilesDir, archiveDir)

@@ -19,12 +19,13 @@ package profiling
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/prismgpu/prism/pkg/mountpoint"
 )
 
 // The claim's containers write their report into a tmpfs of bounded size,
@@ -63,7 +64,7 @@ func CheckQuota(stateDir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
-	if err := errors.Join(mountQuota(dir, 1<<20), unmountQuota(dir), os.Remove(dir)); err != nil {
+	if err := errors.Join(mountQuota(dir, 1<<20), mountpoint.Unmount(dir), os.Remove(dir)); err != nil {
 		return fmt.Errorf("bounding report directories with a tmpfs: %w", err)
 	}
 	return nil
@@ -73,7 +74,7 @@ func CheckQuota(stateDir string) error {
 // is mounted there already: a repeated prepare of the claim must keep the
 // report its containers wrote so far.
 func mountQuota(dir string, size int64) error {
-	mounted, err := isMountPoint(dir)
+	mounted, err := mountpoint.Is(dir)
 	if err != nil || mounted {
 		return err
 	}
@@ -85,44 +86,11 @@ func mountQuota(dir string, size int64) error {
 	return nil
 }
 
-// unmountQuota unmounts the tmpfs of a claim directory's out directory, if
-// there is one. Lazily: a container still being torn down may hold it, and
-// its memory is freed once the last user is gone.
-func unmountQuota(dir string) error {
-	// Looking first, because a plugin that may not mount may not unmount
-	// either, not even a directory without a mount.
-	mounted, err := isMountPoint(dir)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !mounted) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("unmounting the report tmpfs on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// isMountPoint tells whether something is mounted on dir, by comparing its
-// device with its parent's; the parent is always on the state directory's
-// file system.
-func isMountPoint(dir string) (bool, error) {
-	var st, parent unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, fmt.Errorf("inspecting %s: %w", dir, err)
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
-		return false, fmt.Errorf("inspecting %s: %w", filepath.Dir(dir), err)
-	}
-	return st.Dev != parent.Dev, nil
-}
-
 // removeClaimDir removes a claim directory, or one Detach set aside, after
 // unmounting its tmpfs: RemoveAll would empty the tmpfs, then fail on the
 // mount point, and leave its memory in use.
 func removeClaimDir(dir string) error {
-	if err := unmountQuota(filepath.Join(dir, outDir)); err != nil {
+	if err := mountpoint.Unmount(filepath.Join(dir, outDir)); err != nil {
 		return err
 	}
 	// RemoveAll removes symbolic links, it does not follow them.
