@@ -29,10 +29,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/mountpoint"
 )
 
@@ -60,28 +60,6 @@ func allowMounts(t *testing.T) {
 		t.Skip("mounting a tmpfs needs root")
 	}
 	fakePropagation(t, nil)
-}
-
-// counters are a counter vector's series by their one label, gathered by
-// name from the manager's registry; zero series are left out.
-func counters(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if v := m.GetCounter().GetValue(); v != 0 && len(m.GetLabel()) == 1 {
-				out[m.GetLabel()[0].GetValue()] = v
-			}
-		}
-	}
-	return out
 }
 
 // file is what the test sees of a file in a pipe directory.
@@ -266,10 +244,10 @@ func TestUnreachableDaemonIsReplaced(t *testing.T) {
 				if restart {
 					wantStarts = map[string]float64{"restarted": 1}
 				}
-				if diff := cmp.Diff(wantStarts, counters(t, reg, "prism_plugin_mps_daemon_starts_total")); diff != "" {
+				if diff := cmp.Diff(wantStarts, metricstest.Counters(t, reg, "prism_plugin_mps_daemon_starts_total", "result")); diff != "" {
 					t.Errorf("daemon starts (-want +got):\n%s", diff)
 				}
-				if diff := cmp.Diff(map[string]float64{"unreachable": 1}, counters(t, reg, "prism_plugin_mps_daemon_stops_total")); diff != "" {
+				if diff := cmp.Diff(map[string]float64{"unreachable": 1}, metricstest.Counters(t, reg, "prism_plugin_mps_daemon_stops_total", "result")); diff != "" {
 					t.Errorf("daemon stops (-want +got):\n%s", diff)
 				}
 			})
@@ -307,7 +285,7 @@ func TestStopDoesNotWaitForAnUnreachableDaemon(t *testing.T) {
 			if alive(rec.PID) {
 				t.Errorf("daemon %d still runs after Stop", rec.PID)
 			}
-			if diff := cmp.Diff(tc.wantStops, counters(t, reg, "prism_plugin_mps_daemon_stops_total")); diff != "" {
+			if diff := cmp.Diff(tc.wantStops, metricstest.Counters(t, reg, "prism_plugin_mps_daemon_stops_total", "result")); diff != "" {
 				t.Errorf("how the daemon was stopped (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantEvents, e.events(t, "daemon")); diff != "" {

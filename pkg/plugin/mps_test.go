@@ -39,6 +39,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/mps/mpstest"
 )
 
@@ -291,28 +292,6 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 	}
 }
 
-// counterSeries are the non-zero series of a counter with one label, by
-// that label, gathered by name from the driver's registry.
-func counterSeries(t *testing.T, d *Driver, name string) map[string]float64 {
-	t.Helper()
-	families, err := d.metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if v := m.GetCounter().GetValue(); v != 0 && len(m.GetLabel()) == 1 {
-				out[m.GetLabel()[0].GetValue()] = v
-			}
-		}
-	}
-	return out
-}
-
 // eventTargets are the objects that Events of the reason are about, as
 // "Kind/Name", once there are as many as want or ten seconds have passed.
 func eventTargets(t *testing.T, d *Driver, reason string, want int) []string {
@@ -383,10 +362,10 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.next(t, d)
-			if diff := cmp.Diff(tc.wantStops, counterSeries(t, d, "prism_plugin_mps_daemon_stops_total")); diff != "" {
+			if diff := cmp.Diff(tc.wantStops, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_mps_daemon_stops_total", "result")); diff != "" {
 				t.Errorf("how the daemon was stopped (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantStarts, counterSeries(t, d, "prism_plugin_mps_daemon_starts_total")); diff != "" {
+			if diff := cmp.Diff(tc.wantStarts, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_mps_daemon_starts_total", "result")); diff != "" {
 				t.Errorf("daemon starts (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantEvents, m.daemonEvents(t)); diff != "" {

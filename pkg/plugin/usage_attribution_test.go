@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
 )
 
@@ -234,7 +235,7 @@ func TestSharedGPUAttribution(t *testing.T) {
 			if diff := cmp.Diff(tc.want, figuresOn(t, d, uuidOf(t, d, "gpu-0"))); diff != "" {
 				t.Errorf("claims' figures on gpu-0 (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantUnattributed, counterByLabel(t, d, "prism_plugin_usage_unattributed_total", "reason")); diff != "" {
+			if diff := cmp.Diff(tc.wantUnattributed, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_usage_unattributed_total", "reason")); diff != "" {
 				t.Errorf("prism_plugin_usage_unattributed_total (-want +got):\n%s", diff)
 			}
 		})
@@ -302,33 +303,6 @@ func figuresOn(t *testing.T, d *Driver, gpu string) map[string]claimFigures {
 			Duty:    figure("prism_plugin_gpu_duty_cycle_percent", name, func(v float64) string { return itoa(uint32(v)) }),
 			Memory:  figure("prism_plugin_gpu_memory_used_bytes", name, func(v float64) string { return resource.NewQuantity(int64(v), resource.BinarySI).String() }),
 			Samples: c.rec.Run.Samples(),
-		}
-	}
-	return out
-}
-
-// counterByLabel reads a counter's series by one label's value; nil where
-// it has none.
-func counterByLabel(t *testing.T, d *Driver, name, label string) map[string]float64 {
-	t.Helper()
-	families, err := d.metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out map[string]float64
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, p := range m.GetLabel() {
-				if p.GetName() == label {
-					if out == nil {
-						out = map[string]float64{}
-					}
-					out[p.GetValue()] = m.GetCounter().GetValue()
-				}
-			}
 		}
 	}
 	return out

@@ -32,9 +32,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/prismgpu/prism/pkg/metricstest"
 )
 
 // limitedMux serves review on every path of NewMux and returns it with
@@ -48,14 +49,11 @@ func limitedMux(t *testing.T, h http.Handler) (*http.ServeMux, *Metrics) {
 	return NewMux(m, nil, h, h, h, h), m
 }
 
-func refusals(m *Metrics) map[string]float64 {
-	out := map[string]float64{}
-	for _, reason := range []string{refusedTooLarge, refusedBusy, refusedDeadline, refusedBody, refusedPanic, refusedObject, refusedToken} {
-		if v := testutil.ToFloat64(m.refused.WithLabelValues(reason)); v != 0 {
-			out[reason] = v
-		}
-	}
-	return out
+func refusals(t *testing.T, m *Metrics) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.refused)
+	return metricstest.Counters(t, reg, "prism_webhook_requests_refused_total", "reason")
 }
 
 // reviewOf wraps a ResourceClaim's JSON, as the API server sends it.
@@ -123,7 +121,7 @@ func TestReviewRefusesCostlyQuantities(t *testing.T) {
 			if reviewed != 0 {
 				t.Errorf("the review ran %d times on a refused object", reviewed)
 			}
-			if diff := cmp.Diff(map[string]float64{refusedObject: 1}, refusals(m)); diff != "" {
+			if diff := cmp.Diff(map[string]float64{refusedObject: 1}, refusals(t, m)); diff != "" {
 				t.Errorf("refusals (-want +got):\n%s", diff)
 			}
 		})
@@ -219,7 +217,7 @@ func TestLimiterRefuses(t *testing.T) {
 			if w.Code != tc.code {
 				t.Errorf("status %d, want %d: %s", w.Code, tc.code, w.Body)
 			}
-			if diff := cmp.Diff(map[string]float64{tc.refused: 1}, refusals(m)); diff != "" {
+			if diff := cmp.Diff(map[string]float64{tc.refused: 1}, refusals(t, m)); diff != "" {
 				t.Errorf("refusals (-want +got):\n%s", diff)
 			}
 		})
@@ -269,7 +267,7 @@ func TestLimiterDeadlineAndBudget(t *testing.T) {
 		t.Errorf("with the budget held, a review answered %d %q, want 503 too many reviews in flight", w.Code, w.Body)
 	}
 	want := map[string]float64{refusedDeadline: float64(full), refusedBusy: 1}
-	if diff := cmp.Diff(want, refusals(m)); diff != "" {
+	if diff := cmp.Diff(want, refusals(t, m)); diff != "" {
 		t.Errorf("refusals (-want +got):\n%s", diff)
 	}
 

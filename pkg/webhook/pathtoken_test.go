@@ -171,7 +171,7 @@ func TestMuxRequiresThePathToken(t *testing.T) {
 	if read != 4 {
 		t.Errorf("%d bodies read, want the 4 of the requests that named the token", read)
 	}
-	if diff := cmp.Diff(map[string]float64{refusedToken: 8}, refusals(m)); diff != "" {
+	if diff := cmp.Diff(map[string]float64{refusedToken: 8}, refusals(t, m)); diff != "" {
 		t.Errorf("refusals (-want +got):\n%s", diff)
 	}
 }
