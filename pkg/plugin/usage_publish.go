@@ -22,13 +22,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/usage"
 )
 
@@ -135,30 +133,17 @@ func (d *Driver) publishUsage(ctx context.Context, r usageRecord, f usage.Finish
 	case d.usage.cfg.Profiles == nil:
 		return usageNoProfile, nil
 	}
-	profiles := d.usage.cfg.Profiles
 	key := types.NamespacedName{Namespace: r.Claim.Namespace, Name: r.Profile}
-	if _, err := profiles.Get(ctx, key.Namespace, key.Name); apierrors.IsNotFound(err) {
-		wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-		if err := profiles.Create(ctx, wp); err != nil && !apierrors.IsAlreadyExists(err) {
-			return usagePublishError, fmt.Errorf("create WorkloadProfile %s: %w", key, err)
-		}
-	} else if err != nil {
-		return usagePublishError, fmt.Errorf("get WorkloadProfile %s: %w", key, err)
-	}
 	var merged *prismv1alpha1.UsageProfile
 	var profileUID types.UID
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		wp, err := profiles.Get(ctx, key.Namespace, key.Name)
-		if err != nil {
-			return err
-		}
+	err := profiling.UpdateStatus(ctx, d.usage.cfg.Profiles, key, func(wp *prismv1alpha1.WorkloadProfile) bool {
 		profileUID = wp.UID
 		merged = usage.Merge(ctx, wp.Status.Usage, f)
 		wp.Status.Usage = merged
-		return profiles.UpdateStatus(ctx, wp)
+		return true
 	})
 	if err != nil {
-		return usagePublishError, fmt.Errorf("write status.usage of WorkloadProfile %s: %w", key, err)
+		return usagePublishError, err
 	}
 	logger.Info("Merged the claim's GPU usage into its WorkloadProfile", "runs", merged.Runs, "samples", merged.Samples,
 		"dutyCycleP95MilliPercent", merged.DutyCycleP95MilliPercent, "peakMemory", merged.PeakMemory)

@@ -22,11 +22,9 @@ import (
 	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -75,18 +73,11 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	st, failed := p.status(r)
-	if err := p.ensureExists(ctx, key); err != nil {
-		return err
-	}
 	skipped := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		wp, err := p.client.Get(ctx, key.Namespace, key.Name)
-		if err != nil {
-			return err
-		}
+	err := UpdateStatus(ctx, p.client, key, func(wp *prismv1alpha1.WorkloadProfile) bool {
 		if wp.Spec.DisableAutoProfiling {
 			skipped = true
-			return nil
+			return false
 		}
 		if failed != nil {
 			failed.ObservedGeneration = wp.Generation
@@ -94,10 +85,10 @@ func (p *Publisher) Publish(ctx context.Context, r Result) error {
 		} else {
 			profile.Apply(wp, st)
 		}
-		return p.client.UpdateStatus(ctx, wp)
+		return true
 	})
 	if err != nil {
-		return fmt.Errorf("writing status of WorkloadProfile %s: %w", key, err)
+		return err
 	}
 	switch {
 	case skipped:
@@ -133,22 +124,6 @@ func (p *Publisher) status(r Result) (prismv1alpha1.WorkloadProfileStatus, *meta
 		return fail(ReasonReportMissing, "no report was collected")
 	}
 	return *r.Status, nil
-}
-
-func (p *Publisher) ensureExists(ctx context.Context, key types.NamespacedName) error {
-	_, err := p.client.Get(ctx, key.Namespace, key.Name)
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("getting WorkloadProfile %s: %w", key, err)
-	}
-	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	if err := p.client.Create(ctx, wp); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating WorkloadProfile %s: %w", key, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Created WorkloadProfile")
-	return nil
 }
 
 // maxConditionMessage is the API's limit on a condition message.
