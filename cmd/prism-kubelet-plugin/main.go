@@ -53,6 +53,7 @@ import (
 	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/residency"
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 	"github.com/prismgpu/prism/pkg/version"
 )
 
@@ -392,7 +393,7 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 // simulated one with --fleet. NVML reports host PIDs, so the processes'
 // cgroups are read from the host's /proc: the chart mounts it at
 // /host/proc; a plugin running on the host reads its own.
-func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*plugin.UsageConfig, error) {
+func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*sampler.Config, error) {
 	if o.usageInterval <= 0 {
 		return nil, nil
 	}
@@ -404,7 +405,7 @@ func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*plug
 	if _, err := os.Stat("/host/proc/self"); err == nil {
 		procRoot = "/host/proc"
 	}
-	return &plugin.UsageConfig{NVML: lib, Profiles: c, ProcRoot: procRoot, Interval: o.usageInterval}, nil
+	return &sampler.Config{NVML: lib, Profiles: c, ProcRoot: procRoot, Interval: o.usageInterval}, nil
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -119,7 +119,7 @@ func (d *Driver) startCollections(ctx context.Context) {
 }
 
 func (d *Driver) queueCollection(ctx context.Context, job profiling.Job) {
-	job.Profile = validProfile(klog.FromContext(ctx), job.Claim, job.Profile)
+	job.Profile = profiling.ValidProfile(klog.FromContext(ctx), job.Claim, job.Profile)
 	d.collections.add(job)
 	d.metrics.profileCollectionsPending.Set(float64(d.collections.pending()))
 	klog.FromContext(ctx).V(2).Info("Queued the report of a profiled claim", "claim", job.Claim.Namespace+"/"+job.Claim.Name, "dir", job.Dir)

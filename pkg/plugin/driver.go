@@ -50,6 +50,7 @@ import (
 	"github.com/prismgpu/prism/pkg/mig"
 	"github.com/prismgpu/prism/pkg/mps"
 	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
 // Config wires a Driver. Everything but the kubelet directories is required.
@@ -100,7 +101,7 @@ type Config struct {
 	Profiling *ProfilingConfig
 	// Usage samples prepared claims' GPUs for their usage profile; nil
 	// turns it off.
-	Usage *UsageConfig
+	Usage *sampler.Config
 	// MIG creates and destroys the MIG instances of partitions; nil
 	// refuses claims for partitions.
 	MIG     mig.Interface
@@ -176,7 +177,7 @@ type Driver struct {
 	// mps runs the MPS control daemons of shared GPUs.
 	mps *mps.Manager
 	// usage samples prepared claims' GPUs; nil when off.
-	usage *usageSampler
+	usage *sampler.Sampler
 	// crashHook, when set, stands in for crashPoint at the MIG crash
 	// points, so that unit tests can stop a prepare there (mig.go).
 	crashHook func(string)
@@ -241,7 +242,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	go d.republishWithdrawnSlices(ctx)
 	d.startCollections(ctx)
-	d.startUsage(ctx)
+	if d.usage != nil {
+		go d.usage.Run(ctx)
+	}
 	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
@@ -304,8 +307,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	// After reconcile, which may roll back claims that held shares.
 	d.recoverMPS(ctx)
 	if cfg.Usage != nil {
-		d.usage = newUsageSampler(*cfg.Usage, cfg.StateDir)
-		d.loadUsage(ctx)
+		d.usage = d.newUsageSampler(ctx, *cfg.Usage)
 	}
 	// Report directories of claims the checkpoint does not hold will never
 	// be collected; while it may be missing running claims, they stay.

@@ -19,6 +19,8 @@ package plugin
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
 // Metrics are the plugin's Prometheus metrics, on a registry of their own so
@@ -42,7 +44,7 @@ type Metrics struct {
 	// claims not yet collected, published and archived.
 	profileCollectionsPending prometheus.Gauge
 	// usage are the per-pod GPU figures and what became of the runs.
-	usage *usageMetrics
+	usage *sampler.Metrics
 }
 
 // NewMetrics registers the plugin's metrics and the Go runtime collectors.
@@ -66,7 +68,7 @@ func NewMetrics() *Metrics {
 		profileCollectionsPending: gauge(r, "profile_collections_pending", "Reports of unprepared profiled claims waiting to be collected, published to their WorkloadProfile and archived."),
 		slicesRepublished:         counter(r, "resourceslices_republished_total", "This node's ResourceSlices published again at once after they were deleted, as a starting kubelet deletes them."),
 		apiFeatureDropped:         gaugeVec(r, "api_feature_dropped", "1 once the API server was seen dropping what this feature gate governs from the published ResourceSlice (the gate is off on the cluster); absent otherwise.", "gate"),
-		usage:                     newUsageMetrics(r),
+		usage:                     sampler.NewMetrics(r),
 	}
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -232,7 +232,9 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	for _, rec := range done {
 		results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Devices: kubeletDevices(rec)}
 	}
-	d.trackUsage(ctx, claims, done)
+	if d.usage != nil {
+		d.usage.Track(ctx, d.usageClaims(claims, done)...)
+	}
 	return results
 }
 
@@ -298,7 +300,9 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 		return results
 	}
 	crashPoint(CrashAfterUnprepared)
-	d.releaseUsage(ctx, forget)
+	if d.usage != nil {
+		d.usage.Release(ctx, forget...)
+	}
 	for _, uid := range forget {
 		results[types.UID(uid)] = nil
 	}

@@ -24,7 +24,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
 )
@@ -124,14 +125,14 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			if err := unprepareOne(ctx, d, "a"); err != nil {
 				t.Fatal(err)
 			}
-			d.publishNextUsage(ctx)
+			d.usage.PublishNext(ctx)
 			if tc.profiled {
 				d.startCollections(ctx)
 				waitForCollections(ctx, t, d)
 			}
 
-			if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageNoProfile)); got != 1 {
-				t.Errorf("usage_runs_total{outcome=NoProfile} = %v, want 1", got)
+			if diff := cmp.Diff(map[string]float64{"NoProfile": 1}, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_usage_runs_total", "outcome")); diff != "" {
+				t.Errorf("usage_runs_total by outcome (-want +got):\n%s", diff)
 			}
 			if n := requests.Load(); n != 0 {
 				t.Errorf("%d WorkloadProfile requests, want none for a claim that names no valid profile", n)

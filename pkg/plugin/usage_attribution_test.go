@@ -31,6 +31,7 @@ import (
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
 // pluginPod is the UID of the plugin's own pod, whose container runs the MPS
@@ -192,7 +193,7 @@ func TestSharedGPUAttribution(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bed := newUsageBed(t)
 			d := newTestDriverWith(t, "h100-sxm-8.yaml", bed.dir, func(c *Config) {
-				c.Usage = &UsageConfig{NVML: simulatedNVML(t, "h100-sxm-8.yaml", bed.usageFile), Profiles: profilingtest.WorkloadProfiles(bed.api), ProcRoot: bed.procRoot}
+				c.Usage = &sampler.Config{NVML: simulatedNVML(t, "h100-sxm-8.yaml", bed.usageFile), Profiles: profilingtest.WorkloadProfiles(bed.api), ProcRoot: bed.procRoot}
 				if tc.mps {
 					c.MPSDriverRoot = mpsRoot
 				}
@@ -294,15 +295,13 @@ func figuresOn(t *testing.T, d *Driver, gpu string) map[string]claimFigures {
 		}
 		return format(v)
 	}
-	d.usage.mu.Lock()
-	defer d.usage.mu.Unlock()
 	out := map[string]claimFigures{}
-	for _, c := range d.usage.claims {
-		name := c.rec.Claim.Name
+	for uid, samples := range d.usage.Samples() {
+		name := "claim-" + uid
 		out[name] = claimFigures{
 			Duty:    figure("prism_plugin_gpu_duty_cycle_percent", name, func(v float64) string { return itoa(uint32(v)) }),
 			Memory:  figure("prism_plugin_gpu_memory_used_bytes", name, func(v float64) string { return resource.NewQuantity(int64(v), resource.BinarySI).String() }),
-			Samples: c.rec.Run.Samples(),
+			Samples: samples,
 		}
 	}
 	return out

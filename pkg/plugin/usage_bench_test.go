@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
 // BenchmarkUsageSampling is the cost of the usage profile on an 8-GPU node
@@ -52,7 +53,7 @@ func BenchmarkUsageSampling(b *testing.B) {
 				if !tc.sampling {
 					return
 				}
-				c.Usage = &UsageConfig{NVML: simulatedNVML(b, "h100-sxm-8.yaml", usageFile), ProcRoot: procRoot}
+				c.Usage = &sampler.Config{NVML: simulatedNVML(b, "h100-sxm-8.yaml", usageFile), ProcRoot: procRoot}
 			})
 			bed := &usageBed{dir: dir, usageFile: usageFile, procRoot: procRoot}
 			var gpus []nvml.GPUUsage
@@ -86,8 +87,10 @@ func BenchmarkUsageSampling(b *testing.B) {
 				if d.usage == nil {
 					continue
 				}
-				d.sampleUsage(ctx)
-				d.persistUsage(ctx, i%6 == 0)
+				d.usage.Sample(ctx)
+				if i%6 == 0 {
+					d.usage.Persist(ctx)
+				}
 			}
 			perCycle := time.Since(start) / time.Duration(max(b.N, 1))
 			b.ReportMetric(float64(perCycle)/float64(DefaultUsageInterval)*100, "cpu-%-of-a-core")

@@ -28,8 +28,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,7 +39,9 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
+	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
+	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
 const h100Product = "NVIDIA H100 80GB HBM3"
@@ -64,7 +64,7 @@ func newUsageBed(t *testing.T) *usageBed {
 func (b *usageBed) driver(t *testing.T) *Driver {
 	t.Helper()
 	return newTestDriverWith(t, "h100-sxm-8.yaml", b.dir, func(c *Config) {
-		c.Usage = &UsageConfig{NVML: simulatedNVML(t, "h100-sxm-8.yaml", b.usageFile), Profiles: profilingtest.WorkloadProfiles(b.api), ProcRoot: b.procRoot}
+		c.Usage = &sampler.Config{NVML: simulatedNVML(t, "h100-sxm-8.yaml", b.usageFile), Profiles: profilingtest.WorkloadProfiles(b.api), ProcRoot: b.procRoot}
 	})
 }
 
@@ -137,7 +137,7 @@ func sample(t *testing.T, d *Driver, times int) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	for range times {
-		d.sampleUsage(ctx)
+		d.usage.Sample(ctx)
 	}
 }
 
@@ -178,7 +178,7 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	if got := podSeries(t, d); len(got) != 0 {
 		t.Errorf("per-pod GPU series left after unprepare: %v", got)
 	}
-	d.publishNextUsage(ctx)
+	d.usage.PublishNext(ctx)
 
 	// GPM needs two samples for its first figure: three samples give two.
 	wantUsage := &prismv1alpha1.UsageProfile{
@@ -189,8 +189,8 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	if diff := cmp.Diff(wantUsage, bed.profile(t, "train")); diff != "" {
 		t.Errorf("status.usage (-want +got):\n%s", diff)
 	}
-	if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageMerged)); got != 1 {
-		t.Errorf("usage_runs_total{outcome=Merged} = %v, want 1", got)
+	if diff := cmp.Diff(map[string]float64{"Merged": 1}, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_usage_runs_total", "outcome")); diff != "" {
+		t.Errorf("usage_runs_total by outcome (-want +got):\n%s", diff)
 	}
 	if _, err := os.Stat(filepath.Join(bed.dir, usageDir, "a.json")); !os.IsNotExist(err) {
 		t.Errorf("usage record still on disk after publishing: %v", err)
@@ -253,8 +253,8 @@ func TestUsageRunSurvivesARestart(t *testing.T) {
 			bed := newUsageBed(t)
 			bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 4 << 30})
 			d := bed.sampledClaim(t, "gpu-1", "train", tc.samplesBeforeStop)
-			d.persistUsage(ctx, true)
-			tc.release(ctx, t, bed, d).publishNextUsage(ctx)
+			d.usage.Persist(ctx)
+			tc.release(ctx, t, bed, d).usage.PublishNext(ctx)
 			if diff := cmp.Diff(tc.want, bed.profile(t, "train")); diff != "" {
 				t.Errorf("status.usage (-want +got):\n%s", diff)
 			}
@@ -269,9 +269,9 @@ func TestShortRunIsNotMerged(t *testing.T) {
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
-	d.publishNextUsage(ctx)
-	if got := testutil.ToFloat64(d.metrics.usage.runs.WithLabelValues(usageTooShort)); got != 1 {
-		t.Errorf("usage_runs_total{outcome=TooShort} = %v, want 1", got)
+	d.usage.PublishNext(ctx)
+	if diff := cmp.Diff(map[string]float64{"TooShort": 1}, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_usage_runs_total", "outcome")); diff != "" {
+		t.Errorf("usage_runs_total by outcome (-want +got):\n%s", diff)
 	}
 	wp := &prismv1alpha1.WorkloadProfile{}
 	if err := bed.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "train"}, wp); err == nil {
@@ -308,28 +308,19 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 	}
 	sample(t, d, 3)
 	gpu0 := uuidOf(t, d, "gpu-0")
-	for _, tc := range []struct {
-		pod, claim   string
-		duty, memory float64
-	}{{"pod-a", "claim-a", 48, 9 << 30}, {"pod-b", "claim-b", 45, 20 << 30}} {
-		got := []float64{
-			testutil.ToFloat64(d.metrics.usage.dutyCycle.WithLabelValues("ns", tc.pod, tc.claim, gpu0)),
-			testutil.ToFloat64(d.metrics.usage.memoryUsed.WithLabelValues("ns", tc.pod, tc.claim, gpu0)),
-		}
-		if diff := cmp.Diff([]float64{tc.duty, tc.memory}, got); diff != "" {
-			t.Errorf("%s: duty cycle and memory (-want +got):\n%s", tc.claim, diff)
-		}
+	// No GPM series: GPM on a shared GPU counts the neighbours too.
+	wantSeries := map[string][]string{
+		"prism_plugin_gpu_duty_cycle_percent": {"ns/pod-a claim-a " + gpu0 + " = 48", "ns/pod-b claim-b " + gpu0 + " = 45"},
+		"prism_plugin_gpu_memory_used_bytes":  {fmt.Sprintf("ns/pod-a claim-a %s = %d", gpu0, 9<<30), fmt.Sprintf("ns/pod-b claim-b %s = %d", gpu0, 20<<30)},
 	}
-	for _, g := range []*prometheus.GaugeVec{d.metrics.usage.smActivity, d.metrics.usage.dramActivity} {
-		if n := testutil.CollectAndCount(g); n != 0 {
-			t.Errorf("%d GPM series on a shared GPU, whose GPM counts the neighbours too; want none", n)
-		}
+	if diff := cmp.Diff(wantSeries, podSeries(t, d), inAnyOrder); diff != "" {
+		t.Errorf("per-pod GPU series of two shares (-want +got):\n%s", diff)
 	}
 
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
-	d.publishNextUsage(ctx)
+	d.usage.PublishNext(ctx)
 	// 9Gi held against a share of 8Gi; a p95 of 48 % is within 5 points of
 	// the 50 % compute share.
 	want := &prismv1alpha1.UsageProfile{
@@ -344,12 +335,10 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 	if diff := cmp.Diff(want, bed.profile(t, "light")); diff != "" {
 		t.Errorf("status.usage (-want +got):\n%s", diff)
 	}
-	for _, res := range []string{"memory", "compute"} {
-		if got := testutil.ToFloat64(d.metrics.usage.shareExceeded.WithLabelValues(res)); got != 1 {
-			t.Errorf("share_exceeded_total{resource=%s} = %v, want 1", res, got)
-		}
+	if diff := cmp.Diff(map[string]float64{"memory": 1, "compute": 1}, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_share_exceeded_total", "resource")); diff != "" {
+		t.Errorf("share_exceeded_total by resource (-want +got):\n%s", diff)
 	}
-	ev := waitForEvent(t, d.cfg.KubeClient, EventReasonShareExceeded)
+	ev := waitForEvent(t, d.cfg.KubeClient, sampler.EventReasonShareExceeded)
 	if ev.InvolvedObject.Kind != "Pod" && ev.InvolvedObject.Kind != "WorkloadProfile" {
 		t.Errorf("ShareExceeded event on %s, want the pod or the WorkloadProfile", ev.InvolvedObject.Kind)
 	}
@@ -371,9 +360,7 @@ func TestUnattributableProcessDropsTheSample(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	sample(t, d, 3)
-	d.usage.mu.Lock()
-	defer d.usage.mu.Unlock()
-	if got := d.usage.claims["a"].rec.Run.Samples(); got != 0 {
+	if got := d.usage.Samples()["a"]; got != 0 {
 		t.Errorf("%d samples taken beside a process of unknown pod, want 0", got)
 	}
 }

@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package plugin
+package sampler
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,9 +23,10 @@ import (
 	"github.com/prismgpu/prism/pkg/usage"
 )
 
-// usageMetrics are the per-pod GPU figures the sampler reads, and what
-// became of the runs.
-type usageMetrics struct {
+// Metrics are the per-pod GPU figures the sampler reads, and what became
+// of the runs: prism_plugin_*, on the plugin's registry, which registers
+// them whether or not the plugin samples.
+type Metrics struct {
 	dutyCycle     *prometheus.GaugeVec
 	memoryUsed    *prometheus.GaugeVec
 	smActivity    *prometheus.GaugeVec
@@ -49,8 +50,9 @@ const (
 // claim (a claim of a pod's template has one).
 var usageLabels = []string{"namespace", "pod", "claim", "gpu"}
 
-func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
-	return &usageMetrics{
+// NewMetrics registers the sampler's metrics with r.
+func NewMetrics(r prometheus.Registerer) *Metrics {
+	return &Metrics{
 		dutyCycle:     gaugeVec(r, "gpu_duty_cycle_percent", "Share of the last NVML sample period in which the claim's kernels ran on the GPU; on a shared GPU, its own processes' figure.", usageLabels...),
 		memoryUsed:    gaugeVec(r, "gpu_memory_used_bytes", "GPU memory the claim's workload holds; on a shared GPU, its own processes' memory.", usageLabels...),
 		smActivity:    gaugeVec(r, "gpu_sm_activity_percent", "GPM SM activity of a GPU the claim holds alone, on GPUs with GPM (Hopper and later).", usageLabels...),
@@ -64,7 +66,7 @@ func newUsageMetrics(r prometheus.Registerer) *usageMetrics {
 // set exports one sample. A figure the sample lacks removes its series
 // rather than leave the last value standing as if it were current: a GPM
 // read that starts failing must not show yesterday's activity.
-func (m *usageMetrics) set(c prismv1alpha1.ClaimReference, pod, gpu string, s usage.Sample) {
+func (m *Metrics) set(c prismv1alpha1.ClaimReference, pod, gpu string, s usage.Sample) {
 	labels := prometheus.Labels{"namespace": c.Namespace, "pod": pod, "claim": c.Name, "gpu": gpu}
 	setKnown(m.dutyCycle, labels, float64(s.DutyCyclePercent), s.DutyCyclePercent != usage.Unknown)
 	setKnown(m.memoryUsed, labels, float64(s.MemoryBytes), s.MemoryBytes != usage.Unknown)
@@ -83,9 +85,21 @@ func setKnown(g *prometheus.GaugeVec, labels prometheus.Labels, v float64, known
 // forget removes an ended claim's series, whichever path released it:
 // the series are one per prepared claim and GPU, so they stay bounded by
 // what the node holds now.
-func (m *usageMetrics) forget(c prismv1alpha1.ClaimReference) {
+func (m *Metrics) forget(c prismv1alpha1.ClaimReference) {
 	labels := prometheus.Labels{"namespace": c.Namespace, "claim": c.Name}
 	for _, g := range []*prometheus.GaugeVec{m.dutyCycle, m.memoryUsed, m.smActivity, m.dramActivity} {
 		g.DeletePartialMatch(labels)
 	}
+}
+
+func gaugeVec(r prometheus.Registerer, name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "prism", Subsystem: "plugin", Name: name, Help: help}, labels)
+	r.MustRegister(g)
+	return g
+}
+
+func counterVec(r prometheus.Registerer, name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "prism", Subsystem: "plugin", Name: name, Help: help}, labels)
+	r.MustRegister(c)
+	return c
 }

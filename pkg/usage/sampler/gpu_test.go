@@ -16,7 +16,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package plugin
+package sampler
 
 import (
 	"bytes"
@@ -137,12 +137,12 @@ type jobFigures struct {
 }
 
 // TestUsageSamplerOnRealGPU runs the CUDA test program's jobs on GPU 0 and
-// reads the GPU with the plugin's own sampler (usageSampler.read) every
+// reads the GPU with the plugin's own sampler (Sampler.read) every
 // 250 ms while each runs, then holds the sampled figures against what the
 // job says it did:
 //
 //	PRISM_GPU_KERNELS=/path/prism-gpu-kernels PRISM_GPU_OUT=/tmp/out \
-//	go test -tags gpu -run TestUsageSamplerOnRealGPU -v ./pkg/plugin/
+//	go test -tags gpu -run TestUsageSamplerOnRealGPU -v ./pkg/usage/sampler/
 //
 // It records every sample in $PRISM_GPU_OUT/usage/samples.json and each
 // job's means in $PRISM_GPU_OUT/usage/jobs.json. Jobs start at a barrier
@@ -190,7 +190,7 @@ func TestUsageSamplerOnRealGPU(t *testing.T) {
 		t.Fatalf("GPU 0 has no published bandwidth")
 	}
 
-	u := newUsageSampler(UsageConfig{NVML: lib, ProcRoot: "/proc"}, t.TempDir())
+	u := New(Config{NVML: lib, ProcRoot: "/proc"}, Env{Dir: t.TempDir()})
 	t.Cleanup(func() {
 		u.shutdownNVML(ctx)
 		u.queue.ShutDown()
@@ -313,7 +313,7 @@ func checkSampled(t *testing.T, r *sampledRun, gpmRequired bool) {
 // nothing; it then reads them apart, so that the whole GPU's figures are
 // still recorded.
 type gpuReader struct {
-	u     *usageSampler
+	u     *Sampler
 	uuid  string
 	split bool
 }
