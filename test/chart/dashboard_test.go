@@ -98,11 +98,11 @@ func readDashboard(t *testing.T) (panels []dashboardPanel, variableQueries []str
 
 // The dashboard names metrics as strings; a metric renamed in code would
 // leave an empty panel that nobody notices, and one missing from
-// docs/operations.md a panel nobody can read.
+// docs/reference.md a panel nobody can read.
 func TestDashboardNamesOnlyMetricsTheBinariesExport(t *testing.T) {
 	panels, variableQueries := readDashboard(t)
 	registered := registeredMetrics(t)
-	documented, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
+	documented, err := os.ReadFile(filepath.Join(repoRoot, "docs", "reference.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDashboardNamesOnlyMetricsTheBinariesExport(t *testing.T) {
 				t.Errorf("%s queries %s, which neither binary exports", where, name)
 			}
 			if !strings.Contains(string(documented), "`"+base+"`") {
-				t.Errorf("%s queries %s, which docs/operations.md does not document", where, base)
+				t.Errorf("%s queries %s, which docs/reference.md does not document", where, base)
 			}
 			used = append(used, base)
 		}

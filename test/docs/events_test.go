@@ -23,7 +23,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -87,21 +86,13 @@ func emittedReasons(t *testing.T) []string {
 }
 
 // documentedReasons are the first-column entries of the table in the
-// "## Events" section of docs/operations.md.
+// "## Events" section of docs/reference.md.
 func documentedReasons(t *testing.T) []string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(raw), "\n## Events\n")
-	if !ok {
-		t.Fatal("docs/operations.md has no \"## Events\" section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	events := section(t, referenceDoc, readDoc(t, referenceDoc), "\n## Events\n", "\n## ")
 	row := regexp.MustCompile("(?m)^\\| `([A-Za-z]+)` \\|")
 	var reasons []string
-	for _, m := range row.FindAllStringSubmatch(section, -1) {
+	for _, m := range row.FindAllStringSubmatch(events, -1) {
 		reasons = append(reasons, m[1])
 	}
 	slices.Sort(reasons)
@@ -117,12 +108,12 @@ func TestEventsTableMatchesTheCode(t *testing.T) {
 	}
 	for _, r := range emitted {
 		if !slices.Contains(documented, r) {
-			t.Errorf("the code emits Event reason %s, which docs/operations.md does not list", r)
+			t.Errorf("the code emits Event reason %s, which %s does not list", r, referenceDoc)
 		}
 	}
 	for _, r := range documented {
 		if !slices.Contains(emitted, r) {
-			t.Errorf("docs/operations.md lists Event reason %s, which no code emits", r)
+			t.Errorf("%s lists Event reason %s, which no code emits", referenceDoc, r)
 		}
 	}
 }

@@ -17,7 +17,6 @@ limitations under the License.
 package docs
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -38,28 +37,24 @@ var docRow = regexp.MustCompile(`(?m)^\|([^|]*)\|`)
 var docFlag = regexp.MustCompile("`--([a-z0-9-]+)`")
 
 // TestEveryFlagIsDocumented: each flag a binary accepts is in
-// docs/operations.md's "## Flags" section, under the binary's own heading
+// docs/reference.md's "## Flags" section, under the binary's own heading
 // or the shared logging table, and the docs list no flag that is gone.
 func TestEveryFlagIsDocumented(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	flags := section(t, string(raw), "\n## Flags\n", "\n## ")
-	shared := section(t, flags, "\n### Logging flags (both binaries)\n", "\n### ")
+	flags := section(t, referenceDoc, readDoc(t, referenceDoc), "\n## Flags\n", "\n## ")
+	shared := section(t, referenceDoc, flags, "\n### Logging flags (both binaries)\n", "\n### ")
 	for _, binary := range []string{"prism-kubelet-plugin", "prism-controller"} {
 		t.Run(binary, func(t *testing.T) {
-			own := section(t, flags, "\n### `"+binary+"`\n", "\n### ")
+			own := section(t, referenceDoc, flags, "\n### `"+binary+"`\n", "\n### ")
 			documented := documentedFlags(own + shared)
 			accepted := names(helpFlag, help(t, binary))
 			for _, f := range accepted {
 				if f != "help" && f != "version" && !slices.Contains(documented, f) {
-					t.Errorf("%s accepts --%s, which docs/operations.md does not list", binary, f)
+					t.Errorf("%s accepts --%s, which %s does not list", binary, f, referenceDoc)
 				}
 			}
 			for _, f := range documentedFlags(own) {
 				if !slices.Contains(accepted, f) {
-					t.Errorf("docs/operations.md lists --%s under %s, which it does not accept", f, binary)
+					t.Errorf("%s lists --%s under %s, which it does not accept", referenceDoc, f, binary)
 				}
 			}
 		})
@@ -81,18 +76,6 @@ func help(t *testing.T, binary string) string {
 		t.Fatalf("%s --help: %v\n%s", binary, err, out)
 	}
 	return string(out)
-}
-
-// section returns the text from start to the next end, failing when start
-// is missing.
-func section(t *testing.T, text, start, end string) string {
-	t.Helper()
-	_, after, ok := strings.Cut(text, start)
-	if !ok {
-		t.Fatalf("docs/operations.md has no %q section", strings.TrimSpace(start))
-	}
-	body, _, _ := strings.Cut(after, end)
-	return body
 }
 
 // documentedFlags are the flags the first cells of a section's tables name.
