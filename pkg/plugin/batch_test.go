@@ -86,7 +86,7 @@ func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
 	d.cfg.TimeSlicer = slices
-	g, _ := d.device("gpu-0")
+	g, _ := d.gpus.get("gpu-0")
 	ctx := context.Background()
 	if err := slices.SetTimeSlice(ctx, g.UUID, gpuv1alpha1.LongTimeSlice); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"reflect"
 	"sync"
@@ -140,18 +139,8 @@ type Driver struct {
 	// mu serialises prepare and unprepare: the exclusivity check and the
 	// checkpoint write that claims a device must be one step.
 	mu timedMutex
-	// devices are the node's GPUs by device name, as last discovered.
-	devicesMu sync.RWMutex
-	devices   map[string]gpu.Device
-	sysfs     fs.ReadLinkFS
-	unhealthy map[string]unhealthy
-	// unwatched is why NVML's Xid events cannot be watched; nil while they
-	// are, or before the watch starts.
-	unwatched error
-	// unpublished are the indexes of GPUs that NVML cannot read and that
-	// nothing is known of, so they are not published (see unreadable.go);
-	// each is reported once while it stays so.
-	unpublished map[int]bool
+	// gpus are the node's GPUs and their taints.
+	gpus nodeGPUs
 	// publishMu makes building the slice's devices and publishing them one
 	// step, so that a rediscovery cannot publish taints older than those a
 	// health event published in between. It guards published.
@@ -178,9 +167,8 @@ type Driver struct {
 	mps *mps.Manager
 	// usage samples prepared claims' GPUs; nil when off.
 	usage *sampler.Sampler
-	// crashHook, when set, stands in for crashPoint at the MIG crash
-	// points, so that unit tests can stop a prepare there (mig.go).
-	crashHook func(string)
+	// partitions creates and destroys MIG instances for claims.
+	partitions *migPartitions
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -261,7 +249,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.SweepClient == nil {
 		cfg.SweepClient = cfg.KubeClient
 	}
-	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), unhealthy: map[string]unhealthy{},
+	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), gpus: nodeGPUs{unhealthy: map[string]unhealthy{}},
 		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, collections: newCollections()}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
@@ -276,6 +264,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("start plugin: open checkpoint in %s: %w", cfg.StateDir, err)
 	}
 	d.checkpoint = store
+	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
 	d.newMPS(ctx)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
@@ -356,17 +345,17 @@ func (d *Driver) rediscover(ctx context.Context) error {
 	if unreadable != nil {
 		unreadableGPUs = unreadable.GPUs
 	}
-	d.devicesMu.Lock()
+	d.gpus.mu.Lock()
 	d.sweepUnreadableLocked(unreadableGPUs)
 	for index, readErr := range unreadableGPUs {
-		if known, ok := d.devices[gpu.Device{Index: index}.Name()]; ok {
+		if known, ok := d.gpus.byName[gpu.Device{Index: index}.Name()]; ok {
 			byName[known.Name()] = known
 		}
 		if c, report := d.taintUnreadableLocked(index, readErr, claimed, now); report {
 			changes = append(changes, c)
 		}
 	}
-	for name, u := range d.unhealthy {
+	for name, u := range d.gpus.unhealthy {
 		dev, read := byName[name]
 		if read && unreadable != nil {
 			_, stillUnreadable := unreadable.GPUs[dev.Index]
@@ -376,23 +365,17 @@ func (d *Driver) rediscover(ctx context.Context) error {
 		case !read:
 		case u.uuid != "" && dev.UUID != u.uuid:
 			// Another GPU now has this name: the taint was the old one's.
-			delete(d.unhealthy, name)
+			delete(d.gpus.unhealthy, name)
 			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: "replaced by GPU " + dev.UUID})
 		case u.taint.Value == lostValue:
-			delete(d.unhealthy, name)
+			delete(d.gpus.unhealthy, name)
 			changes = append(changes, healthChange{device: name, uuid: dev.UUID, reason: "NVML reads it again"})
 		}
 	}
-	d.devices, d.sysfs = byName, sysfs
-	d.devicesMu.Unlock()
+	d.gpus.byName, d.gpus.sysfs = byName, sysfs
+	d.gpus.mu.Unlock()
 	d.reportHealthChanges(ctx, changes)
 	return nil
-}
-func (d *Driver) device(name string) (gpu.Device, bool) {
-	d.devicesMu.RLock()
-	defer d.devicesMu.RUnlock()
-	dev, ok := d.devices[name]
-	return dev, ok
 }
 
 // publish hands the node's pool to the helper's ResourceSlice controller. An

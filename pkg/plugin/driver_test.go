@@ -563,7 +563,7 @@ func TestTimeSlicingIsAppliedAndReset(t *testing.T) {
 	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-1"}, opaque(cfg)))["ts"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	g, _ := d.device("gpu-1")
+	g, _ := d.gpus.get("gpu-1")
 	if got := slices.Get(g.UUID); got != "Long" {
 		t.Errorf("time slice after prepare = %q, want Long", got)
 	}

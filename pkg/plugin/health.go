@@ -138,10 +138,11 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		d.handleUnreadable(ctx, ev.Index, ev.Unreadable)
 		return
 	}
-	name, ok := d.deviceByUUID(ev.UUID)
+	dev, ok := d.gpus.withUUID(ev.UUID)
 	if !ok {
 		return
 	}
+	name := dev.Name()
 	if d.cfg.Health.IgnoredXIDs[ev.XID] {
 		logger.V(2).Info("Ignoring an application Xid", "device", name, "xid", ev.XID)
 		d.metrics.healthEvents.WithLabelValues("ignored").Inc()
@@ -151,7 +152,7 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	// taint record, like its GPU's, is kept under its device name.
 	what, instance := fmt.Sprintf("GPU %s (%s)", name, ev.UUID), []any{}
 	if ev.GPUInstance != nil && ev.XID != nvml.XIDGPULost {
-		if partition, ok := d.partitionOfInstance(ev.UUID, *ev.GPUInstance); ok {
+		if partition, ok := d.partitions.ofInstance(ev.UUID, *ev.GPUInstance); ok {
 			name = partition
 			what = fmt.Sprintf("MIG partition %s (GPU instance %d of GPU %s)", name, *ev.GPUInstance, ev.UUID)
 			instance = []any{"gpuInstance", *ev.GPUInstance}
@@ -169,8 +170,8 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		effect, value = resourceapi.DeviceTaintEffectNoExecute, lostValue
 	}
 	now := d.clock.Now()
-	d.devicesMu.Lock()
-	prev, had := d.unhealthy[name]
+	d.gpus.mu.Lock()
+	prev, had := d.gpus.unhealthy[name]
 	if had && prev.taint.Value == lostValue && value != lostValue {
 		// A lost GPU stays lost; a later Xid must not weaken its taint.
 		effect, value = prev.taint.Effect, prev.taint.Value
@@ -179,8 +180,8 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		// The same taint keeps its cause, and the kubelet its message.
 		xid = prev.xid
 	}
-	d.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now, xid: xid}
-	d.devicesMu.Unlock()
+	d.gpus.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now, xid: xid}
+	d.gpus.mu.Unlock()
 	d.metrics.healthEvents.WithLabelValues("fatal").Inc()
 	if had && prev.taint.Value == value {
 		return
@@ -196,14 +197,14 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 func (d *Driver) recoverQuietGPUs(ctx context.Context) {
 	var changes []healthChange
 	now := d.clock.Now()
-	d.devicesMu.Lock()
-	for name, u := range d.unhealthy {
+	d.gpus.mu.Lock()
+	for name, u := range d.gpus.unhealthy {
 		if u.taint.Value != lostValue && now.Sub(u.lastEvent) >= d.cfg.Health.RecoverAfter {
-			delete(d.unhealthy, name)
+			delete(d.gpus.unhealthy, name)
 			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: fmt.Sprintf("no fatal event for %s", d.cfg.Health.RecoverAfter)})
 		}
 	}
-	d.devicesMu.Unlock()
+	d.gpus.mu.Unlock()
 	if len(changes) > 0 {
 		d.reportHealthChanges(ctx, changes)
 		d.republish(ctx)
@@ -257,12 +258,12 @@ func (d *Driver) republish(ctx context.Context) {
 // restart does not offer a faulty GPU again.
 func (d *Driver) saveTaints(ctx context.Context) {
 	err := d.exclusive(ctx, func() error {
-		d.devicesMu.RLock()
-		taints := make(map[string]checkpoint.Taint, len(d.unhealthy))
-		for name, u := range d.unhealthy {
+		d.gpus.mu.RLock()
+		taints := make(map[string]checkpoint.Taint, len(d.gpus.unhealthy))
+		for name, u := range d.gpus.unhealthy {
 			taints[name] = checkpoint.Taint{UUID: u.uuid, Key: u.taint.Key, Value: u.taint.Value, Effect: string(u.taint.Effect), TimeAdded: u.taint.TimeAdded.Time}
 		}
-		d.devicesMu.RUnlock()
+		d.gpus.mu.RUnlock()
 		return d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
 			data.Taints = taints
 			return nil
@@ -278,45 +279,16 @@ func (d *Driver) saveTaints(ctx context.Context) {
 // raised events while it was down.
 func (d *Driver) restoreTaints(ctx context.Context) {
 	now := d.clock.Now()
-	d.devicesMu.Lock()
-	defer d.devicesMu.Unlock()
+	d.gpus.mu.Lock()
+	defer d.gpus.mu.Unlock()
 	for name, t := range d.checkpoint.Taints() {
-		d.unhealthy[name] = unhealthy{
+		d.gpus.unhealthy[name] = unhealthy{
 			uuid:      t.UUID,
 			taint:     resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect), TimeAdded: &metav1.Time{Time: t.TimeAdded}},
 			lastEvent: now,
 		}
 		klog.FromContext(ctx).Info("GPU still tainted from before the restart", "device", name, "uuid", t.UUID, "taint", t.Value, "effect", t.Effect)
 	}
-}
-
-// partitionOfInstance is the MIG partition whose GPU instance, as created
-// by a prepared claim and recorded in the checkpoint, has this ID on the
-// GPU with this UUID. Instance IDs are unique on a GPU only while the
-// instance exists, so only records of instances created count.
-func (d *Driver) partitionOfInstance(parentUUID string, gpuInstance uint32) (string, bool) {
-	var name string
-	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
-		for _, dev := range c.Devices {
-			if m := dev.MIG; m != nil && m.Created && m.ParentUUID == parentUUID && m.GPUInstanceID == int(gpuInstance) {
-				name = dev.Name
-				return false
-			}
-		}
-		return true
-	})
-	return name, name != ""
-}
-
-func (d *Driver) deviceByUUID(uuid string) (string, bool) {
-	d.devicesMu.RLock()
-	defer d.devicesMu.RUnlock()
-	for name, dev := range d.devices {
-		if dev.UUID == uuid {
-			return name, true
-		}
-	}
-	return "", false
 }
 
 // simulatedFault is one line of a simulated faults file: an Xid on the GPU

@@ -86,7 +86,7 @@ func taintedDevices(d *Driver) map[string]string {
 // wholeGPU0 is gpu-0 and each of its partitions with this taint value.
 func wholeGPU0(t *testing.T, d *Driver, value string) map[string]string {
 	t.Helper()
-	gpu0, ok := d.device("gpu-0")
+	gpu0, ok := d.gpus.get("gpu-0")
 	if !ok {
 		t.Fatal("gpu-0 not discovered")
 	}

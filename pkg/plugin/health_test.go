@@ -124,7 +124,7 @@ func rediscoverAndPublish(ctx context.Context, t *testing.T, d *Driver) {
 
 func uuidOf(t *testing.T, d *Driver, name string) string {
 	t.Helper()
-	g, ok := d.device(name)
+	g, ok := d.gpus.get(name)
 	if !ok {
 		t.Fatalf("no device %s", name)
 	}

@@ -123,13 +123,13 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 // LastUpdated. discovered is false until the GPUs were first read: a report
 // then would say the node has none.
 func (d *Driver) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovered bool) {
-	d.devicesMu.RLock()
-	defer d.devicesMu.RUnlock()
-	if d.devices == nil {
+	d.gpus.mu.RLock()
+	defer d.gpus.mu.RUnlock()
+	if d.gpus.byName == nil {
 		return nil, false
 	}
-	names := make([]string, 0, len(d.devices))
-	for name := range d.devices {
+	names := make([]string, 0, len(d.gpus.byName))
+	for name := range d.gpus.byName {
 		names = append(names, name)
 	}
 	for _, dev := range d.rememberedDevicesLocked() {
@@ -139,10 +139,10 @@ func (d *Driver) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovere
 	devices = make([]kubeletplugin.DeviceHealth, 0, len(names))
 	for _, name := range names {
 		h := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, HealthCheckTimeout: healthLease}
-		if u, tainted := d.unhealthy[name]; tainted {
+		if u, tainted := d.gpus.unhealthy[name]; tainted {
 			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, healthMessage(u)
-		} else if d.unwatched != nil {
-			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "Xid events are not watched: "+d.unwatched.Error()
+		} else if d.gpus.unwatched != nil {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "Xid events are not watched: "+d.gpus.unwatched.Error()
 		}
 		devices = append(devices, h)
 	}
@@ -167,8 +167,8 @@ func healthMessage(u unhealthy) string {
 // healthNotWatched records that NVML's Xid events cannot be watched, so
 // that the untainted GPUs are reported Unknown rather than Healthy.
 func (d *Driver) healthNotWatched(err error) {
-	d.devicesMu.Lock()
-	d.unwatched = err
-	d.devicesMu.Unlock()
+	d.gpus.mu.Lock()
+	d.gpus.unwatched = err
+	d.gpus.mu.Unlock()
 	d.healthChanged.notify()
 }

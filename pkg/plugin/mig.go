@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"k8s.io/klog/v2"
 
@@ -48,36 +47,37 @@ var MIGCrashPoints = []string{CrashAfterMIGGPUInstanceCreated, CrashAfterMIGComp
 // again: its record must stay, so that a retry or a restart destroys them.
 var errMIGLeft = errors.New("the MIG instances it created could not be destroyed and stay recorded; the next prepare of the claim, its unprepare or a plugin restart destroys them")
 
-func (d *Driver) crash(point string) {
-	if d.crashHook != nil {
-		d.crashHook(point)
+// migPartitions creates and destroys the MIG instances of the partitions
+// that claims are prepared on, and records each in the checkpoint before
+// the CDI spec that names it is written.
+type migPartitions struct {
+	// lib creates and destroys instances; nil refuses claims for
+	// partitions.
+	lib        mig.Interface
+	gpus       *nodeGPUs
+	checkpoint *checkpoint.Store
+	// crashHook, when set, stands in for crashPoint at the MIG crash
+	// points, so that unit tests can stop a prepare there.
+	crashHook func(string)
+}
+
+func (m *migPartitions) crash(point string) {
+	if m.crashHook != nil {
+		m.crashHook(point)
 		return
 	}
 	crashPoint(point)
 }
 
-// partitionDevice finds a MIG partition of the node's GPUs by device name,
-// as gpu.Partition.Name spells it, with the figures its hard needs are
+// intent finds a MIG partition of the node's GPUs by device name, as
+// gpu.Partition.Name spells it, with the figures its hard needs are
 // checked against and the placement prepare creates it at.
-func (d *Driver) partitionDevice(name string) (gpu.Device, *checkpoint.MIGInstance, bool, error) {
-	d.devicesMu.RLock()
-	var found *gpu.Partition
-	for _, dev := range d.devices {
-		if dev.MIG == nil || !strings.HasPrefix(name, dev.Name()+"-mig-") {
-			continue
-		}
-		for _, p := range dev.Partitions() {
-			if p.Name() == name {
-				found = &p
-				break
-			}
-		}
-	}
-	d.devicesMu.RUnlock()
-	if found == nil {
+func (m *migPartitions) intent(name string) (gpu.Device, *checkpoint.MIGInstance, bool, error) {
+	found, ok := m.gpus.partition(name)
+	if !ok {
 		return gpu.Device{}, nil, false, nil
 	}
-	if d.cfg.MIG == nil {
+	if m.lib == nil {
 		return gpu.Device{}, nil, true, fmt.Errorf("device %s is a MIG partition, but this plugin cannot create MIG instances (no NVML MIG access was configured)", name)
 	}
 	return found.Figures(), &checkpoint.MIGInstance{
@@ -101,12 +101,12 @@ func recordedAt(m *checkpoint.MIGInstance, gi mig.GPUInstance) bool {
 		(!m.Created || gi.ID == m.GPUInstanceID)
 }
 
-// checkMIGPlacements refuses partitions whose memory slices are taken,
+// checkPlacements refuses partitions whose memory slices are taken,
 // before anything is recorded: by another claim's partition (the scheduler
 // should never allocate both) or by an instance on the GPU. An instance
 // that Prism did not create is never destroyed to make room, so the claim
 // fails and says which instance is in the way.
-func (d *Driver) checkMIGPlacements(ctx context.Context, uid string, devices []checkpoint.Device, pending []checkpoint.Claim) error {
+func (m *migPartitions) checkPlacements(ctx context.Context, uid string, devices []checkpoint.Device, pending []checkpoint.Claim) error {
 	for i, dev := range devices {
 		if dev.MIG == nil {
 			continue
@@ -126,7 +126,7 @@ func (d *Driver) checkMIGPlacements(ctx context.Context, uid string, devices []c
 			}
 			return true
 		}
-		d.checkpoint.Range(func(c *checkpoint.Claim) bool { return c.UID == uid || check(c) })
+		m.checkpoint.Range(func(c *checkpoint.Claim) bool { return c.UID == uid || check(c) })
 		for _, c := range slices.Concat(pending, []checkpoint.Claim{{UID: uid, Devices: devices}}) {
 			if conflict == nil {
 				check(&c)
@@ -135,7 +135,7 @@ func (d *Driver) checkMIGPlacements(ctx context.Context, uid string, devices []c
 		if conflict != nil {
 			return conflict
 		}
-		existing, err := d.cfg.MIG.GPUInstances(ctx, want.ParentUUID)
+		existing, err := m.lib.GPUInstances(ctx, want.ParentUUID)
 		if err != nil {
 			return fmt.Errorf("partition %s: %w", dev.Name, err)
 		}
@@ -151,11 +151,11 @@ func (d *Driver) checkMIGPlacements(ctx context.Context, uid string, devices []c
 	return nil
 }
 
-// createMIG creates the GPU and compute instance of each partition of a
+// create creates the GPU and compute instance of each partition of a
 // claim whose intent is recorded, then records their IDs, fsynced, before
 // the CDI spec that names them is written. On failure it destroys what it
 // created; if that fails too, the error wraps errMIGLeft.
-func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) error {
+func (m *migPartitions) create(ctx context.Context, rec *checkpoint.Claim) error {
 	logger := klog.FromContext(ctx)
 	// made names only the instances this call created, by the IDs NVML
 	// returned: a rollback must not destroy an instance that another party
@@ -168,19 +168,19 @@ func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) error {
 			continue
 		}
 		p := placementOf(dev.MIG)
-		gi, err := d.cfg.MIG.CreateGPUInstance(ctx, p)
+		gi, err := m.lib.CreateGPUInstance(ctx, p)
 		if err != nil {
-			return d.undoMIG(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
+			return m.undo(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
 		}
-		m := *dev.MIG
-		m.Created, m.GPUInstanceID = true, gi
-		made.Devices = append(made.Devices, checkpoint.Device{Name: dev.Name, MIG: &m})
-		d.crash(CrashAfterMIGGPUInstanceCreated)
-		ci, uuid, err := d.cfg.MIG.CreateComputeInstance(ctx, p.ParentUUID, gi)
+		created := *dev.MIG
+		created.Created, created.GPUInstanceID = true, gi
+		made.Devices = append(made.Devices, checkpoint.Device{Name: dev.Name, MIG: &created})
+		m.crash(CrashAfterMIGGPUInstanceCreated)
+		ci, uuid, err := m.lib.CreateComputeInstance(ctx, p.ParentUUID, gi)
 		if err != nil {
-			return d.undoMIG(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
+			return m.undo(ctx, made, fmt.Errorf("partition %s: %w", dev.Name, err))
 		}
-		d.crash(CrashAfterMIGComputeInstanceCreated)
+		m.crash(CrashAfterMIGComputeInstanceCreated)
 		dev.MIG.Created, dev.MIG.GPUInstanceID, dev.MIG.ComputeInstanceID, dev.MIG.UUID = true, gi, ci, uuid
 		logger.Info("Created MIG instance", "device", dev.Name, "parentUUID", p.ParentUUID, "profileID", p.ProfileID,
 			"placement", p.Slices(), "gpuInstance", gi, "computeInstance", ci, "uuid", uuid)
@@ -188,95 +188,86 @@ func (d *Driver) createMIG(ctx context.Context, rec *checkpoint.Claim) error {
 	if len(made.Devices) == 0 {
 		return nil
 	}
-	if err := d.checkpoint.PutClaims(ctx, true, *rec); err != nil {
-		return d.undoMIG(ctx, made, fmt.Errorf("record MIG instances: %w", err))
+	if err := m.checkpoint.PutClaims(ctx, true, *rec); err != nil {
+		return m.undo(ctx, made, fmt.Errorf("record MIG instances: %w", err))
 	}
-	d.crash(CrashAfterMIGRecorded)
+	m.crash(CrashAfterMIGRecorded)
 	return nil
 }
 
-// undoMIG destroys the instances rec names, which a failed prepare
+// undo destroys the instances rec names, which a failed prepare
 // created, and says in the error whether the record must stay. rec must
 // name them by the IDs their creation returned, never by placement alone.
-func (d *Driver) undoMIG(ctx context.Context, rec checkpoint.Claim, cause error) error {
-	if err := d.destroyMIG(ctx, rec); err != nil {
+func (m *migPartitions) undo(ctx context.Context, rec checkpoint.Claim, cause error) error {
+	if err := m.destroy(ctx, rec); err != nil {
 		return fmt.Errorf("%w; %w: %w", cause, errMIGLeft, err)
 	}
 	return cause
 }
 
-// destroyMIG destroys the instances a claim's record names: the GPU
+// destroy destroys the instances a claim's record names: the GPU
 // instance at exactly the recorded profile and placement (with the
 // recorded ID once there is one), compute instances first. It runs before
 // the record is forgotten, so a failure leaves the record for a retry. An
 // instance anywhere else is not Prism's and is left alone.
-func (d *Driver) destroyMIG(ctx context.Context, rec checkpoint.Claim) error {
+func (m *migPartitions) destroy(ctx context.Context, rec checkpoint.Claim) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
 	for _, dev := range rec.Devices {
-		m := dev.MIG
-		if m == nil {
+		rm := dev.MIG
+		if rm == nil {
 			continue
 		}
-		if d.cfg.MIG == nil {
+		if m.lib == nil {
 			errs = append(errs, fmt.Errorf("partition %s: its MIG instances cannot be destroyed, this plugin has no NVML MIG access", dev.Name))
 			continue
 		}
-		existing, err := d.cfg.MIG.GPUInstances(ctx, m.ParentUUID)
+		existing, err := m.lib.GPUInstances(ctx, rm.ParentUUID)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("partition %s: %w", dev.Name, err))
 			continue
 		}
 		for _, gi := range existing {
-			if !recordedAt(m, gi) {
+			if !recordedAt(rm, gi) {
 				continue
 			}
-			if err := d.cfg.MIG.DestroyGPUInstance(ctx, m.ParentUUID, gi.ID); err != nil {
+			if err := m.lib.DestroyGPUInstance(ctx, rm.ParentUUID, gi.ID); err != nil {
 				errs = append(errs, fmt.Errorf("partition %s: %w", dev.Name, err))
 				continue
 			}
 			logger.Info("Destroyed MIG instance", "claim", rec.Namespace+"/"+rec.Name, "device", dev.Name,
-				"parentUUID", m.ParentUUID, "gpuInstance", gi.ID, "placement", gi.Slices(), "recordedCreated", m.Created)
+				"parentUUID", rm.ParentUUID, "gpuInstance", gi.ID, "placement", gi.Slices(), "recordedCreated", rm.Created)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// reportForeignMIG logs, once at start-up, the GPU instances that no
+// reportForeign logs, once at start-up, the GPU instances that no
 // record explains: made by an administrator or another tool, they are
 // never touched, and the partitions they overlap fail to prepare.
-func (d *Driver) reportForeignMIG(ctx context.Context) {
-	if d.cfg.MIG == nil {
+func (m *migPartitions) reportForeign(ctx context.Context) {
+	if m.lib == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
 	var records []*checkpoint.MIGInstance
-	for _, c := range d.checkpoint.List() {
+	for _, c := range m.checkpoint.List() {
 		for _, dev := range c.Devices {
 			if dev.MIG != nil {
 				records = append(records, dev.MIG)
 			}
 		}
 	}
-	d.devicesMu.RLock()
-	var parents []gpu.Device
-	for _, dev := range d.devices {
-		if dev.MIG != nil {
-			parents = append(parents, dev)
-		}
-	}
-	d.devicesMu.RUnlock()
-	gpu.SortByIndex(parents)
-	for _, parent := range parents {
-		existing, err := d.cfg.MIG.GPUInstances(ctx, parent.UUID)
+	for _, parent := range m.gpus.inMIGMode() {
+		existing, err := m.lib.GPUInstances(ctx, parent.UUID)
 		if err != nil {
 			logger.Error(err, "Listing MIG instances", "device", parent.Name())
 			continue
 		}
 		for _, gi := range existing {
 			ours := false
-			for _, m := range records {
-				ours = ours || recordedAt(m, gi)
+			for _, r := range records {
+				ours = ours || recordedAt(r, gi)
 			}
 			if !ours {
 				logger.Info("Leaving alone a MIG instance that Prism did not create; partitions it overlaps cannot be prepared",
@@ -286,20 +277,35 @@ func (d *Driver) reportForeignMIG(ctx context.Context) {
 	}
 }
 
-// migCDIDevice is the CDI device of a created partition: the MIG device's
+// ofInstance is the MIG partition whose GPU instance, as created
+// by a prepared claim and recorded in the checkpoint, has this ID on the
+// GPU with this UUID. Instance IDs are unique on a GPU only while the
+// instance exists, so only records of instances created count.
+func (m *migPartitions) ofInstance(parentUUID string, gpuInstance uint32) (string, bool) {
+	var name string
+	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		for _, dev := range c.Devices {
+			if rm := dev.MIG; rm != nil && rm.Created && rm.ParentUUID == parentUUID && rm.GPUInstanceID == int(gpuInstance) {
+				name = dev.Name
+				return false
+			}
+		}
+		return true
+	})
+	return name, name != ""
+}
+
+// cdiDevice is the CDI device of a created partition: the MIG device's
 // UUID, the parent's device node and the instances' access nodes.
-func (d *Driver) migCDIDevice(dev checkpoint.Device) (cdi.Device, error) {
-	m := dev.MIG
-	if !m.Created {
+func (m *migPartitions) cdiDevice(dev checkpoint.Device) (cdi.Device, error) {
+	rm := dev.MIG
+	if !rm.Created {
 		return cdi.Device{}, fmt.Errorf("partition %s has no MIG instance yet", dev.Name)
 	}
-	d.devicesMu.RLock()
-	defer d.devicesMu.RUnlock()
-	for _, g := range d.devices {
-		if g.UUID == m.ParentUUID {
-			return cdi.Device{Name: dev.Name, UUID: m.UUID, Minor: g.Minor,
-				MIG: &cdi.MIGDevice{GPUInstance: m.GPUInstanceID, ComputeInstance: m.ComputeInstanceID}}, nil
-		}
+	parent, ok := m.gpus.withUUID(rm.ParentUUID)
+	if !ok {
+		return cdi.Device{}, fmt.Errorf("GPU %s, parent of partition %s, is no longer present on this node", rm.ParentUUID, dev.Name)
 	}
-	return cdi.Device{}, fmt.Errorf("GPU %s, parent of partition %s, is no longer present on this node", m.ParentUUID, dev.Name)
+	return cdi.Device{Name: dev.Name, UUID: rm.UUID, Minor: parent.Minor,
+		MIG: &cdi.MIGDevice{GPUInstance: rm.GPUInstanceID, ComputeInstance: rm.ComputeInstanceID}}, nil
 }

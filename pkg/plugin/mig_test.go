@@ -189,7 +189,7 @@ func TestMIGCrashLeavesNoOrphan(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			n := newMIGNode(t)
 			d := n.driver(t)
-			d.crashHook = func(p string) {
+			d.partitions.crashHook = func(p string) {
 				if p == point {
 					panic(crashed(p))
 				}
@@ -227,7 +227,7 @@ func TestMIGInstanceNotCreatedByPrismSurvivesRestart(t *testing.T) {
 	// at slice 3 that crashes before recording the instance.
 	n.createByHand(t, gonvml.GPU_INSTANCE_PROFILE_2_SLICE, 4)
 	d := n.driver(t)
-	d.crashHook = func(p string) {
+	d.partitions.crashHook = func(p string) {
 		if p == CrashAfterMIGGPUInstanceCreated {
 			panic(crashed(p))
 		}
@@ -270,8 +270,8 @@ func TestMIGOverlappingPlacementIsRefused(t *testing.T) {
 func TestMIGOverlapRefusedByNVMLFailsCleanly(t *testing.T) {
 	n := newMIGNode(t)
 	d := n.driver(t)
-	d.crashHook = func(string) {}
-	err := d.createMIG(context.Background(), func() *checkpoint.Claim {
+	d.partitions.crashHook = func(string) {}
+	err := d.partitions.create(context.Background(), func() *checkpoint.Claim {
 		rec, err := d.plan(context.Background(), allocatedClaim("m", []string{partition1g}))
 		if err != nil {
 			t.Fatal(err)
@@ -307,7 +307,7 @@ func (r racingMIG) CreateGPUInstance(ctx context.Context, p mig.Placement) (int,
 func TestMIGRollbackLeavesAnotherPartysInstance(t *testing.T) {
 	n := newMIGNode(t)
 	d := n.driver(t)
-	d.cfg.MIG = racingMIG{Interface: d.cfg.MIG, before: func(p mig.Placement) {
+	d.partitions.lib = racingMIG{Interface: d.partitions.lib, before: func(p mig.Placement) {
 		if p.Start == 4 {
 			n.createByHand(t, gonvml.GPU_INSTANCE_PROFILE_1_SLICE, 4)
 		}

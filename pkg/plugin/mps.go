@@ -84,7 +84,7 @@ func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
 func (d *Driver) planMPS(claim *resourceapi.ResourceClaim, devices []checkpoint.Device) {
 	var shares []int
 	for i, dev := range devices {
-		if g, ok := d.device(dev.Name); ok && mpsShare(dev, g) {
+		if g, ok := d.gpus.get(dev.Name); ok && mpsShare(dev, g) {
 			shares = append(shares, i)
 		}
 	}
@@ -123,7 +123,7 @@ func (d *Driver) startMPS(ctx context.Context, claim *resourceapi.ResourceClaim,
 		if dev.Sharing == nil || !dev.Sharing.MPS {
 			continue
 		}
-		g, ok := d.device(dev.Name)
+		g, ok := d.gpus.get(dev.Name)
 		if !ok {
 			continue
 		}
@@ -148,7 +148,7 @@ func (d *Driver) mpsReplaced(claim *resourceapi.ResourceClaim, uuid string, repl
 		"On node %s, %v; containers of its shares that used it have lost their MPS server and must be restarted", d.cfg.NodeName, replaced)
 	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
 		if c.UID == string(claim.UID) || !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
-			g, ok := d.device(dev.Name)
+			g, ok := d.gpus.get(dev.Name)
 			return ok && g.UUID == uuid && dev.Sharing != nil && dev.Sharing.MPS
 		}) {
 			return true
@@ -168,7 +168,7 @@ func (d *Driver) mpsNeeded() map[string]bool {
 			if dev.Sharing == nil || !dev.Sharing.MPS {
 				continue
 			}
-			if g, ok := d.device(dev.Name); ok {
+			if g, ok := d.gpus.get(dev.Name); ok {
 				need[g.UUID] = true
 			}
 		}

@@ -134,7 +134,7 @@ func TestMPSDaemonLivesAsLongAsTheGPUsShares(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	g, _ := d.device("gpu-0")
+	g, _ := d.gpus.get("gpu-0")
 	daemons := d.checkpoint.MPSDaemons()
 	if len(daemons) != 1 || daemons[g.UUID].PID == 0 {
 		t.Fatalf("daemons after two shares of gpu-0: %+v, want one for %s", daemons, g.UUID)
@@ -164,7 +164,7 @@ func TestMPSShareEnvironment(t *testing.T) {
 	if r := prepare(t, d, computeShare("a", 45, "8Gi"))["a"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	g, _ := d.device("gpu-0")
+	g, _ := d.gpus.get("gpu-0")
 	want := cdispec.ContainerEdits{
 		Env: []string{
 			"PRISM_GPU_MEMORY_LIMIT=8589934592",
@@ -275,7 +275,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			case tc.wantErr != "" && (recorded || !os.IsNotExist(specErr)):
 				t.Errorf("refused share left a record (%v) or a CDI spec (%v)", recorded, specErr)
 			}
-			g, _ := d.device("gpu-0")
+			g, _ := d.gpus.get("gpu-0")
 			if got := slices.Get(g.UUID); got != tc.wantSlice {
 				t.Errorf("time slice of gpu-0 %q, want %q", got, tc.wantSlice)
 			}
@@ -356,7 +356,7 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 			if r := prepare(t, d, computeShare("a", 45, "8Gi"))["a"]; r.Err != nil {
 				t.Fatal(r.Err)
 			}
-			g, _ := d.device("gpu-0")
+			g, _ := d.gpus.get("gpu-0")
 			old := d.checkpoint.MPSDaemons()[g.UUID]
 			if err := os.Remove(filepath.Join(old.PipeDir, "control")); err != nil {
 				t.Fatal(err)

@@ -128,7 +128,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		} else if ok {
 			// A retried prepare first undoes what its interrupted attempt
 			// made, so that its partitions are free to create again.
-			if err := d.destroyMIG(ctx, prev); err != nil {
+			if err := d.partitions.destroy(ctx, prev); err != nil {
 				fail(claim, "mig", err)
 				continue
 			}
@@ -143,7 +143,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			fail(claim, "conflict", err)
 			continue
 		}
-		if err := d.checkMIGPlacements(ctx, uid, rec.Devices, planned); err != nil {
+		if err := d.partitions.checkPlacements(ctx, uid, rec.Devices, planned); err != nil {
 			fail(claim, "mig", err)
 			continue
 		}
@@ -173,7 +173,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	var undo []string
 	for _, p := range batch {
 		uid := string(p.claim.UID)
-		if err := d.createMIG(ctx, &p.rec); err != nil {
+		if err := d.partitions.create(ctx, &p.rec); err != nil {
 			fail(p.claim, "mig", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -184,7 +184,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		err := d.writeSpec(ctx, p.rec)
 		endCDI()
 		if err != nil {
-			err = d.undoMIG(ctx, p.rec, err)
+			err = d.partitions.undo(ctx, p.rec, err)
 			fail(p.claim, "cdi", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -193,7 +193,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		}
 		d.startMPS(ctx, p.claim, p.rec)
 		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
-			err = d.undoMIG(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
+			err = d.partitions.undo(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
 			fail(p.claim, "timeslice", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -273,7 +273,7 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 			results[claim.UID] = err
 			continue
 		}
-		if err := d.destroyMIG(ctx, rec); err != nil {
+		if err := d.partitions.destroy(ctx, rec); err != nil {
 			d.metrics.claimErrors.WithLabelValues("unprepare", "mig").Inc()
 			results[claim.UID] = err
 			continue
@@ -327,7 +327,7 @@ func (d *Driver) timeSliced(rec checkpoint.Claim, releasing map[string]bool) []d
 		if dev.Sharing == nil || dev.Sharing.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
 			continue
 		}
-		g, ok := d.device(dev.Name)
+		g, ok := d.gpus.get(dev.Name)
 		if !ok {
 			continue
 		}
@@ -387,11 +387,11 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		if result.Driver != gpuv1alpha1.DriverName || result.Pool != d.cfg.NodeName {
 			continue
 		}
-		gpuDev, ok := d.device(result.Device)
+		gpuDev, ok := d.gpus.get(result.Device)
 		var migIntent *checkpoint.MIGInstance
 		if !ok {
 			var err error
-			if gpuDev, migIntent, ok, err = d.partitionDevice(result.Device); err != nil {
+			if gpuDev, migIntent, ok, err = d.partitions.intent(result.Device); err != nil {
 				return rec, err
 			}
 		}
@@ -528,7 +528,7 @@ func (d *Driver) sharedDevice(devices []checkpoint.Device) (name, how string) {
 		}
 		// The whole GPU's share is its memory rounded down to the share
 		// step; what is left below one step cannot be granted to anyone.
-		if g, ok := d.device(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
+		if g, ok := d.gpus.get(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
 			return dev.Name, "a memory share of part of the GPU"
 		}
 	}
@@ -588,7 +588,7 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending
 		if dev.ShareID == "" || dev.Sharing == nil {
 			continue
 		}
-		g, _ := d.device(dev.Name)
+		g, _ := d.gpus.get(dev.Name)
 		if total := sharedBytes + dev.Sharing.MemoryShareBytes; g.MemoryBytes > 0 && uint64(total) > g.MemoryBytes {
 			return fmt.Errorf("device %s has %d bytes of memory; the shares prepared on it would add up to %d", dev.Name, g.MemoryBytes, total)
 		}
@@ -607,14 +607,14 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	}
 	for _, dev := range rec.Devices {
 		if dev.MIG != nil {
-			md, err := d.migCDIDevice(dev)
+			md, err := d.partitions.cdiDevice(dev)
 			if err != nil {
 				return err
 			}
 			spec.Devices = append(spec.Devices, md)
 			continue
 		}
-		g, ok := d.device(dev.Name)
+		g, ok := d.gpus.get(dev.Name)
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}

@@ -92,7 +92,7 @@ func TestProfilingIsRefusedOnASharedGPU(t *testing.T) {
 	// takes the whole GPU's memory as its share: nobody can join it.
 	t.Run("share of the whole GPU is profiled", func(t *testing.T) {
 		d := profilingDriver(t, t.TempDir())
-		g, _ := d.device("gpu-0")
+		g, _ := d.gpus.get("gpu-0")
 		step := gpu.MemoryShareStep.Value()
 		c := sharedClaim("p", resource.NewQuantity(int64(g.MemoryBytes)/step*step, resource.BinarySI).String())
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(profilingConfig)}

@@ -92,7 +92,7 @@ func (d *Driver) releaseProfile(ctx context.Context, rec checkpoint.Claim) {
 		Profile: rec.Profiling.Profile,
 	}
 	if len(rec.Devices) > 0 {
-		if dev, ok := d.device(rec.Devices[0].Name); ok {
+		if dev, ok := d.gpus.get(rec.Devices[0].Name); ok {
 			job.Device = prismv1alpha1.ProfiledDevice{ProductName: dev.ProductName, ComputeCapability: dev.CUDAComputeCapability.String()}
 		}
 	}

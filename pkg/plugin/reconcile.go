@@ -54,7 +54,7 @@ func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 			logger.Info("Rolling back an interrupted prepare", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 			// Instances first: once the record is gone, nothing says they
 			// are Prism's to destroy.
-			if err := d.destroyMIG(ctx, c); err != nil {
+			if err := d.partitions.destroy(ctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("roll back MIG instances of claim %s: %w", c.UID, err))
 				continue
 			}
@@ -96,7 +96,7 @@ func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 		}
 		d.metrics.checkpointRecover.WithLabelValues("orphan-removed").Inc()
 	}
-	d.reportForeignMIG(ctx)
+	d.partitions.reportForeign(ctx)
 	d.updateGauges()
 	return errors.Join(errs...)
 }

@@ -41,18 +41,18 @@ const EventReasonMIGModeOff = "MIGModeOff"
 // Xid of its GPU instance. An empty pool is one empty slice, so that the
 // scheduler sees the node has no GPUs.
 func (d *Driver) resourceSlices(ctx context.Context) ([]resourceslice.Slice, error) {
-	d.devicesMu.RLock()
-	devices := make([]gpu.Device, 0, len(d.devices))
-	for _, dev := range d.devices {
+	d.gpus.mu.RLock()
+	devices := make([]gpu.Device, 0, len(d.gpus.byName))
+	for _, dev := range d.gpus.byName {
 		devices = append(devices, dev)
 	}
-	sysfs := d.sysfs
+	sysfs := d.gpus.sysfs
 	taints := map[string]resourceapi.DeviceTaint{}
-	for name, u := range d.unhealthy {
+	for name, u := range d.gpus.unhealthy {
 		taints[name] = u.taint
 	}
 	remembered := d.rememberedDevicesLocked()
-	d.devicesMu.RUnlock()
+	d.gpus.mu.RUnlock()
 	gpu.SortByIndex(devices)
 
 	partitioned := d.cfg.MIGPartitions && !d.dropped.has(partitionableDevicesGate)

@@ -89,7 +89,7 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 		// is forgotten nothing says they are Prism's, and they would block
 		// their partitions for good. A failure keeps the record, so that
 		// the next sweep tries again.
-		if err := d.destroyMIG(ctx, rec); err != nil {
+		if err := d.partitions.destroy(ctx, rec); err != nil {
 			return err
 		}
 		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, map[string]bool{c.UID: true})); err != nil {

@@ -79,7 +79,7 @@ func TestStaleReleaseUndoesEverything(t *testing.T) {
 	if left := d.checkpoint.List(); len(left) != 0 {
 		t.Fatalf("%d claims left after both vanished from the API", len(left))
 	}
-	g, _ := d.device("gpu-1")
+	g, _ := d.gpus.get("gpu-1")
 	if got := slices.Get(g.UUID); got != "Default" {
 		t.Errorf("time slice of gpu-1 after the stale release = %q, want Default", got)
 	}

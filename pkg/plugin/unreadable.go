@@ -51,29 +51,29 @@ import (
 // devices that prepared claims hold. devicesMu must be held.
 func (d *Driver) taintUnreadableLocked(index int, why error, claimed map[string]bool, now time.Time) (healthChange, bool) {
 	name := gpu.Device{Index: index}.Name()
-	prev, had := d.unhealthy[name]
+	prev, had := d.gpus.unhealthy[name]
 	next := prev
 	next.index = index
-	if known, ok := d.devices[name]; ok {
+	if known, ok := d.gpus.byName[name]; ok {
 		next.uuid, next.remembered = known.UUID, false
 	} else if had || claimed[name] {
 		next.remembered = true
 	} else {
-		if d.unpublished[index] {
+		if d.gpus.unpublished[index] {
 			return healthChange{}, false
 		}
-		if d.unpublished == nil {
-			d.unpublished = map[int]bool{}
+		if d.gpus.unpublished == nil {
+			d.gpus.unpublished = map[int]bool{}
 		}
-		d.unpublished[index] = true
+		d.gpus.unpublished[index] = true
 		return healthChange{device: name, unpublished: true, reason: why.Error()}, true
 	}
-	delete(d.unpublished, index)
+	delete(d.gpus.unpublished, index)
 	tainted := !had || prev.taint.Value != lostValue
 	if tainted {
 		next.taint, next.lastEvent, next.xid = newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), now, 0
 	}
-	d.unhealthy[name] = next
+	d.gpus.unhealthy[name] = next
 	if !tainted {
 		return healthChange{}, false
 	}
@@ -86,15 +86,15 @@ func (d *Driver) taintUnreadableLocked(index int, why error, claimed map[string]
 // never read that is gone is reported again if it comes back unreadable.
 // devicesMu must be held.
 func (d *Driver) sweepUnreadableLocked(unreadable map[int]error) {
-	for name, u := range d.unhealthy {
+	for name, u := range d.gpus.unhealthy {
 		if _, still := unreadable[u.index]; u.remembered && !still {
 			u.remembered = false
-			d.unhealthy[name] = u
+			d.gpus.unhealthy[name] = u
 		}
 	}
-	for index := range d.unpublished {
+	for index := range d.gpus.unpublished {
 		if _, still := unreadable[index]; !still {
-			delete(d.unpublished, index)
+			delete(d.gpus.unpublished, index)
 		}
 	}
 }
@@ -103,9 +103,9 @@ func (d *Driver) sweepUnreadableLocked(unreadable map[int]error) {
 // read, as a rediscovery would.
 func (d *Driver) handleUnreadable(ctx context.Context, index int, why error) {
 	claimed := d.claimedDevices()
-	d.devicesMu.Lock()
+	d.gpus.mu.Lock()
 	change, report := d.taintUnreadableLocked(index, why, claimed, d.clock.Now())
-	d.devicesMu.Unlock()
+	d.gpus.mu.Unlock()
 	if report {
 		d.reportHealthChanges(ctx, []healthChange{change})
 	}
@@ -132,8 +132,8 @@ func (d *Driver) claimedDevices() map[string]bool {
 // devicesMu must be held, at least for reading.
 func (d *Driver) rememberedDevicesLocked() []resourceapi.Device {
 	var out []resourceapi.Device
-	for name, u := range d.unhealthy {
-		if _, read := d.devices[name]; u.remembered && !read {
+	for name, u := range d.gpus.unhealthy {
+		if _, read := d.gpus.byName[name]; u.remembered && !read {
 			out = append(out, rememberedDevice(name, u))
 		}
 	}

@@ -98,7 +98,7 @@ func (d *Driver) usageClaims(claims []*resourceapi.ResourceClaim, done []checkpo
 func (d *Driver) usageClaim(rec checkpoint.Claim) sampler.Claim {
 	c := sampler.Claim{Ref: prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name, UID: types.UID(rec.UID)}}
 	for _, dev := range rec.Devices {
-		g, ok := d.device(dev.Name)
+		g, ok := d.gpus.get(dev.Name)
 		if !ok {
 			continue
 		}
