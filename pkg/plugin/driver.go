@@ -47,7 +47,6 @@ import (
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/mig"
-	"github.com/prismgpu/prism/pkg/mps"
 	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
@@ -130,9 +129,11 @@ type Driver struct {
 	slices     slicePublisher
 	checkpoint *checkpoint.Store
 	recorder   record.EventRecorder
-	broadcast  record.EventBroadcaster
-	metrics    *Metrics
-	clock      clock.WithTicker
+	// node is the object Events about the plugin's own state are attached to.
+	node      *corev1.ObjectReference
+	broadcast record.EventBroadcaster
+	metrics   *Metrics
+	clock     clock.WithTicker
 	// apiBackoff paces the retries of API calls that start-up waits for.
 	apiBackoff wait.Backoff
 
@@ -163,8 +164,8 @@ type Driver struct {
 	staleSince sync.Map
 	// collections are the report jobs of unprepared profiled claims.
 	collections *collections
-	// mps runs the MPS control daemons of shared GPUs.
-	mps *mps.Manager
+	// shares runs the MPS control daemons of shared GPUs.
+	shares *mpsShares
 	// usage samples prepared claims' GPUs; nil when off.
 	usage *sampler.Sampler
 	// partitions creates and destroys MIG instances for claims.
@@ -257,6 +258,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.broadcast = record.NewBroadcaster(record.WithContext(ctx))
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
+	d.node = nodeRef(cfg.NodeName)
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{Observe: observeCheckpoint})
@@ -266,7 +268,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.checkpoint = store
 	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
-	d.newMPS(ctx)
+	d.shares = newMPSShares(ctx, cfg, &d.gpus, store, d.recorder)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
 	d.restoreTaints(ctx)
@@ -283,7 +285,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		// running pods' container restarts.
 		keepUnowned = true
 		logger.Error(err, "Keeping CDI specs that the checkpoint does not explain")
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointNotRebuilt",
+		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "CheckpointNotRebuilt",
 			"Prism kept CDI specs that its checkpoint does not explain, because their claims could not be read: %v", err)
 	}
 	if err := d.reconcile(ctx, keepUnowned); err != nil {
@@ -291,10 +293,10 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		// node, while what could not be repaired here is retried by the
 		// kubelet's next prepare or unprepare of that claim.
 		logger.Error(err, "Reconciling the checkpoint with the CDI specs on disk was incomplete")
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
+		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
 	}
 	// After reconcile, which may roll back claims that held shares.
-	d.recoverMPS(ctx)
+	d.shares.recoverDaemons(ctx)
 	if cfg.Usage != nil {
 		d.usage = d.newUsageSampler(ctx, *cfg.Usage)
 	}
@@ -461,8 +463,8 @@ func (d *Driver) every(ctx context.Context, interval time.Duration, fn func()) {
 }
 
 // nodeRef is the object events about the plugin's own state are attached to.
-func (d *Driver) nodeRef() *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Node", Name: d.cfg.NodeName, APIVersion: "v1"}
+func nodeRef(name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", Name: name, APIVersion: "v1"}
 }
 
 func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
@@ -470,7 +472,7 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 	if r.Corruption != nil {
 		d.metrics.checkpointRecover.WithLabelValues("corrupt-" + string(r.Corruption.Reason)).Inc()
 		logger.Error(r.Corruption, "Checkpoint was unusable and was moved aside; starting empty and rebuilding from the CDI specs on disk")
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "CheckpointCorrupt",
+		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "CheckpointCorrupt",
 			"Prism checkpoint %s was unusable (%s) and moved to %s; prepared claims are rebuilt from their CDI specs and the API server", r.Corruption.Path, r.Corruption.Reason, r.Corruption.MovedTo)
 	}
 	if r.TornEntryBytes > 0 {

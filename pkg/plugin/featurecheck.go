@@ -104,7 +104,7 @@ func (d *Driver) reportDroppedFields(ctx context.Context, dropped *resourceslice
 		}
 		msg := fmt.Sprintf("The API server dropped %s: enable the %s feature gate on the API server and the scheduler (off by default before Kubernetes 1.36)", f.lost, gate)
 		logger.Error(nil, msg, "featureGate", gate, "pool", dropped.PoolName)
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, f.reason, "%s", msg)
+		d.recorder.Eventf(d.node, corev1.EventTypeWarning, f.reason, "%s", msg)
 		if gate == partitionableDevicesGate {
 			// Now, not at the next rediscovery: until then the server holds
 			// partitions without counters. The controller calls this

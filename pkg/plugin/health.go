@@ -187,7 +187,7 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		return
 	}
 	logger.Info("GPU unhealthy, tainting it", append([]any{"device", name, "uuid", ev.UUID, "xid", ev.XID, "effect", effect}, instance...)...)
-	d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "%s reported Xid %d; tainted %s=%s:%s", what, ev.XID, TaintKey, value, effect)
+	d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "%s reported Xid %d; tainted %s=%s:%s", what, ev.XID, TaintKey, value, effect)
 	d.saveTaints(ctx)
 	d.republish(ctx)
 }
@@ -223,17 +223,17 @@ func (d *Driver) reportHealthChanges(ctx context.Context, changes []healthChange
 		switch {
 		case c.unpublished:
 			logger.Error(errors.New(c.reason), "GPU cannot be read and was not read since the plugin started; not publishing it until NVML reads it", "device", c.device)
-			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s cannot be read through NVML (%s) and was not read since the plugin started, so it is not published until NVML reads it", c.device, c.reason)
+			d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s cannot be read through NVML (%s) and was not read since the plugin started, so it is not published until NVML reads it", c.device, c.reason)
 		case c.tainted:
 			save = true
 			logger.Info("GPU cannot be read, tainting it lost", "device", c.device, "uuid", c.uuid, "reason", c.reason)
 			d.metrics.healthEvents.WithLabelValues("unreadable").Inc()
-			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, uuidOrUnknown(c.uuid), c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
+			d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, uuidOrUnknown(c.uuid), c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
 		default:
 			save = true
 			logger.Info("GPU healthy again, removing its taint", "device", c.device, "uuid", c.uuid, "reason", c.reason)
 			d.metrics.healthEvents.WithLabelValues("recovered").Inc()
-			d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, uuidOrUnknown(c.uuid), c.reason)
+			d.recorder.Eventf(d.node, corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, uuidOrUnknown(c.uuid), c.reason)
 		}
 	}
 	if save {

@@ -191,7 +191,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			}
 			continue
 		}
-		d.startMPS(ctx, p.claim, p.rec)
+		d.shares.start(ctx, p.claim, p.rec)
 		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
 			err = d.partitions.undo(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
 			fail(p.claim, "timeslice", err)
@@ -368,7 +368,7 @@ func (d *Driver) forget(ctx context.Context, uids ...string) error {
 	if err := d.checkpoint.DeleteClaims(ctx, true, uids...); err != nil {
 		return fmt.Errorf("remove claims %v from checkpoint: %w", uids, err)
 	}
-	d.stopUnneededMPS(ctx)
+	d.shares.stopUnneeded(ctx)
 	return nil
 }
 
@@ -449,7 +449,7 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 	if len(rec.Devices) == 0 {
 		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, d.cfg.NodeName)
 	}
-	d.planMPS(claim, rec.Devices)
+	d.shares.plan(claim, rec.Devices)
 	// Said once here, where the claim is at hand; profiling and usage then
 	// read the annotation as naming no profile. The claim's author saw the
 	// controller's NotRewritten Event at creation already.
@@ -618,7 +618,7 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: d.deviceEdits(dev, g.UUID)})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: d.shares.deviceEdits(dev, g.UUID)})
 	}
 	ids, err := d.cfg.CDI.WriteClaimSpec(ctx, spec)
 	if err != nil {

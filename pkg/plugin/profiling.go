@@ -52,7 +52,7 @@ func (d *Driver) checkProfilingQuota(ctx context.Context) {
 	}
 	if err := profiling.CheckQuota(p.Options.StateDir); err != nil {
 		logger.Error(err, "Report directories of profiled claims are not size-limited; a profiled container can fill the state directory's file system", "stateDir", p.Options.StateDir)
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeWarning, "ProfilingQuotaUnavailable",
+		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "ProfilingQuotaUnavailable",
 			"Report directories of profiled claims on node %s are not size-limited, so a profiled container can fill %s: %v", d.cfg.NodeName, p.Options.StateDir, err)
 		p.Options.DirSize = 0
 		// A copy: the caller's configuration is not the driver's to change.

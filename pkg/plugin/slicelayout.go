@@ -146,6 +146,6 @@ func (d *Driver) noteMIGModeOff(ctx context.Context, devices []gpu.Device) {
 			continue
 		}
 		klog.FromContext(ctx).Info(note, "device", dev.Name(), "uuid", dev.UUID)
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, EventReasonMIGModeOff, "%s", note)
+		d.recorder.Eventf(d.node, corev1.EventTypeNormal, EventReasonMIGModeOff, "%s", note)
 	}
 }

@@ -67,7 +67,7 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 		d.staleSince.Delete(c.UID)
 		d.metrics.checkpointRecover.WithLabelValues("stale-released").Inc()
 		logger.Info("Released a claim that no longer exists in the API", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
-		d.recorder.Eventf(d.nodeRef(), corev1.EventTypeNormal, "StaleClaimReleased",
+		d.recorder.Eventf(d.node, corev1.EventTypeNormal, "StaleClaimReleased",
 			"Released devices of claim %s/%s (uid %s): the claim no longer exists and the kubelet never unprepared it", c.Namespace, c.Name, c.UID)
 		d.updateGauges()
 	}
