@@ -89,56 +89,56 @@ func (c *collections) pending() int {
 	return len(c.jobs)
 }
 
-// startCollections queues the jobs a stopped plugin left and starts the
+// start queues the jobs a stopped plugin left and starts the
 // workers, which stop with ctx; the jobs they did not finish stay on disk.
-func (d *Driver) startCollections(ctx context.Context) {
-	if d.cfg.Profiling == nil {
+func (pr *profiler) start(ctx context.Context) {
+	if pr.cfg == nil {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	jobs, err := profiling.PendingJobs(d.cfg.Profiling.Options.StateDir)
+	jobs, err := profiling.PendingJobs(pr.cfg.Options.StateDir)
 	if err != nil {
 		logger.Error(err, "Listing the profiled claims' reports a stopped plugin left uncollected")
 	}
 	for _, job := range jobs {
-		d.queueCollection(ctx, job)
+		pr.queue(ctx, job)
 	}
 	if len(jobs) > 0 {
 		logger.Info("Collecting the reports a stopped plugin left", "reports", len(jobs))
 	}
 	for range collectionWorkers {
 		go func() {
-			for d.runCollection(ctx) {
+			for pr.runNext(ctx) {
 			}
 		}()
 	}
 	go func() {
 		<-ctx.Done()
-		d.collections.queue.ShutDown()
+		pr.jobs.queue.ShutDown()
 	}()
 }
 
-func (d *Driver) queueCollection(ctx context.Context, job profiling.Job) {
+func (pr *profiler) queue(ctx context.Context, job profiling.Job) {
 	job.Profile = profiling.ValidProfile(klog.FromContext(ctx), job.Claim, job.Profile)
-	d.collections.add(job)
-	d.metrics.profileCollectionsPending.Set(float64(d.collections.pending()))
+	pr.jobs.add(job)
+	pr.metrics.profileCollectionsPending.Set(float64(pr.jobs.pending()))
 	klog.FromContext(ctx).V(2).Info("Queued the report of a profiled claim", "claim", job.Claim.Namespace+"/"+job.Claim.Name, "dir", job.Dir)
 }
 
-// runCollection runs the next job, and returns false once the queue is shut
+// runNext runs the next job, and returns false once the queue is shut
 // down.
-func (d *Driver) runCollection(ctx context.Context) bool {
-	q := d.collections.queue
+func (pr *profiler) runNext(ctx context.Context) bool {
+	q := pr.jobs.queue
 	dir, shutdown := q.Get()
 	if shutdown {
 		return false
 	}
 	defer q.Done(dir)
-	job := d.collections.job(dir)
+	job := pr.jobs.job(dir)
 	logger := klog.FromContext(ctx).WithValues("claim", job.Claim.Namespace+"/"+job.Claim.Name, "profile", job.Profile)
 	ctx = klog.NewContext(ctx, logger)
 
-	collectErr, publishErr := d.collectProfile(ctx, job)
+	collectErr, publishErr := pr.collect(ctx, job)
 	if ctx.Err() != nil {
 		// Stopping: the job stays on disk for the next start.
 		return false
@@ -149,14 +149,14 @@ func (d *Driver) runCollection(ctx context.Context) bool {
 			q.AddRateLimited(dir)
 			return true
 		}
-		d.metrics.claimErrors.WithLabelValues("unprepare", "profile-publish").Inc()
+		pr.metrics.claimErrors.WithLabelValues("unprepare", "profile-publish").Inc()
 		logger.Error(publishErr, "Publishing the WorkloadProfile failed; keeping only the raw report", "tries", maxPublishTries)
 	}
-	d.metrics.profilingRuns.WithLabelValues(profilingOutcome(collectErr)).Inc()
-	if err := profiling.Archive(ctx, d.cfg.Profiling.Options.StateDir, dir, d.cfg.Profiling.Retention); err != nil {
+	pr.metrics.profilingRuns.WithLabelValues(profilingOutcome(collectErr)).Inc()
+	if err := profiling.Archive(ctx, pr.cfg.Options.StateDir, dir, pr.cfg.Retention); err != nil {
 		logger.Error(err, "Archiving the raw report")
 	}
 	q.Forget(dir)
-	d.metrics.profileCollectionsPending.Set(float64(d.collections.remove(dir)))
+	pr.metrics.profileCollectionsPending.Set(float64(pr.jobs.remove(dir)))
 	return true
 }

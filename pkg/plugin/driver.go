@@ -162,8 +162,8 @@ type Driver struct {
 	// staleSince records when each prepared claim was first seen missing
 	// from the API.
 	staleSince sync.Map
-	// collections are the report jobs of unprepared profiled claims.
-	collections *collections
+	// profiler profiles the claims that ask for it.
+	profiler *profiler
 	// shares runs the MPS control daemons of shared GPUs.
 	shares *mpsShares
 	// usage samples prepared claims' GPUs; nil when off.
@@ -230,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		go d.watchHealth(ctx)
 	}
 	go d.republishWithdrawnSlices(ctx)
-	d.startCollections(ctx)
+	d.profiler.start(ctx)
 	if d.usage != nil {
 		go d.usage.Run(ctx)
 	}
@@ -251,7 +251,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		cfg.SweepClient = cfg.KubeClient
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), gpus: nodeGPUs{unhealthy: map[string]unhealthy{}},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff, collections: newCollections()}
+		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff}
 	d.mu.clock = d.clock
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)
@@ -260,6 +260,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.node = nodeRef(cfg.NodeName)
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
+	d.profiler = &profiler{cfg: cfg.Profiling, gpus: &d.gpus, kube: cfg.KubeClient, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, jobs: newCollections()}
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{Observe: observeCheckpoint})
 	if err != nil {
@@ -277,7 +278,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 
 	// Before reconcile, which may prepare profiled claims again.
-	d.checkProfilingQuota(ctx)
+	d.profiler.checkQuota(ctx)
 	keepUnowned := false
 	if err := d.adoptSpecs(ctx); err != nil {
 		// Without the API server there is no telling a lost checkpoint's

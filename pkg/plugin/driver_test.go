@@ -452,7 +452,7 @@ func TestProfilingNotPermittedIsExplained(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			d := newTestDriver(t, "t4-2.yaml", dir)
-			d.cfg.Profiling = &ProfilingConfig{
+			d.profiler.cfg = &ProfilingConfig{
 				Options:  fakeProfilingHost(t, dir),
 				ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
 			}

@@ -28,7 +28,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -284,7 +283,7 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 			klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
 		}
 		if rec.Profiling != nil {
-			d.releaseProfile(ctx, rec)
+			d.profiler.release(ctx, rec)
 		}
 		forget = append(forget, uid)
 	}
@@ -467,8 +466,8 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		// Profiling is a measurement, not a requirement: where this node
 		// cannot profile, the workload runs unprofiled rather than not at all.
 		unavailable := errors.New("profiling is disabled on this node (prism-kubelet-plugin --profiling=false)")
-		if d.cfg.Profiling != nil {
-			unavailable = profiling.Available(d.cfg.Profiling.Options)
+		if d.profiler.cfg != nil {
+			unavailable = profiling.Available(d.profiler.cfg.Options)
 		}
 		if unavailable != nil {
 			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-unavailable").Inc()
@@ -484,13 +483,13 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 				"Running unprofiled on node %s: device %s is allocated for sharing (%s), and profiling would slow down and measure the other workloads on it", d.cfg.NodeName, shared, how)
 			break
 		}
-		d.warnIfProfilingForbidden(ctx, claim)
+		d.profiler.warnIfForbidden(ctx, claim)
 		raw, err := json.Marshal(cfg.Profiling)
 		if err != nil {
 			return rec, err
 		}
 		rec.Profiling = &checkpoint.Profiling{
-			ReportDir: profiling.ClaimDir(d.cfg.Profiling.Options.StateDir, rec.UID),
+			ReportDir: profiling.ClaimDir(d.profiler.cfg.Options.StateDir, rec.UID),
 			Profile:   profile,
 			Config:    raw,
 		}
@@ -538,16 +537,6 @@ func (d *Driver) sharedDevice(devices []checkpoint.Device) (name, how string) {
 // apiCallTimeout bounds an API call made under the driver lock, so that a
 // slow API server delays one claim rather than every claim on the node.
 const apiCallTimeout = 10 * time.Second
-
-func (d *Driver) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
-	defer cancel()
-	pod, err := d.cfg.KubeClient.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
-	}
-	return pod, nil
-}
 
 // checkExclusive refuses a device that another claim holds whole, and a
 // share that would take a shared device past its memory. A claim that is
@@ -599,7 +588,7 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending
 func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	spec := cdi.Claim{UID: rec.UID}
 	if rec.Profiling != nil {
-		edits, err := d.profilingEdits(ctx, rec)
+		edits, err := d.profiler.edits(ctx, rec)
 		if err != nil {
 			return err
 		}

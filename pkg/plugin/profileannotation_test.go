@@ -98,7 +98,7 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			d := bed.driver(t)
 			claim := profiledClaim(allocatedClaim("a", []string{"gpu-0"}), huge)
 			if tc.profiled {
-				d.cfg.Profiling = &ProfilingConfig{
+				d.profiler.cfg = &ProfilingConfig{
 					Options:   fakeProfilingHost(t, bed.dir),
 					Publisher: profiling.NewPublisher(profilingtest.WorkloadProfiles(bed.api)),
 					Retention: 5,
@@ -127,7 +127,7 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			}
 			d.usage.PublishNext(ctx)
 			if tc.profiled {
-				d.startCollections(ctx)
+				d.profiler.start(ctx)
 				waitForCollections(ctx, t, d)
 			}
 

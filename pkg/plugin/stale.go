@@ -95,8 +95,8 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, map[string]bool{c.UID: true})); err != nil {
 			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
 		}
-		if rec.Profiling != nil && d.cfg.Profiling != nil {
-			if err := profiling.DiscardClaimDir(d.cfg.Profiling.Options.StateDir, c.UID); err != nil {
+		if rec.Profiling != nil && d.profiler.cfg != nil {
+			if err := profiling.DiscardClaimDir(d.profiler.cfg.Options.StateDir, c.UID); err != nil {
 				klog.FromContext(ctx).Error(err, "Removing the report directory of a stale claim")
 			}
 		}
