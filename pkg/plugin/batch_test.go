@@ -85,7 +85,7 @@ func TestOneCallWritesOneChangePerPhase(t *testing.T) {
 func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
-	d.cfg.TimeSlicer = slices
+	d.timeSlices.slicer = slices
 	g, _ := d.gpus.get("gpu-0")
 	ctx := context.Background()
 	if err := slices.SetTimeSlice(ctx, g.UUID, gpuv1alpha1.LongTimeSlice); err != nil {

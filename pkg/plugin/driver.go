@@ -170,6 +170,8 @@ type Driver struct {
 	usage *sampler.Sampler
 	// partitions creates and destroys MIG instances for claims.
 	partitions *migPartitions
+	// timeSlices sets the time slices claims ask for.
+	timeSlices *timeSlices
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -268,6 +270,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.checkpoint = store
 	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
+	d.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
 	d.shares = newMPSShares(ctx, cfg, &d.gpus, store, d.recorder)
 	// Taints first: a GPU tainted before a restart stays tainted, and one

@@ -558,7 +558,7 @@ func TestNvidiaSMISetsTheTimeSlice(t *testing.T) {
 func TestTimeSlicingIsAppliedAndReset(t *testing.T) {
 	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
-	d.cfg.TimeSlicer = slices
+	d.timeSlices.slicer = slices
 	cfg := `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
 	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-1"}, opaque(cfg)))["ts"]; r.Err != nil {
 		t.Fatal(r.Err)

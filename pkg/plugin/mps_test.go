@@ -256,7 +256,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			m := newMPSDriver(t)
 			d := m.start(t)
 			slices := &RecordedTimeSlices{}
-			d.cfg.TimeSlicer = slices
+			d.timeSlices.slicer = slices
 			var before cdispec.ContainerEdits
 			if tc.neighbour {
 				if r := prepare(t, d, computeShare("n", 45, "8Gi"))["n"]; r.Err != nil {

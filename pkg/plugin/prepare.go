@@ -191,7 +191,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			continue
 		}
 		d.shares.start(ctx, p.claim, p.rec)
-		if err := d.applyTimeSlices(ctx, d.timeSliced(p.rec, nil)); err != nil {
+		if err := d.timeSlices.set(ctx, p.rec, nil); err != nil {
 			err = d.partitions.undo(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
 			fail(p.claim, "timeslice", err)
 			if !errors.Is(err, errMIGLeft) {
@@ -277,7 +277,7 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 			results[claim.UID] = err
 			continue
 		}
-		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, releasing)); err != nil {
+		if err := d.timeSlices.set(ctx, rec, releasing); err != nil {
 			// The claim is going regardless; a GPU left on a long slice only
 			// costs other workloads latency, so log and carry on.
 			klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
@@ -315,51 +315,6 @@ func (d *Driver) syncWithOtherInstance(ctx context.Context) error {
 		return nil
 	}
 	return d.checkpoint.Reload(ctx)
-}
-
-// timeSliced lists the time-slice settings a claim's devices need. When
-// the claim is among those releasing, it lists the resets to Default of the
-// devices that no time-sliced claim outside releasing still uses.
-func (d *Driver) timeSliced(rec checkpoint.Claim, releasing map[string]bool) []deviceSharing {
-	var out []deviceSharing
-	for _, dev := range rec.Devices {
-		if dev.Sharing == nil || dev.Sharing.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
-			continue
-		}
-		g, ok := d.gpus.get(dev.Name)
-		if !ok {
-			continue
-		}
-		interval := gpuv1alpha1.TimeSliceInterval(dev.Sharing.TimeSlice)
-		if interval == "" {
-			interval = gpuv1alpha1.DefaultTimeSlice
-		}
-		if releasing[rec.UID] {
-			if d.otherTimeSlicedUser(releasing, dev.Name) {
-				continue
-			}
-			interval = gpuv1alpha1.DefaultTimeSlice
-		}
-		out = append(out, deviceSharing{uuid: g.UUID, interval: interval})
-	}
-	return out
-}
-
-func (d *Driver) otherTimeSlicedUser(releasing map[string]bool, device string) bool {
-	found := false
-	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
-		if releasing[c.UID] {
-			return true
-		}
-		for _, dev := range c.Devices {
-			if dev.Name == device && dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
-				found = true
-				return false
-			}
-		}
-		return true
-	})
-	return found
 }
 
 // forget removes claims' records, fsynced.

@@ -92,7 +92,7 @@ func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
 		if err := d.partitions.destroy(ctx, rec); err != nil {
 			return err
 		}
-		if err := d.applyTimeSlices(ctx, d.timeSliced(rec, map[string]bool{c.UID: true})); err != nil {
+		if err := d.timeSlices.set(ctx, rec, map[string]bool{c.UID: true}); err != nil {
 			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
 		}
 		if rec.Profiling != nil && d.profiler.cfg != nil {

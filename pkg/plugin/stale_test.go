@@ -64,7 +64,7 @@ func TestStaleReleaseUndoesEverything(t *testing.T) {
 	dir := t.TempDir()
 	d := profilingDriver(t, dir)
 	slices := &RecordedTimeSlices{}
-	d.cfg.TimeSlicer = slices
+	d.timeSlices.slicer = slices
 	timeSliced := allocatedClaim("ts", []string{"gpu-1"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`))
 	profiled := allocatedClaim("prof", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
 	if r := prepare(t, d, timeSliced, profiled); r["ts"].Err != nil || r["prof"].Err != nil {

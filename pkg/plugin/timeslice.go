@@ -26,6 +26,7 @@ import (
 	"sync"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/checkpoint"
 )
 
 // TimeSlicer applies a GPU's time-slice length. NVML has no public call for
@@ -115,18 +116,71 @@ func (r *RecordedTimeSlices) Get(uuid string) gpuv1alpha1.TimeSliceInterval {
 	return r.settings[uuid]
 }
 
-// applyTimeSlices sets the time slice of every device of the claim that asks
-// for time-slicing.
-func (d *Driver) applyTimeSlices(ctx context.Context, devices []deviceSharing) error {
-	if d.cfg.TimeSlicer == nil {
+// timeSlices sets the time slice of the GPUs that claims ask to be
+// time-sliced, and resets it once the last such claim of a GPU is gone.
+type timeSlices struct {
+	// slicer is nil where time-slicing is ignored.
+	slicer     TimeSlicer
+	gpus       *nodeGPUs
+	checkpoint *checkpoint.Store
+}
+
+// set applies the settings a claim's devices need (see settings).
+func (t *timeSlices) set(ctx context.Context, rec checkpoint.Claim, releasing map[string]bool) error {
+	if t.slicer == nil {
 		return nil
 	}
-	for _, dev := range devices {
-		if err := d.cfg.TimeSlicer.SetTimeSlice(ctx, dev.uuid, dev.interval); err != nil {
+	for _, dev := range t.settings(rec, releasing) {
+		if err := t.slicer.SetTimeSlice(ctx, dev.uuid, dev.interval); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// settings lists the time-slice settings a claim's devices need. When the
+// claim is among those releasing, it lists the resets to Default of the
+// devices that no time-sliced claim outside releasing still uses.
+func (t *timeSlices) settings(rec checkpoint.Claim, releasing map[string]bool) []deviceSharing {
+	var out []deviceSharing
+	for _, dev := range rec.Devices {
+		if dev.Sharing == nil || dev.Sharing.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
+			continue
+		}
+		g, ok := t.gpus.get(dev.Name)
+		if !ok {
+			continue
+		}
+		interval := gpuv1alpha1.TimeSliceInterval(dev.Sharing.TimeSlice)
+		if interval == "" {
+			interval = gpuv1alpha1.DefaultTimeSlice
+		}
+		if releasing[rec.UID] {
+			if t.otherUser(releasing, dev.Name) {
+				continue
+			}
+			interval = gpuv1alpha1.DefaultTimeSlice
+		}
+		out = append(out, deviceSharing{uuid: g.UUID, interval: interval})
+	}
+	return out
+}
+
+func (t *timeSlices) otherUser(releasing map[string]bool, device string) bool {
+	found := false
+	t.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		if releasing[c.UID] {
+			return true
+		}
+		for _, dev := range c.Devices {
+			if dev.Name == device && dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
+				found = true
+				return false
+			}
+		}
+		return true
+	})
+	return found
 }
 
 // deviceSharing is one device's time-slice request.
