@@ -20,12 +20,19 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -35,7 +42,8 @@ import (
 
 // TestTrimSliceKeepsTheFleet: a view fed trimmed slices sees the same fleet
 // as one fed the slices the plugin publishes, for every demo fleet and
-// every way the plugin publishes.
+// every way the plugin publishes, and the informer's store keys a trimmed
+// slice as the slice.
 func TestTrimSliceKeepsTheFleet(t *testing.T) {
 	ctx := context.Background()
 	fleets, err := filepath.Glob(filepath.Join("..", "..", "demo", "fleets", "*.yaml"))
@@ -44,7 +52,6 @@ func TestTrimSliceKeepsTheFleet(t *testing.T) {
 	}
 	for _, opts := range []gpudevice.PublishOptions{{}, {ShareMemory: true}, {FiguresAsCapacity: true}, {ShareMemory: true, FiguresAsCapacity: true}} {
 		whole, trimmed := NewView(), NewView()
-		attributes := 0
 		for i, path := range fleets {
 			node := fmt.Sprintf("node-%d", i)
 			devices, _, err := nvml.NewFleetInventory(path, node).Read(ctx)
@@ -65,8 +72,8 @@ func TestTrimSliceKeepsTheFleet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range out.(*resourceapi.ResourceSlice).Spec.Devices {
-				attributes = max(attributes, len(d.Attributes))
+			if key, err := cache.MetaNamespaceKeyFunc(out); key != s.Name || err != nil {
+				t.Errorf("%+v: a trimmed slice is stored as %q (%v), want %q", opts, key, err, s.Name)
 			}
 			trimmed.OnAdd(out, false)
 		}
@@ -76,8 +83,53 @@ func TestTrimSliceKeepsTheFleet(t *testing.T) {
 		if diff := cmp.Diff(whole.NodeModels(), trimmed.NodeModels()); diff != "" {
 			t.Errorf("%+v: node models from trimmed slices (-whole +trimmed):\n%s", opts, diff)
 		}
-		if attributes > len(summarisedAttributes) {
-			t.Errorf("%+v: a trimmed device keeps %d attributes, more than the %d the view reads", opts, attributes, len(summarisedAttributes))
+	}
+}
+
+// TestTrimSliceInAnInformer: the informer stores Slices as it would the
+// slices, under their names and in the namespace index controller-runtime
+// adds, and the view follows it as slices come and go.
+func TestTrimSliceInAnInformer(t *testing.T) {
+	client := fake.NewClientset(gpus("node-a", 2), gpus("node-b", 4))
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return client.ResourceV1().ResourceSlices().List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return client.ResourceV1().ResourceSlices().Watch(ctx, opts)
+		},
+	}, client), &resourceapi.ResourceSlice{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := informer.SetTransform(TrimSlice); err != nil {
+		t.Fatal(err)
+	}
+	v := NewView()
+	handler, err := informer.AddEventHandler(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go informer.RunWithContext(t.Context())
+	devices := func() int {
+		n := 0
+		for _, m := range v.Fleet().Models {
+			n += m.Devices
+		}
+		return n
+	}
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return done(), nil }); err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	waitFor("synced", handler.HasSynced)
+	if got := devices(); got != 6 {
+		t.Errorf("after the list: %d GPUs, want 6", got)
+	}
+	if keys := informer.GetStore().ListKeys(); !slices.Equal(slices.Sorted(slices.Values(keys)), []string{"node-a", "node-b"}) {
+		t.Errorf("store keys %v, want the slices' names", keys)
+	}
+	if err := client.ResourceV1().ResourceSlices().Delete(t.Context(), "node-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("node-b's GPUs gone", func() bool { return devices() == 2 })
 }

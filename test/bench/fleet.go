@@ -34,12 +34,13 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/fleet"
+	"github.com/prismgpu/prism/pkg/fleet/fleettest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // MixedModels is the fleet mix: equal parts of each product.
-var MixedModels = []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "NVIDIA L40S", "NVIDIA L4"}
+var MixedModels = fleettest.MixedModels
 
 // Fleet is a set of nodes with one ResourceSlice each.
 type Fleet struct {
@@ -63,13 +64,7 @@ func NewMixedFleetWithFigureCapacities(ctx context.Context, prefix string, n, gp
 }
 
 func newMixedFleet(ctx context.Context, prefix string, n, gpus int, figures bool) (*Fleet, error) {
-	cfg := &sim.FleetConfig{FiguresAsCapacity: figures}
-	for i, model := range MixedModels {
-		cfg.NodeGroups = append(cfg.NodeGroups, sim.NodeGroup{
-			Name: fmt.Sprintf("%sg%d", prefix, i), Product: model, GPUsPerNode: gpus, Nodes: n / len(MixedModels),
-		})
-	}
-	cl, err := sim.BuildCluster(ctx, cfg)
+	cl, err := sim.BuildCluster(ctx, fleettest.MixedFleet(prefix, n, gpus, figures))
 	if err != nil {
 		return nil, err
 	}

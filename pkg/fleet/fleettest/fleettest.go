@@ -28,7 +28,26 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/pkg/sim"
 )
+
+// MixedModels is the mix of the benchmarks' fleets: equal parts of each
+// product.
+var MixedModels = []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "NVIDIA L40S", "NVIDIA L4"}
+
+// MixedFleet lays out n nodes, n/4 of each of MixedModels, with gpus GPUs
+// each, for sim.BuildCluster, which builds their slices as the kubelet
+// plugin publishes them. Node group i is named <prefix>g<i>; figures
+// publishes them as with the plugin's --figures-as-capacity.
+func MixedFleet(prefix string, n, gpus int, figures bool) *sim.FleetConfig {
+	cfg := &sim.FleetConfig{FiguresAsCapacity: figures}
+	for i, model := range MixedModels {
+		cfg.NodeGroups = append(cfg.NodeGroups, sim.NodeGroup{
+			Name: fmt.Sprintf("%sg%d", prefix, i), Product: model, GPUsPerNode: gpus, Nodes: n / len(MixedModels),
+		})
+	}
+	return cfg
+}
 
 // GPU is what one GPU publishes of its model.
 type GPU struct {
