@@ -24,12 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -126,7 +124,6 @@ type ProfilingConfig struct {
 type Driver struct {
 	cfg        Config
 	helper     *kubeletplugin.Helper
-	slices     slicePublisher
 	checkpoint *checkpoint.Store
 	recorder   record.EventRecorder
 	// node is the object Events about the plugin's own state are attached to.
@@ -142,20 +139,8 @@ type Driver struct {
 	mu timedMutex
 	// gpus are the node's GPUs and their taints.
 	gpus nodeGPUs
-	// publishMu makes building the slice's devices and publishing them one
-	// step, so that a rediscovery cannot publish taints older than those a
-	// health event published in between. It guards published.
-	publishMu sync.Mutex
-	published []resourceslice.Slice
-	// migNoted holds the UUIDs of MIG-capable GPUs not in MIG mode that
-	// were already reported, so that each gets one log line and one Event.
-	migNoted sync.Map
-	// healthChanged wakes the kubelet's health watchers (healthstatus.go).
-	// Every change to the GPUs or their taints is published, so
-	// publishIfChanged notifies it.
-	healthChanged healthSignal
-	// dropped are the feature gates the API server was seen to lack.
-	dropped droppedFeatures
+	// pool publishes the GPUs as the node's ResourceSlices.
+	pool *slicePool
 
 	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
@@ -215,9 +200,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: register with the kubelet: %w", err)
 	}
-	d.helper, d.slices = helper, helper
+	d.helper, d.pool.publisher = helper, helper
 	go d.reportWhileNotReady(ctx, d.ready, notReadyFirstReport, notReadyReportEvery)
-	if err := d.publish(ctx); err != nil {
+	if err := d.pool.publish(ctx); err != nil {
 		helper.Stop()
 		return nil, err
 	}
@@ -231,12 +216,12 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Health != nil {
 		go d.watchHealth(ctx)
 	}
-	go d.republishWithdrawnSlices(ctx)
+	go d.pool.republishWithdrawnSlices(ctx)
 	d.profiler.start(ctx)
 	if d.usage != nil {
 		go d.usage.Run(ctx)
 	}
-	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
+	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.pool.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
 	return d, nil
 }
 
@@ -262,6 +247,8 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.node = nodeRef(cfg.NodeName)
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
+	d.pool = &slicePool{kube: cfg.KubeClient, gpus: &d.gpus, recorder: d.recorder, node: d.node, metrics: cfg.Metrics,
+		opts: poolOptions{ShareMemory: cfg.ShareMemory, FiguresAsCapacity: cfg.FiguresAsCapacity, MIGPartitions: cfg.MIGPartitions}}
 	d.profiler = &profiler{cfg: cfg.Profiling, gpus: &d.gpus, kube: cfg.KubeClient, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, jobs: newCollections()}
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{Observe: observeCheckpoint})
@@ -352,12 +339,12 @@ func (d *Driver) rediscover(ctx context.Context) error {
 		unreadableGPUs = unreadable.GPUs
 	}
 	d.gpus.mu.Lock()
-	d.sweepUnreadableLocked(unreadableGPUs)
+	d.gpus.sweepUnreadableLocked(unreadableGPUs)
 	for index, readErr := range unreadableGPUs {
 		if known, ok := d.gpus.byName[gpu.Device{Index: index}.Name()]; ok {
 			byName[known.Name()] = known
 		}
-		if c, report := d.taintUnreadableLocked(index, readErr, claimed, now); report {
+		if c, report := d.gpus.taintUnreadableLocked(index, readErr, claimed, now); report {
 			changes = append(changes, c)
 		}
 	}
@@ -384,53 +371,6 @@ func (d *Driver) rediscover(ctx context.Context) error {
 	return nil
 }
 
-// publish hands the node's pool to the helper's ResourceSlice controller. An
-// empty pool is still published, so that the scheduler sees the node has none.
-func (d *Driver) publish(ctx context.Context) error {
-	_, err := d.publishIfChanged(ctx, true)
-	return err
-}
-
-// publishIfChanged publishes the devices as they are now, unless always is
-// false and they are what was last published. It reports whether it
-// published.
-func (d *Driver) publishIfChanged(ctx context.Context, always bool) (bool, error) {
-	d.publishMu.Lock()
-	defer d.publishMu.Unlock()
-	// The kubelet learns of a change even when the API server does not.
-	d.healthChanged.notify()
-	slices, err := d.resourceSlices(ctx)
-	if err != nil {
-		return false, fmt.Errorf("build ResourceSlice devices: %w", err)
-	}
-	if !always && reflect.DeepEqual(slices, d.published) {
-		return false, nil
-	}
-	err = d.slices.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.cfg.NodeName: {Slices: slices},
-	}})
-	if err != nil {
-		return false, fmt.Errorf("publish ResourceSlice: %w", err)
-	}
-	d.published = slices
-	devices := sliceDevices(slices)
-	d.metrics.publishedDevices.Set(float64(len(devices)))
-	klog.FromContext(ctx).V(2).Info("Published ResourceSlice", "devices", len(devices), "slices", len(slices))
-	return true, nil
-}
-
-func (d *Driver) publishedDevices() []resourceapi.Device {
-	d.publishMu.Lock()
-	defer d.publishMu.Unlock()
-	return sliceDevices(d.published)
-}
-
-// slicePublisher is the part of the kubelet plugin helper that publishes
-// ResourceSlices; tests stand in for it.
-type slicePublisher interface {
-	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
-}
-
 // rediscoverLoop republishes when the node's GPUs change: a GPU that fell
 // off the bus, a driver upgrade, or an edited simulated fleet.
 func (d *Driver) rediscoverLoop(ctx context.Context) {
@@ -440,14 +380,14 @@ func (d *Driver) rediscoverLoop(ctx context.Context) {
 			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
 			return
 		}
-		before := len(d.publishedDevices())
-		published, err := d.publishIfChanged(ctx, false)
+		before := len(d.pool.publishedDevices())
+		published, err := d.pool.publishIfChanged(ctx, false)
 		if err != nil {
 			logger.Error(err, "Republishing")
 			return
 		}
 		if published {
-			logger.Info("GPUs changed, republished", "before", before, "after", len(d.publishedDevices()))
+			logger.Info("GPUs changed, republished", "before", before, "after", len(d.pool.publishedDevices()))
 		}
 	})
 }
@@ -498,7 +438,7 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
 	if errors.As(err, &dropped) {
-		d.reportDroppedFields(ctx, dropped)
+		d.pool.reportDroppedFields(ctx, dropped)
 		return
 	}
 	klog.FromContext(ctx).Error(err, msg)

@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
@@ -85,9 +86,14 @@ func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.slices = &recordingPublisher{}
+	d.pool.publisher = &recordingPublisher{}
 	t.Cleanup(d.broadcast.Shutdown)
 	return d
+}
+
+// useRecorder makes d and the parts it holds record their Events with r.
+func useRecorder(d *Driver, r record.EventRecorder) {
+	d.recorder, d.pool.recorder, d.shares.recorder, d.profiler.recorder = r, r, r, r
 }
 
 // testConfig is a driver's Config for a simulated fleet, without a kubelet.

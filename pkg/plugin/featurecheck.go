@@ -81,17 +81,17 @@ type droppedFeatures struct {
 // dropped fields of the published slice. The ResourceSlice controller
 // compares what it wrote with what the server stored and names the gates;
 // it then publishes what the server keeps, so nothing retries.
-func (d *Driver) reportDroppedFields(ctx context.Context, dropped *resourceslice.DroppedFieldsError) {
+func (p *slicePool) reportDroppedFields(ctx context.Context, dropped *resourceslice.DroppedFieldsError) {
 	logger := klog.FromContext(ctx)
 	for _, gate := range dropped.DisabledFeatures() {
-		d.metrics.apiFeatureDropped.WithLabelValues(gate).Set(1)
-		d.dropped.mu.Lock()
-		first := !d.dropped.reported[gate]
-		if d.dropped.reported == nil {
-			d.dropped.reported = map[string]bool{}
+		p.metrics.apiFeatureDropped.WithLabelValues(gate).Set(1)
+		p.dropped.mu.Lock()
+		first := !p.dropped.reported[gate]
+		if p.dropped.reported == nil {
+			p.dropped.reported = map[string]bool{}
 		}
-		d.dropped.reported[gate] = true
-		d.dropped.mu.Unlock()
+		p.dropped.reported[gate] = true
+		p.dropped.mu.Unlock()
 		if !first {
 			continue
 		}
@@ -104,12 +104,12 @@ func (d *Driver) reportDroppedFields(ctx context.Context, dropped *resourceslice
 		}
 		msg := fmt.Sprintf("The API server dropped %s: enable the %s feature gate on the API server and the scheduler (off by default before Kubernetes 1.36)", f.lost, gate)
 		logger.Error(nil, msg, "featureGate", gate, "pool", dropped.PoolName)
-		d.recorder.Eventf(d.node, corev1.EventTypeWarning, f.reason, "%s", msg)
+		p.recorder.Eventf(p.node, corev1.EventTypeWarning, f.reason, "%s", msg)
 		if gate == partitionableDevicesGate {
 			// Now, not at the next rediscovery: until then the server holds
 			// partitions without counters. The controller calls this
 			// without its own lock held, so publishing from here is safe.
-			if _, err := d.publishIfChanged(ctx, false); err != nil {
+			if _, err := p.publishIfChanged(ctx, false); err != nil {
 				logger.Error(err, "Republishing whole GPUs only")
 			}
 		}

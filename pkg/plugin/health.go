@@ -249,7 +249,7 @@ func uuidOrUnknown(uuid string) string {
 }
 
 func (d *Driver) republish(ctx context.Context) {
-	if err := d.publish(ctx); err != nil {
+	if err := d.pool.publish(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Republishing after a health change")
 	}
 }

@@ -56,7 +56,7 @@ func migHealthDriver(t *testing.T, n migNode) (*Driver, *clocktesting.FakeClock,
 	clock := clocktesting.NewFakeClock(time.Now())
 	d.clock, d.mu.clock = clock, clock
 	recorder := record.NewFakeRecorder(100)
-	d.recorder = recorder
+	useRecorder(d, recorder)
 	return d, clock, recorder
 }
 
@@ -75,7 +75,7 @@ func gpuInstanceOf(t *testing.T, d *Driver, uid string) uint32 {
 // with the taint's value.
 func taintedDevices(d *Driver) map[string]string {
 	out := map[string]string{}
-	for _, dev := range sliceDevices(d.slices.(*recordingPublisher).slices()) {
+	for _, dev := range sliceDevices(d.pool.publisher.(*recordingPublisher).slices()) {
 		if len(dev.Taints) > 0 {
 			out[dev.Name] = dev.Taints[0].Value
 		}
@@ -205,7 +205,7 @@ func TestPartitionTaintSurvivesRestartAndRecovers(t *testing.T) {
 	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuid, XID: 94, GPUInstance: ptr.To(gpuInstanceOf(t, d, "m1"))})
 
 	restarted, clock, _ := migHealthDriver(t, n)
-	if err := restarted.publish(ctx); err != nil {
+	if err := restarted.pool.publish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(map[string]string{partition1g: "xid-94"}, taintedDevices(restarted)); diff != "" {

@@ -139,7 +139,7 @@ func TestLostGPUStaysTaintedUntilNVMLReadsIt(t *testing.T) {
 	d, clock := healthDriver(t, t.TempDir(), inventory)
 	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: nvml.XIDGPULost})
 	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
-	published := d.slices.(*recordingPublisher)
+	published := d.pool.publisher.(*recordingPublisher)
 	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue || taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
 		t.Fatalf("gpu-0 taint %+v, want %s NoExecute", taint, lostValue)
 	}
@@ -177,7 +177,7 @@ func TestUnreadableGPUIsTaintedAndTheRestPublished(t *testing.T) {
 		t.Fatalf("one unreadable GPU failed discovery: %v", err)
 	}
 	d.republish(ctx)
-	devices := d.slices.(*recordingPublisher).devices()
+	devices := d.pool.publisher.(*recordingPublisher).devices()
 	if len(devices) != 2 {
 		t.Fatalf("published %d devices, want both", len(devices))
 	}
@@ -200,7 +200,7 @@ func TestTaintsSurviveARestart(t *testing.T) {
 
 	restarted, _ := healthDriver(t, dir, nil)
 	restarted.republish(ctx)
-	taint := taintOf(restarted.slices.(*recordingPublisher).devices(), "gpu-1")
+	taint := taintOf(restarted.pool.publisher.(*recordingPublisher).devices(), "gpu-1")
 	if taint == nil || taint.Value != "xid-48" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("after a restart gpu-1 is published with taint %+v, want xid-48 NoSchedule", taint)
 	}
@@ -287,7 +287,7 @@ func TestHealthWatchOutlivesAnUnreadableGPU(t *testing.T) {
 			defer cancel()
 			d, _ := healthDriver(t, t.TempDir(), nil)
 			published := newSignallingPublisher()
-			d.slices = published
+			d.pool.publisher = published
 			sim := simulatedNVML(t, "t4-2.yaml", "")
 			lib, faults := nvml.SimulateFaults(sim)
 			var broken atomic.Bool
@@ -423,7 +423,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 			inventory.setLost(1, true)
 			restarted, _ := healthDriver(t, dir, inventory)
 			restarted.republish(ctx)
-			devices := restarted.slices.(*recordingPublisher).devices()
+			devices := restarted.pool.publisher.(*recordingPublisher).devices()
 			var got *resourceapi.Device
 			for i := range devices {
 				if devices[i].Name == "gpu-1" {
@@ -442,7 +442,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 
 			inventory.setLost(1, false)
 			rediscoverAndPublish(ctx, t, restarted)
-			devices = restarted.slices.(*recordingPublisher).devices()
+			devices = restarted.pool.publisher.(*recordingPublisher).devices()
 			if diff := cmp.Diff(map[string]string{"gpu-0": "", "gpu-1": ""}, publishedTaints(devices)); diff != "" {
 				t.Errorf("once NVML reads gpu-1 again (-want +got):\n%s", diff)
 			}
@@ -472,17 +472,17 @@ func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
 			if err := d.rediscover(ctx); err != nil {
 				t.Error(err)
 			}
-			if _, err := d.publishIfChanged(ctx, false); err != nil {
+			if _, err := d.pool.publishIfChanged(ctx, false); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	want, err := d.resourceDevices(ctx)
+	want, err := d.pool.resourceDevices(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := d.slices.(*recordingPublisher).devices()
+	got := d.pool.publisher.(*recordingPublisher).devices()
 	for _, name := range []string{"gpu-0", "gpu-1"} {
 		w, g := taintOf(want, name), taintOf(got, name)
 		if w == nil || g == nil || w.Value != g.Value {
@@ -511,8 +511,8 @@ func TestDroppedFeaturesAreReported(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			d, _ := healthDriver(t, t.TempDir(), nil)
 			recorder := record.NewFakeRecorder(10)
-			d.recorder = recorder
-			devices, err := d.resourceDevices(ctx)
+			useRecorder(d, recorder)
+			devices, err := d.pool.resourceDevices(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -552,7 +552,7 @@ func TestDroppedFeaturesAreReported(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		d, _ := healthDriver(t, t.TempDir(), nil)
 		recorder := record.NewFakeRecorder(10)
-		d.recorder = recorder
+		useRecorder(d, recorder)
 		d.HandleError(ctx, errors.New("slice invalid"), "publishing ResourceSlices")
 		if len(recorder.Events) != 0 || testutil.CollectAndCount(d.metrics.apiFeatureDropped) != 0 {
 			t.Error("a plain publishing error was reported as a dropped feature")

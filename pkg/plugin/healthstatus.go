@@ -90,7 +90,7 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	var sent []kubeletplugin.DeviceHealth
 	due := true
 	for {
-		changed := d.healthChanged.wait()
+		changed := d.pool.changed.wait()
 		devices, discovered := d.deviceHealth()
 		if discovered && (due || !slices.Equal(devices, sent)) {
 			report := kubeletplugin.DeviceHealthReport{Devices: slices.Clone(devices)}
@@ -132,7 +132,7 @@ func (d *Driver) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovere
 	for name := range d.gpus.byName {
 		names = append(names, name)
 	}
-	for _, dev := range d.rememberedDevicesLocked() {
+	for _, dev := range d.gpus.rememberedDevicesLocked() {
 		names = append(names, dev.Name)
 	}
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(deviceIndex(a), deviceIndex(b)) })
@@ -170,5 +170,5 @@ func (d *Driver) healthNotWatched(err error) {
 	d.gpus.mu.Lock()
 	d.gpus.unwatched = err
 	d.gpus.mu.Unlock()
-	d.healthChanged.notify()
+	d.pool.changed.notify()
 }

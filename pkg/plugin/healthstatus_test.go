@@ -184,7 +184,7 @@ func TestKubeletIsToldGPUHealth(t *testing.T) {
 			if err := d.rediscover(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := d.publishIfChanged(t.Context(), false); err != nil {
+			if _, err := d.pool.publishIfChanged(t.Context(), false); err != nil {
 				t.Fatal(err)
 			}
 		},

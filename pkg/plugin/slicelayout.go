@@ -40,24 +40,24 @@ const EventReasonMIGModeOff = "MIGModeOff"
 // taint: an unhealthy GPU is unhealthy in every part; else its own, from an
 // Xid of its GPU instance. An empty pool is one empty slice, so that the
 // scheduler sees the node has no GPUs.
-func (d *Driver) resourceSlices(ctx context.Context) ([]resourceslice.Slice, error) {
-	d.gpus.mu.RLock()
-	devices := make([]gpu.Device, 0, len(d.gpus.byName))
-	for _, dev := range d.gpus.byName {
+func (p *slicePool) resourceSlices(ctx context.Context) ([]resourceslice.Slice, error) {
+	p.gpus.mu.RLock()
+	devices := make([]gpu.Device, 0, len(p.gpus.byName))
+	for _, dev := range p.gpus.byName {
 		devices = append(devices, dev)
 	}
-	sysfs := d.gpus.sysfs
+	sysfs := p.gpus.sysfs
 	taints := map[string]resourceapi.DeviceTaint{}
-	for name, u := range d.gpus.unhealthy {
+	for name, u := range p.gpus.unhealthy {
 		taints[name] = u.taint
 	}
-	remembered := d.rememberedDevicesLocked()
-	d.gpus.mu.RUnlock()
+	remembered := p.gpus.rememberedDevicesLocked()
+	p.gpus.mu.RUnlock()
 	gpu.SortByIndex(devices)
 
-	partitioned := d.cfg.MIGPartitions && !d.dropped.has(partitionableDevicesGate)
-	if d.cfg.MIGPartitions {
-		d.noteMIGModeOff(ctx, devices)
+	partitioned := p.opts.MIGPartitions && !p.dropped.has(partitionableDevicesGate)
+	if p.opts.MIGPartitions {
+		p.noteMIGModeOff(ctx, devices)
 	}
 	parentOf := map[string]string{}
 	for i := range devices {
@@ -72,7 +72,7 @@ func (d *Driver) resourceSlices(ctx context.Context) ([]resourceslice.Slice, err
 		}
 	}
 
-	layout, err := gpu.ResourceSlices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: d.cfg.ShareMemory, FiguresAsCapacity: d.cfg.FiguresAsCapacity})
+	layout, err := gpu.ResourceSlices(ctx, devices, gpu.PublishOptions{SysFS: sysfs, ShareMemory: p.opts.ShareMemory, FiguresAsCapacity: p.opts.FiguresAsCapacity})
 	if err != nil {
 		return nil, err
 	}
@@ -115,8 +115,8 @@ func isPlain(s resourceslice.Slice) bool {
 }
 
 // resourceDevices are the devices of resourceSlices, in slice order.
-func (d *Driver) resourceDevices(ctx context.Context) ([]resourceapi.Device, error) {
-	s, err := d.resourceSlices(ctx)
+func (p *slicePool) resourceDevices(ctx context.Context) ([]resourceapi.Device, error) {
+	s, err := p.resourceSlices(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -136,16 +136,16 @@ func sliceDevices(s []resourceslice.Slice) []resourceapi.Device {
 // whole because its MIG mode is off: an operator who turned MIGPartitions
 // on expects partitions there. The mode is the operator's: some GPUs may
 // be left whole on purpose, so the Event is Normal.
-func (d *Driver) noteMIGModeOff(ctx context.Context, devices []gpu.Device) {
+func (p *slicePool) noteMIGModeOff(ctx context.Context, devices []gpu.Device) {
 	for _, dev := range devices {
 		note := dev.MIGNote()
 		if note == "" {
 			continue
 		}
-		if _, seen := d.migNoted.LoadOrStore(dev.UUID, true); seen {
+		if _, seen := p.migNoted.LoadOrStore(dev.UUID, true); seen {
 			continue
 		}
 		klog.FromContext(ctx).Info(note, "device", dev.Name(), "uuid", dev.UUID)
-		d.recorder.Eventf(d.node, corev1.EventTypeNormal, EventReasonMIGModeOff, "%s", note)
+		p.recorder.Eventf(p.node, corev1.EventTypeNormal, EventReasonMIGModeOff, "%s", note)
 	}
 }

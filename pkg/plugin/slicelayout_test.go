@@ -48,7 +48,7 @@ func migDriver(t *testing.T, gate bool) (*Driver, *record.FakeRecorder) {
 		c.MIGPartitions = gate
 	})
 	recorder := record.NewFakeRecorder(100)
-	d.recorder = recorder
+	useRecorder(d, recorder)
 	return d, recorder
 }
 
@@ -112,11 +112,11 @@ func TestMIGPartitionsArePublishedBehindTheGate(t *testing.T) {
 			// Twice: the second finds nothing changed and the GPU not in
 			// MIG mode already reported.
 			for range 2 {
-				if _, err := d.publishIfChanged(ctx, false); err != nil {
+				if _, err := d.pool.publishIfChanged(ctx, false); err != nil {
 					t.Fatal(err)
 				}
 			}
-			p := d.slices.(*recordingPublisher)
+			p := d.pool.publisher.(*recordingPublisher)
 			if p.count() != 1 {
 				t.Errorf("published %d times, want 1", p.count())
 			}
@@ -163,11 +163,11 @@ func TestMIGPartitionsArePublishedBehindTheGate(t *testing.T) {
 func TestDroppedCountersFallBackToWholeGPUs(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	d, recorder := migDriver(t, true)
-	if err := d.publish(ctx); err != nil {
+	if err := d.pool.publish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	events(recorder) // MIGModeOff, tested above
-	p := d.slices.(*recordingPublisher)
+	p := d.pool.publisher.(*recordingPublisher)
 	published := p.slices()
 	counters := slices.IndexFunc(published, func(s resourceslice.Slice) bool { return len(s.SharedCounters) > 0 })
 	if counters < 0 {
@@ -201,7 +201,7 @@ func TestDroppedCountersFallBackToWholeGPUs(t *testing.T) {
 	}
 	// A rediscovery keeps it so.
 	before := p.count()
-	if _, err := d.publishIfChanged(ctx, false); err != nil {
+	if _, err := d.pool.publishIfChanged(ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	if p.count() != before {
@@ -222,11 +222,11 @@ func TestPartitionsInheritTheirGPUsTaint(t *testing.T) {
 	d.gpus.mu.Lock()
 	d.gpus.unhealthy["gpu-0"] = unhealthy{uuid: gpu0.UUID, taint: taint}
 	d.gpus.mu.Unlock()
-	if err := d.publish(ctx); err != nil {
+	if err := d.pool.publish(ctx); err != nil {
 		t.Fatal(err)
 	}
 	tainted := 0
-	for _, dev := range d.slices.(*recordingPublisher).slices() {
+	for _, dev := range d.pool.publisher.(*recordingPublisher).slices() {
 		for _, rd := range dev.Devices {
 			wantTaint := strings.HasPrefix(rd.Name, "gpu-0")
 			if got := len(rd.Taints) == 1 && rd.Taints[0] == taint; got != wantTaint {

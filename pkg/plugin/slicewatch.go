@@ -46,12 +46,12 @@ const republishAgainAfter = 2 * time.Second
 // With one publish right after the deletion, one of 3 kubelet restarts in
 // a soak still took 33 s to a new pod; with the second, 9 of 9 took 2.4 to
 // 4.7 s.
-func (d *Driver) republishWithdrawnSlices(ctx context.Context) {
+func (p *slicePool) republishWithdrawnSlices(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	factory := informers.NewSharedInformerFactoryWithOptions(d.cfg.KubeClient, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	factory := informers.NewSharedInformerFactoryWithOptions(p.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.AndSelectors(
 			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, gpuv1alpha1.DriverName),
-			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, d.cfg.NodeName),
+			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, p.node.Name),
 		).String()
 	}))
 	_, err := factory.Resource().V1().ResourceSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -62,13 +62,13 @@ func (d *Driver) republishWithdrawnSlices(ctx context.Context) {
 			slice, ok := obj.(*resourceapi.ResourceSlice)
 			// The field selector says the same; a client that ignores it
 			// must not make other nodes' deletions republish this one.
-			if !ok || slice.Spec.Driver != gpuv1alpha1.DriverName || ptr.Deref(slice.Spec.NodeName, "") != d.cfg.NodeName {
+			if !ok || slice.Spec.Driver != gpuv1alpha1.DriverName || ptr.Deref(slice.Spec.NodeName, "") != p.node.Name {
 				return
 			}
 			logger.Info("ResourceSlice deleted, publishing it again", "slice", klog.KObj(slice))
-			d.metrics.slicesRepublished.Inc()
+			p.metrics.slicesRepublished.Inc()
 			republish := func() {
-				if err := d.publish(ctx); err != nil {
+				if err := p.publish(ctx); err != nil {
 					logger.Error(err, "Publishing the deleted ResourceSlice again; the slice controller retries")
 				}
 			}

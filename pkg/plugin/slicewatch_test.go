@@ -55,8 +55,8 @@ func TestDeletedSliceIsPublishedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.republishWithdrawnSlices(ctx)
-	pub := d.slices.(*recordingPublisher)
+	d.pool.republishWithdrawnSlices(ctx)
+	pub := d.pool.publisher.(*recordingPublisher)
 	before := pub.count()
 
 	for _, name := range []string{"other-node", "other-driver", "mine"} {

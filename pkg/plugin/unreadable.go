@@ -48,32 +48,32 @@ import (
 
 // taintUnreadableLocked taints lost the GPU at index, which NVML cannot
 // read (why), and returns what to report, if anything. claimed are the
-// devices that prepared claims hold. devicesMu must be held.
-func (d *Driver) taintUnreadableLocked(index int, why error, claimed map[string]bool, now time.Time) (healthChange, bool) {
+// devices that prepared claims hold. g.mu must be held.
+func (g *nodeGPUs) taintUnreadableLocked(index int, why error, claimed map[string]bool, now time.Time) (healthChange, bool) {
 	name := gpu.Device{Index: index}.Name()
-	prev, had := d.gpus.unhealthy[name]
+	prev, had := g.unhealthy[name]
 	next := prev
 	next.index = index
-	if known, ok := d.gpus.byName[name]; ok {
+	if known, ok := g.byName[name]; ok {
 		next.uuid, next.remembered = known.UUID, false
 	} else if had || claimed[name] {
 		next.remembered = true
 	} else {
-		if d.gpus.unpublished[index] {
+		if g.unpublished[index] {
 			return healthChange{}, false
 		}
-		if d.gpus.unpublished == nil {
-			d.gpus.unpublished = map[int]bool{}
+		if g.unpublished == nil {
+			g.unpublished = map[int]bool{}
 		}
-		d.gpus.unpublished[index] = true
+		g.unpublished[index] = true
 		return healthChange{device: name, unpublished: true, reason: why.Error()}, true
 	}
-	delete(d.gpus.unpublished, index)
+	delete(g.unpublished, index)
 	tainted := !had || prev.taint.Value != lostValue
 	if tainted {
 		next.taint, next.lastEvent, next.xid = newTaint(lostValue, resourceapi.DeviceTaintEffectNoExecute, now), now, 0
 	}
-	d.gpus.unhealthy[name] = next
+	g.unhealthy[name] = next
 	if !tainted {
 		return healthChange{}, false
 	}
@@ -84,17 +84,17 @@ func (d *Driver) taintUnreadableLocked(index int, why error, claimed map[string]
 // which GPUs were unreadable and are no longer: a remembered GPU that reads
 // again or is gone is not published from its record any more, and a GPU
 // never read that is gone is reported again if it comes back unreadable.
-// devicesMu must be held.
-func (d *Driver) sweepUnreadableLocked(unreadable map[int]error) {
-	for name, u := range d.gpus.unhealthy {
+// g.mu must be held.
+func (g *nodeGPUs) sweepUnreadableLocked(unreadable map[int]error) {
+	for name, u := range g.unhealthy {
 		if _, still := unreadable[u.index]; u.remembered && !still {
 			u.remembered = false
-			d.gpus.unhealthy[name] = u
+			g.unhealthy[name] = u
 		}
 	}
-	for index := range d.gpus.unpublished {
+	for index := range g.unpublished {
 		if _, still := unreadable[index]; !still {
-			delete(d.gpus.unpublished, index)
+			delete(g.unpublished, index)
 		}
 	}
 }
@@ -104,12 +104,12 @@ func (d *Driver) sweepUnreadableLocked(unreadable map[int]error) {
 func (d *Driver) handleUnreadable(ctx context.Context, index int, why error) {
 	claimed := d.claimedDevices()
 	d.gpus.mu.Lock()
-	change, report := d.taintUnreadableLocked(index, why, claimed, d.clock.Now())
+	change, report := d.gpus.taintUnreadableLocked(index, why, claimed, d.clock.Now())
 	d.gpus.mu.Unlock()
 	if report {
 		d.reportHealthChanges(ctx, []healthChange{change})
 	}
-	if _, err := d.publishIfChanged(ctx, false); err != nil {
+	if _, err := d.pool.publishIfChanged(ctx, false); err != nil {
 		klog.FromContext(ctx).Error(err, "Republishing after a health change")
 	}
 }
@@ -129,11 +129,11 @@ func (d *Driver) claimedDevices() map[string]bool {
 }
 
 // rememberedDevicesLocked renders the GPUs published from their record.
-// devicesMu must be held, at least for reading.
-func (d *Driver) rememberedDevicesLocked() []resourceapi.Device {
+// g.mu must be held, at least for reading.
+func (g *nodeGPUs) rememberedDevicesLocked() []resourceapi.Device {
 	var out []resourceapi.Device
-	for name, u := range d.gpus.unhealthy {
-		if _, read := d.gpus.byName[name]; u.remembered && !read {
+	for name, u := range g.unhealthy {
+		if _, read := g.byName[name]; u.remembered && !read {
 			out = append(out, rememberedDevice(name, u))
 		}
 	}
