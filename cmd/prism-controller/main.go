@@ -280,9 +280,8 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
-	shares, forms := capacityForms(ctx, o, cs)
 	rewriter, err := claimrewrite.New(claimrewrite.Options{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: rewriteMetrics,
-		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, CapacityForms: forms, Shares: shares})
+		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, Capacity: capacityDecision(ctx, o, cs)})
 	if err != nil {
 		return err
 	}
@@ -455,25 +454,23 @@ func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready
 	}
 }
 
-// capacityForms starts the probe the capacity requests rest on, and returns
-// what tells the rewriter whether to offer GPU shares and whether to write
-// the memory floor and the tier bounds as capacity requests (nil: never);
-// pkg/rewrite still declines either for a claim where the fleet does not
-// allow it. Where the API server would drop a claim's capacity requests, or
-// that cannot be checked, shares are not offered and the floors stay CEL,
-// and the log says why once: a degraded form costs the scheduler time,
-// never a placement.
-func capacityForms(ctx context.Context, o options, cs kubernetes.Interface) (shares, forms func() bool) {
+// capacityDecision starts the probe the capacity requests rest on, and
+// returns the decision it makes with --memory-floor once the API server
+// answers (rewrite.Capacity): whether the rewriter offers GPU shares, and
+// whether it writes the memory floor and the tier bounds as capacity
+// requests. pkg/rewrite still declines either for a claim where the fleet
+// does not allow it. Where the API server would drop a claim's capacity
+// requests, or that cannot be checked, shares are not offered and the
+// floors stay CEL, the log says why once and every plan says why: a
+// degraded form costs the scheduler time, never a placement.
+func capacityDecision(ctx context.Context, o options, cs kubernetes.Interface) func() rewrite.Capacity {
 	if o.namespace == "" {
 		klog.FromContext(ctx).Info("No GPU shares, and memory floors and tier bounds stay CEL: without --namespace there is nowhere to probe the API server with a dry-run claim")
-		return nil, nil
+		return claimrewrite.Unprobed
 	}
 	// Probed once the webhooks are served: the dry-run claim passes through
 	// this controller's own admission webhooks.
-	probe := &claimrewrite.MemoryFloorProbe{Client: cs, Namespace: o.namespace}
+	probe := &claimrewrite.MemoryFloorProbe{Client: cs, Namespace: o.namespace, Form: o.memoryFloor}
 	go probe.Run(ctx)
-	if o.memoryFloor != rewrite.FormCapacity {
-		return probe.Capacity, nil
-	}
-	return probe.Capacity, probe.Capacity
+	return probe.Capacity
 }

@@ -20,9 +20,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prismgpu/prism/pkg/rewrite"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -86,11 +88,11 @@ func TestCapacityFormsFlags(t *testing.T) {
 	})
 }
 
-// TestCapacityFormsStayCELWhereTheyCannotPay: the tier bounds go with the
-// memory floor; a CEL floor, and a floor with no namespace to probe in,
-// keep both CEL; shares are offered wherever the probe can ask, whatever
-// the floor's form.
-func TestCapacityFormsStayCELWhereTheyCannotPay(t *testing.T) {
+// TestCapacityDecision: the tier bounds go with the memory floor; a CEL
+// floor keeps both CEL; shares are offered wherever the probe finds that
+// the API server keeps capacity requests, whatever the floor's form; with
+// no namespace to probe in, neither.
+func TestCapacityDecision(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	for _, tc := range []struct {
 		name                  string
@@ -102,12 +104,21 @@ func TestCapacityFormsStayCELWhereTheyCannotPay(t *testing.T) {
 		{"no namespace to probe in", options{memoryFloor: "capacity"}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(ctx)
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			shares, forms := capacityForms(ctx, tc.o, fake.NewClientset())
-			if (shares != nil) != tc.wantShares || (forms != nil) != tc.wantForms {
-				t.Errorf("shares probed %v, capacity forms probed %v; want %v and %v",
-					shares != nil, forms != nil, tc.wantShares, tc.wantForms)
+			// The fake API server keeps what it is sent, capacity requests
+			// included.
+			decision := capacityDecision(ctx, tc.o, fake.NewClientset())
+			var got rewrite.Capacity
+			err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+				got = decision()
+				return got.Shares || tc.o.namespace == "", nil
+			})
+			if err != nil {
+				t.Fatalf("no decision: %v (%+v)", err, got)
+			}
+			if got.Shares != tc.wantShares || got.MemoryFloor != tc.wantForms || got.TierBounds != tc.wantForms || got.Why == "" {
+				t.Errorf("decision %+v; want shares %v, capacity forms %v, and why", got, tc.wantShares, tc.wantForms)
 			}
 		})
 	}

@@ -82,8 +82,13 @@ func PlanNotes(annotation string) []PlanNote {
 			notes = append(notes, PlanNote{"Excluded", fmt.Sprintf("%s NotIn [%s]: below the memory floor; a required term on the pod", r.Key, strings.Join(r.Values, ", "))})
 		}
 	}
-	// Where the operator asked for capacity requests, say which form each
-	// need took: a "cel: ..." here is why the claim is not the cheap one.
+	// Which form the controller asks for, and why: its --memory-floor and
+	// the API server's answer to its probe. Where that is capacity, say
+	// which form each need took: a "cel: ..." there is why the claim is
+	// not the cheap one.
+	if !p.Capacity.IsZero() {
+		notes = append(notes, PlanNote{"Capacity requests", p.Capacity.String()})
+	}
 	if !p.MemoryFloor.IsZero() {
 		notes = append(notes, PlanNote{"Memory floor", p.MemoryFloor.String()})
 	}

@@ -63,6 +63,21 @@ func TestPlanNotes(t *testing.T) {
 				{"Tier bounds", "cel: no tier of this ladder is a lower bound on a figure"},
 				{"Tier", "fits: hard needs only"},
 			}},
+		{"the controller's decision on capacity requests, then what each need became",
+			`{"profile":"p","boundType":"ComputeBound","policy":"economy","capacity":"capacity: the API server keeps capacity requests, and --memory-floor=capacity","memoryFloor":"cel: 4 GPUs are published shareable, where a capacity request is a share, not a floor","alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Rewrite", "ComputeBound under the economy policy"},
+				{"Capacity requests", "capacity: the API server keeps capacity requests, and --memory-floor=capacity"},
+				{"Memory floor", "cel: 4 GPUs are published shareable, where a capacity request is a share, not a floor"},
+				{"Tier", "fits: hard needs only"},
+			}},
+		{"capacity requests dropped by the API server",
+			`{"profile":"p","boundType":"ComputeBound","policy":"economy","capacity":"cel: the API server drops capacity requests (DRAConsumableCapacity is off)","alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
+			[]PlanNote{
+				{"Rewrite", "ComputeBound under the economy policy"},
+				{"Capacity requests", "cel: the API server drops capacity requests (DRAConsumableCapacity is off)"},
+				{"Tier", "fits: hard needs only"},
+			}},
 		// What only the JSON used to show: the requests rewritten, the hard
 		// needs, the requests left alone, and that the lists were cut.
 		{"requests rewritten and left alone, cut to fit",

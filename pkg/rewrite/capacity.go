@@ -44,7 +44,7 @@ import (
 // A memory share (Profile.ShareMemory) and a memory request the user wrote
 // keep the CEL floor: their capacity request is not the floor.
 func MemoryFloorAsCapacity() Option {
-	return func(o *options) { o.capacityFloor = true }
+	return optionFunc(func(c *Cluster) { c.Capacity.MemoryFloor = true })
 }
 
 // Form is how a need is written into a claim.
@@ -80,10 +80,12 @@ func (*Form) Type() string { return "form" }
 
 // FormChoice is the form a need took where the caller asked for the
 // capacity form, and why CEL was kept where it was declined. The zero value
-// means the capacity form was not asked for.
+// means the capacity form was not asked for. The plan's capacity is one
+// too: the form the cluster asks for, and why either way.
 type FormChoice struct {
 	Form Form
-	// Why is set where the capacity form was declined.
+	// Why is set where the capacity form was declined, and in the plan's
+	// capacity.
 	Why string
 }
 
@@ -124,12 +126,12 @@ func (c *FormChoice) UnmarshalJSON(data []byte) error {
 // memoryFloorForm decides between the capacity request and the CEL floor
 // where the caller asked for the capacity request, and says why when it is
 // declined.
-func (o *options) memoryFloorForm() (capacity bool, choice FormChoice) {
-	if !o.capacityFloor {
+func (c Cluster) memoryFloorForm() (capacity bool, choice FormChoice) {
+	if !c.Capacity.MemoryFloor {
 		return false, FormChoice{}
 	}
-	if o.fleet != nil {
-		if shared := o.fleet.sharedDevices(); shared > 0 {
+	if c.Fleet != nil {
+		if shared := c.Fleet.sharedDevices(); shared > 0 {
 			return false, celBecause("%d GPUs are published shareable, where a capacity request is a share, not a floor", shared)
 		}
 	}
@@ -157,7 +159,7 @@ func (o *options) memoryFloorForm() (capacity bool, choice FormChoice) {
 //     several it would demand one device;
 //   - the claim has room for that constraint.
 func TierBoundsAsCapacity() Option {
-	return func(o *options) { o.capacityBounds = true }
+	return optionFunc(func(c *Cluster) { c.Capacity.TierBounds = true })
 }
 
 // GuardAttribute is what the constraint that keeps other drivers' devices
@@ -167,13 +169,13 @@ const GuardAttribute = resourceapi.FullyQualifiedName(gpuv1alpha1.DriverName + "
 // tierBoundsForm decides, for the whole claim, between capacity requests and
 // CEL for the tier bounds where the caller asked for capacity requests, and
 // says why when they are declined.
-func (o *options) tierBoundsForm() (capacity bool, choice FormChoice) {
-	if !o.capacityBounds {
+func (c Cluster) tierBoundsForm() (capacity bool, choice FormChoice) {
+	if !c.Capacity.TierBounds {
 		return false, FormChoice{}
 	}
-	if o.fleet != nil {
-		shared, without := o.fleet.sharedDevices(), 0
-		for _, m := range o.fleet.Models {
+	if c.Fleet != nil {
+		shared, without := c.Fleet.sharedDevices(), 0
+		for _, m := range c.Fleet.Models {
 			if m.BandwidthGBps > 0 || m.FP32GFLOPS > 0 {
 				without += m.Devices - m.FigureCapacityDevices
 			}

@@ -19,11 +19,13 @@ package rewrite
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -47,26 +49,33 @@ func TestMemoryFloorForm(t *testing.T) {
 		wantPlan    string
 		wantRequest string
 		wantCEL     bool
+		// strategy is the sharing strategy of the claim's GpuConfig, ""
+		// for none.
+		strategy gpuv1alpha1.SharingStrategy
 	}{
-		{"not asked: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true},
-		{"no fleet known: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
-		{"fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
-		{"fleet with shareable GPUs: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, string(FormCEL) + ": 4 GPUs are published shareable", "", true},
-		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false},
-		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCEL) + ": every rewritten request names its own", "30Gi", true},
-		{"a memory share is a share, not a floor", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true},
+		{"not asked: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", nil, "", "", true, ""},
+		{"no fleet known: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false, ""},
+		{"fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false, ""},
+		{"fleet with shareable GPUs: CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(shared), MemoryFloorAsCapacity()}, string(FormCEL) + ": 4 GPUs are published shareable", "", true, ""},
+		{"affinity on a fleet without shareable GPUs: capacity", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), WithPreference(PreferAffinity), MemoryFloorAsCapacity()}, string(FormCapacity), "39Gi", false, ""},
+		{"the claim's own amount stays the request", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "30Gi", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, string(FormCEL) + ": every rewritten request names its own", "30Gi", true, ""},
+		{"a memory share is a share, not a floor", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "24Gi", true, ""},
 		// An amount of memory would make a time-sliced request a share,
 		// which the validating webhook refuses.
-		{"a time-sliced request keeps the floor in CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity(), NoShareRequests("gpu")},
-			string(FormCEL) + ": every rewritten request names its own gpu.prism.dev/memory amount, or has a GpuConfig whose sharing strategy a share cannot take", "", true},
-		{"a time-sliced request gets no memory share", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity(), NoShareRequests("gpu")}, "", "", true},
+		{"a time-sliced request keeps the floor in CEL", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi")}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()},
+			string(FormCEL) + ": every rewritten request names its own gpu.prism.dev/memory amount, or has a GpuConfig whose sharing strategy a share cannot take", "", true, gpuv1alpha1.TimeSlicingSharing},
+		{"a time-sliced request gets no memory share", Profile{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: qty("20Gi"), ShareMemory: true}, "", []Option{WithFleet(e2eFleet(0)), MemoryFloorAsCapacity()}, "", "", true, gpuv1alpha1.TimeSlicingSharing},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := exactGPU("gpu", 1)
 			if tc.userAmount != "" {
 				req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{gpuv1alpha1.MemoryCapacity.Qualified(): resource.MustParse(tc.userAmount)}}
 			}
-			out, plan, err := Rewrite(context.Background(), gpuSpec(req), tc.profile, tc.opts...)
+			spec := gpuSpec(req)
+			if tc.strategy != "" {
+				spec = withSharing(spec, tc.strategy)
+			}
+			out, plan, err := Rewrite(context.Background(), spec, tc.profile, tc.opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,4 +137,20 @@ func TestFormChoiceInThePlan(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"memoryFloor":"fast"}`), &p); err == nil {
 		t.Error("a plan with an unknown form reads back without an error")
 	}
+}
+
+// sharingConfig is a claim's GpuConfig that sets the sharing strategy of
+// the requests named, or of all where none is.
+func sharingConfig(strategy gpuv1alpha1.SharingStrategy, requests ...string) []resourceapi.DeviceClaimConfiguration {
+	raw := fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"sharing":{"strategy":%q}}`, gpuv1alpha1.SchemeGroupVersion, gpuv1alpha1.GpuConfigKind, strategy)
+	return []resourceapi.DeviceClaimConfiguration{{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)}},
+	}}}
+}
+
+// withSharing gives spec a GpuConfig that sets the sharing strategy of
+// every request.
+func withSharing(spec *resourceapi.ResourceClaimSpec, strategy gpuv1alpha1.SharingStrategy) *resourceapi.ResourceClaimSpec {
+	spec.Devices.Config = sharingConfig(strategy)
+	return spec
 }

@@ -18,6 +18,11 @@ package rewrite
 
 import gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 
+// DeviceClassName is the only device class whose requests get rewritten:
+// the DeviceClass the chart installs for gpu.prism.dev GPUs, named after the
+// driver.
+const DeviceClassName = "gpu.prism.dev"
+
 // TierDeviceClassName is the DeviceClass of the subrequests Rewrite writes.
 // It has no selectors, so the allocator pays no class evaluation per device
 // and subrequest: on a node where a tier fails, that halves the evaluations

@@ -46,7 +46,7 @@ type Pending struct {
 // WithLoad gives the load-aware policy its view of free devices and pending
 // claims. Without it, load-aware behaves as performance.
 func WithLoad(l *Load) Option {
-	return func(o *options) { o.load = l }
+	return optionFunc(func(c *Cluster) { c.Load = l })
 }
 
 // moreGain is how much more a pending claim must gain from the scarce class

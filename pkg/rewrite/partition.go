@@ -109,7 +109,7 @@ type PartitionPlan struct {
 // partition; where the fleet publishes no partition, the plan says
 // nothing of them. See docs/mig.md, "How sizing works".
 func PartitionsFromUsage() Option {
-	return func(o *options) { o.partitions = true }
+	return optionFunc(func(c *Cluster) { c.Partitions = true })
 }
 
 // migProfileNames are the MIG profiles the catalogue can select: NVIDIA's
@@ -156,12 +156,13 @@ func migProfileSelector(name string) (selectorID, bool) {
 
 // partitionStep decides the partitions the profile gets, if the caller
 // offers them: the tiers (one per distinct profile, smallest first), or
-// none and why not in the plan.
-func (o options) partitionStep(p Profile) ([]tier, *PartitionPlan) {
-	if !o.partitions {
+// none and why not in the plan. size is the profile's usage sized by
+// SizeShare.
+func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPlan) {
+	if !c.Partitions {
 		return nil, nil
 	}
-	if !o.fleetSet || o.fleet == nil || len(o.fleet.Partitions) == 0 {
+	if !c.FleetKnown || c.Fleet == nil || len(c.Fleet.Partitions) == 0 {
 		return nil, nil // nothing to say where no GPU publishes partitions
 	}
 	plan := &PartitionPlan{Usage: UsageSummary(p.Usage)}
@@ -169,7 +170,6 @@ func (o options) partitionStep(p Profile) ([]tier, *PartitionPlan) {
 		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
 		return nil, plan
 	}
-	size := SizeShare(p.Usage)
 	switch size.Verdict {
 	case ShareSized:
 	case ShareNoUsage:
@@ -192,8 +192,8 @@ func (o options) partitionStep(p Profile) ([]tier, *PartitionPlan) {
 			why += "; memory at least the profile's minMemory " + bytesText(v)
 		}
 	}
-	plan.ComputePercent, plan.MemoryBytes = size.Share.ComputePercent, memory
-	names, fits := o.fleet.smallestPartitions(size.Share.ComputePercent, memory)
+	plan.ComputePercent, plan.MemoryBytes = int64(size.Share.ComputePercent), memory
+	names, fits := c.Fleet.smallestPartitions(int64(size.Share.ComputePercent), memory)
 	if len(names) == 0 {
 		plan.Verdict, plan.Reason = PartitionNoneFits.String(), why+"; but "+fits
 		return nil, plan
@@ -296,7 +296,7 @@ func (f *Fleet) smallestPartitions(computePercent, memory int64) ([]string, stri
 // attributes a partition lacks (a CEL error stops the pod's scheduling on
 // every node), capacity amounts name whole-GPU capacities, and a GpuConfig
 // may set sharing, which the plugin refuses on a partition at prepare.
-func (o options) partitionIneligible(spec *resourceapi.ResourceClaimSpec, e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
+func (s sharingChoices) partitionIneligible(spec *resourceapi.ResourceClaimSpec, e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
 	switch {
 	case e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.Count > 1:
 		return "asks for more than one GPU; a partition is a part of one", false
@@ -304,7 +304,7 @@ func (o options) partitionIneligible(spec *resourceapi.ResourceClaimSpec, e *res
 		return "has its own selectors, written for whole GPUs", false
 	case e.Capacity != nil && len(e.Capacity.Requests) > 0:
 		return "names its own capacity amounts, which are kept", false
-	case o.exclusive[request]:
+	case s.exclusive[request]:
 		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
 	case configured(spec, request):
 		return "a " + gpuv1alpha1.DriverName + " config applies to it, and the plugin refuses sharing settings on a partition", false

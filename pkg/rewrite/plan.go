@@ -50,6 +50,12 @@ type Plan struct {
 	Preference *Decision `json:"preference,omitempty"`
 	// HardNeeds are in every alternative, for example "memory>=39Gi cc>=8.0".
 	HardNeeds string `json:"hardNeeds,omitempty"`
+	// Capacity is the cluster's decision on capacity requests (see
+	// Capacity): the form the controller asks for, from its --memory-floor
+	// and the API server's answer to its probe, and why. MemoryFloor and
+	// TierBounds say what each claim got of it; Share is there only where
+	// shares are offered.
+	Capacity FormChoice `json:"capacity,omitzero"`
 	// MemoryFloor is how the memory floor was written, where the caller
 	// asked for a capacity request (MemoryFloorAsCapacity), and why the
 	// capacity request was declined where it was.
@@ -73,6 +79,13 @@ type Plan struct {
 	Untouched []Untouched `json:"untouched,omitempty"`
 	// Truncated is set when Annotation had to drop entries to fit.
 	Truncated bool `json:"truncated,omitempty"`
+	// SizedFromUsage says that the profile's usage sized a share
+	// (SizeShare) that the claim was offered as a share or a MIG partition,
+	// taken or not: the plan rests on measurements even where nothing
+	// measured the bound type. It is the admission webhook's, which
+	// profiles such a claim only where this is false, and not in the
+	// annotation.
+	SizedFromUsage bool `json:"-"`
 }
 
 // SharePlan is the share step's part of a plan.

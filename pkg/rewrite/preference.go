@@ -62,7 +62,7 @@ func parseEither[T ~string](what, s string, a, b T) (T, error) {
 // PreferAffinity, Rewrite writes only the hard needs when NodePreference
 // decides for affinity, and the ladder otherwise.
 func WithPreference(mode PreferenceMode) Option {
-	return func(o *options) { o.preference = mode }
+	return optionFunc(func(c *Cluster) { c.Preference = mode })
 }
 
 // Node labels prism-controller publishes on nodes whose GPUs are all one
@@ -163,13 +163,10 @@ func (d Decision) TermsSummary() string {
 const topTermWeight = 100
 
 // NodePreference decides how profile's preference is expressed on the
-// cluster that opts describe (WithFleet, WithPreference). It is pure, and
-// Rewrite reaches the same decision from the same inputs.
+// cluster that opts describe (a Cluster, or WithFleet and WithPreference).
+// It is pure, and Rewrite reaches the same decision from the same inputs.
 func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+	c := clusterOf(opts)
 	policy, bound, err := profile.policyAndBound()
 	if err != nil {
 		return nil, err
@@ -181,7 +178,7 @@ func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node preference for profile %q: %w", truncateName(profile.Name), err)
 	}
-	_, _, _, d := o.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n)
+	_, _, _, d := c.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n)
 	return &d, nil
 }
 
@@ -209,15 +206,15 @@ func (p Profile) policyAndBound() (prismv1alpha1.Policy, prismv1alpha1.BoundType
 // decide is the ladder for the claim and how its preference is expressed.
 // In affinity mode the claim keeps only the fits tier (none without hard
 // needs), and the decision names the models of each preferred tier.
-func (o options) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
-	ladder, cut, load := o.ladder(bound, policy, spec, n)
+func (c Cluster) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
+	ladder, cut, load := c.ladder(bound, policy, spec, n)
 	d := Decision{Mode: PreferLadder}
 	prefer := preferred(ladder)
 	switch {
-	case o.preference != PreferAffinity:
+	case c.Preference != PreferAffinity:
 		d.Reason = "the controller expresses preferences as ladders (--preference=ladder)"
 		return ladder, cut, load, d
-	case !o.fleetSet:
+	case !c.FleetKnown:
 		d.Reason = "no published fleet known: the built-in ladders name no models"
 		return ladder, cut, load, d
 	case policy == prismv1alpha1.PolicyLoadAware:
@@ -227,7 +224,7 @@ func (o options) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Poli
 		d.Reason = "no preferred tier: nothing to prefer"
 		return ladder, cut, load, d
 	}
-	for _, m := range fitting(o.fleet, n).Models {
+	for _, m := range fitting(c.Fleet, n).Models {
 		if m.MixedDevices > 0 {
 			d.Reason = fmt.Sprintf("%d of %d %s devices sit on nodes with other models, where a preferred node does not choose the device", m.MixedDevices, m.Devices, m.Name)
 			return ladder, cut, load, d
@@ -254,7 +251,7 @@ func (o options) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Poli
 	if n.text == "" {
 		return nil, cut, load, d
 	}
-	d.Exclude = belowFloor(o.fleet, n)
+	d.Exclude = belowFloor(c.Fleet, n)
 	return []tier{fits}, cut, load, d
 }
 

@@ -96,32 +96,15 @@ const (
 	exceededFactor = 2
 )
 
-// Share is a share of one GPU.
-type Share struct {
-	// ComputePercent is the share of the GPU's SMs, a multiple of 5.
-	ComputePercent int64
-	// MemoryBytes is in whole GiB.
-	MemoryBytes int64
-}
-
-// Memory is MemoryBytes as a quantity ("8Gi").
-func (s Share) Memory() resource.Quantity {
-	return *resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
-}
-
-// String is "45% compute, 8Gi memory".
-func (s Share) String() string {
-	m := s.Memory()
-	return fmt.Sprintf("%d%% compute, %s memory", s.ComputePercent, m.String())
-}
-
 // ShareSize is the share-sizing rule's answer for one usage profile.
 type ShareSize struct {
 	// Verdict is ShareSized, ShareNoUsage, ShareNoPeakMemory or ShareHeavy.
 	Verdict ShareVerdict
-	// Share is the share for ShareSized; for ShareHeavy, what the figures
-	// came to (its memory is zero when the peak is unknown).
-	Share Share
+	// Share is the share for ShareSized: compute a multiple of 5 % from
+	// 10 % to 75 %, memory in whole GiB. For ShareHeavy and
+	// ShareNoPeakMemory it is what the figures came to, its memory zero
+	// where the peak is unknown.
+	Share gpuv1alpha1.Share
 	// Raised lists what was raised to twice the newest run's grant because
 	// that run exceeded it.
 	Raised []prismv1alpha1.ShareResource
@@ -153,9 +136,9 @@ func SizeShare(u *prismv1alpha1.UsageProfile) ShareSize {
 	peak, err := quantityBytes(u.PeakMemory, "peakMemory")
 	switch {
 	case err != nil:
-		return ShareSize{Verdict: ShareNoPeakMemory, Share: Share{ComputePercent: compute}, Reason: "peak memory unusable: " + err.Error()}
+		return ShareSize{Verdict: ShareNoPeakMemory, Share: gpuv1alpha1.Share{ComputePercent: int32(compute)}, Reason: "peak memory unusable: " + err.Error()}
 	case peak == 0:
-		s := ShareSize{Verdict: ShareNoPeakMemory, Share: Share{ComputePercent: compute}, Reason: "no peak memory measured: memory is what a share pins, so it is not guessed"}
+		s := ShareSize{Verdict: ShareNoPeakMemory, Share: gpuv1alpha1.Share{ComputePercent: int32(compute)}, Reason: "no peak memory measured: memory is what a share pins, so it is not guessed"}
 		if compute >= HeavyComputePercent {
 			s.Verdict, s.Reason = ShareHeavy, heavyReason(why)
 		}
@@ -183,7 +166,7 @@ func SizeShare(u *prismv1alpha1.UsageProfile) ShareSize {
 			}
 		}
 	}
-	s := ShareSize{Verdict: ShareSized, Share: Share{ComputePercent: compute, MemoryBytes: memory}, Raised: raised, Reason: strings.Join(why, "; ")}
+	s := ShareSize{Verdict: ShareSized, Share: gpuv1alpha1.Share{ComputePercent: int32(compute), MemoryBytes: memory}, Raised: raised, Reason: strings.Join(why, "; ")}
 	if compute >= HeavyComputePercent {
 		s.Verdict, s.Reason = ShareHeavy, heavyReason(why)
 	}
@@ -289,45 +272,14 @@ const ShareTierName = "share"
 // GPU. Where a fleet is given, a fleet without a shareable GPU that can
 // hold the share gets no share tier.
 func ShareFromUsage() Option {
-	return func(o *options) { o.shares = true }
-}
-
-// ExclusiveRequests names the claim's requests whose GpuConfig says
-// sharing.strategy: Exclusive itself (not by default): they never get a
-// share. The caller reads the configs; see docs/sharing.md.
-func ExclusiveRequests(requests ...string) Option {
-	return func(o *options) {
-		if o.exclusive == nil {
-			o.exclusive = map[string]bool{}
-		}
-		for _, r := range requests {
-			o.exclusive[r] = true
-		}
-	}
-}
-
-// NoShareRequests names the claim's requests whose GpuConfig sets a
-// sharing strategy that a share cannot take (TimeSlicing; see
-// gpuv1alpha1.SharingStrategy.ShareConflict). They get no amount of a
-// shareable capacity (gpuv1alpha1.SharedCapacities): no share, no memory
-// share, and the memory floor in CEL, because any amount would make them a
-// share, which the validating webhook refuses and the kubelet plugin does
-// not prepare. The caller reads the configs; see docs/sharing.md.
-func NoShareRequests(requests ...string) Option {
-	return func(o *options) {
-		if o.noShare == nil {
-			o.noShare = map[string]bool{}
-		}
-		for _, r := range requests {
-			o.noShare[r] = true
-		}
-	}
+	return optionFunc(func(c *Cluster) { c.Capacity.Shares = true })
 }
 
 // shareStep decides the share the profile gets, if the caller offers
-// shares: the share tier, or nil and why not in the plan.
-func (o options) shareStep(p Profile) (*tier, *SharePlan) {
-	if !o.shares {
+// shares: the share tier, or nil and why not in the plan. size is the
+// profile's usage sized by SizeShare.
+func (c Cluster) shareStep(p Profile, size ShareSize) (*tier, *SharePlan) {
+	if !c.Capacity.Shares {
 		return nil, nil
 	}
 	plan := &SharePlan{Usage: UsageSummary(p.Usage)}
@@ -335,24 +287,23 @@ func (o options) shareStep(p Profile) (*tier, *SharePlan) {
 		plan.Verdict, plan.Reason = ShareOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)
 		return nil, plan
 	}
-	size := SizeShare(p.Usage)
 	plan.Verdict, plan.Reason = size.Verdict.String(), size.Reason
 	if size.Verdict != ShareSized {
 		return nil, plan
 	}
-	if o.fleetSet {
-		if why := o.fleet.shareableFor(size.Share); why != "" {
+	if c.FleetKnown {
+		if why := c.Fleet.shareableFor(size.Share); why != "" {
 			plan.Verdict, plan.Reason = ShareNoShareableGPU.String(), size.Reason+"; but "+why
 			return nil, plan
 		}
 	}
-	plan.ComputePercent = size.Share.ComputePercent
+	plan.ComputePercent = int64(size.Share.ComputePercent)
 	plan.Memory = ptr.To(size.Share.Memory())
 	return &tier{name: ShareTierName, share: &size.Share, reason: size.Share.String() + " of a shareable GPU, sized from the profile's usage"}, plan
 }
 
 // shareableFor says why no GPU of the fleet can grant s, or "".
-func (f *Fleet) shareableFor(s Share) string {
+func (f *Fleet) shareableFor(s gpuv1alpha1.Share) string {
 	shared, large := 0, 0
 	if f != nil {
 		for _, m := range f.Models {
@@ -376,15 +327,15 @@ func (f *Fleet) shareableFor(s Share) string {
 // got a share, or "", and whether that is the user's choice. A share is one
 // GPU's, so a request for more keeps its GPUs; amounts the user wrote are
 // the user's.
-func (o options) shareIneligible(e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
+func (s sharingChoices) shareIneligible(e *resourceapi.ExactDeviceRequest, request string) (why string, optedOut bool) {
 	switch {
 	case e.AllocationMode != "" && e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.Count > 1:
 		return "asks for more than one GPU; a share is a part of one", false
 	case e.Capacity != nil && len(e.Capacity.Requests) > 0:
 		return "names its own capacity amounts, which are kept", false
-	case o.exclusive[request]:
+	case s.exclusive[request]:
 		return "its GpuConfig sets sharing.strategy " + string(gpuv1alpha1.ExclusiveSharing), true
-	case o.noShare[request]:
+	case s.noShare[request]:
 		return "its GpuConfig sets a sharing strategy that a share cannot take", true
 	}
 	return "", false

@@ -56,9 +56,12 @@ func exceeded(u *prismv1alpha1.UsageProfile, computePercent int32, memory string
 
 // The sizing rule, worked by hand for each case.
 func TestSizeShare(t *testing.T) {
+	sized := func(computePercent int32, memoryBytes int64) gpuv1alpha1.Share {
+		return gpuv1alpha1.Share{ComputePercent: computePercent, MemoryBytes: memoryBytes}
+	}
 	type want struct {
 		Verdict ShareVerdict
-		Share   Share
+		Share   gpuv1alpha1.Share
 		Raised  []prismv1alpha1.ShareResource
 	}
 	const gi = 1 << 30
@@ -68,45 +71,45 @@ func TestSizeShare(t *testing.T) {
 		want  want
 	}{
 		// 32 + max(10, 8) = 42 -> 45 %; 6Gi x 1.2 + 0.5Gi = 7.7Gi -> 8Gi.
-		{"hand-worked", usage(32, "6Gi"), want{ShareSized, Share{45, 8 * gi}, nil}},
+		{"hand-worked", usage(32, "6Gi"), want{ShareSized, sized(45, 8*gi), nil}},
 		// 48 + max(10, 12) = 60 %; 20Gi x 1.2 + 0.5Gi = 24.5Gi -> 25Gi.
-		{"a quarter of the p95 is the headroom above 40 %", usage(48, "20Gi"), want{ShareSized, Share{60, 25 * gi}, nil}},
+		{"a quarter of the p95 is the headroom above 40 %", usage(48, "20Gi"), want{ShareSized, sized(60, 25*gi), nil}},
 		// 32.5 + 10 = 42.5 -> 45 %.
-		{"fractions of a per cent round up", usage(32.5, "6Gi"), want{ShareSized, Share{45, 8 * gi}, nil}},
+		{"fractions of a per cent round up", usage(32.5, "6Gi"), want{ShareSized, sized(45, 8*gi), nil}},
 		// 0 + 10 = 10 %; 1Mi x 1.2 + 0.5Gi -> 1Gi.
-		{"floors", usage(0, "1Mi"), want{ShareSized, Share{10, 1 * gi}, nil}},
+		{"floors", usage(0, "1Mi"), want{ShareSized, sized(10, 1*gi), nil}},
 		// A peak in bytes, as NVML reports it: 7000000000 x 1.2 + 512Mi
 		// = 8936870912 -> 9Gi.
-		{"a peak that is not round", usage(20, "7000000000"), want{ShareSized, Share{30, 9 * gi}, nil}},
+		{"a peak that is not round", usage(20, "7000000000"), want{ShareSized, sized(30, 9*gi), nil}},
 		// 63 + 15.75 = 78.75 -> 80 %: heavy.
-		{"heavy", usage(63, "6Gi"), want{ShareHeavy, Share{80, 8 * gi}, nil}},
+		{"heavy", usage(63, "6Gi"), want{ShareHeavy, sized(80, 8*gi), nil}},
 		// 60 + 15 = 75 %: the largest share.
-		{"just below heavy", usage(60, "6Gi"), want{ShareSized, Share{75, 8 * gi}, nil}},
-		{"heavy without a peak is heavy", usage(90, ""), want{ShareHeavy, Share{ComputePercent: 100}, nil}},
-		{"no peak memory", usage(32, ""), want{ShareNoPeakMemory, Share{ComputePercent: 45}, nil}},
-		{"a zero peak is no peak", usage(32, "0"), want{ShareNoPeakMemory, Share{ComputePercent: 45}, nil}},
-		{"a peak out of range", usage(32, "1E30"), want{ShareNoPeakMemory, Share{ComputePercent: 45}, nil}},
+		{"just below heavy", usage(60, "6Gi"), want{ShareSized, sized(75, 8*gi), nil}},
+		{"heavy without a peak is heavy", usage(90, ""), want{ShareHeavy, gpuv1alpha1.Share{ComputePercent: 100}, nil}},
+		{"no peak memory", usage(32, ""), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
+		{"a zero peak is no peak", usage(32, "0"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
+		{"a peak out of range", usage(32, "1E30"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
 		{"nil usage", nil, want{Verdict: ShareNoUsage}},
 		{"no runs", &prismv1alpha1.UsageProfile{DutyCycleP95MilliPercent: ptr.To(int32(32000)), PeakMemory: ptr.To(resource.MustParse("6Gi"))}, want{Verdict: ShareNoUsage}},
 		{"no p95", &prismv1alpha1.UsageProfile{Runs: 2, PeakMemory: ptr.To(resource.MustParse("6Gi"))}, want{Verdict: ShareNoUsage}},
 		// The last run had 20 % and 6Gi and outgrew its memory: 12Gi beats
 		// the 8Gi the figures give; compute stays 45 %.
 		{"exceeded memory doubles it", exceeded(usage(32, "6Gi"), 20, "6Gi", prismv1alpha1.ShareResourceMemory),
-			want{ShareSized, Share{45, 12 * gi}, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
+			want{ShareSized, sized(45, 12*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
 		// Twice 30 % is 60 %, above the 45 % of the figures.
 		{"exceeded compute doubles it", exceeded(usage(32, "6Gi"), 30, "8Gi", prismv1alpha1.ShareResourceCompute),
-			want{ShareSized, Share{60, 8 * gi}, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute}}},
+			want{ShareSized, sized(60, 8*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute}}},
 		// Twice 45 % is 90 %: the next run gets a whole GPU.
 		{"exceeded compute past heavy", exceeded(usage(32, "6Gi"), 45, "8Gi", prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory),
-			want{ShareHeavy, Share{90, 16 * gi}, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory}}},
+			want{ShareHeavy, sized(90, 16*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory}}},
 		// The figures already give more than twice the grant.
 		{"the figures beat the doubling", exceeded(usage(32, "20Gi"), 10, "4Gi", prismv1alpha1.ShareResourceMemory),
-			want{ShareSized, Share{45, 25 * gi}, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
+			want{ShareSized, sized(45, 25*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
 		{"exceeded without a grant", func() *prismv1alpha1.UsageProfile {
 			u := usage(32, "6Gi")
 			u.Exceeded = &prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}
 			return u
-		}(), want{ShareSized, Share{45, 8 * gi}, nil}},
+		}(), want{ShareSized, sized(45, 8*gi), nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := SizeShare(tc.usage)
@@ -205,11 +208,11 @@ func TestRewriteOffersTheShareFirst(t *testing.T) {
 			nil, "no-usage", nil},
 		{"the profile says Exclusive", Profile{Name: "p", Usage: measured, Exclusive: true}, gpuSpec(exactGPU("gpu", 1)), nil,
 			nil, "opted-out", nil},
-		{"the claim's GpuConfig says Exclusive", Profile{Name: "p", Usage: measured}, gpuSpec(exactGPU("gpu", 1)), []Option{ExclusiveRequests("gpu")},
+		{"the claim's GpuConfig says Exclusive", Profile{Name: "p", Usage: measured}, withSharing(gpuSpec(exactGPU("gpu", 1)), gpuv1alpha1.ExclusiveSharing), nil,
 			nil, "opted-out", []Untouched{{"gpu", "its GpuConfig sets sharing.strategy Exclusive"}}},
 		// A share cannot be time-sliced; the validating webhook would
 		// refuse the claim with a share tier.
-		{"the claim's GpuConfig says TimeSlicing", memoryBound, gpuSpec(exactGPU("gpu", 1)), []Option{NoShareRequests("gpu")},
+		{"the claim's GpuConfig says TimeSlicing", memoryBound, withSharing(gpuSpec(exactGPU("gpu", 1)), gpuv1alpha1.TimeSlicingSharing), nil,
 			map[string][]subSummary{"gpu": {{Name: "ultra"}, {Name: "high"}, {Name: "fits"}}}, "opted-out",
 			[]Untouched{{"gpu", "its GpuConfig sets a sharing strategy that a share cannot take"}}},
 		{"several GPUs, or amounts named, keep whole GPUs", memoryBound, gpuSpec(exactGPU("one", 1), exactGPU("two", 2), withCapacity), nil,

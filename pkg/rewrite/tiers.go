@@ -19,6 +19,7 @@ package rewrite
 import (
 	resourceapi "k8s.io/api/resource/v1"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
@@ -38,7 +39,7 @@ type tier struct {
 	bound *lowerBound
 	// share is the share of one GPU the tier asks for, as capacity
 	// requests; nil: whole GPUs.
-	share *Share
+	share *gpuv1alpha1.Share
 	// partition is the MIG profile the tier asks for, of class
 	// MIGDeviceClassName; "": a whole GPU or a share of one.
 	partition string
@@ -112,22 +113,22 @@ var ladders = map[prismv1alpha1.BoundType]map[prismv1alpha1.Policy][]tier{
 // when one is known, else the built-in ladders, which assume a fleet that
 // spans the bandwidth classes the plugin publishes. The strings say which
 // fleet figures chose the cut and what the load-aware policy decided.
-func (o options) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
-	if !o.fleetSet {
+func (c Cluster) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
+	if !c.FleetKnown {
 		if policy == prismv1alpha1.PolicyLoadAware {
 			return ladders[bound][prismv1alpha1.PolicyPerformance], "", "performance: no fleet known"
 		}
 		return ladders[bound][policy], "", ""
 	}
-	fleet := fitting(o.fleet, n)
+	fleet := fitting(c.Fleet, n)
 	var t []tier
 	var cut, load string
 	if policy == prismv1alpha1.PolicyLoadAware {
-		t, cut, load = loadAwareLadder(fleet, o.load, bound, requestedDevices(spec))
+		t, cut, load = loadAwareLadder(fleet, c.Load, bound, requestedDevices(spec))
 	} else {
 		t, cut = fleetLadder(fleet, bound, policy)
 	}
-	if t == nil && n.text != "" && o.fleet != nil && len(o.fleet.Models) > 0 {
+	if t == nil && n.text != "" && c.Fleet != nil && len(c.Fleet.Models) > 0 {
 		// No preference to express, but hard needs to keep: a claim left
 		// as written could land on a GPU too small for the workload.
 		return []tier{fits}, cut, load

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
@@ -79,21 +80,15 @@ func (p PackPolicy) profiled() bool { return p == PackPrism }
 // profileFree policies are what a cluster without usage profiles can do.
 func (p PackPolicy) profileFree() bool { return p == PackWhole || p == PackMemory || p == PackRandom }
 
-// Share is a slice of one GPU sized from a usage profile.
-type Share struct {
-	ComputePct int
-	MemMiB     float64
-}
-
 // SizeShare sizes a job's share with the admission controller's own rule,
 // rewrite.SizeShare, so that the evaluation cannot drift from what ships.
 // A job that rule keeps whole (heavy, or unmeasured) gets ok false.
 // memKnown false means no peak memory was measured: production then keeps
 // the whole GPU, and the evaluation, on data without memory, sizes compute
-// alone (MemMiB is NaN).
-func SizeShare(p95Util, peakMiB float64, memKnown bool) (Share, bool) {
+// alone (the share names no memory).
+func SizeShare(p95Util, peakMiB float64, memKnown bool) (gpuv1alpha1.Share, bool) {
 	if !Known(p95Util) || (memKnown && !Known(peakMiB)) {
-		return Share{}, false
+		return gpuv1alpha1.Share{}, false
 	}
 	peak := int64(1 << 20) // a stand-in when memory is not in the data
 	if memKnown {
@@ -106,13 +101,12 @@ func SizeShare(p95Util, peakMiB float64, memKnown bool) (Share, bool) {
 	}
 	size := rewrite.SizeShare(u)
 	if size.Verdict != rewrite.ShareSized {
-		return Share{}, false
+		return gpuv1alpha1.Share{}, false
 	}
-	share := Share{ComputePct: int(size.Share.ComputePercent), MemMiB: math.NaN()}
-	if memKnown {
-		share.MemMiB = float64(size.Share.MemoryBytes) / (1 << 20)
+	if !memKnown {
+		size.Share.MemoryBytes = 0
 	}
-	return share, true
+	return size.Share, true
 }
 
 // PackingData is the measured data for one GPU model: the job types a
@@ -333,7 +327,7 @@ type runningJob struct {
 	remaining float64
 	start     float64
 	speed     float64
-	share     Share
+	share     gpuv1alpha1.Share
 	exclusive bool
 	oomed     bool
 }
@@ -396,13 +390,13 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 			case PackRandom:
 				score = rng.Float64()
 			case PackPrism:
-				if j.share.ComputePct+other.share.ComputePct > 100 {
+				if j.share.ComputePercent+other.share.ComputePercent > gpuv1alpha1.MaxComputePercent {
 					continue
 				}
-				if d.MemoryKnown && j.share.MemMiB+other.share.MemMiB > d.MemMiB {
+				if d.MemoryKnown && float64(j.share.MemoryBytes+other.share.MemoryBytes)/(1<<20) > d.MemMiB {
 					continue
 				}
-				score = float64(j.share.ComputePct + other.share.ComputePct)
+				score = float64(j.share.ComputePercent + other.share.ComputePercent)
 			case PackOracle:
 				a, b := d.speed[j.sj.typ][other.sj.typ], d.speed[other.sj.typ][j.sj.typ]
 				if a < 0.8 || b < 0.8 {

@@ -24,7 +24,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 func TestSizeShareFollowsTheAgreedRule(t *testing.T) {
@@ -33,28 +34,28 @@ func TestSizeShareFollowsTheAgreedRule(t *testing.T) {
 		name          string
 		util, peakMiB float64
 		memKnown      bool
-		want          Share
+		want          gpuv1alpha1.Share
 		ok            bool
 	}{
 		// 20 + max(10, 5) = 30; 2000 × 1.2 + 512 = 2912 → 3 GiB.
-		{"light", 20, 2000, true, Share{30, 3072}, true},
+		{"light", 20, 2000, true, gpuv1alpha1.Share{ComputePercent: 30, MemoryBytes: 3072 << 20}, true},
 		// 50 + 12.5 = 62.5 → 65; 6000 × 1.2 + 512 = 7712 → 8 GiB.
-		{"medium", 50, 6000, true, Share{65, 8192}, true},
+		{"medium", 50, 6000, true, gpuv1alpha1.Share{ComputePercent: 65, MemoryBytes: 8192 << 20}, true},
 		// 4 + 10 = 14 → 15; 100 MiB → 632 → floor 1 GiB.
-		{"tiny", 4, 100, true, Share{15, 1024}, true},
-		{"idle keeps the floor", 0, 100, true, Share{10, 1024}, true},
+		{"tiny", 4, 100, true, gpuv1alpha1.Share{ComputePercent: 15, MemoryBytes: 1024 << 20}, true},
+		{"idle keeps the floor", 0, 100, true, gpuv1alpha1.Share{ComputePercent: 10, MemoryBytes: 1024 << 20}, true},
 		// 63 + 15.75 = 78.75 → 80: heavy.
-		{"heavy at 80", 63, 1000, true, Share{}, false},
-		{"unprofiled", nan, 1000, true, Share{}, false},
-		{"no peak memory", 20, nan, true, Share{}, false},
-		{"data without memory sizes compute alone", 20, nan, false, Share{30, nan}, true},
+		{"heavy at 80", 63, 1000, true, gpuv1alpha1.Share{}, false},
+		{"unprofiled", nan, 1000, true, gpuv1alpha1.Share{}, false},
+		{"no peak memory", 20, nan, true, gpuv1alpha1.Share{}, false},
+		{"data without memory sizes compute alone", 20, nan, false, gpuv1alpha1.Share{ComputePercent: 30}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := SizeShare(tc.util, tc.peakMiB, tc.memKnown)
 			if ok != tc.ok {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateNaNs()); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

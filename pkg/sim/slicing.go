@@ -194,7 +194,7 @@ func (d *SlicingData) choose(p SlicePolicy, typ int, factor float64) (k, unmeasu
 		}
 	case SlicePrism:
 		if share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true); ok {
-			rule = d.smallest(share.MemMiB, float64(share.ComputePct))
+			rule = d.smallest(float64(share.MemoryBytes)/(1<<20), float64(share.ComputePercent))
 		}
 	case SliceOracle:
 		for k, s := range d.speed[typ] {

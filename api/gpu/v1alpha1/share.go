@@ -21,7 +21,51 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
+
+// MaxComputePercent is the whole GPU's compute: a share's ComputePercent is
+// at most this.
+const MaxComputePercent = 100
+
+// Share is a part of one GPU that a claim is given, as the scheduler counts
+// it on a GPU published shareable (the ComputeCapacity and MemoryCapacity
+// it takes), the rewrite sizes it, MPS enforces it and the usage records
+// what a run was given. Every package that holds a share holds this one,
+// so that all read the same range:
+//   - ComputePercent is the share of the GPU's SMs, 0 to MaxComputePercent.
+//     0 means the share names no compute amount; like MaxComputePercent it
+//     is the whole GPU's compute, and neither is a limit.
+//   - MemoryBytes is the share of the GPU's memory, 0 or more. 0 means the
+//     share names no memory amount, and is no limit either.
+//
+// +kubebuilder:object:generate=false
+type Share struct {
+	ComputePercent int32 `json:"computePercent,omitempty"`
+	MemoryBytes    int64 `json:"memoryBytes,omitempty"`
+}
+
+// Validate says why s is outside the range, or nil.
+func (s Share) Validate() error {
+	switch {
+	case s.ComputePercent < 0 || s.ComputePercent > MaxComputePercent:
+		return fmt.Errorf("compute share %d%% is outside 0 to %d%%", s.ComputePercent, MaxComputePercent)
+	case s.MemoryBytes < 0:
+		return fmt.Errorf("memory share %d bytes is negative", s.MemoryBytes)
+	}
+	return nil
+}
+
+// Memory is MemoryBytes as a quantity ("8Gi").
+func (s Share) Memory() resource.Quantity {
+	return *resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
+}
+
+// String is "45% compute, 8Gi memory".
+func (s Share) String() string {
+	m := s.Memory()
+	return fmt.Sprintf("%d%% compute, %s memory", s.ComputePercent, m.String())
+}
 
 // shareCapacities are the capacities a GPU published shareable lets several
 // claims take amounts of, in the order messages name them.

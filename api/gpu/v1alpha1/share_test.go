@@ -69,3 +69,30 @@ func TestShareConflict(t *testing.T) {
 		}
 	}
 }
+
+func TestShareRange(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		share   Share
+		wantErr bool
+	}{
+		{"no amounts", Share{}, false},
+		{"a share", Share{ComputePercent: 45, MemoryBytes: 8 << 30}, false},
+		{"the whole GPU's compute", Share{ComputePercent: MaxComputePercent}, false},
+		{"more than the GPU", Share{ComputePercent: MaxComputePercent + 1}, true},
+		{"negative compute", Share{ComputePercent: -1}, true},
+		{"negative memory", Share{MemoryBytes: -1}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.share.Validate(); (err != nil) != tc.wantErr {
+				t.Errorf("Validate() = %v, want an error: %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestShareString(t *testing.T) {
+	if diff := cmp.Diff("45% compute, 8Gi memory", Share{ComputePercent: 45, MemoryBytes: 8 << 30}.String()); diff != "" {
+		t.Errorf("String (-want +got):\n%s", diff)
+	}
+}

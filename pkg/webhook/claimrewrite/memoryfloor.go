@@ -34,28 +34,61 @@ import (
 )
 
 // MemoryFloorProbe finds out whether the API server keeps a ResourceClaim's
-// capacity requests. With DRAConsumableCapacity off it drops them from a new
-// claim without an error, and a floor written as one would be gone: the
-// claim would fit any GPU. Until a probe has answered yes, claims keep the
-// CEL floor.
+// capacity requests, and decides from its answer and --memory-floor what
+// the rewrite may write (rewrite.Capacity). With DRAConsumableCapacity off
+// the API server drops them from a new claim without an error: a floor
+// written as one would be gone, and the claim would fit any GPU; a share
+// would take a whole GPU. Until a probe has answered yes, claims get no
+// share and keep the CEL floor.
 type MemoryFloorProbe struct {
 	Client kubernetes.Interface
 	// Namespace is where the dry-run claim is created; nothing is stored.
 	Namespace string
+	// Form is --memory-floor: the form memory floors and tier bounds are
+	// asked in where the API server keeps capacity requests.
+	Form rewrite.Form
 	// Interval between tries while the API server cannot be asked (for
 	// example while this controller's own webhooks are not yet served).
 	Interval time.Duration
 
-	kept atomic.Bool
+	decision atomic.Pointer[rewrite.Capacity]
 }
 
-// Capacity reports whether claims may get the floor as a capacity request.
-func (p *MemoryFloorProbe) Capacity() bool { return p.kept.Load() }
+// unanswered is the decision until the probe has an answer.
+var unanswered = rewrite.Capacity{Why: "the API server has not yet answered whether it keeps capacity requests"}
 
-// Run probes until the API server answers, then returns. A gate is set when
-// the API server starts, so one answer holds for this process's lifetime
-// against that server; an API server restarted with other gates is seen
-// after the controller restarts.
+// Unprobed is the decision where there is nowhere to probe the API server
+// from: no shares, and the CEL forms.
+func Unprobed() rewrite.Capacity {
+	return rewrite.Capacity{Why: "no --namespace to probe the API server in with a dry-run claim"}
+}
+
+// Capacity is the decision on capacity requests as it stands: made once,
+// when the probe has its answer.
+func (p *MemoryFloorProbe) Capacity() rewrite.Capacity {
+	if d := p.decision.Load(); d != nil {
+		return *d
+	}
+	return unanswered
+}
+
+// decideCapacity is the decision once the API server has answered whether
+// it keeps capacity requests.
+func decideCapacity(form rewrite.Form, kept bool) rewrite.Capacity {
+	if !kept {
+		return rewrite.Capacity{Why: "the API server drops capacity requests (DRAConsumableCapacity is off)"}
+	}
+	// The tier bounds go with the floor: they pay only where the floor
+	// leaves a tier without CEL.
+	asCapacity := form == rewrite.FormCapacity
+	return rewrite.Capacity{Shares: true, MemoryFloor: asCapacity, TierBounds: asCapacity,
+		Why: "the API server keeps capacity requests, and --memory-floor=" + form.String()}
+}
+
+// Run probes until the API server answers, then decides and returns. A gate
+// is set when the API server starts, so one answer holds for this
+// process's lifetime against that server; an API server restarted with
+// other gates is seen after the controller restarts.
 func (p *MemoryFloorProbe) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	interval := p.Interval
@@ -65,14 +98,15 @@ func (p *MemoryFloorProbe) Run(ctx context.Context) {
 	_ = wait.PollUntilContextCancel(ctx, interval, true, func(ctx context.Context) (bool, error) {
 		kept, err := p.probe(ctx)
 		if err != nil {
-			logger.Info("Could not ask the API server whether it keeps capacity requests; the memory floor stays in CEL until it answers", "err", err)
+			logger.Info("Could not ask the API server whether it keeps capacity requests; no GPU shares, and the memory floor stays in CEL until it answers", "err", err)
 			return false, nil
 		}
-		p.kept.Store(kept)
+		d := decideCapacity(p.Form, kept)
+		p.decision.Store(&d)
 		if kept {
-			logger.Info("The API server keeps capacity requests: memory floors are written as capacity requests (--memory-floor=capacity)")
+			logger.Info("The API server keeps capacity requests: GPU shares are offered", "capacityForms", d.MemoryFloor, "why", d.Why)
 		} else {
-			logger.Error(nil, "The API server drops capacity requests (DRAConsumableCapacity is off): memory floors stay in CEL despite --memory-floor=capacity")
+			logger.Error(nil, "The API server drops capacity requests (DRAConsumableCapacity is off): no GPU shares, and memory floors and tier bounds stay in CEL")
 		}
 		return true, nil
 	})

@@ -18,12 +18,14 @@ package claimrewrite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -39,21 +41,29 @@ import (
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
-// TestMemoryFloorProbe: the capacity request is used only once the API
-// server has shown, on a dry-run claim, that it keeps capacity requests;
-// an API server without DRAConsumableCapacity drops them silently.
+// TestMemoryFloorProbe: shares and the capacity forms are decided only
+// once the API server has shown, on a dry-run claim, that it keeps
+// capacity requests (an API server without DRAConsumableCapacity drops
+// them silently); the forms then follow --memory-floor, and the decision
+// says why.
 func TestMemoryFloorProbe(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// apiServer answers the dry-run create; failures is how many
-		// calls fail first.
+		form rewrite.Form
+		// dropsCapacity is the API server's answer to the dry-run create;
+		// failures is how many calls fail first.
 		dropsCapacity bool
 		failures      int
-		want          bool
+		want          rewrite.Capacity
 	}{
-		{"the API server keeps capacity requests", false, 0, true},
-		{"the API server drops them (gate off)", true, 0, false},
-		{"answers after two failures (webhooks not served yet)", false, 2, true},
+		{"the API server keeps capacity requests", rewrite.FormCapacity, false, 0,
+			rewrite.Capacity{Shares: true, MemoryFloor: true, TierBounds: true, Why: "the API server keeps capacity requests, and --memory-floor=capacity"}},
+		{"the CEL forms asked for", rewrite.FormCEL, false, 0,
+			rewrite.Capacity{Shares: true, Why: "the API server keeps capacity requests, and --memory-floor=cel"}},
+		{"the API server drops them (gate off)", rewrite.FormCapacity, true, 0,
+			rewrite.Capacity{Why: "the API server drops capacity requests (DRAConsumableCapacity is off)"}},
+		{"answers after two failures (webhooks not served yet)", rewrite.FormCapacity, false, 2,
+			rewrite.Capacity{Shares: true, MemoryFloor: true, TierBounds: true, Why: "the API server keeps capacity requests, and --memory-floor=capacity"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := fake.NewClientset()
@@ -73,9 +83,9 @@ func TestMemoryFloorProbe(t *testing.T) {
 				}
 				return true, claim, nil
 			})
-			p := &MemoryFloorProbe{Client: cs, Namespace: "prism", Interval: time.Millisecond}
-			if p.Capacity() {
-				t.Fatal("capacity before any answer")
+			p := &MemoryFloorProbe{Client: cs, Namespace: "prism", Form: tc.form, Interval: time.Millisecond}
+			if diff := cmp.Diff(unanswered, p.Capacity()); diff != "" {
+				t.Fatalf("decision before any answer (-want +got):\n%s", diff)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
@@ -83,8 +93,11 @@ func TestMemoryFloorProbe(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatal("probe never finished")
 			}
-			if p.Capacity() != tc.want || calls != tc.failures+1 {
-				t.Errorf("capacity %v after %d calls, want %v after %d", p.Capacity(), calls, tc.want, tc.failures+1)
+			if calls != tc.failures+1 {
+				t.Errorf("%d calls, want %d", calls, tc.failures+1)
+			}
+			if diff := cmp.Diff(tc.want, p.Capacity()); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -122,12 +135,12 @@ func streamRewriter(t *testing.T, fleet *rewrite.Fleet, o Options) (http.Handler
 }
 
 // TestRewriterWritesTheMemoryFloorAsAsked: the rewriter asks for the
-// capacity floor while CapacityForms says yes, and counts the form each
+// capacity floor while the capacity decision says so, and counts the form each
 // floor took.
 func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 	fleet := h100AndL40S()
 	capacity := false
-	h, m := streamRewriter(t, fleet, Options{CapacityForms: func() bool { return capacity }})
+	h, m := streamRewriter(t, fleet, Options{Capacity: func() rewrite.Capacity { return rewrite.Capacity{MemoryFloor: capacity, TierBounds: capacity} }})
 	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 	request := func(shared int) (memory string, hasCEL bool) {
 		fleet.Models[1].SharedDevices = shared
@@ -161,14 +174,14 @@ func TestRewriterWritesTheMemoryFloorAsAsked(t *testing.T) {
 }
 
 // TestRewriterWritesTierBoundsWithTheFloor: the rewriter writes the tier
-// bound as a capacity request, with the uuid guard, while CapacityForms says
-// yes and the fleet publishes its figures as capacities, and counts the
+// bound as a capacity request, with the uuid guard, while the capacity
+// decision says so and the fleet publishes its figures as capacities, and counts the
 // form each claim's bounds took.
 func TestRewriterWritesTierBoundsWithTheFloor(t *testing.T) {
 	fleet := h100AndL40S()
 	fleet.Models[0].FigureCapacityDevices = 8
 	capacity := false
-	h, m := streamRewriter(t, fleet, Options{CapacityForms: func() bool { return capacity }})
+	h, m := streamRewriter(t, fleet, Options{Capacity: func() rewrite.Capacity { return rewrite.Capacity{MemoryFloor: capacity, TierBounds: capacity} }})
 	object := webhooktest.ReadFixture(t, "claim-profiled.json")
 	// request says whether the top tier compares bandwidth as a capacity,
 	// and whether the claim carries the guard.
@@ -199,5 +212,38 @@ func TestRewriterWritesTierBoundsWithTheFloor(t *testing.T) {
 		if got := testutil.ToFloat64(m.bounds.WithLabelValues(string(form))); got != want {
 			t.Errorf("prism_webhook_tier_bounds_total{form=%q} = %v, want %v", form, got, want)
 		}
+	}
+}
+
+// TestPlanNamesTheCapacityDecision: the plan says which form the controller
+// asked for and why, as the probe decided it, and names no decision where
+// nobody made one.
+func TestPlanNamesTheCapacityDecision(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		capacity func() rewrite.Capacity
+		want     string
+	}{
+		{"capacity forms", func() rewrite.Capacity { return decideCapacity(rewrite.FormCapacity, true) },
+			"capacity: the API server keeps capacity requests, and --memory-floor=capacity"},
+		{"the CEL forms asked for", func() rewrite.Capacity { return decideCapacity(rewrite.FormCEL, true) },
+			"cel: the API server keeps capacity requests, and --memory-floor=cel"},
+		{"capacity requests dropped", func() rewrite.Capacity { return decideCapacity(rewrite.FormCapacity, false) },
+			"cel: the API server drops capacity requests (DRAConsumableCapacity is off)"},
+		{"nowhere to probe", Unprobed, "cel: no --namespace to probe the API server in with a dry-run claim"},
+		{"no decision", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := streamRewriter(t, h100AndL40S(), Options{Capacity: tc.capacity})
+			object := webhooktest.ReadFixture(t, "claim-profiled.json")
+			claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
+			var plan rewrite.Plan
+			if err := json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan); err != nil {
+				t.Fatalf("rewrite annotation: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, plan.Capacity.String()); diff != "" {
+				t.Errorf("plan's capacity (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

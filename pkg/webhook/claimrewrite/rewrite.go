@@ -87,19 +87,15 @@ type Options struct {
 	// Preference is the controller's --preference. Empty: ladders, and
 	// the plan names no mode.
 	Preference rewrite.PreferenceMode
-	// CapacityForms reports, per claim, whether the memory floor and the
-	// tiers' lower bounds may be capacity requests (--memory-floor=capacity,
-	// once MemoryFloorProbe has found the API server keeps them). Nil: CEL.
-	// pkg/rewrite still decides per claim: the floor stays CEL on fleets
-	// with shareable GPUs, the bounds where GPUs publish no figures as
-	// capacities (rewrite.MemoryFloorAsCapacity, TierBoundsAsCapacity).
-	CapacityForms func() bool
-	// Shares reports, per claim, whether a claim for one whole GPU may get
-	// a share sized from its profile's usage first (capacity requests on
-	// gpu.prism.dev/compute and memory): only once MemoryFloorProbe has
-	// found that the API server keeps capacity requests, and where the
-	// scheduler has DRAConsumableCapacity too. Nil: never.
-	Shares func() bool
+	// Capacity returns the decision on capacity requests that the
+	// controller made from --memory-floor and the API server's answer to
+	// MemoryFloorProbe: whether a claim for one whole GPU may get a share
+	// sized from its profile's usage first, and whether the memory floor
+	// and the tiers' lower bounds may be capacity requests. Nil: neither,
+	// and the plan names no decision. pkg/rewrite still decides per claim:
+	// the floor stays CEL on fleets with shareable GPUs, the bounds where
+	// GPUs publish no figures as capacities (see rewrite.Capacity).
+	Capacity func() rewrite.Capacity
 }
 
 // New returns the mutating webhook for ResourceClaim CREATE. It always
@@ -217,53 +213,29 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 		return r.autoProfile(claim, name, nil)
 	case err != nil:
 		return outcome{skip: skipLookupError, message: fmt.Sprintf("getting WorkloadProfile %s/%s: %v", claim.Namespace, name, err)}
-	case wp.Status.BoundType == "" && !r.sizedFromUsage(wp):
-		return r.autoProfile(claim, name, wp)
 	}
 	return r.rewrite(ctx, claim, wp)
 }
 
 func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
 	profile := webhook.ProfileOf(wp, r.opts.Policy)
-	policy := profile.Policy
-	var opts []rewrite.Option
-	if r.opts.Preference != "" {
-		opts = append(opts, rewrite.WithPreference(r.opts.Preference))
-	}
-	if r.opts.Fleet != nil {
-		// Partitions are offered only where the fleet publishes them.
-		opts = append(opts, rewrite.WithFleet(r.opts.Fleet()), rewrite.PartitionsFromUsage())
-	}
-	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
-		opts = append(opts, rewrite.WithLoad(r.opts.Load()))
-	}
-	if r.opts.CapacityForms != nil && r.opts.CapacityForms() {
-		opts = append(opts, rewrite.MemoryFloorAsCapacity(), rewrite.TierBoundsAsCapacity())
-	}
-	// The partition step reads the user's opt-outs too, and a request that
-	// may not be a share gets no memory share or capacity floor either, so
-	// they go in whether or not shares are offered.
-	opts = append(opts, rewrite.ExclusiveRequests(exclusiveRequests(&claim.Spec)...), rewrite.NoShareRequests(noShareRequests(&claim.Spec)...))
-	if r.shares() {
-		opts = append(opts, rewrite.ShareFromUsage())
-	}
-	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, opts...)
+	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, r.cluster(profile.Policy))
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
 		return outcome{skip: skipInvalidProfile, message: err.Error()}
 	case err != nil:
 		return outcome{skip: skipRewriteError, message: err.Error()}
 	}
-	if plan.Share != nil {
-		r.opts.Metrics.shares.WithLabelValues(plan.Share.Verdict).Inc()
-	}
-	if plan.Partition != nil {
-		r.opts.Metrics.partitions.WithLabelValues(plan.Partition.Verdict).Inc()
+	// The steps looked at a profile whose bound type nothing measured only
+	// where its usage sized what they offer; otherwise the claim is
+	// profiled without a verdict.
+	if wp.Status.BoundType != "" || plan.SizedFromUsage {
+		r.countSteps(plan)
 	}
 	switch {
 	case len(plan.Rewritten) == 0 && wp.Status.BoundType == "":
-		// Measured by NVML only, and its share declined for this claim:
-		// profiled, as a profile that ncu has not measured always was.
+		// No share or partition sized from its usage was taken: profiled,
+		// as a profile that ncu has not measured always was.
 		return r.autoProfile(claim, wp.Name, wp)
 	case len(plan.Rewritten) == 0 && (plan.BoundType == prismv1alpha1.BoundTypeBalanced || plan.BoundType == prismv1alpha1.BoundTypeUnknown):
 		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
@@ -294,26 +266,31 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	return outcome{ops: ops, event: EventReasonRewritten, message: planSummary(plan)}
 }
 
-func (r *rewriter) shares() bool {
-	return r.opts.Shares != nil && r.opts.Shares()
+// countSteps counts the share and partition steps' verdicts.
+func (r *rewriter) countSteps(plan *rewrite.Plan) {
+	if plan.Share != nil {
+		r.opts.Metrics.shares.WithLabelValues(plan.Share.Verdict).Inc()
+	}
+	if plan.Partition != nil {
+		r.opts.Metrics.partitions.WithLabelValues(plan.Partition.Verdict).Inc()
+	}
 }
 
-// sizedFromUsage says whether a profile that ncu has not measured is still
-// worth a rewrite: its usage gives a share, and a share of a GPU or a MIG
-// partition that holds it is on offer. Otherwise it is profiled, as before
-// usage was measured.
-func (r *rewriter) sizedFromUsage(wp *prismv1alpha1.WorkloadProfile) bool {
-	if wp.Spec.Sharing == prismv1alpha1.SharingExclusive || rewrite.SizeShare(wp.Status.Usage).Verdict != rewrite.ShareSized {
-		return false
+// cluster is what the cluster offers a claim of the given policy: the
+// controller's decisions, and the fleet and its load as now seen.
+func (r *rewriter) cluster(policy prismv1alpha1.Policy) rewrite.Cluster {
+	c := rewrite.Cluster{Preference: r.opts.Preference}
+	if r.opts.Capacity != nil {
+		c.Capacity = r.opts.Capacity()
 	}
-	if r.shares() {
-		return true
+	if r.opts.Fleet != nil {
+		// Partitions are offered only where the fleet publishes them.
+		c.FleetKnown, c.Fleet, c.Partitions = true, r.opts.Fleet(), true
 	}
-	if r.opts.Fleet == nil {
-		return false
+	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
+		c.Load = r.opts.Load()
 	}
-	f := r.opts.Fleet()
-	return f != nil && len(f.Partitions) > 0
+	return c
 }
 
 // autoProfileNote is the annotation written when a claim is profiled

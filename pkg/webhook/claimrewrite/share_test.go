@@ -121,7 +121,7 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 			}
 			rec := record.NewFakeRecorder(10)
 			h, err := New(Options{Profiles: fakeReader(t, tc.profile), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
-				Recorder: rec, Metrics: m, Shares: func() bool { return tc.shares }})
+				Recorder: rec, Metrics: m, Capacity: func() rewrite.Capacity { return rewrite.Capacity{Shares: tc.shares} }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,76 +174,6 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 	}
 }
 
-// Only a strategy the user wrote opts out: a GpuConfig that names no
-// strategy defaults to Exclusive in the plugin, but says nothing here.
-func TestExclusiveRequests(t *testing.T) {
-	config := func(parameters string, requests ...string) resourceapi.DeviceClaimConfiguration {
-		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{Raw: []byte(parameters)}}}}
-	}
-	const (
-		exclusive   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`
-		profiling   = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`
-		foreignKind = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"NicConfig","sharing":{"strategy":"Exclusive"}}`
-	)
-	requests := []resourceapi.DeviceRequest{{Name: "a"}, {Name: "b"}}
-	for _, tc := range []struct {
-		name    string
-		configs []resourceapi.DeviceClaimConfiguration
-		want    []string
-	}{
-		{"no config", nil, nil},
-		{"named request", []resourceapi.DeviceClaimConfiguration{config(exclusive, "b")}, []string{"b"}},
-		{"every request", []resourceapi.DeviceClaimConfiguration{config(exclusive)}, []string{"a", "b"}},
-		{"defaulted, not written", []resourceapi.DeviceClaimConfiguration{config(profiling)}, nil},
-		{"another strategy", []resourceapi.DeviceClaimConfiguration{config(timeSliced)}, nil},
-		{"another kind", []resourceapi.DeviceClaimConfiguration{config(foreignKind)}, nil},
-		{"not JSON", []resourceapi.DeviceClaimConfiguration{config(`{`)}, nil},
-		{"another driver", []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "nic.example.com", Parameters: runtime.RawExtension{Raw: []byte(exclusive)}}}}}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Config: tc.configs}}
-			if diff := cmp.Diff(tc.want, exclusiveRequests(spec)); diff != "" {
-				t.Errorf("exclusive requests (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// A GpuConfig names the requests it time-slices, or all of them.
-func TestNoShareRequests(t *testing.T) {
-	config := func(parameters string, requests ...string) resourceapi.DeviceClaimConfiguration {
-		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.prism.dev", Parameters: runtime.RawExtension{Raw: []byte(parameters)}}}}
-	}
-	const (
-		exclusive = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"Exclusive"}}`
-		profiling = `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`
-	)
-	requests := []resourceapi.DeviceRequest{{Name: "a"}, {Name: "b"}}
-	for _, tc := range []struct {
-		name    string
-		configs []resourceapi.DeviceClaimConfiguration
-		want    []string
-	}{
-		{"no config", nil, nil},
-		{"named request", []resourceapi.DeviceClaimConfiguration{config(timeSliced, "b")}, []string{"b"}},
-		{"every request", []resourceapi.DeviceClaimConfiguration{config(timeSliced)}, []string{"a", "b"}},
-		{"Exclusive", []resourceapi.DeviceClaimConfiguration{config(exclusive)}, nil},
-		{"no strategy", []resourceapi.DeviceClaimConfiguration{config(profiling)}, nil},
-		{"another driver", []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "nic.example.com", Parameters: runtime.RawExtension{Raw: []byte(timeSliced)}}}}}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			spec := &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Config: tc.configs}}
-			if diff := cmp.Diff(tc.want, noShareRequests(spec)); diff != "" {
-				t.Errorf("requests that may not be shares (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 // TestTimeSlicedClaimIsNeverAShare: whichever way the rewrite could make a
 // request a share (the share tier, a Fractional profile's memory share, the
 // memory floor as a capacity request), a request whose GpuConfig
@@ -256,14 +186,15 @@ func TestTimeSlicedClaimIsNeverAShare(t *testing.T) {
 		wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
 		wp.Status.PeakMemory = ptr.To(resource.MustParse("20Gi"))
 	}
-	yes := func() bool { return true }
 	for _, tc := range []struct {
 		name    string
 		profile *prismv1alpha1.WorkloadProfile
 		opts    func(*Options)
 	}{
-		{"a share from usage", measured(memoryBound), func(o *Options) { o.Shares = yes }},
-		{"the memory floor as a capacity request", measured(memoryBound), func(o *Options) { o.CapacityForms = yes }},
+		{"a share from usage", measured(memoryBound), func(o *Options) { o.Capacity = func() rewrite.Capacity { return rewrite.Capacity{Shares: true} } }},
+		{"the memory floor as a capacity request", measured(memoryBound), func(o *Options) {
+			o.Capacity = func() rewrite.Capacity { return rewrite.Capacity{MemoryFloor: true, TierBounds: true} }
+		}},
 		{"a Fractional profile's memory share", measured(func(wp *prismv1alpha1.WorkloadProfile) {
 			memoryBound(wp)
 			wp.Spec.Sharing = prismv1alpha1.SharingFractional
