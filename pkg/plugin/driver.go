@@ -134,9 +134,8 @@ type Driver struct {
 	// apiBackoff paces the retries of API calls that start-up waits for.
 	apiBackoff wait.Backoff
 
-	// mu serialises prepare and unprepare: the exclusivity check and the
-	// checkpoint write that claims a device must be one step.
-	mu timedMutex
+	// guard serialises the work on the checkpoint.
+	guard *guard
 	// gpus are the node's GPUs and their taints.
 	gpus nodeGPUs
 	// pool publishes the GPUs as the node's ResourceSlices.
@@ -175,7 +174,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		kubeletplugin.DriverName(gpuv1alpha1.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
-		// Alone on the node the driver's own lock (d.mu) is enough. During a
+		// Alone on the node the driver's own lock (guard) is enough. During a
 		// rolling update two instances share the node, and only the helper's
 		// serialisation takes a file lock that orders calls across processes.
 		kubeletplugin.Serialize(cfg.RollingUpdatePodUID != ""),
@@ -239,7 +238,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), gpus: nodeGPUs{unhealthy: map[string]unhealthy{}},
 		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff}
-	d.mu.clock = d.clock
+	d.guard = &guard{mu: timedMutex{clock: d.clock}, rollingUpdate: cfg.RollingUpdatePodUID != "", pluginDir: cfg.PluginDir}
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)
 	}
@@ -255,7 +254,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: open checkpoint in %s: %w", cfg.StateDir, err)
 	}
-	d.checkpoint = store
+	d.checkpoint, d.guard.checkpoint = store, store
 	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
 	d.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
@@ -294,7 +293,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	// Report directories of claims the checkpoint does not hold will never
 	// be collected; while it may be missing running claims, they stay.
 	if cfg.Profiling != nil && !keepUnowned {
-		err := d.exclusive(ctx, func() error {
+		err := d.guard.exclusive(ctx, func() error {
 			return profiling.SweepClaimDirs(ctx, cfg.Profiling.Options.StateDir, func(uid string) bool {
 				_, ok := d.checkpoint.Get(uid)
 				return ok

@@ -524,7 +524,7 @@ func rollingUpdateInstances(t *testing.T, dir string) (old, updated *Driver) {
 	t.Helper()
 	old = newTestDriver(t, "t4-2.yaml", dir)
 	updated = newTestDriver(t, "t4-2.yaml", dir)
-	old.cfg.RollingUpdatePodUID, updated.cfg.RollingUpdatePodUID = "old-pod", "new-pod"
+	old.guard.rollingUpdate, updated.guard.rollingUpdate = true, true
 	return old, updated
 }
 

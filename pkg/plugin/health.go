@@ -257,7 +257,7 @@ func (d *Driver) republish(ctx context.Context) {
 // saveTaints records the current taints in the checkpoint, so that a
 // restart does not offer a faulty GPU again.
 func (d *Driver) saveTaints(ctx context.Context) {
-	err := d.exclusive(ctx, func() error {
+	err := d.guard.exclusive(ctx, func() error {
 		d.gpus.mu.RLock()
 		taints := make(map[string]checkpoint.Taint, len(d.gpus.unhealthy))
 		for name, u := range d.gpus.unhealthy {

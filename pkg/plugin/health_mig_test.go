@@ -54,7 +54,7 @@ func migHealthDriver(t *testing.T, n migNode) (*Driver, *clocktesting.FakeClock,
 		c.Health = &HealthConfig{RecoverAfter: time.Minute, IgnoredXIDs: map[uint64]bool{13: true}}
 	})
 	clock := clocktesting.NewFakeClock(time.Now())
-	d.clock, d.mu.clock = clock, clock
+	d.clock, d.guard.mu.clock = clock, clock
 	recorder := record.NewFakeRecorder(100)
 	useRecorder(d, recorder)
 	return d, clock, recorder

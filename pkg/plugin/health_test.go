@@ -108,7 +108,7 @@ func healthDriver(t *testing.T, dir string, inventory nvml.Inventory) (*Driver, 
 	})
 	clock := clocktesting.NewFakeClock(time.Now())
 	d.clock = clock
-	d.mu.clock = clock
+	d.guard.mu.clock = clock
 	return d, clock
 }
 

@@ -27,6 +27,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
+
+	"github.com/prismgpu/prism/pkg/checkpoint"
 )
 
 // timedMutex is the driver lock. It knows since when it is held, so that
@@ -60,19 +62,52 @@ func (m *timedMutex) heldFor() time.Duration {
 // kubelet call when two instances overlap in a rolling update.
 const serializeLockFile = "serialize.lock"
 
+// guard serialises whatever reads and writes the checkpoint: the
+// kubelet's calls and the plugin's own work (taints, the stale-claim
+// sweep, start-up sweeps). During a rolling update it also orders them
+// with the other instance's, which writes the same checkpoint.
+type guard struct {
+	// mu serialises prepare and unprepare: the exclusivity check and the
+	// checkpoint write that claims a device must be one step.
+	mu         timedMutex
+	checkpoint *checkpoint.Store
+	// rollingUpdate is set while another instance may share the node;
+	// pluginDir holds the helper's lock file then.
+	rollingUpdate bool
+	pluginDir     string
+}
+
+// lock takes the driver lock, timing the wait for the call's trace.
+func (g *guard) lock(ctx context.Context) {
+	done := span(ctx, StageLockWait)
+	g.mu.Lock()
+	done()
+}
+
+func (g *guard) unlock() { g.mu.Unlock() }
+
+// sync rereads the checkpoint while a rolling update may
+// have another instance writing it; the helper's file lock orders the calls.
+func (g *guard) sync(ctx context.Context) error {
+	if !g.rollingUpdate {
+		return nil
+	}
+	return g.checkpoint.Reload(ctx)
+}
+
 // exclusive runs fn as the kubelet's calls run: under the driver lock,
 // ordered with the other instance's calls during a rolling update, and with
 // the checkpoint re-read first, so that work started by the plugin itself
 // never writes back a stale checkpoint.
-func (d *Driver) exclusive(ctx context.Context, fn func() error) error {
-	unlock, err := d.lockAcrossInstances()
+func (g *guard) exclusive(ctx context.Context, fn func() error) error {
+	unlock, err := g.lockAcrossInstances()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.syncWithOtherInstance(ctx); err != nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.sync(ctx); err != nil {
 		return err
 	}
 	return fn()
@@ -80,16 +115,16 @@ func (d *Driver) exclusive(ctx context.Context, fn func() error) error {
 
 // lockAcrossInstances takes the helper's file lock during a rolling update;
 // alone on the node there is nothing to order with.
-func (d *Driver) lockAcrossInstances() (func(), error) {
-	if d.cfg.RollingUpdatePodUID == "" || d.cfg.PluginDir == "" {
+func (g *guard) lockAcrossInstances() (func(), error) {
+	if !g.rollingUpdate || g.pluginDir == "" {
 		return func() {}, nil
 	}
 	// Start creates the directory only after newDriver, whose rediscovery
 	// may already record taints.
-	if err := os.MkdirAll(d.cfg.PluginDir, 0o750); err != nil {
+	if err := os.MkdirAll(g.pluginDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create plugin directory: %w", err)
 	}
-	path := filepath.Join(d.cfg.PluginDir, serializeLockFile)
+	path := filepath.Join(g.pluginDir, serializeLockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

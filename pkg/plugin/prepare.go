@@ -86,13 +86,6 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return results, nil
 }
 
-// lock takes the driver lock, timing the wait for the call's trace.
-func (d *Driver) lock(ctx context.Context) {
-	done := span(ctx, StageLockWait)
-	d.mu.Lock()
-	done()
-}
-
 // prepareClaims takes every claim of a call through the same steps at
 // once: plan, record PrepareStarted, write CDI specs, record
 // PrepareCompleted with one fsync. A claim that fails a step leaves the
@@ -103,9 +96,9 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 		d.metrics.claimErrors.WithLabelValues("prepare", reason).Inc()
 		results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 	}
-	d.lock(ctx)
-	defer d.mu.Unlock()
-	if err := d.syncWithOtherInstance(ctx); err != nil {
+	d.guard.lock(ctx)
+	defer d.guard.unlock()
+	if err := d.guard.sync(ctx); err != nil {
 		for _, claim := range claims {
 			fail(claim, "checkpoint", err)
 		}
@@ -242,9 +235,9 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 // that the kubelet's retry finds it.
 func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	results := make(map[types.UID]error, len(claims))
-	d.lock(ctx)
-	defer d.mu.Unlock()
-	if err := d.syncWithOtherInstance(ctx); err != nil {
+	d.guard.lock(ctx)
+	defer d.guard.unlock()
+	if err := d.guard.sync(ctx); err != nil {
 		for _, claim := range claims {
 			results[claim.UID] = err
 		}
@@ -306,15 +299,6 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 		results[types.UID(uid)] = nil
 	}
 	return results
-}
-
-// syncWithOtherInstance rereads the checkpoint while a rolling update may
-// have another instance writing it; the helper's file lock orders the calls.
-func (d *Driver) syncWithOtherInstance(ctx context.Context) error {
-	if d.cfg.RollingUpdatePodUID == "" {
-		return nil
-	}
-	return d.checkpoint.Reload(ctx)
 }
 
 // forget removes claims' records, fsynced.

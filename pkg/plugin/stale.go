@@ -77,7 +77,7 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 // unprepare. Its report directory is discarded: nobody is left to publish
 // it to.
 func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
-	return d.exclusive(ctx, func() error {
+	return d.guard.exclusive(ctx, func() error {
 		rec, ok := d.checkpoint.Get(c.UID)
 		if !ok {
 			return nil // the other instance of a rolling update released it
