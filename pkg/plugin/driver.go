@@ -140,6 +140,8 @@ type Driver struct {
 	gpus nodeGPUs
 	// pool publishes the GPUs as the node's ResourceSlices.
 	pool *slicePool
+	// health keeps the GPUs and their taints current.
+	health *healthWatch
 
 	// ready is closed once the plugin is registered and its slice published.
 	ready chan struct{}
@@ -213,7 +215,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		go d.collectStaleLoop(ctx, cfg.StaleClaimInterval, cfg.StaleClaimGrace)
 	}
 	if cfg.Health != nil {
-		go d.watchHealth(ctx)
+		go d.health.watch(ctx)
 	}
 	go d.pool.republishWithdrawnSlices(ctx)
 	d.profiler.start(ctx)
@@ -256,13 +258,15 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	d.checkpoint, d.guard.checkpoint = store, store
 	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
+	d.health = &healthWatch{cfg: cfg.Health, inventory: cfg.Inventory, gpus: &d.gpus, checkpoint: store, guard: d.guard, pool: d.pool,
+		partitions: d.partitions, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, clock: d.clock}
 	d.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
 	d.shares = newMPSShares(ctx, cfg, &d.gpus, store, d.recorder)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
-	d.restoreTaints(ctx)
-	if err := d.rediscover(ctx); err != nil {
+	d.health.restoreTaints(ctx)
+	if err := d.health.rediscover(ctx); err != nil {
 		return nil, err
 	}
 
@@ -320,8 +324,8 @@ func (d *Driver) Stop() {
 // tainted lost and kept published as last seen, or, after a restart, from
 // what the checkpoint remembers of it (unreadable.go); a lost GPU that reads
 // again has proved it is back and loses its taint.
-func (d *Driver) rediscover(ctx context.Context) error {
-	devices, sysfs, err := d.cfg.Inventory.Read(ctx)
+func (h *healthWatch) rediscover(ctx context.Context) error {
+	devices, sysfs, err := h.inventory.Read(ctx)
 	var unreadable *nvml.UnreadableError
 	if err != nil && !errors.As(err, &unreadable) {
 		return fmt.Errorf("discover GPUs: %w", err)
@@ -331,23 +335,23 @@ func (d *Driver) rediscover(ctx context.Context) error {
 		byName[dev.Name()] = dev
 	}
 	var changes []healthChange
-	claimed := d.claimedDevices()
-	now := d.clock.Now()
+	claimed := h.claimedDevices()
+	now := h.clock.Now()
 	var unreadableGPUs map[int]error
 	if unreadable != nil {
 		unreadableGPUs = unreadable.GPUs
 	}
-	d.gpus.mu.Lock()
-	d.gpus.sweepUnreadableLocked(unreadableGPUs)
+	h.gpus.mu.Lock()
+	h.gpus.sweepUnreadableLocked(unreadableGPUs)
 	for index, readErr := range unreadableGPUs {
-		if known, ok := d.gpus.byName[gpu.Device{Index: index}.Name()]; ok {
+		if known, ok := h.gpus.byName[gpu.Device{Index: index}.Name()]; ok {
 			byName[known.Name()] = known
 		}
-		if c, report := d.gpus.taintUnreadableLocked(index, readErr, claimed, now); report {
+		if c, report := h.gpus.taintUnreadableLocked(index, readErr, claimed, now); report {
 			changes = append(changes, c)
 		}
 	}
-	for name, u := range d.gpus.unhealthy {
+	for name, u := range h.gpus.unhealthy {
 		dev, read := byName[name]
 		if read && unreadable != nil {
 			_, stillUnreadable := unreadable.GPUs[dev.Index]
@@ -357,16 +361,16 @@ func (d *Driver) rediscover(ctx context.Context) error {
 		case !read:
 		case u.uuid != "" && dev.UUID != u.uuid:
 			// Another GPU now has this name: the taint was the old one's.
-			delete(d.gpus.unhealthy, name)
+			delete(h.gpus.unhealthy, name)
 			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: "replaced by GPU " + dev.UUID})
 		case u.taint.Value == lostValue:
-			delete(d.gpus.unhealthy, name)
+			delete(h.gpus.unhealthy, name)
 			changes = append(changes, healthChange{device: name, uuid: dev.UUID, reason: "NVML reads it again"})
 		}
 	}
-	d.gpus.byName, d.gpus.sysfs = byName, sysfs
-	d.gpus.mu.Unlock()
-	d.reportHealthChanges(ctx, changes)
+	h.gpus.byName, h.gpus.sysfs = byName, sysfs
+	h.gpus.mu.Unlock()
+	h.reportChanges(ctx, changes)
 	return nil
 }
 
@@ -375,7 +379,7 @@ func (d *Driver) rediscover(ctx context.Context) error {
 func (d *Driver) rediscoverLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	d.every(ctx, d.cfg.RediscoverInterval, func() {
-		if err := d.rediscover(ctx); err != nil {
+		if err := d.health.rediscover(ctx); err != nil {
 			logger.Error(err, "Rediscovering GPUs; keeping the published slice")
 			return
 		}

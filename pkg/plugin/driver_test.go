@@ -40,6 +40,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/cdi"
@@ -93,7 +94,12 @@ func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(
 
 // useRecorder makes d and the parts it holds record their Events with r.
 func useRecorder(d *Driver, r record.EventRecorder) {
-	d.recorder, d.pool.recorder, d.shares.recorder, d.profiler.recorder = r, r, r, r
+	d.recorder, d.pool.recorder, d.shares.recorder, d.profiler.recorder, d.health.recorder = r, r, r, r, r
+}
+
+// useClock makes d and the parts it holds tell time by c.
+func useClock(d *Driver, c clock.WithTicker) {
+	d.clock, d.guard.mu.clock, d.health.clock = c, c, c
 }
 
 // testConfig is a driver's Config for a simulated fleet, without a kubelet.

@@ -33,7 +33,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
@@ -99,6 +101,27 @@ func newTaint(value string, effect resourceapi.DeviceTaintEffect, now time.Time)
 	return resourceapi.DeviceTaint{Key: TaintKey, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: now.Truncate(time.Second)}}
 }
 
+// healthWatch keeps the node's GPUs and their taints current: it reads the
+// GPUs again (rediscover), taints a GPU on a fatal Xid or when NVML cannot
+// read it, lifts a taint after a quiet period or when a lost GPU reads
+// again, records the taints in the checkpoint, and tells the kubelet
+// (reportTo). Every change is published through the pool.
+type healthWatch struct {
+	// cfg is nil where Xid events are not watched; rediscovery still
+	// taints the GPUs NVML cannot read.
+	cfg        *HealthConfig
+	inventory  nvml.Inventory
+	gpus       *nodeGPUs
+	checkpoint *checkpoint.Store
+	guard      *guard
+	pool       *slicePool
+	partitions *migPartitions
+	recorder   record.EventRecorder
+	node       *corev1.ObjectReference
+	metrics    *Metrics
+	clock      clock.WithTicker
+}
+
 // healthChange is a taint added or removed, to be logged, announced and
 // persisted, or an unreadable GPU left unpublished, to be logged and
 // announced.
@@ -109,50 +132,50 @@ type healthChange struct {
 	reason       string
 }
 
-func (d *Driver) watchHealth(ctx context.Context) {
+func (h *healthWatch) watch(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	events := make(chan nvml.HealthEvent, 16)
 	go func() {
-		if err := nvml.WatchHealth(ctx, d.cfg.Health.NVML, events, d.cfg.Health.Retry); err != nil {
+		if err := nvml.WatchHealth(ctx, h.cfg.NVML, events, h.cfg.Retry); err != nil {
 			logger.Error(err, "GPU health is not watched")
-			d.healthNotWatched(err)
+			h.notWatched(err)
 		}
 	}()
-	recheck := d.clock.NewTicker(max(d.cfg.Health.RecoverAfter/4, 100*time.Millisecond))
+	recheck := h.clock.NewTicker(max(h.cfg.RecoverAfter/4, 100*time.Millisecond))
 	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case ev := <-events:
-			d.handleHealthEvent(ctx, ev)
+			h.handleEvent(ctx, ev)
 		case <-recheck.C():
-			d.recoverQuietGPUs(ctx)
+			h.recoverQuietGPUs(ctx)
 		}
 	}
 }
 
-func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
+func (h *healthWatch) handleEvent(ctx context.Context, ev nvml.HealthEvent) {
 	logger := klog.FromContext(ctx)
 	if ev.Unreadable != nil {
-		d.handleUnreadable(ctx, ev.Index, ev.Unreadable)
+		h.handleUnreadable(ctx, ev.Index, ev.Unreadable)
 		return
 	}
-	dev, ok := d.gpus.withUUID(ev.UUID)
+	dev, ok := h.gpus.withUUID(ev.UUID)
 	if !ok {
 		return
 	}
 	name := dev.Name()
-	if d.cfg.Health.IgnoredXIDs[ev.XID] {
+	if h.cfg.IgnoredXIDs[ev.XID] {
 		logger.V(2).Info("Ignoring an application Xid", "device", name, "xid", ev.XID)
-		d.metrics.healthEvents.WithLabelValues("ignored").Inc()
+		h.metrics.healthEvents.WithLabelValues("ignored").Inc()
 		return
 	}
 	// An Xid of a MIG instance taints the partition that holds it, whose
 	// taint record, like its GPU's, is kept under its device name.
 	what, instance := fmt.Sprintf("GPU %s (%s)", name, ev.UUID), []any{}
 	if ev.GPUInstance != nil && ev.XID != nvml.XIDGPULost {
-		if partition, ok := d.partitions.ofInstance(ev.UUID, *ev.GPUInstance); ok {
+		if partition, ok := h.partitions.ofInstance(ev.UUID, *ev.GPUInstance); ok {
 			name = partition
 			what = fmt.Sprintf("MIG partition %s (GPU instance %d of GPU %s)", name, *ev.GPUInstance, ev.UUID)
 			instance = []any{"gpuInstance", *ev.GPUInstance}
@@ -169,9 +192,9 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 	if ev.XID == nvml.XIDGPULost {
 		effect, value = resourceapi.DeviceTaintEffectNoExecute, lostValue
 	}
-	now := d.clock.Now()
-	d.gpus.mu.Lock()
-	prev, had := d.gpus.unhealthy[name]
+	now := h.clock.Now()
+	h.gpus.mu.Lock()
+	prev, had := h.gpus.unhealthy[name]
 	if had && prev.taint.Value == lostValue && value != lostValue {
 		// A lost GPU stays lost; a later Xid must not weaken its taint.
 		effect, value = prev.taint.Effect, prev.taint.Value
@@ -180,40 +203,40 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev nvml.HealthEvent) {
 		// The same taint keeps its cause, and the kubelet its message.
 		xid = prev.xid
 	}
-	d.gpus.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now, xid: xid}
-	d.gpus.mu.Unlock()
-	d.metrics.healthEvents.WithLabelValues("fatal").Inc()
+	h.gpus.unhealthy[name] = unhealthy{uuid: ev.UUID, taint: newTaint(value, effect, now), lastEvent: now, xid: xid}
+	h.gpus.mu.Unlock()
+	h.metrics.healthEvents.WithLabelValues("fatal").Inc()
 	if had && prev.taint.Value == value {
 		return
 	}
 	logger.Info("GPU unhealthy, tainting it", append([]any{"device", name, "uuid", ev.UUID, "xid", ev.XID, "effect", effect}, instance...)...)
-	d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "%s reported Xid %d; tainted %s=%s:%s", what, ev.XID, TaintKey, value, effect)
-	d.saveTaints(ctx)
-	d.republish(ctx)
+	h.recorder.Eventf(h.node, corev1.EventTypeWarning, "GPUUnhealthy", "%s reported Xid %d; tainted %s=%s:%s", what, ev.XID, TaintKey, value, effect)
+	h.saveTaints(ctx)
+	h.republish(ctx)
 }
 
 // recoverQuietGPUs lifts the NoSchedule taints of GPUs that raised no
 // fatal event for RecoverAfter. Lost GPUs are left to rediscover.
-func (d *Driver) recoverQuietGPUs(ctx context.Context) {
+func (h *healthWatch) recoverQuietGPUs(ctx context.Context) {
 	var changes []healthChange
-	now := d.clock.Now()
-	d.gpus.mu.Lock()
-	for name, u := range d.gpus.unhealthy {
-		if u.taint.Value != lostValue && now.Sub(u.lastEvent) >= d.cfg.Health.RecoverAfter {
-			delete(d.gpus.unhealthy, name)
-			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: fmt.Sprintf("no fatal event for %s", d.cfg.Health.RecoverAfter)})
+	now := h.clock.Now()
+	h.gpus.mu.Lock()
+	for name, u := range h.gpus.unhealthy {
+		if u.taint.Value != lostValue && now.Sub(u.lastEvent) >= h.cfg.RecoverAfter {
+			delete(h.gpus.unhealthy, name)
+			changes = append(changes, healthChange{device: name, uuid: u.uuid, reason: fmt.Sprintf("no fatal event for %s", h.cfg.RecoverAfter)})
 		}
 	}
-	d.gpus.mu.Unlock()
+	h.gpus.mu.Unlock()
 	if len(changes) > 0 {
-		d.reportHealthChanges(ctx, changes)
-		d.republish(ctx)
+		h.reportChanges(ctx, changes)
+		h.republish(ctx)
 	}
 }
 
-// reportHealthChanges logs and announces taints that rediscovery or the
+// reportChanges logs and announces taints that rediscovery or the
 // quiet period changed, and persists the result.
-func (d *Driver) reportHealthChanges(ctx context.Context, changes []healthChange) {
+func (h *healthWatch) reportChanges(ctx context.Context, changes []healthChange) {
 	if len(changes) == 0 {
 		return
 	}
@@ -223,21 +246,21 @@ func (d *Driver) reportHealthChanges(ctx context.Context, changes []healthChange
 		switch {
 		case c.unpublished:
 			logger.Error(errors.New(c.reason), "GPU cannot be read and was not read since the plugin started; not publishing it until NVML reads it", "device", c.device)
-			d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s cannot be read through NVML (%s) and was not read since the plugin started, so it is not published until NVML reads it", c.device, c.reason)
+			h.recorder.Eventf(h.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s cannot be read through NVML (%s) and was not read since the plugin started, so it is not published until NVML reads it", c.device, c.reason)
 		case c.tainted:
 			save = true
 			logger.Info("GPU cannot be read, tainting it lost", "device", c.device, "uuid", c.uuid, "reason", c.reason)
-			d.metrics.healthEvents.WithLabelValues("unreadable").Inc()
-			d.recorder.Eventf(d.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, uuidOrUnknown(c.uuid), c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
+			h.metrics.healthEvents.WithLabelValues("unreadable").Inc()
+			h.recorder.Eventf(h.node, corev1.EventTypeWarning, "GPUUnhealthy", "GPU %s (%s) cannot be read through NVML (%s); tainted %s=%s:%s", c.device, uuidOrUnknown(c.uuid), c.reason, TaintKey, lostValue, resourceapi.DeviceTaintEffectNoExecute)
 		default:
 			save = true
 			logger.Info("GPU healthy again, removing its taint", "device", c.device, "uuid", c.uuid, "reason", c.reason)
-			d.metrics.healthEvents.WithLabelValues("recovered").Inc()
-			d.recorder.Eventf(d.node, corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, uuidOrUnknown(c.uuid), c.reason)
+			h.metrics.healthEvents.WithLabelValues("recovered").Inc()
+			h.recorder.Eventf(h.node, corev1.EventTypeNormal, "GPURecovered", "GPU %s (%s): %s; taint removed", c.device, uuidOrUnknown(c.uuid), c.reason)
 		}
 	}
 	if save {
-		d.saveTaints(ctx)
+		h.saveTaints(ctx)
 	}
 }
 
@@ -248,23 +271,23 @@ func uuidOrUnknown(uuid string) string {
 	return uuid
 }
 
-func (d *Driver) republish(ctx context.Context) {
-	if err := d.pool.publish(ctx); err != nil {
+func (h *healthWatch) republish(ctx context.Context) {
+	if err := h.pool.publish(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Republishing after a health change")
 	}
 }
 
 // saveTaints records the current taints in the checkpoint, so that a
 // restart does not offer a faulty GPU again.
-func (d *Driver) saveTaints(ctx context.Context) {
-	err := d.guard.exclusive(ctx, func() error {
-		d.gpus.mu.RLock()
-		taints := make(map[string]checkpoint.Taint, len(d.gpus.unhealthy))
-		for name, u := range d.gpus.unhealthy {
+func (h *healthWatch) saveTaints(ctx context.Context) {
+	err := h.guard.exclusive(ctx, func() error {
+		h.gpus.mu.RLock()
+		taints := make(map[string]checkpoint.Taint, len(h.gpus.unhealthy))
+		for name, u := range h.gpus.unhealthy {
 			taints[name] = checkpoint.Taint{UUID: u.uuid, Key: u.taint.Key, Value: u.taint.Value, Effect: string(u.taint.Effect), TimeAdded: u.taint.TimeAdded.Time}
 		}
-		d.gpus.mu.RUnlock()
-		return d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+		h.gpus.mu.RUnlock()
+		return h.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
 			data.Taints = taints
 			return nil
 		})
@@ -277,12 +300,12 @@ func (d *Driver) saveTaints(ctx context.Context) {
 // restoreTaints takes up the taints of the previous run. Each counts as
 // fresh for the quiet period: the plugin cannot know whether the GPU
 // raised events while it was down.
-func (d *Driver) restoreTaints(ctx context.Context) {
-	now := d.clock.Now()
-	d.gpus.mu.Lock()
-	defer d.gpus.mu.Unlock()
-	for name, t := range d.checkpoint.Taints() {
-		d.gpus.unhealthy[name] = unhealthy{
+func (h *healthWatch) restoreTaints(ctx context.Context) {
+	now := h.clock.Now()
+	h.gpus.mu.Lock()
+	defer h.gpus.mu.Unlock()
+	for name, t := range h.checkpoint.Taints() {
+		h.gpus.unhealthy[name] = unhealthy{
 			uuid:      t.UUID,
 			taint:     resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect), TimeAdded: &metav1.Time{Time: t.TimeAdded}},
 			lastEvent: now,

@@ -54,7 +54,7 @@ func migHealthDriver(t *testing.T, n migNode) (*Driver, *clocktesting.FakeClock,
 		c.Health = &HealthConfig{RecoverAfter: time.Minute, IgnoredXIDs: map[uint64]bool{13: true}}
 	})
 	clock := clocktesting.NewFakeClock(time.Now())
-	d.clock, d.guard.mu.clock = clock, clock
+	useClock(d, clock)
 	recorder := record.NewFakeRecorder(100)
 	useRecorder(d, recorder)
 	return d, clock, recorder
@@ -162,7 +162,7 @@ func TestXidOfAGPUInstanceTaintsItsPartition(t *testing.T) {
 				t.Fatalf("both partitions have GPU instance %d", ours)
 			}
 
-			d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: tc.xid, GPUInstance: tc.gpuInstance(ours)})
+			d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: tc.xid, GPUInstance: tc.gpuInstance(ours)})
 
 			if diff := cmp.Diff(tc.want(t, d), taintedDevices(d)); diff != "" {
 				t.Errorf("published taints (-want +got):\n%s", diff)
@@ -202,7 +202,7 @@ func TestPartitionTaintSurvivesRestartAndRecovers(t *testing.T) {
 		t.Fatal(r.Err)
 	}
 	uuid := uuidOf(t, d, "gpu-0")
-	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuid, XID: 94, GPUInstance: ptr.To(gpuInstanceOf(t, d, "m1"))})
+	d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuid, XID: 94, GPUInstance: ptr.To(gpuInstanceOf(t, d, "m1"))})
 
 	restarted, clock, _ := migHealthDriver(t, n)
 	if err := restarted.pool.publish(ctx); err != nil {
@@ -212,13 +212,13 @@ func TestPartitionTaintSurvivesRestartAndRecovers(t *testing.T) {
 		t.Errorf("published taints after a restart (-want +got):\n%s", diff)
 	}
 
-	restarted.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuid, XID: 48})
+	restarted.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuid, XID: 48})
 	if diff := cmp.Diff(wholeGPU0(t, restarted, "xid-48"), taintedDevices(restarted)); diff != "" {
 		t.Errorf("published taints with the GPU tainted too (-want +got):\n%s", diff)
 	}
 
 	clock.Step(time.Hour)
-	restarted.recoverQuietGPUs(ctx)
+	restarted.health.recoverQuietGPUs(ctx)
 	if got := taintedDevices(restarted); len(got) != 0 {
 		t.Errorf("taints outlived the quiet period: %v", got)
 	}

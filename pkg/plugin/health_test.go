@@ -107,8 +107,7 @@ func healthDriver(t *testing.T, dir string, inventory nvml.Inventory) (*Driver, 
 		c.Health = &HealthConfig{RecoverAfter: time.Minute, IgnoredXIDs: map[uint64]bool{13: true}}
 	})
 	clock := clocktesting.NewFakeClock(time.Now())
-	d.clock = clock
-	d.guard.mu.clock = clock
+	useClock(d, clock)
 	return d, clock
 }
 
@@ -116,10 +115,10 @@ func healthDriver(t *testing.T, dir string, inventory nvml.Inventory) (*Driver, 
 // round of rediscovery that found a change does.
 func rediscoverAndPublish(ctx context.Context, t *testing.T, d *Driver) {
 	t.Helper()
-	if err := d.rediscover(ctx); err != nil {
+	if err := d.health.rediscover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d.republish(ctx)
+	d.health.republish(ctx)
 }
 
 func uuidOf(t *testing.T, d *Driver, name string) string {
@@ -137,15 +136,15 @@ func TestLostGPUStaysTaintedUntilNVMLReadsIt(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	inventory := newFlakyInventory("t4-2.yaml")
 	d, clock := healthDriver(t, t.TempDir(), inventory)
-	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: nvml.XIDGPULost})
-	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+	d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: nvml.XIDGPULost})
+	d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
 	published := d.pool.publisher.(*recordingPublisher)
 	if taint := taintOf(published.devices(), "gpu-0"); taint == nil || taint.Value != lostValue || taint.Effect != resourceapi.DeviceTaintEffectNoExecute {
 		t.Fatalf("gpu-0 taint %+v, want %s NoExecute", taint, lostValue)
 	}
 
 	clock.Step(time.Hour)
-	d.recoverQuietGPUs(ctx)
+	d.health.recoverQuietGPUs(ctx)
 	if taint := taintOf(published.devices(), "gpu-1"); taint != nil {
 		t.Errorf("gpu-1's Xid 48 taint outlived the quiet period: %+v", taint)
 	}
@@ -173,10 +172,10 @@ func TestUnreadableGPUIsTaintedAndTheRestPublished(t *testing.T) {
 	inventory := newFlakyInventory("t4-2.yaml")
 	d, _ := healthDriver(t, t.TempDir(), inventory)
 	inventory.setLost(1, true)
-	if err := d.rediscover(ctx); err != nil {
+	if err := d.health.rediscover(ctx); err != nil {
 		t.Fatalf("one unreadable GPU failed discovery: %v", err)
 	}
-	d.republish(ctx)
+	d.health.republish(ctx)
 	devices := d.pool.publisher.(*recordingPublisher).devices()
 	if len(devices) != 2 {
 		t.Fatalf("published %d devices, want both", len(devices))
@@ -196,10 +195,10 @@ func TestTaintsSurviveARestart(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
 	d, _ := healthDriver(t, dir, nil)
-	d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+	d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
 
 	restarted, _ := healthDriver(t, dir, nil)
-	restarted.republish(ctx)
+	restarted.health.republish(ctx)
 	taint := taintOf(restarted.pool.publisher.(*recordingPublisher).devices(), "gpu-1")
 	if taint == nil || taint.Value != "xid-48" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Errorf("after a restart gpu-1 is published with taint %+v, want xid-48 NoSchedule", taint)
@@ -296,7 +295,7 @@ func TestHealthWatchOutlivesAnUnreadableGPU(t *testing.T) {
 			d.cfg.Health.NVML = lib
 			d.cfg.Health.Retry = wait.Backoff{Duration: time.Millisecond}
 			uuid0, uuid1 := uuidOf(t, d, "gpu-0"), uuidOf(t, d, "gpu-1")
-			go d.watchHealth(ctx)
+			go d.health.watch(ctx)
 
 			published.waitForTaints(t, "gpu-1 unreadable", map[string]string{"gpu-0": "", "gpu-1": "gpu-lost:NoExecute"})
 			injectWhenWatched(t, faults, uuid0, 48)
@@ -371,7 +370,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 		name: "lost before the restart",
 		before: func(t *testing.T, d *Driver, inventory *flakyInventory) {
 			inventory.setLost(1, true)
-			if err := d.rediscover(t.Context()); err != nil {
+			if err := d.health.rediscover(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -384,7 +383,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 	}, {
 		name: "Xid before the restart",
 		before: func(t *testing.T, d *Driver, _ *flakyInventory) {
-			d.handleHealthEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
+			d.health.handleEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-1"), XID: 48})
 		},
 		want: func(uuid string) *resourceapi.Device {
 			return &resourceapi.Device{Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
@@ -422,7 +421,7 @@ func TestUnreadableGPUStaysPublishedAfterARestart(t *testing.T) {
 
 			inventory.setLost(1, true)
 			restarted, _ := healthDriver(t, dir, inventory)
-			restarted.republish(ctx)
+			restarted.health.republish(ctx)
 			devices := restarted.pool.publisher.(*recordingPublisher).devices()
 			var got *resourceapi.Device
 			for i := range devices {
@@ -465,11 +464,11 @@ func TestConcurrentPublishesKeepTheNewestTaints(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			d.handleHealthEvent(ctx, nvml.HealthEvent{UUID: uuids[i%2], XID: uint64(40 + i)})
+			d.health.handleEvent(ctx, nvml.HealthEvent{UUID: uuids[i%2], XID: uint64(40 + i)})
 		}()
 		go func() {
 			defer wg.Done()
-			if err := d.rediscover(ctx); err != nil {
+			if err := d.health.rediscover(ctx); err != nil {
 				t.Error(err)
 			}
 			if _, err := d.pool.publishIfChanged(ctx, false); err != nil {

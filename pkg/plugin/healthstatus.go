@@ -76,25 +76,25 @@ func (s *healthSignal) notify() {
 	}
 }
 
-// WatchHealthStatus reports the health of the node's GPUs to the kubelet:
+// reportTo reports the health of the node's GPUs to the kubelet:
 // all of them when the stream opens, again whenever one changes, and again
 // every healthResendEvery. Each kubelet stream has its own call; they share
 // nothing but the driver's state.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	if d.cfg.Health == nil {
+func (h *healthWatch) reportTo(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if h.cfg == nil {
 		return kubeletplugin.ErrHealthNotSupported
 	}
 	logger := klog.FromContext(ctx)
-	resend := d.clock.NewTicker(healthResendEvery)
+	resend := h.clock.NewTicker(healthResendEvery)
 	defer resend.Stop()
 	var sent []kubeletplugin.DeviceHealth
 	due := true
 	for {
-		changed := d.pool.changed.wait()
-		devices, discovered := d.deviceHealth()
+		changed := h.pool.changed.wait()
+		devices, discovered := h.deviceHealth()
 		if discovered && (due || !slices.Equal(devices, sent)) {
 			report := kubeletplugin.DeviceHealthReport{Devices: slices.Clone(devices)}
-			now := d.clock.Now()
+			now := h.clock.Now()
 			for i := range report.Devices {
 				report.Devices[i].LastUpdated = now
 			}
@@ -119,32 +119,38 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
+// WatchHealthStatus reports the health of the node's GPUs to the kubelet
+// (healthWatch.reportTo).
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	return d.health.reportTo(ctx, reports)
+}
+
 // deviceHealth is the health of the published GPUs, in index order, without
 // LastUpdated. discovered is false until the GPUs were first read: a report
 // then would say the node has none.
-func (d *Driver) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovered bool) {
-	d.gpus.mu.RLock()
-	defer d.gpus.mu.RUnlock()
-	if d.gpus.byName == nil {
+func (h *healthWatch) deviceHealth() (devices []kubeletplugin.DeviceHealth, discovered bool) {
+	h.gpus.mu.RLock()
+	defer h.gpus.mu.RUnlock()
+	if h.gpus.byName == nil {
 		return nil, false
 	}
-	names := make([]string, 0, len(d.gpus.byName))
-	for name := range d.gpus.byName {
+	names := make([]string, 0, len(h.gpus.byName))
+	for name := range h.gpus.byName {
 		names = append(names, name)
 	}
-	for _, dev := range d.gpus.rememberedDevicesLocked() {
+	for _, dev := range h.gpus.rememberedDevicesLocked() {
 		names = append(names, dev.Name)
 	}
 	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(deviceIndex(a), deviceIndex(b)) })
 	devices = make([]kubeletplugin.DeviceHealth, 0, len(names))
 	for _, name := range names {
-		h := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, HealthCheckTimeout: healthLease}
-		if u, tainted := d.gpus.unhealthy[name]; tainted {
-			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, healthMessage(u)
-		} else if d.gpus.unwatched != nil {
-			h.Health, h.Message = kubeletplugin.HealthStatusUnknown, "Xid events are not watched: "+d.gpus.unwatched.Error()
+		dh := kubeletplugin.DeviceHealth{PoolName: h.node.Name, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy, HealthCheckTimeout: healthLease}
+		if u, tainted := h.gpus.unhealthy[name]; tainted {
+			dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, healthMessage(u)
+		} else if h.gpus.unwatched != nil {
+			dh.Health, dh.Message = kubeletplugin.HealthStatusUnknown, "Xid events are not watched: "+h.gpus.unwatched.Error()
 		}
-		devices = append(devices, h)
+		devices = append(devices, dh)
 	}
 	return devices, true
 }
@@ -164,11 +170,11 @@ func healthMessage(u unhealthy) string {
 	}
 }
 
-// healthNotWatched records that NVML's Xid events cannot be watched, so
+// notWatched records that NVML's Xid events cannot be watched, so
 // that the untainted GPUs are reported Unknown rather than Healthy.
-func (d *Driver) healthNotWatched(err error) {
-	d.gpus.mu.Lock()
-	d.gpus.unwatched = err
-	d.gpus.mu.Unlock()
-	d.pool.changed.notify()
+func (h *healthWatch) notWatched(err error) {
+	h.gpus.mu.Lock()
+	h.gpus.unwatched = err
+	h.gpus.mu.Unlock()
+	h.pool.changed.notify()
 }

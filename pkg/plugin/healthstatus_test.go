@@ -125,14 +125,14 @@ func (s *healthStream) waitFor(t *testing.T, step string, want []kubeletplugin.D
 func TestKubeletIsToldGPUHealth(t *testing.T) {
 	xid := func(t *testing.T, d *Driver, device string, xid uint64) {
 		t.Helper()
-		d.handleHealthEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, device), XID: xid})
+		d.health.handleEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, device), XID: xid})
 	}
 	// quiet lets the GPUs go quiet for the recovery period. It is shorter
 	// than healthResendEvery, so that only a change can send the report.
 	quiet := func(t *testing.T, d *Driver, clock *clocktesting.FakeClock) {
 		d.cfg.Health.RecoverAfter = time.Second
 		clock.Step(time.Second)
-		d.recoverQuietGPUs(t.Context())
+		d.health.recoverQuietGPUs(t.Context())
 	}
 	failingNVML := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
 	notWatched := "Xid events are not watched: " + nvml.WatchHealth(t.Context(), failingNVML, nil, wait.Backoff{}).Error()
@@ -174,14 +174,14 @@ func TestKubeletIsToldGPUHealth(t *testing.T) {
 		name: "unreadable until NVML reads it",
 		before: func(t *testing.T, d *Driver, inventory *flakyInventory) {
 			inventory.setLost(1, true)
-			if err := d.rediscover(t.Context()); err != nil {
+			if err := d.health.rediscover(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 		},
 		wantFirst: []kubeletplugin.DeviceHealth{healthyGPU("gpu-0"), gpuHealth("gpu-1", kubeletplugin.HealthStatusUnhealthy, unreadableText)},
 		then: func(t *testing.T, d *Driver, inventory *flakyInventory, _ *clocktesting.FakeClock) {
 			inventory.setLost(1, false)
-			if err := d.rediscover(t.Context()); err != nil {
+			if err := d.health.rediscover(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := d.pool.publishIfChanged(t.Context(), false); err != nil {
@@ -204,7 +204,7 @@ func TestKubeletIsToldGPUHealth(t *testing.T) {
 		wantFirst: []kubeletplugin.DeviceHealth{healthyGPU("gpu-0"), gpuHealth("gpu-1", kubeletplugin.HealthStatusUnhealthy, xid48Message)},
 		then: func(t *testing.T, d *Driver, _ *flakyInventory, _ *clocktesting.FakeClock) {
 			d.cfg.Health.NVML = failingNVML
-			go d.watchHealth(t.Context())
+			go d.health.watch(t.Context())
 		},
 		wantThen: []kubeletplugin.DeviceHealth{gpuHealth("gpu-0", kubeletplugin.HealthStatusUnknown, notWatched), gpuHealth("gpu-1", kubeletplugin.HealthStatusUnhealthy, xid48Message)},
 	}} {
@@ -262,7 +262,7 @@ func TestHealthStreamsAreIndependent(t *testing.T) {
 		t.Fatal("WatchHealthStatus did not return when its stream was cancelled")
 	}
 
-	d.handleHealthEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: 48})
+	d.health.handleEvent(t.Context(), nvml.HealthEvent{UUID: uuidOf(t, d, "gpu-0"), XID: 48})
 	second.waitFor(t, "Xid after the first stream ended", []kubeletplugin.DeviceHealth{gpuHealth("gpu-0", kubeletplugin.HealthStatusUnhealthy, xid48Message), healthyGPU("gpu-1")})
 }
 
@@ -278,7 +278,7 @@ func TestHealthMonitorDoesNotWaitForTheKubelet(t *testing.T) {
 	go func() {
 		defer close(handled)
 		for _, xid := range xids {
-			d.handleHealthEvent(t.Context(), nvml.HealthEvent{UUID: uuid, XID: xid})
+			d.health.handleEvent(t.Context(), nvml.HealthEvent{UUID: uuid, XID: xid})
 		}
 	}()
 	select {
@@ -314,10 +314,10 @@ func TestHealthWaitsForDiscovery(t *testing.T) {
 		t.Fatalf("reported %+v before the GPUs were discovered", r)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if err := d.rediscover(t.Context()); err != nil {
+	if err := d.health.rediscover(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	d.republish(t.Context())
+	d.health.republish(t.Context())
 	if diff := cmp.Diff([]kubeletplugin.DeviceHealth{healthyGPU("gpu-0"), healthyGPU("gpu-1")}, s.next(t, "GPUs discovered").Devices, ignoreLastUpdated); diff != "" {
 		t.Errorf("first report (-want +got):\n%s", diff)
 	}

@@ -101,26 +101,26 @@ func (g *nodeGPUs) sweepUnreadableLocked(unreadable map[int]error) {
 
 // handleUnreadable taints the GPU at index that the health watcher cannot
 // read, as a rediscovery would.
-func (d *Driver) handleUnreadable(ctx context.Context, index int, why error) {
-	claimed := d.claimedDevices()
-	d.gpus.mu.Lock()
-	change, report := d.gpus.taintUnreadableLocked(index, why, claimed, d.clock.Now())
-	d.gpus.mu.Unlock()
+func (h *healthWatch) handleUnreadable(ctx context.Context, index int, why error) {
+	claimed := h.claimedDevices()
+	h.gpus.mu.Lock()
+	change, report := h.gpus.taintUnreadableLocked(index, why, claimed, h.clock.Now())
+	h.gpus.mu.Unlock()
 	if report {
-		d.reportHealthChanges(ctx, []healthChange{change})
+		h.reportChanges(ctx, []healthChange{change})
 	}
-	if _, err := d.pool.publishIfChanged(ctx, false); err != nil {
+	if _, err := h.pool.publishIfChanged(ctx, false); err != nil {
 		klog.FromContext(ctx).Error(err, "Republishing after a health change")
 	}
 }
 
 // claimedDevices are the names of this node's devices that prepared claims
 // hold.
-func (d *Driver) claimedDevices() map[string]bool {
+func (h *healthWatch) claimedDevices() map[string]bool {
 	claimed := map[string]bool{}
-	for _, c := range d.checkpoint.List() {
+	for _, c := range h.checkpoint.List() {
 		for _, dev := range c.Devices {
-			if dev.Pool == "" || dev.Pool == d.cfg.NodeName {
+			if dev.Pool == "" || dev.Pool == h.node.Name {
 				claimed[dev.Name] = true
 			}
 		}
