@@ -180,8 +180,25 @@ func (e *controllerEnv) createQueuedJob(t *testing.T, name string, pods int32) *
 // createQueuedJobFrom is createQueuedJob with another template.
 func (e *controllerEnv) createQueuedJobFrom(t *testing.T, name, template string, pods int32) *batchv1.Job {
 	t.Helper()
+	return e.createJob(t, queuedJob{name: name, template: template, queue: "team", pods: pods})
+}
+
+// queuedJob is a Job for a Kueue LocalQueue whose pods each use one claim
+// from template; priority, unless empty, names a WorkloadPriorityClass.
+type queuedJob struct {
+	name, template, queue, priority string
+	pods                            int32
+}
+
+func (e *controllerEnv) createJob(t *testing.T, j queuedJob) *batchv1.Job {
+	t.Helper()
+	name, template, pods := j.name, j.template, j.pods
+	labels := map[string]string{testbed.KueueQueueNameLabel: j.queue}
+	if j.priority != "" {
+		labels[testbed.KueuePriorityClassLabel] = j.priority
+	}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{testbed.KueueQueueNameLabel: "team"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: batchv1.JobSpec{
 			Parallelism: ptr.To(pods), Completions: ptr.To(pods),
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{

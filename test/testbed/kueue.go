@@ -46,6 +46,9 @@ const KueueCRDDir = "kueue-crds"
 // KueueQueueNameLabel is the label that puts a Job in a Kueue LocalQueue.
 const KueueQueueNameLabel = "kueue.x-k8s.io/queue-name"
 
+// KueuePriorityClassLabel names the WorkloadPriorityClass of a Job.
+const KueuePriorityClassLabel = "kueue.x-k8s.io/priority-class"
+
 // KueueWorkloads is the resource of Kueue's Workloads. It is spelled out in
 // full: Kubernetes may serve a Workload kind of its own.
 var KueueWorkloads = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
@@ -56,6 +59,9 @@ type KueueOptions struct {
 	// quota for (such as prism.dev/gpu) to the DeviceClasses whose devices,
 	// requested in ResourceClaimTemplates, count against it.
 	DeviceClassMappings map[string][]string
+	// FairSharing turns on Kueue's fair sharing between the ClusterQueues
+	// of a cohort, with Kueue's default preemption strategies.
+	FairSharing bool
 }
 
 // Kueue is Kueue's controller manager running against the cluster as a
@@ -191,6 +197,9 @@ func kueueConfig(opts KueueOptions, certDir string, webhookPort, healthPort int)
 	}
 	if len(mappings) > 0 {
 		cfg["resources"] = map[string]any{"deviceClassMappings": mappings}
+	}
+	if opts.FairSharing {
+		cfg["fairSharing"] = map[string]any{"preemptionStrategies": []string{"LessThanOrEqualToFinalShare", "LessThanInitialShare"}}
 	}
 	return yaml.Marshal(cfg)
 }
