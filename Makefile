@@ -76,22 +76,13 @@ demo: testbed ## Start the demo cluster (a daemon, root) and run the scenarios o
 demo-down: ## Stop the demo cluster and check that nothing is left behind.
 	$(GO) run ./demo/cmd/prism-demo down
 
-# The allocator phase measures the stock allocator library against the patched one
-# (docs/upstream-allocator.md) in ALLOC_PAIRS interleaved pairs of child runs, from a
-# second prism-bench built against the patched library; ALLOC_PAIRS=0 measures the
-# stock library alone, once, in process.
-ALLOC_PAIRS ?= 6
-
 .PHONY: bench
 bench: testbed build ## Performance on the test bed (root): a one-screen summary of the headline ratios, the full table in _output/bench/bench.txt, JSON beside it; with SIM_TRACE also the placement sweep (bench-sim).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-floor-plugin ./test/bench/cmd/prism-floor-plugin && \
-	if [[ "$(ALLOC_PAIRS)" != 0 ]]; then hack/upstream-allocator.sh >/dev/null && \
-		$(GO) build -modfile=$(CURDIR)/_output/upstream/go.mod -o $(CURDIR)/_output/bench/prism-bench-patched ./test/bench/cmd/prism-bench; fi && \
 	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
 		--floor-plugin=$(CURDIR)/_output/bench/prism-floor-plugin \
-		$(if $(filter-out 0,$(ALLOC_PAIRS)),--patched-bench=$(CURDIR)/_output/bench/prism-bench-patched --alloc-pairs=$(ALLOC_PAIRS)) \
 		--out=$(CURDIR)/_output/bench/bench.json $(BENCH_FLAGS)
 	@# The placement sweep needs the public Alibaba trace, which is not kept here and
 	@# which the module proxy does not serve: run it when SIM_TRACE names it.

@@ -30,10 +30,8 @@ import (
 )
 
 // BenchmarkPlainAllocate runs the plain claim alone over the 500-node mixed
-// fleet, one Allocate per node per iteration: what a CPU profile of either
-// library (-modfile=_output/upstream/go.mod) is taken on, to see where a
-// plain claim's time goes (docs/upstream-allocator.md). The ratio between
-// the libraries comes from prism-bench --patched-bench, not from here.
+// fleet, one Allocate per node per iteration: what a CPU profile of the
+// allocator library is taken on, to see where a plain claim's time goes.
 func BenchmarkPlainAllocate(b *testing.B) {
 	ctx := context.Background()
 	f, err := NewMixedFleet(ctx, "", 500, 8)

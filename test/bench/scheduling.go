@@ -145,13 +145,6 @@ func renewLeases(ctx context.Context, client kubernetes.Interface, names []strin
 type SchedulingOptions struct {
 	Nodes, Pods, Warmup int
 	Profile             string // name of one of Profiles for the rewritten claims
-	// SchedulerBin is the kube-scheduler to measure; empty: the test bed's.
-	SchedulerBin string
-	// PatchedSchedulerBin, when set, is a kube-scheduler built against the
-	// patched allocator library (prism-scheduler) to run beside
-	// SchedulerBin: each batch of each kind is then scheduled by both in
-	// turn, half the pods each, and both are compared kind by kind.
-	PatchedSchedulerBin string
 	// FiguresAsCapacity publishes the slices as a plugin with
 	// --figures-as-capacity does (the chart's, ShippedFiguresAsCapacity),
 	// for every kind, and adds the ladder in ShippedForm, with its tier
@@ -173,10 +166,9 @@ const (
 )
 
 // Scheduling publishes Nodes and ResourceSlices for a mixed fleet directly,
-// runs a kube-scheduler (the test bed's build unless o.SchedulerBin names
-// another) with its own profile name and a client QPS that does not
-// throttle, and measures how fast it binds pods whose claims are plain or
-// rewritten.
+// runs the test bed's kube-scheduler with its own profile name and a client
+// QPS that does not throttle, and measures how fast it binds pods whose
+// claims are plain or rewritten.
 func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, o SchedulingOptions) ([]Row, error) {
 	logger := klog.FromContext(ctx)
 	newFleet := NewMixedFleet
@@ -213,19 +205,11 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	go renewLeases(renewCtx, client, names, 15*time.Second)
 	logger.Info("Published nodes and slices", "nodes", len(names), "elapsed", time.Since(start).Round(time.Millisecond))
 
-	// Each scheduler has its own name, and pods name theirs.
-	type benchSched struct{ name, bin, suffix string }
-	scheds := []benchSched{{benchScheduler, o.SchedulerBin, ""}}
-	if o.PatchedSchedulerBin != "" {
-		scheds = append(scheds, benchSched{benchScheduler + "-patched", o.PatchedSchedulerBin, "-patched"})
+	sched, err := startBenchScheduler(ctx, c)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range scheds {
-		sched, err := startBenchScheduler(ctx, c, s.bin, s.name)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = sched.Stop(10 * time.Second) }()
-	}
+	defer func() { _ = sched.Stop(10 * time.Second) }()
 
 	var profile *rewrite.Profile
 	for _, p := range Profiles {
@@ -317,33 +301,25 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	if err := waitForServiceAccount(ctx, client, ns); err != nil {
 		return nil, err
 	}
-	// Warm up: the schedulers' informers, their CEL caches, every claim shape.
-	for _, s := range scheds {
-		for _, k := range kinds {
-			if _, err := schedulePods(ctx, client, ns, s.name, "warm-"+k.name+s.suffix, k.spec, k.affinity, o.Warmup); err != nil {
-				return nil, fmt.Errorf("warm-up: %w", err)
-			}
+	// Warm up: the scheduler's informers, its CEL caches, every claim shape.
+	for _, k := range kinds {
+		if _, err := schedulePods(ctx, client, ns, "warm-"+k.name, k.spec, k.affinity, o.Warmup); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	// Alternate batches of each kind so that drift on the shared machine
-	// hits all of them; with two schedulers, each batch of a kind goes to
-	// both, in turn, the first one changing from batch to batch. Each batch
-	// is released before the next, so every one meets an empty fleet.
-	results := make([][][]schedResult, len(scheds)) // scheduler, kind, batch
-	for si := range scheds {
-		results[si] = make([][]schedResult, len(kinds))
-	}
+	// hits all of them. Each batch is released before the next, so every
+	// one meets an empty fleet.
+	results := make([][]schedResult, len(kinds)) // kind, batch
 	batches := 2
-	per := o.Pods / batches / len(scheds)
+	per := o.Pods / batches
 	for b := range batches {
 		for i, k := range kinds {
-			for _, si := range schedOrder(b, len(scheds)) {
-				r, err := schedulePods(ctx, client, ns, scheds[si].name, fmt.Sprintf("%s-%d%s", k.name, b, scheds[si].suffix), k.spec, k.affinity, per)
-				if err != nil {
-					return nil, err
-				}
-				results[si][i] = append(results[si][i], r)
+			r, err := schedulePods(ctx, client, ns, fmt.Sprintf("%s-%d", k.name, b), k.spec, k.affinity, per)
+			if err != nil {
+				return nil, err
 			}
+			results[i] = append(results[i], r)
 		}
 	}
 	tainted := 0
@@ -359,7 +335,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	walls := make([]string, len(kinds))
 	onTop := make([]string, len(kinds))
 	for i := range kinds {
-		sums[i] = sumSched(results[0][i])
+		sums[i] = sumSched(results[i])
 		walls[i] = fmt.Sprintf("%s %s", kinds[i].name, sums[i].wall.Round(time.Millisecond))
 		n := 0
 		perModel := map[string]int{}
@@ -374,9 +350,6 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	cse := fmt.Sprintf("%d nodes x 8 GPUs, %s", o.Nodes, o.Profile)
 	note := fmt.Sprintf("%d pods each in %d alternating batches; wall %s; %d nodes tainted at end",
 		sums[0].pods, batches, strings.Join(walls, ", "), tainted)
-	if len(scheds) > 1 {
-		note += "; batches alternating with the patched scheduler"
-	}
 	var rows []Row
 	compare := func(a, b int, note string) {
 		pa, pb := sums[a], sums[b]
@@ -399,41 +372,7 @@ func Scheduling(ctx context.Context, c *testbed.Cluster, client kubernetes.Inter
 	}
 	compare(2, 4, fmt.Sprintf("affinity: hard needs in the claim, %s on the pod; pods on the first tier's models (%s): %s",
 		decision.TermsSummary(), strings.Join(decision.Terms[0].Models, ", "), strings.Join(onTop, ", ")))
-	if len(scheds) > 1 {
-		stockName, patchedName := "stock "+filepath.Base(c.BinPath("kube-scheduler")), filepath.Base(o.PatchedSchedulerBin)
-		if o.SchedulerBin != "" {
-			stockName = filepath.Base(o.SchedulerBin)
-		}
-		libCase := cse + ", allocator library"
-		for i, k := range kinds {
-			ps := sumSched(results[1][i])
-			note := ""
-			if i == 0 {
-				note = fmt.Sprintf("%d pods of each kind per scheduler, batches alternating between the two schedulers, the first changing from batch to batch", ps.pods)
-			}
-			rows = append(rows,
-				NewRow("scheduling", libCase, k.name+": pods bound per second", "pods/s", stockName, sums[i].rate(), patchedName, ps.rate(), note),
-				NewRow("scheduling", libCase, k.name+": create-to-bound p50", "ms", stockName, ms(Percentile(sums[i].latencies, 0.5)), patchedName, ms(Percentile(ps.latencies, 0.5)), ""))
-		}
-	}
 	return rows, nil
-}
-
-// schedOrder is the order in which n schedulers (one or two) take batch b:
-// the stock one first in even batches, the patched one in odd ones.
-func schedOrder(b, n int) []int {
-	if n == 1 {
-		return []int{0}
-	}
-	var out []int
-	for _, patched := range PairOrder(b) {
-		if patched {
-			out = append(out, 1)
-		} else {
-			out = append(out, 0)
-		}
-	}
-	return out
 }
 
 type schedResult struct {
@@ -470,7 +409,7 @@ func waitForServiceAccount(ctx context.Context, client kubernetes.Interface, ns 
 // schedulePods creates n claims with spec, then n pods using them, and
 // waits until every pod has a node. Claims are created first so that only
 // pod creation overlaps with scheduling.
-func schedulePods(ctx context.Context, client kubernetes.Interface, ns, scheduler, kind string, spec *resourceapi.ResourceClaimSpec, affinity *corev1.Affinity, n int) (schedResult, error) {
+func schedulePods(ctx context.Context, client kubernetes.Interface, ns, kind string, spec *resourceapi.ResourceClaimSpec, affinity *corev1.Affinity, n int) (schedResult, error) {
 	if err := parallel(n, 8, func(i int) error {
 		_, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourceapi.ResourceClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", kind, i), Labels: map[string]string{"bench": kind}},
@@ -490,7 +429,7 @@ func schedulePods(ctx context.Context, client kubernetes.Interface, ns, schedule
 	createErr := make(chan error, 1)
 	go func() {
 		createErr <- parallel(n, 8, func(i int) error {
-			pod := benchPod(fmt.Sprintf("%s-%d", kind, i), kind, scheduler)
+			pod := benchPod(fmt.Sprintf("%s-%d", kind, i), kind)
 			pod.Spec.Affinity = affinity
 			created[i] = time.Now()
 			_, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -576,11 +515,11 @@ func release(ctx context.Context, client kubernetes.Interface, ns, kind string) 
 	}
 }
 
-func benchPod(name, kind, scheduler string) *corev1.Pod {
+func benchPod(name, kind string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": kind}},
 		Spec: corev1.PodSpec{
-			SchedulerName:                 scheduler,
+			SchedulerName:                 benchScheduler,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
 			Containers: []corev1.Container{{
@@ -591,15 +530,13 @@ func benchPod(name, kind, scheduler string) *corev1.Pod {
 	}
 }
 
-// startBenchScheduler runs bin (the test bed's kube-scheduler when empty)
-// beside the test bed's own scheduler, for pods with schedulerName name
-// only. Its client QPS is raised from the default 50 so that the numbers show the
+// startBenchScheduler runs the test bed's kube-scheduler a second time,
+// beside the test bed's own scheduler, for pods with schedulerName
+// benchScheduler only. Its client QPS is raised from the default 50 so that the numbers show the
 // scheduler's work, not client-side throttling (each pod costs a claim
 // status update, a binding and an event).
-func startBenchScheduler(ctx context.Context, c *testbed.Cluster, bin, name string) (*testbed.Process, error) {
-	if bin == "" {
-		bin = c.BinPath("kube-scheduler")
-	}
+func startBenchScheduler(ctx context.Context, c *testbed.Cluster) (*testbed.Process, error) {
+	name := benchScheduler
 	dir := filepath.Join(c.WorkDir(), "run", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -619,5 +556,5 @@ profiles:
 		return nil, err
 	}
 	return testbed.StartProcess(ctx, name, dir, filepath.Join(c.WorkDir(), "logs", name+".log"),
-		bin, "--config="+cfg, "--secure-port=0", "--v=1")
+		c.BinPath("kube-scheduler"), "--config="+cfg, "--secure-port=0", "--v=1")
 }

@@ -27,8 +27,7 @@ import (
 )
 
 // Headline is one line of the summary: a row of the table, picked by its
-// section, metric and the two things it compares, or a figure of the
-// library comparison.
+// section, metric and the two things it compares.
 type Headline struct {
 	// Phase is the prism-bench phase (--only) that measures it.
 	Phase string
@@ -45,9 +44,6 @@ type Headline struct {
 	// ShowCase adds the row's case to the line: the phase has several and
 	// the last one is shown.
 	ShowCase bool
-	// Library, when set, takes the figure from the comparison of the stock
-	// and the patched allocator library instead of from a row.
-	Library func(*LibraryComparison) (s Spread, detail string, ok bool)
 	// Hint says what a run of the phase needs to measure it.
 	Hint string
 	// Form is the form of the rewritten claim the row measures, where the
@@ -81,8 +77,6 @@ var Headlines = []Headline{
 		AName: "plain", BName: allocCELLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: rewrite.FormCEL},
 	{Phase: "allocator", Label: "rewritten ladder vs the preference written by hand", Section: "allocator", Metric: "mean per node",
 		AName: "selective", BName: allocCELLadder, CaseSuffix: ", " + Profiles[0].Name, ShowCase: true, Form: rewrite.FormCEL},
-	{Phase: "allocator", Label: "patched vs stock library, plain claim, all cases", Library: plainPooled, Hint: "needs --patched-bench"},
-	{Phase: "allocator", Label: "patched library's best ladder vs stock plain claim", Library: largestLadder, Hint: "needs --patched-bench", Form: rewrite.FormCEL},
 	{Phase: "mig-alloc", Label: "whole GPU, 8-GPU MIG node vs plain node, µs", Section: "mig allocator", Metric: "median per node",
 		AName: migAllocReference, BName: "plain claim, MIG node", CaseSuffix: migAllocCaseName(8, migAllocIdle)},
 	{Phase: "mig-alloc", Label: "light job's ladder, half-cut MIG node vs plain", Section: "mig allocator", Metric: "median per node",
@@ -114,18 +108,6 @@ var Headlines = []Headline{
 	{Phase: "controller-scale", Label: "controller RSS after load, largest vs smallest fleet", Section: "controller scale", Metric: "RSS after admission load (VmRSS)"},
 	{Phase: "controller-scale", Label: "webhook p99 (rewrite), largest vs smallest fleet", Section: "controller scale", Metric: "mutating webhook p99, rewrite"},
 	{Phase: "controller-scale", Label: "controller start to first rewrite, largest vs smallest", Section: "controller scale", Metric: "start to first rewrite"},
-}
-
-func plainPooled(c *LibraryComparison) (Spread, string, bool) {
-	return c.PlainPooled, fmt.Sprintf("median (range) over %d case-pairs", c.PlainSamples), c.PlainSamples > 0
-}
-
-func largestLadder(c *LibraryComparison) (Spread, string, bool) {
-	if len(c.Cases) == 0 {
-		return Spread{}, "", false
-	}
-	r := c.Cases[len(c.Cases)-1]
-	return r.LadderRatio, fmt.Sprintf("median (range) over %d pairs, the cheaper of %s (%s)", r.Pairs, strings.Join(ladderShapes, " and "), r.Case), true
 }
 
 // match is the last row the headline picks.
@@ -174,16 +156,6 @@ func Summary(w io.Writer, rep *Report) {
 // figure is the headline's ratio and where it comes from; empty when the
 // report lacks it.
 func (h Headline) figure(rep *Report) (ratio, detail string) {
-	if h.Library != nil {
-		if rep.Libraries == nil {
-			return "", ""
-		}
-		s, detail, ok := h.Library(rep.Libraries)
-		if !ok {
-			return "", ""
-		}
-		return fmt.Sprintf("%.2fx (%.2f–%.2f)", s.Median, s.Min, s.Max), detail
-	}
 	r, ok := h.match(rep.Rows)
 	if !ok {
 		return "", ""

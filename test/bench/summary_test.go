@@ -78,13 +78,6 @@ func TestSummary(t *testing.T) {
 		NewRow("admission", "prism-controller", "mutating webhook p99", "ms", "no-annotation", 1, "rewrite", 1.5, ""),
 		NewRow("usage sampling", "8 GPUs, 8 claims", "plugin CPU (utime+stime)", "s per minute", "sampling off", 0.2, "sampling on", 0.3, ""),
 	}
-	libs := &LibraryComparison{
-		Cases: []LibraryRatio{
-			{Case: "100 nodes, MemoryBound-performance", Pairs: 6, LadderRatio: Spread{Median: 1.5, Min: 1.4, Max: 1.6}},
-			{Case: "2000 nodes, MemoryBound-performance", Pairs: 6, LadderRatio: Spread{Median: 1.2, Min: 1.1, Max: 1.3}},
-		},
-		PlainPooled: Spread{Median: 0.6, Min: 0.55, Max: 0.65}, PlainSamples: 12,
-	}
 	// The scheduling phase with --sched-figures-as-capacity, as the
 	// phase emits them: plain against every kind, the selective claim
 	// against the ladders.
@@ -124,14 +117,12 @@ func TestSummary(t *testing.T) {
 		},
 		{
 			name: "some phases, some rows",
-			rep:  &Report{Rows: rows, Libraries: libs, Phases: phases("allocator", "testbed", "prepare", "admission", "usage")},
+			rep:  &Report{Rows: rows, Phases: phases("allocator", "testbed", "prepare", "admission", "usage")},
 			want: map[string]string{
 				"rewritten ladder vs plain claim, µs per node":                 "0.70x plain, figures as capacity 10.0 → ladder, capacity floor and bounds 7.00 µs (2000 nodes, MemoryBound-performance)",
 				"rewritten ladder vs the preference written by hand":           "0.15x selective, figures as capacity 40.0 → ladder, capacity floor and bounds 6.00 µs (2000 nodes, MemoryBound-performance)",
 				"CEL form: rewritten ladder vs plain claim, µs per node":       "2.00x plain 10.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
 				"CEL form: rewritten ladder vs the preference written by hand": "0.50x selective 40.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
-				"patched vs stock library, plain claim, all cases":             "0.60x (0.55–0.65) median (range) over 12 case-pairs",
-				"CEL form: patched library's best ladder vs stock plain claim": "1.20x (1.10–1.30) median (range) over 6 pairs, the cheaper of ladder and ladder, capacity floor (2000 nodes, MemoryBound-performance)",
 				"prepare p50, 1 GPU, Prism vs reference driver":                "not measured needs --reference-plugin",
 				"prepare p99, 1 GPU, Prism vs reference driver":                "not measured needs --reference-plugin",
 				"prepare p50, 1 GPU, vs a client GET of the claim":             "1.50x GET claim 2.00 → prepare 1 GPU 3.00 ms",
@@ -158,15 +149,13 @@ func TestSummary(t *testing.T) {
 			base: "not run",
 		},
 		{
-			name: "allocator without --patched-bench",
+			name: "the allocator phase alone",
 			rep:  &Report{Rows: rows[:9], Phases: phases("allocator")},
 			want: map[string]string{
 				"rewritten ladder vs plain claim, µs per node":                 "0.70x plain, figures as capacity 10.0 → ladder, capacity floor and bounds 7.00 µs (2000 nodes, MemoryBound-performance)",
 				"rewritten ladder vs the preference written by hand":           "0.15x selective, figures as capacity 40.0 → ladder, capacity floor and bounds 6.00 µs (2000 nodes, MemoryBound-performance)",
 				"CEL form: rewritten ladder vs plain claim, µs per node":       "2.00x plain 10.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
 				"CEL form: rewritten ladder vs the preference written by hand": "0.50x selective 40.0 → ladder 20.0 µs (2000 nodes, MemoryBound-performance)",
-				"patched vs stock library, plain claim, all cases":             "not measured needs --patched-bench",
-				"CEL form: patched library's best ladder vs stock plain claim": "not measured needs --patched-bench",
 			},
 			base: "not run",
 		},
@@ -234,7 +223,6 @@ func TestHeadlinesLeadWithTheShippedForm(t *testing.T) {
 			{"rewritten ladder vs the preference written by hand", "capacity", "selective, figures as capacity", "ladder, capacity floor and bounds"},
 			{"CEL form: rewritten ladder vs plain claim, µs per node", "cel", "plain", "ladder"},
 			{"CEL form: rewritten ladder vs the preference written by hand", "cel", "selective", "ladder"},
-			{"CEL form: patched library's best ladder vs stock plain claim", "cel", "", ""},
 		},
 		"scheduling": {
 			{"pods bound per second, ladder vs plain claim", "capacity", "plain", "ladder-bounds"},
@@ -264,7 +252,7 @@ func TestAllocatorHeadlinesFindTheirRows(t *testing.T) {
 	}
 	rep := &Report{Rows: rows, Phases: phases("allocator")}
 	for _, h := range Headlines {
-		if h.Phase != "allocator" || h.Library != nil {
+		if h.Phase != "allocator" {
 			continue
 		}
 		if ratio, detail := h.figure(rep); ratio == "" || ratio == "-" {

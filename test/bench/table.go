@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -62,10 +63,6 @@ type Report struct {
 	Rows     []Row         `json:"rows"`
 	Errors   []string      `json:"errors,omitempty"`
 	Phases   []PhaseTiming `json:"phases"`
-	// Libraries compares the stock allocator library with the patched one
-	// (--patched-bench), from LibraryRuns.
-	Libraries   *LibraryComparison `json:"libraries,omitempty"`
-	LibraryRuns []LibraryRun       `json:"libraryRuns,omitempty"`
 }
 
 // Host describes where the numbers were taken.
@@ -73,11 +70,27 @@ type Host struct {
 	CPUs      int    `json:"cpus"`
 	GoVersion string `json:"goVersion"`
 	StateFS   string `json:"stateFS"`
-	// AllocatorLibrary is the DRA library this binary was built with.
-	AllocatorLibrary string `json:"allocatorLibrary"`
 	// Load1 is the one-minute load average when the run started and ended.
 	Load1Start float64 `json:"load1Start"`
 	Load1End   float64 `json:"load1End"`
+}
+
+// Load1 is the one-minute load average, or -1 where /proc/loadavg cannot
+// be read.
+func Load1() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }
 
 // PhaseTiming is how long each phase of the run took.
@@ -114,30 +127,14 @@ func Print(w io.Writer, rows []Row) {
 	tw.Flush()
 }
 
-// PrintFull writes every row and, when the allocator libraries were
-// compared, their table: what WriteTable puts in the file.
-func PrintFull(w io.Writer, rep *Report) {
-	Print(w, rep.Rows)
-	if rep.Libraries == nil {
-		return
-	}
-	libs := map[bool]string{}
-	for _, r := range rep.LibraryRuns {
-		libs[r.Patched] = r.Library
-	}
-	fmt.Fprintf(w, "\nallocator library, patched against stock, ratios within each pair of neighbouring runs: median (range); stock %s, patched %s; load average %.2f at start, %.2f at end\n",
-		libs[false], libs[true], rep.Host.Load1Start, rep.Host.Load1End)
-	PrintLibraries(w, rep.Libraries)
-}
-
-// WriteTable writes the full table (PrintFull) to path, creating the
+// WriteTable writes the full table (Print) to path, creating the
 // directory.
 func WriteTable(path string, rep *Report) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder
-	PrintFull(&b, rep)
+	Print(&b, rep.Rows)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 

@@ -48,15 +48,11 @@ func main() {
 		out         = flag.String("out", "_output/bench/bench.json", "JSON output")
 		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs); add 5000 for the large case, which takes about twice as long as the default sizes together")
 		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")
-		patchedBin  = flag.String("patched-bench", "", "a prism-bench built with -modfile=_output/upstream/go.mod (hack/upstream-allocator.sh); when set, the allocator phase runs in child processes, this binary and that one in turn, and compares the two allocator libraries pair by pair")
-		pairs       = flag.Int("alloc-pairs", 6, "with --patched-bench: allocator runs of each library, interleaved")
 		migRounds   = flag.Int("mig-alloc-rounds", 1000, "timed rounds of the mig-alloc phase, each allocating every claim once")
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
 		schedFigs   = flag.Bool("sched-figures-as-capacity", bench.ShippedFiguresAsCapacity, "publish the scheduling phase's slices with the figures as capacities, as the chart's plugin does, and measure the ladder the controller writes by default (capacity floor and tier bounds) beside the CEL form; false measures the CEL form alone, on slices without them")
-		schedBin    = flag.String("sched-bin", "", "kube-scheduler binary for the scheduling phase, e.g. prism-scheduler from hack/upstream-allocator.sh; empty: the test bed's")
-		patchedSch  = flag.String("patched-sched-bin", "", "prism-scheduler (hack/upstream-allocator.sh scheduler); when set, it runs beside the --sched-bin scheduler and takes every other batch of the scheduling phase, half the pods, and both are compared kind by kind")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
 		floorPlugin = flag.String("floor-plugin", "", "prism-floor-plugin binary (go build ./test/bench/cmd/prism-floor-plugin); when set, the prepare phase measures its memory beside Prism's with --floor-claims claims")
@@ -78,10 +74,9 @@ func main() {
 	ctx, stop := toolmain.Start()
 	defer stop()
 
-	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
-		AllocatorLibrary: bench.AllocatorLibrary(), Load1Start: bench.Load1()}}
-	alloc := allocatorFlags{sizes: *sizes, passes: *passes, patchedBin: *patchedBin, pairs: *pairs, migRounds: *migRounds, dir: filepath.Join(filepath.Dir(*out), "allocator-runs")}
-	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, SchedulerBin: *schedBin, PatchedSchedulerBin: *patchedSch, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, bench.FloodOptions{FloodRate: *floodRate, AdmissionOptions: bench.AdmissionOptions{Rate: floodLegitRate, Duration: *floodFor}}, *scaleNodes, *scalePer, *starts, *only, *keep)
+	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Load1Start: bench.Load1()}}
+	alloc := allocatorFlags{sizes: *sizes, passes: *passes, migRounds: *migRounds}
+	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, bench.FloodOptions{FloodRate: *floodRate, AdmissionOptions: bench.AdmissionOptions{Rate: floodLegitRate, Duration: *floodFor}}, *scaleNodes, *scalePer, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -113,10 +108,8 @@ func main() {
 
 // allocatorFlags are the allocator phase's flags.
 type allocatorFlags struct {
-	sizes           string
-	passes, pairs   int
-	migRounds       int
-	patchedBin, dir string
+	sizes             string
+	passes, migRounds int
 }
 
 func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions,
@@ -130,10 +123,8 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	if prep.ReferenceBin != "" {
 		prep.ReferenceBin, _ = filepath.Abs(prep.ReferenceBin)
 	}
-	for _, bin := range []*string{&floorBin, &sched.SchedulerBin, &sched.PatchedSchedulerBin} {
-		if *bin != "" {
-			*bin, _ = filepath.Abs(*bin)
-		}
+	if floorBin != "" {
+		floorBin, _ = filepath.Abs(floorBin)
 	}
 	phase := func(name string, fn func() error) error {
 		start := time.Now()
@@ -158,33 +149,18 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	}
 
 	// In process, before the cluster exists, so that it has the CPUs.
-	if want("allocator") {
+	if err := rowsPhase("allocator", func() ([]bench.Row, error) {
 		var sizes []int
 		for _, s := range strings.Split(alloc.sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil {
-				return fmt.Errorf("--alloc-sizes: %w", err)
+				return nil, fmt.Errorf("--alloc-sizes: %w", err)
 			}
 			sizes = append(sizes, n)
 		}
-		if err := phase("allocator", func() error {
-			if alloc.patchedBin == "" {
-				rows, err := bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: alloc.passes})
-				rep.Rows = append(rep.Rows, rows...)
-				return err
-			}
-			self, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			patched, _ := filepath.Abs(alloc.patchedBin)
-			rows, ratios, runs, err := bench.InterleavedAllocator(ctx, bench.LibraryOptions{
-				StockBin: self, PatchedBin: patched, Sizes: sizes, Passes: alloc.passes, Pairs: alloc.pairs, Dir: alloc.dir})
-			rep.Rows, rep.Libraries, rep.LibraryRuns = append(rep.Rows, rows...), ratios, runs
-			return err
-		}); err != nil {
-			return err
-		}
+		return bench.Allocator(ctx, bench.AllocatorOptions{Sizes: sizes, Passes: alloc.passes})
+	}); err != nil {
+		return err
 	}
 	// In process too: one partitioned node against a plain one.
 	if err := rowsPhase("mig-alloc", func() ([]bench.Row, error) {
