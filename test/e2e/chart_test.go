@@ -55,20 +55,4 @@ func TestChartLintsAndDryRuns(t *testing.T) {
 			t.Errorf("dry run did not include %s:\n%s", kind, out)
 		}
 	}
-
-	// The opt-in scheduler with its defaults (pod network, in-cluster
-	// credentials), which the demo values leave off and the scheduler e2e
-	// installs only with the test options.
-	scheduler := templateToFile(ctx, t, cluster, "scheduler.yaml", "--kube-version", "1.34.0", "--set", "scheduler.enabled=true", "--set", "scheduler.replicas=2",
-		"--show-only", "templates/scheduler-deployment.yaml", "--show-only", "templates/scheduler-rbac.yaml")
-	out, err = testbed.Kubectl(context.Background(), cluster, "apply", "--dry-run=server", "--validate=strict", "-f", scheduler)
-	if err != nil {
-		t.Fatalf("server-side dry run of the scheduler objects: %v\n%s", err, out)
-	}
-	for _, obj := range []string{"deployment.apps/prism-scheduler", "configmap/prism-scheduler", "poddisruptionbudget.policy/prism-scheduler",
-		"clusterrolebinding.rbac.authorization.k8s.io/prism-scheduler-kube-scheduler", "rolebinding.rbac.authorization.k8s.io/prism-scheduler-auth-reader"} {
-		if !strings.Contains(out, obj) {
-			t.Errorf("scheduler dry run did not include %s:\n%s", obj, out)
-		}
-	}
 }

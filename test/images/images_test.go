@@ -24,10 +24,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path"
@@ -80,9 +78,7 @@ func images(t *testing.T) (recipe.Options, map[string]*recipe.Archive) {
 			return
 		}
 		buildOpts.Log = func(format string, args ...any) { t.Logf(format, args...) }
-		// The opt-in scheduler too: its binary is cached by its inputs
-		// (hack/upstream-allocator.sh), so only the first build is long.
-		names := append(append(append([]string{}, recipe.ReleaseImages...), recipe.OptInImages...), recipe.TestImages...)
+		names := append(slices.Clone(recipe.ReleaseImages), recipe.TestImages...)
 		results, err := recipe.Build(context.Background(), buildOpts, names, func(n string) string { return filepath.Join(outDir, n+".tar") })
 		buildOpts.Log = nil
 		if err != nil {
@@ -132,7 +128,6 @@ func TestImagesAreNamedAndLabelled(t *testing.T) {
 	}{
 		{"prism-kubelet-plugin", "ghcr.io/prismgpu/prism-kubelet-plugin:" + o.Version, "0:0", []string{"/usr/bin/prism-kubelet-plugin"}},
 		{"prism-controller", "ghcr.io/prismgpu/prism-controller:" + o.Version, "65532:65532", []string{"/usr/bin/prism-controller"}},
-		{"prism-scheduler", "ghcr.io/prismgpu/prism-scheduler:" + o.Version, "65532:65532", []string{"/usr/bin/prism-scheduler"}},
 		{"pause", "localhost/prism-test/pause:" + o.Version, "65535:65535", []string{"/pause"}},
 		{"workload", "localhost/prism-test/workload:" + o.Version, "0:0", nil},
 	} {
@@ -164,11 +159,10 @@ func TestImagesAreNamedAndLabelled(t *testing.T) {
 // The static, non-root images and their one binary.
 var staticImages = []struct{ image, binary string }{
 	{"prism-controller", "usr/bin/prism-controller"},
-	{"prism-scheduler", recipe.SchedulerPath},
 }
 
-// The chart runs the controller and the scheduler with runAsNonRoot, which
-// the kubelet can only check against a numeric user.
+// The chart runs the controller with runAsNonRoot, which the kubelet can
+// only check against a numeric user.
 func TestStaticImagesRunAsNumericNonRootUser(t *testing.T) {
 	for _, tc := range staticImages {
 		user := image(t, tc.image).Config.User
@@ -195,23 +189,6 @@ func TestStaticImagesHaveNoShell(t *testing.T) {
 				t.Errorf("%s is dynamically linked (%s), want static", tc.binary, interp)
 			}
 		})
-	}
-}
-
-// prism-scheduler names the allocator patch it was built with, and it is
-// the one in the checkout.
-func TestSchedulerImageNamesItsPatch(t *testing.T) {
-	label := image(t, "prism-scheduler").Config.Labels["dev.prism.scheduler.patch"]
-	patches, err := filepath.Glob(filepath.Join(repoRoot, "hack/upstream/dynamic-resource-allocation-*.patch"))
-	if err != nil || len(patches) != 1 {
-		t.Fatalf("want one allocator patch, found %v (%v)", patches, err)
-	}
-	data, err := os.ReadFile(patches[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf("%s sha256:%x", filepath.Base(patches[0]), sha256.Sum256(data)); label != want {
-		t.Errorf("label dev.prism.scheduler.patch=%q, want %q", label, want)
 	}
 }
 

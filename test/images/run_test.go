@@ -164,7 +164,6 @@ func TestEntrypointsRunInsideTheirImage(t *testing.T) {
 	}{
 		{image: "prism-kubelet-plugin", want: []string{"prism-kubelet-plugin version " + o.Version, "revision " + o.Revision}},
 		{image: "prism-controller", want: []string{"prism-controller version " + o.Version, "revision " + o.Revision}},
-		{image: "prism-scheduler", want: []string{"Kubernetes v1.37.1-prism"}},
 		{image: "prism-kubelet-plugin", argv: []string{"/usr/bin/nvidia-cdi-hook", "--version"}, want: []string{"version " + hookVersion}},
 		{image: "pause", want: []string{"pause"}},
 		{image: "workload", argv: []string{"/bin/sh", "-c", "env; ls /bin/sh; cat /etc/passwd; sleep 0; echo done"}, want: []string{"PATH=/usr/local/sbin", "/bin/sh", "root:x:0:0", "done"}},

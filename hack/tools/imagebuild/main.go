@@ -23,9 +23,8 @@ limitations under the License.
 //	go run ./hack/tools/imagebuild --image=all --platforms=linux/amd64,linux/arm64
 //
 // Images: prism-kubelet-plugin and prism-controller (the default,
-// --image=release), the opt-in prism-scheduler (--image=optin: a cold
-// kube-scheduler build, minutes), and the test bed's pause and workload
-// (--image=test). Groups and names combine: --image=release,optin.
+// --image=release), and the test bed's pause and workload (--image=test).
+// Groups and names combine: --image=release,pause.
 // Each archive names its image <repository>/<image>:<tag>, loads with
 // `ctr -n k8s.io images import` and pushes with skopeo or crane. The same
 // checkout gives the same digests; binaries, Debian packages and layers are
@@ -67,7 +66,7 @@ func run() error {
 		return err
 	}
 	var (
-		which     = flag.String("image", "release", "comma-separated images or groups to build: release ("+strings.Join(recipe.ReleaseImages, ",")+"), optin ("+strings.Join(recipe.OptInImages, ",")+"), test ("+strings.Join(recipe.TestImages, ",")+"), all")
+		which     = flag.String("image", "release", "comma-separated images or groups to build: release ("+strings.Join(recipe.ReleaseImages, ",")+"), test ("+strings.Join(recipe.TestImages, ",")+"), all")
 		out       = flag.String("out", filepath.Join(root, "_output", "images"), "directory for <image>.tar, or the archive's path when building one image")
 		platforms = flag.String("platforms", o.Platforms[0].String(), "comma-separated os/arch[/variant] to build; every archive holds them all")
 		quiet     = flag.Bool("quiet", false, "print only the results")
@@ -119,13 +118,12 @@ func run() error {
 }
 
 // selectImages expands a comma-separated list of image names and groups:
-// release, optin, test, all.
+// release, test, all.
 func selectImages(which string) ([]string, error) {
 	groups := map[string][]string{
 		"release": recipe.ReleaseImages,
-		"optin":   recipe.OptInImages,
 		"test":    recipe.TestImages,
-		"all":     append(append(append([]string{}, recipe.ReleaseImages...), recipe.OptInImages...), recipe.TestImages...),
+		"all":     append(slices.Clone(recipe.ReleaseImages), recipe.TestImages...),
 	}
 	var names []string
 	for _, w := range strings.Split(which, ",") {
@@ -150,7 +148,7 @@ func summary(o recipe.Options, results []recipe.Result, took time.Duration) stri
 	release := false
 	for _, r := range results {
 		fmt.Fprintf(&b, "  %-22s %s@%s\n  %-22s %s (%.1f MiB)\n", r.Name, r.Ref, r.Digest, "", relative(r.Path), float64(r.Size)/(1<<20))
-		release = release || slices.Contains(recipe.ReleaseImages, r.Name) || slices.Contains(recipe.OptInImages, r.Name)
+		release = release || slices.Contains(recipe.ReleaseImages, r.Name)
 	}
 	fmt.Fprintf(&b, "\nLoad into containerd:  ctr -n k8s.io images import <archive>\n")
 	fmt.Fprintf(&b, "Push to a registry:    skopeo copy oci-archive:<archive> docker://localhost:5000/prismgpu/<image>:%s\n", o.Tag)
@@ -174,7 +172,6 @@ func summary(o recipe.Options, results []recipe.Result, took time.Duration) stri
 var digestValues = map[string]string{
 	"prism-kubelet-plugin": "kubeletPluginDigest",
 	"prism-controller":     "controllerDigest",
-	"prism-scheduler":      "schedulerDigest",
 }
 
 func relative(p string) string {

@@ -65,27 +65,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "prism.image" (dict "ctx" . "name" "prism-controller" "digest" .Values.image.controllerDigest) -}}
 {{- end -}}
 
-{{- define "prism.scheduler.image" -}}
-{{- include "prism.image" (dict "ctx" . "name" "prism-scheduler" "digest" .Values.image.schedulerDigest) -}}
-{{- end -}}
-
-{{- define "prism.scheduler.fullname" -}}
-{{- printf "%s-scheduler" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
-
-{{- define "prism.scheduler.serviceAccountName" -}}
-{{- if .Values.scheduler.serviceAccount.create -}}
-{{- default (include "prism.scheduler.fullname" .) .Values.scheduler.serviceAccount.name -}}
-{{- else -}}
-{{- default "default" .Values.scheduler.serviceAccount.name -}}
-{{- end -}}
-{{- end -}}
-
-{{/* The scheduler's leader-election Lease: its own, never the stock scheduler's kube-scheduler. */}}
-{{- define "prism.scheduler.leaseName" -}}
-{{- default (include "prism.scheduler.fullname" .) .Values.scheduler.leaderElection.leaseName -}}
-{{- end -}}
-
 {{- define "prism.kubeletPlugin.fullname" -}}
 {{- printf "%s-kubelet-plugin" (include "prism.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -30,19 +30,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// Images built by `make images`; the opt-in scheduler and the test images
-// only on request. prism-scheduler is opt-in because its binary is a
-// cold build of kube-scheduler (minutes), which most users never deploy.
+// Images built by `make images`; the test images only on request.
 var (
 	ReleaseImages = []string{"prism-kubelet-plugin", "prism-controller"}
-	OptInImages   = []string{"prism-scheduler"}
 	TestImages    = []string{"pause", "workload"}
 )
 
 // Users of the images: root for the plugin, which writes root-owned host
 // directories; the distroless convention 65532 for the controller; the
-// pause container's customary 65535. prism-scheduler runs as the
-// controller's user.
+// pause container's customary 65535.
 const (
 	ControllerUID = 65532
 	PauseUID      = 65535
@@ -99,17 +95,6 @@ var images = map[string]image{
 		},
 		layers: func(b *builder, p v1.Platform) []layerSpec {
 			return []layerSpec{b.baseFiles(), b.goLayer(p, controller)}
-		},
-	},
-	"prism-scheduler": {
-		description: "prism-scheduler: kube-scheduler v1.37.1 with Prism's cheaper CEL activation in the DRA allocator; opt-in second scheduler; static, non-root, no shell",
-		config: v1.Config{
-			User:       fmt.Sprintf("%d:%d", ControllerUID, ControllerUID),
-			Env:        []string{defaultPath},
-			Entrypoint: []string{"/" + SchedulerPath},
-		},
-		layers: func(b *builder, p v1.Platform) []layerSpec {
-			return []layerSpec{b.baseFiles(), b.scheduler(p)}
 		},
 	},
 	"pause": {
