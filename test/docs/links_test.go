@@ -95,7 +95,7 @@ func TestSlugify(t *testing.T) {
 	for _, tc := range []struct{ title, want string }{
 		{title: "`nvidia.com/gpu` requests", want: "nvidiacomgpu-requests"},
 		{title: "Plugin pod stuck in `Init:0/1`", want: "plugin-pod-stuck-in-init01"},
-		{title: "prism-scheduler values (opt-in)", want: "prism-scheduler-values-opt-in"},
+		{title: "Metrics values (opt-in)", want: "metrics-values-opt-in"},
 		{title: "Reading `prismctl explain claim`", want: "reading-prismctl-explain-claim"},
 		{title: "Under the default chart: the path token", want: "under-the-default-chart-the-path-token"},
 	} {
