@@ -26,7 +26,7 @@ import (
 )
 
 // Each path reaches its own webhook, and the review is timed under that
-// webhook's name, the label value docs/operations.md lists.
+// webhook's name, the label value docs/reference.md lists under "Controller metrics".
 func TestMuxRoutesAndTimesEachWebhook(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)
