@@ -73,7 +73,7 @@ func TestOneCallWritesOneChangePerPhase(t *testing.T) {
 	if lines := bytes.Split(bytes.TrimSpace(raw), []byte("\n")); len(lines) != 3 {
 		t.Errorf("want unprepare to append one change, file has %d lines:\n%s", len(lines), raw)
 	}
-	if got := d.checkpoint.List(); len(got) != 0 {
+	if got := d.state.checkpoint.List(); len(got) != 0 {
 		t.Errorf("claims left after unprepare: %+v", got)
 	}
 }
@@ -85,8 +85,8 @@ func TestOneCallWritesOneChangePerPhase(t *testing.T) {
 func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 	d := newTestDriver(t, "h100-sxm-8.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
-	d.timeSlices.slicer = slices
-	g, _ := d.gpus.get("gpu-0")
+	d.state.timeSlices.slicer = slices
+	g, _ := d.state.gpus.get("gpu-0")
 	ctx := context.Background()
 	if err := slices.SetTimeSlice(ctx, g.UUID, gpuv1alpha1.LongTimeSlice); err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 			Sharing: &checkpoint.Sharing{Strategy: string(gpuv1alpha1.TimeSlicingSharing), TimeSlice: string(gpuv1alpha1.LongTimeSlice), MemoryShareBytes: 20 << 30},
 		}}})
 	}
-	if err := d.checkpoint.PutClaims(ctx, true, records...); err != nil {
+	if err := d.state.checkpoint.PutClaims(ctx, true, records...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "a"}, {UID: "b"}}); err != nil {

@@ -29,7 +29,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -122,22 +121,17 @@ type ProfilingConfig struct {
 
 // Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.
 type Driver struct {
-	cfg        Config
-	helper     *kubeletplugin.Helper
-	checkpoint *checkpoint.Store
-	recorder   record.EventRecorder
+	cfg      Config
+	helper   *kubeletplugin.Helper
+	recorder record.EventRecorder
 	// node is the object Events about the plugin's own state are attached to.
 	node      *corev1.ObjectReference
 	broadcast record.EventBroadcaster
 	metrics   *Metrics
 	clock     clock.WithTicker
-	// apiBackoff paces the retries of API calls that start-up waits for.
-	apiBackoff wait.Backoff
 
-	// guard serialises the work on the checkpoint.
-	guard *guard
-	// gpus are the node's GPUs and their taints.
-	gpus nodeGPUs
+	// state prepares and unprepares claims.
+	state *deviceState
 	// pool publishes the GPUs as the node's ResourceSlices.
 	pool *slicePool
 	// health keeps the GPUs and their taints current.
@@ -148,16 +142,6 @@ type Driver struct {
 	// staleSince records when each prepared claim was first seen missing
 	// from the API.
 	staleSince sync.Map
-	// profiler profiles the claims that ask for it.
-	profiler *profiler
-	// shares runs the MPS control daemons of shared GPUs.
-	shares *mpsShares
-	// usage samples prepared claims' GPUs; nil when off.
-	usage *sampler.Sampler
-	// partitions creates and destroys MIG instances for claims.
-	partitions *migPartitions
-	// timeSlices sets the time slices claims ask for.
-	timeSlices *timeSlices
 }
 
 // Start discovers the GPUs, recovers the checkpoint, reconciles it against the
@@ -218,11 +202,11 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		go d.health.watch(ctx)
 	}
 	go d.pool.republishWithdrawnSlices(ctx)
-	d.profiler.start(ctx)
-	if d.usage != nil {
-		go d.usage.Run(ctx)
+	d.state.profiler.start(ctx)
+	if d.state.usage != nil {
+		go d.state.usage.Run(ctx)
 	}
-	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.pool.publishedDevices()), "preparedClaims", len(d.checkpoint.List()))
+	klog.FromContext(ctx).Info("Prism kubelet plugin started", "node", cfg.NodeName, "devices", len(d.pool.publishedDevices()), "preparedClaims", len(d.state.checkpoint.List()))
 	return d, nil
 }
 
@@ -238,9 +222,10 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.SweepClient == nil {
 		cfg.SweepClient = cfg.KubeClient
 	}
-	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), gpus: nodeGPUs{unhealthy: map[string]unhealthy{}},
-		clock: clock.RealClock{}, apiBackoff: defaultAPIBackoff}
-	d.guard = &guard{mu: timedMutex{clock: d.clock}, rollingUpdate: cfg.RollingUpdatePodUID != "", pluginDir: cfg.PluginDir}
+	d := &Driver{cfg: cfg, metrics: cfg.Metrics, ready: make(chan struct{}), clock: clock.RealClock{}}
+	d.state = &deviceState{cdi: cfg.CDI, kube: cfg.KubeClient, metrics: cfg.Metrics, apiBackoff: defaultAPIBackoff,
+		gpus:  nodeGPUs{unhealthy: map[string]unhealthy{}},
+		guard: &guard{mu: timedMutex{clock: d.clock}, rollingUpdate: cfg.RollingUpdatePodUID != "", pluginDir: cfg.PluginDir}}
 	if cfg.Probes != nil {
 		cfg.Probes.driver.Store(d)
 	}
@@ -248,21 +233,22 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.KubeClient.CoreV1().Events("")})
 	d.node = nodeRef(cfg.NodeName)
 	d.recorder = d.broadcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "prism-kubelet-plugin", Host: cfg.NodeName})
-	d.pool = &slicePool{kube: cfg.KubeClient, gpus: &d.gpus, recorder: d.recorder, node: d.node, metrics: cfg.Metrics,
+	d.state.recorder, d.state.node = d.recorder, d.node
+	d.pool = &slicePool{kube: cfg.KubeClient, gpus: &d.state.gpus, recorder: d.recorder, node: d.node, metrics: cfg.Metrics,
 		opts: poolOptions{ShareMemory: cfg.ShareMemory, FiguresAsCapacity: cfg.FiguresAsCapacity, MIGPartitions: cfg.MIGPartitions}}
-	d.profiler = &profiler{cfg: cfg.Profiling, gpus: &d.gpus, kube: cfg.KubeClient, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, jobs: newCollections()}
+	d.state.profiler = &profiler{cfg: cfg.Profiling, gpus: &d.state.gpus, kube: cfg.KubeClient, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, jobs: newCollections()}
 
 	store, recovered, err := checkpoint.Open(ctx, cfg.StateDir, checkpoint.Options{Observe: observeCheckpoint})
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: open checkpoint in %s: %w", cfg.StateDir, err)
 	}
-	d.checkpoint, d.guard.checkpoint = store, store
-	d.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.gpus, checkpoint: store}
-	d.health = &healthWatch{cfg: cfg.Health, inventory: cfg.Inventory, gpus: &d.gpus, checkpoint: store, guard: d.guard, pool: d.pool,
-		partitions: d.partitions, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, clock: d.clock}
-	d.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.gpus, checkpoint: store}
+	d.state.checkpoint, d.state.guard.checkpoint = store, store
+	d.state.partitions = &migPartitions{lib: cfg.MIG, gpus: &d.state.gpus, checkpoint: store}
+	d.health = &healthWatch{cfg: cfg.Health, inventory: cfg.Inventory, gpus: &d.state.gpus, checkpoint: store, guard: d.state.guard, pool: d.pool,
+		partitions: d.state.partitions, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, clock: d.clock}
+	d.state.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.state.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
-	d.shares = newMPSShares(ctx, cfg, &d.gpus, store, d.recorder)
+	d.state.shares = newMPSShares(ctx, cfg, &d.state.gpus, store, d.recorder)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
 	d.health.restoreTaints(ctx)
@@ -271,9 +257,9 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 
 	// Before reconcile, which may prepare profiled claims again.
-	d.profiler.checkQuota(ctx)
+	d.state.profiler.checkQuota(ctx)
 	keepUnowned := false
-	if err := d.adoptSpecs(ctx); err != nil {
+	if err := d.state.adoptSpecs(ctx); err != nil {
 		// Without the API server there is no telling a lost checkpoint's
 		// running claims from orphans: keep every spec rather than break
 		// running pods' container restarts.
@@ -282,7 +268,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "CheckpointNotRebuilt",
 			"Prism kept CDI specs that its checkpoint does not explain, because their claims could not be read: %v", err)
 	}
-	if err := d.reconcile(ctx, keepUnowned); err != nil {
+	if err := d.state.reconcile(ctx, keepUnowned); err != nil {
 		// Not fatal: a plugin that refuses to start blocks every claim on the
 		// node, while what could not be repaired here is retried by the
 		// kubelet's next prepare or unprepare of that claim.
@@ -290,16 +276,16 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		d.recorder.Eventf(d.node, corev1.EventTypeWarning, "ReconcileIncomplete", "Prism could not fully reconcile its checkpoint with CDI specs: %v", err)
 	}
 	// After reconcile, which may roll back claims that held shares.
-	d.shares.recoverDaemons(ctx)
+	d.state.shares.recoverDaemons(ctx)
 	if cfg.Usage != nil {
-		d.usage = d.newUsageSampler(ctx, *cfg.Usage)
+		d.state.usage = d.newUsageSampler(ctx, *cfg.Usage)
 	}
 	// Report directories of claims the checkpoint does not hold will never
 	// be collected; while it may be missing running claims, they stay.
 	if cfg.Profiling != nil && !keepUnowned {
-		err := d.guard.exclusive(ctx, func() error {
+		err := d.state.guard.exclusive(ctx, func() error {
 			return profiling.SweepClaimDirs(ctx, cfg.Profiling.Options.StateDir, func(uid string) bool {
-				_, ok := d.checkpoint.Get(uid)
+				_, ok := d.state.checkpoint.Get(uid)
 				return ok
 			})
 		})
@@ -317,7 +303,7 @@ func (d *Driver) Stop() {
 		d.helper.Stop()
 	}
 	d.broadcast.Shutdown()
-	d.checkpoint.Close()
+	d.state.checkpoint.Close()
 }
 
 // rediscover reads the node's GPUs. A GPU that cannot be read now is

@@ -94,12 +94,12 @@ func newTestDriverWith(t testing.TB, fleetFile, stateDir string, configure func(
 
 // useRecorder makes d and the parts it holds record their Events with r.
 func useRecorder(d *Driver, r record.EventRecorder) {
-	d.recorder, d.pool.recorder, d.shares.recorder, d.profiler.recorder, d.health.recorder = r, r, r, r, r
+	d.recorder, d.pool.recorder, d.state.shares.recorder, d.state.profiler.recorder, d.health.recorder = r, r, r, r, r
 }
 
 // useClock makes d and the parts it holds tell time by c.
 func useClock(d *Driver, c clock.WithTicker) {
-	d.clock, d.guard.mu.clock, d.health.clock = c, c, c
+	d.clock, d.state.guard.mu.clock, d.health.clock = c, c, c
 }
 
 // testConfig is a driver's Config for a simulated fleet, without a kubelet.
@@ -268,7 +268,7 @@ func TestBadConfigFailsOnlyItsClaim(t *testing.T) {
 			if err := res["good"].Err; err != nil {
 				t.Errorf("good claim in the same call failed: %v", err)
 			}
-			if _, ok := d.checkpoint.Get("bad"); ok {
+			if _, ok := d.state.checkpoint.Get("bad"); ok {
 				t.Error("a rejected claim was recorded in the checkpoint")
 			}
 		})
@@ -281,7 +281,7 @@ func TestValidConfigIsAccepted(t *testing.T) {
 	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-0"}, opaque(cfg)))["ts"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	rec, _ := d.checkpoint.Get("ts")
+	rec, _ := d.state.checkpoint.Get("ts")
 	if rec.Devices[0].Sharing == nil || rec.Devices[0].Sharing.Strategy != "TimeSlicing" {
 		t.Errorf("sharing not recorded: %+v", rec.Devices[0].Sharing)
 	}
@@ -292,12 +292,12 @@ func TestRestartRollsBackInterruptedPrepareAndRemovesOrphans(t *testing.T) {
 	d := newTestDriver(t, "t4-2.yaml", dir)
 	prepare(t, d, allocatedClaim("done", []string{"gpu-0"}))
 	// A prepare interrupted after its first phase, and a spec nobody owns.
-	planned, err := d.plan(context.Background(), allocatedClaim("half", []string{"gpu-1"}))
+	planned, err := d.state.plan(context.Background(), allocatedClaim("half", []string{"gpu-1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	planned.State = checkpoint.PrepareStarted
-	if err := d.checkpoint.Update(context.Background(), func(data *checkpoint.Data) error {
+	if err := d.state.checkpoint.Update(context.Background(), func(data *checkpoint.Data) error {
 		data.Claims["half"] = planned
 		return nil
 	}); err != nil {
@@ -308,7 +308,7 @@ func TestRestartRollsBackInterruptedPrepareAndRemovesOrphans(t *testing.T) {
 	}
 
 	restarted := newTestDriver(t, "t4-2.yaml", dir)
-	if _, ok := restarted.checkpoint.Get("half"); ok {
+	if _, ok := restarted.state.checkpoint.Get("half"); ok {
 		t.Error("interrupted prepare was not rolled back")
 	}
 	specs, err := restarted.cfg.CDI.ListClaimSpecs(context.Background())
@@ -370,7 +370,7 @@ func TestConcurrentPrepareUnprepare(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if left := d.checkpoint.List(); len(left) != 0 {
+	if left := d.state.checkpoint.List(); len(left) != 0 {
 		t.Errorf("%d claims left prepared", len(left))
 	}
 }
@@ -415,7 +415,7 @@ func TestSharedDeviceGuard(t *testing.T) {
 				for i, c := range tc.claims {
 					err := results[c.UID].Err
 					last := i == len(tc.claims)-1
-					_, recorded := d.checkpoint.Get(string(c.UID))
+					_, recorded := d.state.checkpoint.Get(string(c.UID))
 					switch {
 					case last && tc.wantErr != "":
 						if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -444,7 +444,7 @@ func TestShareIsToldToTheWorkload(t *testing.T) {
 	if res.Devices[0].ShareID == nil || *res.Devices[0].ShareID != "share-a" {
 		t.Errorf("kubelet device lacks the share ID: %+v", res.Devices[0])
 	}
-	rec, _ := d.checkpoint.Get("a")
+	rec, _ := d.state.checkpoint.Get("a")
 	if got := rec.Devices[0].Sharing.MemoryShareBytes; got != 20<<30 {
 		t.Errorf("recorded share %d bytes, want 20Gi", got)
 	}
@@ -464,7 +464,7 @@ func TestProfilingNotPermittedIsExplained(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			d := newTestDriver(t, "t4-2.yaml", dir)
-			d.profiler.cfg = &ProfilingConfig{
+			d.state.profiler.cfg = &ProfilingConfig{
 				Options:  fakeProfilingHost(t, dir),
 				ProcRoot: filepath.Join("..", "profiling", "testdata", "proc", "restricted-nocap"),
 			}
@@ -530,7 +530,7 @@ func rollingUpdateInstances(t *testing.T, dir string) (old, updated *Driver) {
 	t.Helper()
 	old = newTestDriver(t, "t4-2.yaml", dir)
 	updated = newTestDriver(t, "t4-2.yaml", dir)
-	old.guard.rollingUpdate, updated.guard.rollingUpdate = true, true
+	old.state.guard.rollingUpdate, updated.state.guard.rollingUpdate = true, true
 	return old, updated
 }
 
@@ -539,7 +539,7 @@ func rollingUpdateInstances(t *testing.T, dir string) (old, updated *Driver) {
 func checkpointedClaims(t *testing.T, dir string) []string {
 	t.Helper()
 	var uids []string
-	for _, c := range newTestDriver(t, "t4-2.yaml", dir).checkpoint.List() {
+	for _, c := range newTestDriver(t, "t4-2.yaml", dir).state.checkpoint.List() {
 		uids = append(uids, c.UID)
 	}
 	return uids
@@ -570,12 +570,12 @@ func TestNvidiaSMISetsTheTimeSlice(t *testing.T) {
 func TestTimeSlicingIsAppliedAndReset(t *testing.T) {
 	d := newTestDriver(t, "t4-2.yaml", t.TempDir())
 	slices := &RecordedTimeSlices{}
-	d.timeSlices.slicer = slices
+	d.state.timeSlices.slicer = slices
 	cfg := `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`
 	if r := prepare(t, d, allocatedClaim("ts", []string{"gpu-1"}, opaque(cfg)))["ts"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	g, _ := d.gpus.get("gpu-1")
+	g, _ := d.state.gpus.get("gpu-1")
 	if got := slices.Get(g.UUID); got != "Long" {
 		t.Errorf("time slice after prepare = %q, want Long", got)
 	}

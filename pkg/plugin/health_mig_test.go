@@ -64,7 +64,7 @@ func migHealthDriver(t *testing.T, n migNode) (*Driver, *clocktesting.FakeClock,
 // only device, as the checkpoint records it.
 func gpuInstanceOf(t *testing.T, d *Driver, uid string) uint32 {
 	t.Helper()
-	rec, ok := d.checkpoint.Get(uid)
+	rec, ok := d.state.checkpoint.Get(uid)
 	if !ok || len(rec.Devices) != 1 || rec.Devices[0].MIG == nil || !rec.Devices[0].MIG.Created {
 		t.Fatalf("claim %s has no created MIG instance recorded: %+v", uid, rec)
 	}
@@ -86,7 +86,7 @@ func taintedDevices(d *Driver) map[string]string {
 // wholeGPU0 is gpu-0 and each of its partitions with this taint value.
 func wholeGPU0(t *testing.T, d *Driver, value string) map[string]string {
 	t.Helper()
-	gpu0, ok := d.gpus.get("gpu-0")
+	gpu0, ok := d.state.gpus.get("gpu-0")
 	if !ok {
 		t.Fatal("gpu-0 not discovered")
 	}
@@ -167,11 +167,11 @@ func TestXidOfAGPUInstanceTaintsItsPartition(t *testing.T) {
 			if diff := cmp.Diff(tc.want(t, d), taintedDevices(d)); diff != "" {
 				t.Errorf("published taints (-want +got):\n%s", diff)
 			}
-			recorded := slices.Sorted(maps.Keys(d.checkpoint.Taints()))
+			recorded := slices.Sorted(maps.Keys(d.state.checkpoint.Taints()))
 			if diff := cmp.Diff(tc.wantRecorded, recorded, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("taints in the checkpoint (-want +got):\n%s", diff)
 			}
-			for name, taint := range d.checkpoint.Taints() {
+			for name, taint := range d.state.checkpoint.Taints() {
 				if taint.UUID != uuidOf(t, d, "gpu-0") {
 					t.Errorf("taint of %s recorded for GPU %q, want gpu-0's %s", name, taint.UUID, uuidOf(t, d, "gpu-0"))
 				}
@@ -222,7 +222,7 @@ func TestPartitionTaintSurvivesRestartAndRecovers(t *testing.T) {
 	if got := taintedDevices(restarted); len(got) != 0 {
 		t.Errorf("taints outlived the quiet period: %v", got)
 	}
-	if got := restarted.checkpoint.Taints(); len(got) != 0 {
+	if got := restarted.state.checkpoint.Taints(); len(got) != 0 {
 		t.Errorf("checkpoint still records taints after the quiet period: %v", got)
 	}
 }

@@ -123,7 +123,7 @@ func rediscoverAndPublish(ctx context.Context, t *testing.T, d *Driver) {
 
 func uuidOf(t *testing.T, d *Driver, name string) string {
 	t.Helper()
-	g, ok := d.gpus.get(name)
+	g, ok := d.state.gpus.get(name)
 	if !ok {
 		t.Fatalf("no device %s", name)
 	}

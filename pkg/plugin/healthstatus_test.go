@@ -305,9 +305,9 @@ func TestHealthMonitorDoesNotWaitForTheKubelet(t *testing.T) {
 // they are discovered.
 func TestHealthWaitsForDiscovery(t *testing.T) {
 	d, _ := healthDriver(t, t.TempDir(), nil)
-	d.gpus.mu.Lock()
-	d.gpus.byName = nil
-	d.gpus.mu.Unlock()
+	d.state.gpus.mu.Lock()
+	d.state.gpus.byName = nil
+	d.state.gpus.mu.Unlock()
 	s := openHealthStream(t, d)
 	select {
 	case r := <-s.reports:

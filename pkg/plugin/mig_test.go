@@ -152,7 +152,7 @@ func TestMIGPrepareCreatesAndUnprepareDestroys(t *testing.T) {
 	if diff := cmp.Diff(wantCreated, n.ops(t)); diff != "" {
 		t.Errorf("NVML calls of prepare (-want +got):\n%s", diff)
 	}
-	rec, _ := d.checkpoint.Get("m")
+	rec, _ := d.state.checkpoint.Get("m")
 	m := rec.Devices[0].MIG
 	if m == nil || !m.Created || !strings.HasPrefix(m.UUID, "MIG-") {
 		t.Fatalf("checkpoint does not hold the created instances: %+v", m)
@@ -189,7 +189,7 @@ func TestMIGCrashLeavesNoOrphan(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			n := newMIGNode(t)
 			d := n.driver(t)
-			d.partitions.crashHook = func(p string) {
+			d.state.partitions.crashHook = func(p string) {
 				if p == point {
 					panic(crashed(p))
 				}
@@ -210,7 +210,7 @@ func TestMIGCrashLeavesNoOrphan(t *testing.T) {
 			if got := n.instances(t); len(got) != 0 {
 				t.Errorf("orphaned instances after restart: %v", got)
 			}
-			if _, ok := restarted.checkpoint.Get("m"); ok {
+			if _, ok := restarted.state.checkpoint.Get("m"); ok {
 				t.Error("interrupted prepare was not rolled back")
 			}
 			// The retry finds the placement free.
@@ -227,7 +227,7 @@ func TestMIGInstanceNotCreatedByPrismSurvivesRestart(t *testing.T) {
 	// at slice 3 that crashes before recording the instance.
 	n.createByHand(t, gonvml.GPU_INSTANCE_PROFILE_2_SLICE, 4)
 	d := n.driver(t)
-	d.partitions.crashHook = func(p string) {
+	d.state.partitions.crashHook = func(p string) {
 		if p == CrashAfterMIGGPUInstanceCreated {
 			panic(crashed(p))
 		}
@@ -256,7 +256,7 @@ func TestMIGOverlappingPlacementIsRefused(t *testing.T) {
 			t.Errorf("error %q does not say %q", r.Err, want)
 		}
 	}
-	if _, ok := d.checkpoint.Get("m"); ok {
+	if _, ok := d.state.checkpoint.Get("m"); ok {
 		t.Error("a refused claim stays recorded")
 	}
 	if diff := cmp.Diff([]string{"14@2"}, n.instances(t)); diff != "" {
@@ -270,9 +270,9 @@ func TestMIGOverlappingPlacementIsRefused(t *testing.T) {
 func TestMIGOverlapRefusedByNVMLFailsCleanly(t *testing.T) {
 	n := newMIGNode(t)
 	d := n.driver(t)
-	d.partitions.crashHook = func(string) {}
-	err := d.partitions.create(context.Background(), func() *checkpoint.Claim {
-		rec, err := d.plan(context.Background(), allocatedClaim("m", []string{partition1g}))
+	d.state.partitions.crashHook = func(string) {}
+	err := d.state.partitions.create(context.Background(), func() *checkpoint.Claim {
+		rec, err := d.state.plan(context.Background(), allocatedClaim("m", []string{partition1g}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func (r racingMIG) CreateGPUInstance(ctx context.Context, p mig.Placement) (int,
 func TestMIGRollbackLeavesAnotherPartysInstance(t *testing.T) {
 	n := newMIGNode(t)
 	d := n.driver(t)
-	d.partitions.lib = racingMIG{Interface: d.partitions.lib, before: func(p mig.Placement) {
+	d.state.partitions.lib = racingMIG{Interface: d.state.partitions.lib, before: func(p mig.Placement) {
 		if p.Start == 4 {
 			n.createByHand(t, gonvml.GPU_INSTANCE_PROFILE_1_SLICE, 4)
 		}
@@ -316,7 +316,7 @@ func TestMIGRollbackLeavesAnotherPartysInstance(t *testing.T) {
 	if r.Err == nil || !strings.Contains(r.Err.Error(), "placement is taken") {
 		t.Errorf("error %v, want NVML's refusal of a taken placement", r.Err)
 	}
-	if _, ok := d.checkpoint.Get("m"); ok {
+	if _, ok := d.state.checkpoint.Get("m"); ok {
 		t.Error("a failed claim stays recorded")
 	}
 	if diff := cmp.Diff([]string{"19@4"}, n.instances(t)); diff != "" {

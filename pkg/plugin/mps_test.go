@@ -71,7 +71,7 @@ func newMPSDriver(t *testing.T) *mpsDriver {
 func (m *mpsDriver) start(t *testing.T) *Driver {
 	t.Helper()
 	d := newTestDriverWith(t, "h100-sxm-8.yaml", m.state, func(c *Config) { c.MPSDriverRoot = m.driverRoot })
-	t.Cleanup(d.checkpoint.Close)
+	t.Cleanup(d.state.checkpoint.Close)
 	return d
 }
 
@@ -134,8 +134,8 @@ func TestMPSDaemonLivesAsLongAsTheGPUsShares(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	g, _ := d.gpus.get("gpu-0")
-	daemons := d.checkpoint.MPSDaemons()
+	g, _ := d.state.gpus.get("gpu-0")
+	daemons := d.state.checkpoint.MPSDaemons()
 	if len(daemons) != 1 || daemons[g.UUID].PID == 0 {
 		t.Fatalf("daemons after two shares of gpu-0: %+v, want one for %s", daemons, g.UUID)
 	}
@@ -147,7 +147,7 @@ func TestMPSDaemonLivesAsLongAsTheGPUsShares(t *testing.T) {
 	if diff := cmp.Diff([]string{"start ", "command quit", "exit "}, m.daemonEvents(t)); diff != "" {
 		t.Errorf("daemon after the last share left (-want +got):\n%s", diff)
 	}
-	if got := d.checkpoint.MPSDaemons(); len(got) != 0 {
+	if got := d.state.checkpoint.MPSDaemons(); len(got) != 0 {
 		t.Errorf("daemons recorded after the last share: %+v", got)
 	}
 	if _, err := os.Stat(filepath.Join(m.state, "mps", g.UUID)); !os.IsNotExist(err) {
@@ -164,7 +164,7 @@ func TestMPSShareEnvironment(t *testing.T) {
 	if r := prepare(t, d, computeShare("a", 45, "8Gi"))["a"]; r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	g, _ := d.gpus.get("gpu-0")
+	g, _ := d.state.gpus.get("gpu-0")
 	want := cdispec.ContainerEdits{
 		Env: []string{
 			"PRISM_GPU_MEMORY_LIMIT=8589934592",
@@ -184,10 +184,10 @@ func TestMPSShareEnvironment(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("container edits of the share (-want +got):\n%s", diff)
 	}
-	before := d.checkpoint.MPSDaemons()[g.UUID]
+	before := d.state.checkpoint.MPSDaemons()[g.UUID]
 
 	// A crash loses the spec; the restarted plugin keeps the daemon.
-	d.checkpoint.Close()
+	d.state.checkpoint.Close()
 	if err := os.Remove(filepath.Join(m.state, "cdi", cdi.SpecFileName("a"))); err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestMPSShareEnvironment(t *testing.T) {
 	if diff := cmp.Diff(want.Env, deviceEdits(t, m.state, "a").Env); diff != "" {
 		t.Errorf("environment of the rewritten spec (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(before, d.checkpoint.MPSDaemons()[g.UUID]); diff != "" {
+	if diff := cmp.Diff(before, d.state.checkpoint.MPSDaemons()[g.UUID]); diff != "" {
 		t.Errorf("daemon after the plugin restarted, want it adopted (-before +after):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"start "}, m.daemonEvents(t)); diff != "" {
@@ -218,7 +218,7 @@ func TestSharesRunTimeSlicedWithoutMPS(t *testing.T) {
 	if ev := waitForEvent(t, d.cfg.KubeClient, "MPSUnavailable"); ev.Type != corev1.EventTypeWarning {
 		t.Errorf("MPSUnavailable event of type %s, want Warning", ev.Type)
 	}
-	if got := d.checkpoint.MPSDaemons(); len(got) != 0 {
+	if got := d.state.checkpoint.MPSDaemons(); len(got) != 0 {
 		t.Errorf("daemons recorded without MPS: %+v", got)
 	}
 }
@@ -256,7 +256,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			m := newMPSDriver(t)
 			d := m.start(t)
 			slices := &RecordedTimeSlices{}
-			d.timeSlices.slicer = slices
+			d.state.timeSlices.slicer = slices
 			var before cdispec.ContainerEdits
 			if tc.neighbour {
 				if r := prepare(t, d, computeShare("n", 45, "8Gi"))["n"]; r.Err != nil {
@@ -265,7 +265,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 				before = deviceEdits(t, m.state, "n")
 			}
 			err := prepare(t, d, tc.claim)["a"].Err
-			_, recorded := d.checkpoint.Get("a")
+			_, recorded := d.state.checkpoint.Get("a")
 			_, specErr := os.Stat(filepath.Join(m.state, "cdi", cdi.SpecFileName("a")))
 			switch {
 			case tc.wantErr == "" && err != nil:
@@ -275,7 +275,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			case tc.wantErr != "" && (recorded || !os.IsNotExist(specErr)):
 				t.Errorf("refused share left a record (%v) or a CDI spec (%v)", recorded, specErr)
 			}
-			g, _ := d.gpus.get("gpu-0")
+			g, _ := d.state.gpus.get("gpu-0")
 			if got := slices.Get(g.UUID); got != tc.wantSlice {
 				t.Errorf("time slice of gpu-0 %q, want %q", got, tc.wantSlice)
 			}
@@ -285,7 +285,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 			if diff := cmp.Diff(before, deviceEdits(t, m.state, "n")); diff != "" {
 				t.Errorf("the neighbour's container edits changed (-before +after):\n%s", diff)
 			}
-			if _, ok := d.checkpoint.MPSDaemons()[g.UUID]; !ok {
+			if _, ok := d.state.checkpoint.MPSDaemons()[g.UUID]; !ok {
 				t.Errorf("the neighbour's MPS daemon is gone")
 			}
 		})
@@ -356,8 +356,8 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 			if r := prepare(t, d, computeShare("a", 45, "8Gi"))["a"]; r.Err != nil {
 				t.Fatal(r.Err)
 			}
-			g, _ := d.gpus.get("gpu-0")
-			old := d.checkpoint.MPSDaemons()[g.UUID]
+			g, _ := d.state.gpus.get("gpu-0")
+			old := d.state.checkpoint.MPSDaemons()[g.UUID]
 			if err := os.Remove(filepath.Join(old.PipeDir, "control")); err != nil {
 				t.Fatal(err)
 			}
@@ -371,10 +371,16 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 			if diff := cmp.Diff(tc.wantEvents, m.daemonEvents(t)); diff != "" {
 				t.Errorf("daemon records (-want +got):\n%s", diff)
 			}
-			if got := len(d.checkpoint.MPSDaemons()); got != tc.wantDaemons {
-				t.Errorf("%d daemons recorded, want %d: %+v", got, tc.wantDaemons, d.checkpoint.MPSDaemons())
+			if got := len(d.state.checkpoint.MPSDaemons()); got != tc.wantDaemons {
+				t.Errorf("%d daemons recorded, want %d: %+v", got, tc.wantDaemons, d.state.checkpoint.MPSDaemons())
 			}
-			if err := syscall.Kill(old.PID, 0); err == nil {
+			// Killed, it is reaped a moment later: until then signal 0
+			// still reaches it. Well within the 10 s stop timeout a quit
+			// would have been waited for.
+			gone := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+				return syscall.Kill(old.PID, 0) != nil, nil
+			})
+			if gone != nil {
 				t.Errorf("the daemon %d without a control pipe still runs", old.PID)
 			}
 			if diff := cmp.Diff(tc.wantReplacedEventsFor, eventTargets(t, d, "MPSDaemonReplaced", len(tc.wantReplacedEventsFor))); diff != "" {

@@ -51,7 +51,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	start := time.Now()
 	defer func() { d.metrics.duration.WithLabelValues("prepare").Observe(time.Since(start).Seconds()) }()
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for uid, res := range d.prepareClaims(ctx, claims) {
+	for uid, res := range d.state.prepareClaims(ctx, claims) {
 		if res.Err != nil {
 			klog.FromContext(ctx).Error(res.Err, "Prepare failed", "claimUID", uid)
 			d.metrics.requests.WithLabelValues("prepare", "error").Inc()
@@ -60,7 +60,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		results[uid] = res
 	}
-	d.updateGauges()
+	d.state.updateGauges()
 	return results, nil
 }
 
@@ -71,7 +71,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	defer span(ctx, stageDriverTotal)()
 	start := time.Now()
 	defer func() { d.metrics.duration.WithLabelValues("unprepare").Observe(time.Since(start).Seconds()) }()
-	results := d.unprepareClaims(ctx, claims)
+	results := d.state.unprepareClaims(ctx, claims)
 	for _, claim := range claims {
 		if err := results[claim.UID]; err != nil {
 			err = fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
@@ -82,7 +82,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			d.metrics.requests.WithLabelValues("unprepare", "success").Inc()
 		}
 	}
-	d.updateGauges()
+	d.state.updateGauges()
 	return results, nil
 }
 
@@ -90,15 +90,15 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 // once: plan, record PrepareStarted, write CDI specs, record
 // PrepareCompleted with one fsync. A claim that fails a step leaves the
 // batch and has its record removed; the others go on.
-func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
+func (s *deviceState) prepareClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]kubeletplugin.PrepareResult {
 	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	fail := func(claim *resourceapi.ResourceClaim, reason string, err error) {
-		d.metrics.claimErrors.WithLabelValues("prepare", reason).Inc()
+		s.metrics.claimErrors.WithLabelValues("prepare", reason).Inc()
 		results[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 	}
-	d.guard.lock(ctx)
-	defer d.guard.unlock()
-	if err := d.guard.sync(ctx); err != nil {
+	s.guard.lock(ctx)
+	defer s.guard.unlock()
+	if err := s.guard.sync(ctx); err != nil {
 		for _, claim := range claims {
 			fail(claim, "checkpoint", err)
 		}
@@ -114,28 +114,28 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	endPlan := span(ctx, StagePlan)
 	for _, claim := range claims {
 		uid := string(claim.UID)
-		if prev, ok := d.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
+		if prev, ok := s.checkpoint.Get(uid); ok && prev.State == checkpoint.PrepareCompleted {
 			results[claim.UID] = kubeletplugin.PrepareResult{Devices: kubeletDevices(prev)}
 			continue
 		} else if ok {
 			// A retried prepare first undoes what its interrupted attempt
 			// made, so that its partitions are free to create again.
-			if err := d.partitions.destroy(ctx, prev); err != nil {
+			if err := s.partitions.destroy(ctx, prev); err != nil {
 				fail(claim, "mig", err)
 				continue
 			}
 		}
-		rec, err := d.plan(ctx, claim)
+		rec, err := s.plan(ctx, claim)
 		if err != nil {
 			fail(claim, "invalid", err)
 			continue
 		}
 		// Claims earlier in this call hold their devices as if recorded.
-		if err := d.checkExclusive(uid, rec.Devices, planned); err != nil {
+		if err := s.checkExclusive(uid, rec.Devices, planned); err != nil {
 			fail(claim, "conflict", err)
 			continue
 		}
-		if err := d.partitions.checkPlacements(ctx, uid, rec.Devices, planned); err != nil {
+		if err := s.partitions.checkPlacements(ctx, uid, rec.Devices, planned); err != nil {
 			fail(claim, "mig", err)
 			continue
 		}
@@ -153,7 +153,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	// It is not fsynced: only a power loss could lose it, and then the CDI
 	// spec it would have explained is an orphan that reconciliation removes
 	// (and /var/run/cdi is gone with the reboot anyway).
-	if err := d.checkpoint.PutClaims(ctx, false, planned...); err != nil {
+	if err := s.checkpoint.PutClaims(ctx, false, planned...); err != nil {
 		for _, p := range batch {
 			fail(p.claim, "checkpoint", fmt.Errorf("record prepare start: %w", err))
 		}
@@ -165,7 +165,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	var undo []string
 	for _, p := range batch {
 		uid := string(p.claim.UID)
-		if err := d.partitions.create(ctx, &p.rec); err != nil {
+		if err := s.partitions.create(ctx, &p.rec); err != nil {
 			fail(p.claim, "mig", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -173,19 +173,19 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 			continue
 		}
 		endCDI := span(ctx, StageCDIWrite)
-		err := d.writeSpec(ctx, p.rec)
+		err := s.writeSpec(ctx, p.rec)
 		endCDI()
 		if err != nil {
-			err = d.partitions.undo(ctx, p.rec, err)
+			err = s.partitions.undo(ctx, p.rec, err)
 			fail(p.claim, "cdi", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
 			}
 			continue
 		}
-		d.shares.start(ctx, p.claim, p.rec)
-		if err := d.timeSlices.set(ctx, p.rec, nil); err != nil {
-			err = d.partitions.undo(ctx, p.rec, errors.Join(err, d.cfg.CDI.RemoveClaimSpec(ctx, uid)))
+		s.shares.start(ctx, p.claim, p.rec)
+		if err := s.timeSlices.set(ctx, p.rec, nil); err != nil {
+			err = s.partitions.undo(ctx, p.rec, errors.Join(err, s.cdi.RemoveClaimSpec(ctx, uid)))
 			fail(p.claim, "timeslice", err)
 			if !errors.Is(err, errMIGLeft) {
 				undo = append(undo, uid)
@@ -197,7 +197,7 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	}
 	crashPoint(CrashAfterCDIWritten)
 	if len(undo) > 0 {
-		if err := d.forget(ctx, undo...); err != nil {
+		if err := s.forget(ctx, undo...); err != nil {
 			for _, p := range batch {
 				if slices.Contains(undo, string(p.claim.UID)) {
 					res := results[p.claim.UID]
@@ -213,9 +213,9 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 
 	// Phase two, one fsync for the whole call: the kubelet is told the
 	// claims are ready only once their records are on disk.
-	if err := d.checkpoint.PutClaims(ctx, true, done...); err != nil {
+	if err := s.checkpoint.PutClaims(ctx, true, done...); err != nil {
 		for _, rec := range done {
-			d.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
+			s.metrics.claimErrors.WithLabelValues("prepare", "checkpoint").Inc()
 			results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Err: fmt.Errorf("prepare claim %s/%s: record prepare completion: %w", rec.Namespace, rec.Name, err)}
 		}
 		return results
@@ -224,8 +224,8 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 	for _, rec := range done {
 		results[types.UID(rec.UID)] = kubeletplugin.PrepareResult{Devices: kubeletDevices(rec)}
 	}
-	if d.usage != nil {
-		d.usage.Track(ctx, d.usageClaims(claims, done)...)
+	if s.usage != nil {
+		s.usage.Track(ctx, s.usageClaims(claims, done)...)
 	}
 	return results
 }
@@ -233,11 +233,11 @@ func (d *Driver) prepareClaims(ctx context.Context, claims []*resourceapi.Resour
 // unprepareClaims removes the specs of a call's claims, then their records
 // with one fsync. A claim whose spec cannot be removed keeps its record, so
 // that the kubelet's retry finds it.
-func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
+func (s *deviceState) unprepareClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) map[types.UID]error {
 	results := make(map[types.UID]error, len(claims))
-	d.guard.lock(ctx)
-	defer d.guard.unlock()
-	if err := d.guard.sync(ctx); err != nil {
+	s.guard.lock(ctx)
+	defer s.guard.unlock()
+	if err := s.guard.sync(ctx); err != nil {
 		for _, claim := range claims {
 			results[claim.UID] = err
 		}
@@ -250,9 +250,9 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 	var forget []string
 	for _, claim := range claims {
 		uid := string(claim.UID)
-		rec, ok := d.checkpoint.Get(uid)
+		rec, ok := s.checkpoint.Get(uid)
 		endCDI := span(ctx, StageCDIRemove)
-		err := d.cfg.CDI.RemoveClaimSpec(ctx, uid)
+		err := s.cdi.RemoveClaimSpec(ctx, uid)
 		endCDI()
 		if !ok {
 			// Nothing recorded; a spec can only exist if reconciliation has
@@ -261,22 +261,22 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 			continue
 		}
 		if err != nil {
-			d.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
+			s.metrics.claimErrors.WithLabelValues("unprepare", "cdi").Inc()
 			results[claim.UID] = err
 			continue
 		}
-		if err := d.partitions.destroy(ctx, rec); err != nil {
-			d.metrics.claimErrors.WithLabelValues("unprepare", "mig").Inc()
+		if err := s.partitions.destroy(ctx, rec); err != nil {
+			s.metrics.claimErrors.WithLabelValues("unprepare", "mig").Inc()
 			results[claim.UID] = err
 			continue
 		}
-		if err := d.timeSlices.set(ctx, rec, releasing); err != nil {
+		if err := s.timeSlices.set(ctx, rec, releasing); err != nil {
 			// The claim is going regardless; a GPU left on a long slice only
 			// costs other workloads latency, so log and carry on.
 			klog.FromContext(ctx).Error(err, "Resetting time slices of an unprepared claim")
 		}
 		if rec.Profiling != nil {
-			d.profiler.release(ctx, rec)
+			s.profiler.release(ctx, rec)
 		}
 		forget = append(forget, uid)
 	}
@@ -284,16 +284,16 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 	if len(forget) == 0 {
 		return results
 	}
-	if err := d.forget(ctx, forget...); err != nil {
+	if err := s.forget(ctx, forget...); err != nil {
 		for _, uid := range forget {
-			d.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
+			s.metrics.claimErrors.WithLabelValues("unprepare", "checkpoint").Inc()
 			results[types.UID(uid)] = err
 		}
 		return results
 	}
 	crashPoint(CrashAfterUnprepared)
-	if d.usage != nil {
-		d.usage.Release(ctx, forget...)
+	if s.usage != nil {
+		s.usage.Release(ctx, forget...)
 	}
 	for _, uid := range forget {
 		results[types.UID(uid)] = nil
@@ -302,17 +302,17 @@ func (d *Driver) unprepareClaims(ctx context.Context, claims []kubeletplugin.Nam
 }
 
 // forget removes claims' records, fsynced.
-func (d *Driver) forget(ctx context.Context, uids ...string) error {
-	if err := d.checkpoint.DeleteClaims(ctx, true, uids...); err != nil {
+func (s *deviceState) forget(ctx context.Context, uids ...string) error {
+	if err := s.checkpoint.DeleteClaims(ctx, true, uids...); err != nil {
 		return fmt.Errorf("remove claims %v from checkpoint: %w", uids, err)
 	}
-	d.shares.stopUnneeded(ctx)
+	s.shares.stopUnneeded(ctx)
 	return nil
 }
 
 // plan turns the claim's allocation on this node into the checkpoint record
 // that prepare will write, validating its configuration on the way.
-func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, error) {
+func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (checkpoint.Claim, error) {
 	rec := checkpoint.Claim{UID: string(claim.UID), Namespace: claim.Namespace, Name: claim.Name}
 	if claim.Status.Allocation == nil {
 		return rec, errors.New("claim is not allocated")
@@ -322,22 +322,22 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		return rec, err
 	}
 	for _, result := range claim.Status.Allocation.Devices.Results {
-		if result.Driver != gpuv1alpha1.DriverName || result.Pool != d.cfg.NodeName {
+		if result.Driver != gpuv1alpha1.DriverName || result.Pool != s.node.Name {
 			continue
 		}
-		gpuDev, ok := d.gpus.get(result.Device)
+		gpuDev, ok := s.gpus.get(result.Device)
 		var migIntent *checkpoint.MIGInstance
 		if !ok {
 			var err error
-			if gpuDev, migIntent, ok, err = d.partitions.intent(result.Device); err != nil {
+			if gpuDev, migIntent, ok, err = s.partitions.intent(result.Device); err != nil {
 				return rec, err
 			}
 		}
 		if !ok {
-			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, d.cfg.NodeName)
+			return rec, fmt.Errorf("device %s of request %s is not a GPU of node %s (was it removed?)", result.Device, result.Request, s.node.Name)
 		}
 		if reason, err := unmetHardNeed(claim, result.Request, result.Device, gpuDev); err != nil {
-			d.recorder.Eventf(claim, corev1.EventTypeWarning, reason, "%v", err)
+			s.recorder.Eventf(claim, corev1.EventTypeWarning, reason, "%v", err)
 			return rec, err
 		}
 		cfg := configs.forRequest(result.Request)
@@ -385,9 +385,9 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		rec.Devices = append(rec.Devices, dev)
 	}
 	if len(rec.Devices) == 0 {
-		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, d.cfg.NodeName)
+		return rec, fmt.Errorf("no device of driver %s on node %s is allocated to the claim", gpuv1alpha1.DriverName, s.node.Name)
 	}
-	d.shares.plan(claim, rec.Devices)
+	s.shares.plan(claim, rec.Devices)
 	// Said once here, where the claim is at hand; profiling and usage then
 	// read the annotation as naming no profile. The claim's author saw the
 	// controller's NotRewritten Event at creation already.
@@ -405,30 +405,30 @@ func (d *Driver) plan(ctx context.Context, claim *resourceapi.ResourceClaim) (ch
 		// Profiling is a measurement, not a requirement: where this node
 		// cannot profile, the workload runs unprofiled rather than not at all.
 		unavailable := errors.New("profiling is disabled on this node (prism-kubelet-plugin --profiling=false)")
-		if d.profiler.cfg != nil {
-			unavailable = profiling.Available(d.profiler.cfg.Options)
+		if s.profiler.cfg != nil {
+			unavailable = profiling.Available(s.profiler.cfg.Options)
 		}
 		if unavailable != nil {
-			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-unavailable").Inc()
-			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingUnavailable",
-				"Running unprofiled on node %s: %v", d.cfg.NodeName, unavailable)
+			s.metrics.claimErrors.WithLabelValues("prepare", "profiling-unavailable").Inc()
+			s.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingUnavailable",
+				"Running unprofiled on node %s: %v", s.node.Name, unavailable)
 			break
 		}
 		// ncu serialises kernels and reads counters of the whole GPU: on a
 		// shared GPU it would slow the other tenants and measure their work.
-		if shared, how := d.sharedDevice(rec.Devices); shared != "" {
-			d.metrics.claimErrors.WithLabelValues("prepare", "profiling-refused-shared").Inc()
-			d.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingRefusedSharedGPU",
-				"Running unprofiled on node %s: device %s is allocated for sharing (%s), and profiling would slow down and measure the other workloads on it", d.cfg.NodeName, shared, how)
+		if shared, how := s.sharedDevice(rec.Devices); shared != "" {
+			s.metrics.claimErrors.WithLabelValues("prepare", "profiling-refused-shared").Inc()
+			s.recorder.Eventf(claim, corev1.EventTypeWarning, "ProfilingRefusedSharedGPU",
+				"Running unprofiled on node %s: device %s is allocated for sharing (%s), and profiling would slow down and measure the other workloads on it", s.node.Name, shared, how)
 			break
 		}
-		d.profiler.warnIfForbidden(ctx, claim)
+		s.profiler.warnIfForbidden(ctx, claim)
 		raw, err := json.Marshal(cfg.Profiling)
 		if err != nil {
 			return rec, err
 		}
 		rec.Profiling = &checkpoint.Profiling{
-			ReportDir: profiling.ClaimDir(d.profiler.cfg.Options.StateDir, rec.UID),
+			ReportDir: profiling.ClaimDir(s.profiler.cfg.Options.StateDir, rec.UID),
 			Profile:   profile,
 			Config:    raw,
 		}
@@ -456,7 +456,7 @@ func shareText(s *checkpoint.Sharing) string {
 // claim that asks for no amount gets where GPUs are published shareable, is
 // the GPU alone (checkExclusive admits no share beside it) and may be
 // profiled.
-func (d *Driver) sharedDevice(devices []checkpoint.Device) (name, how string) {
+func (s *deviceState) sharedDevice(devices []checkpoint.Device) (name, how string) {
 	for _, dev := range devices {
 		if dev.Sharing != nil && dev.Sharing.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
 			return dev.Name, "time-slicing"
@@ -466,7 +466,7 @@ func (d *Driver) sharedDevice(devices []checkpoint.Device) (name, how string) {
 		}
 		// The whole GPU's share is its memory rounded down to the share
 		// step; what is left below one step cannot be granted to anyone.
-		if g, ok := d.gpus.get(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
+		if g, ok := s.gpus.get(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
 			return dev.Name, "a memory share of part of the GPU"
 		}
 	}
@@ -482,7 +482,7 @@ const apiCallTimeout = 10 * time.Second
 // only PrepareStarted holds its devices too: its prepare may be in flight or
 // about to be retried. So do the claims in pending, planned earlier in the
 // same call.
-func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending []checkpoint.Claim) error {
+func (s *deviceState) checkExclusive(uid string, devices []checkpoint.Device, pending []checkpoint.Claim) error {
 	for _, dev := range devices {
 		var sharedBytes int64
 		var conflict error
@@ -504,7 +504,7 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending
 			}
 			return true
 		}
-		d.checkpoint.Range(check)
+		s.checkpoint.Range(check)
 		for i := range pending {
 			if conflict == nil {
 				check(&pending[i])
@@ -516,7 +516,7 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending
 		if dev.ShareID == "" || dev.Sharing == nil {
 			continue
 		}
-		g, _ := d.gpus.get(dev.Name)
+		g, _ := s.gpus.get(dev.Name)
 		if total := sharedBytes + dev.Sharing.MemoryShareBytes; g.MemoryBytes > 0 && uint64(total) > g.MemoryBytes {
 			return fmt.Errorf("device %s has %d bytes of memory; the shares prepared on it would add up to %d", dev.Name, g.MemoryBytes, total)
 		}
@@ -524,10 +524,10 @@ func (d *Driver) checkExclusive(uid string, devices []checkpoint.Device, pending
 	return nil
 }
 
-func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
+func (s *deviceState) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	spec := cdi.Claim{UID: rec.UID}
 	if rec.Profiling != nil {
-		edits, err := d.profiler.edits(ctx, rec)
+		edits, err := s.profiler.edits(ctx, rec)
 		if err != nil {
 			return err
 		}
@@ -535,20 +535,20 @@ func (d *Driver) writeSpec(ctx context.Context, rec checkpoint.Claim) error {
 	}
 	for _, dev := range rec.Devices {
 		if dev.MIG != nil {
-			md, err := d.partitions.cdiDevice(dev)
+			md, err := s.partitions.cdiDevice(dev)
 			if err != nil {
 				return err
 			}
 			spec.Devices = append(spec.Devices, md)
 			continue
 		}
-		g, ok := d.gpus.get(dev.Name)
+		g, ok := s.gpus.get(dev.Name)
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: d.shares.deviceEdits(dev, g.UUID)})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: s.shares.deviceEdits(dev, g.UUID)})
 	}
-	ids, err := d.cfg.CDI.WriteClaimSpec(ctx, spec)
+	ids, err := s.cdi.WriteClaimSpec(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("write CDI spec: %w", err)
 	}
@@ -610,15 +610,15 @@ func kubeletDevices(rec checkpoint.Claim) []kubeletplugin.Device {
 	return out
 }
 
-func (d *Driver) updateGauges() {
+func (s *deviceState) updateGauges() {
 	claims, devices := 0, 0
-	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+	s.checkpoint.Range(func(c *checkpoint.Claim) bool {
 		claims++
 		devices += len(c.Devices)
 		return true
 	})
-	d.metrics.preparedClaims.Set(float64(claims))
-	d.metrics.preparedDevices.Set(float64(devices))
+	s.metrics.preparedClaims.Set(float64(claims))
+	s.metrics.preparedDevices.Set(float64(devices))
 }
 
 func sortedCopy(s []string) []string {

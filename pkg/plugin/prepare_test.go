@@ -70,7 +70,7 @@ func TestProfilingIsRefusedOnASharedGPU(t *testing.T) {
 			if r := prepare(t, d, tc.claim)["p"]; r.Err != nil {
 				t.Fatalf("a claim refused profiling must still prepare: %v", r.Err)
 			}
-			if rec, _ := d.checkpoint.Get("p"); rec.Profiling != nil {
+			if rec, _ := d.state.checkpoint.Get("p"); rec.Profiling != nil {
 				t.Errorf("claim on a shared GPU prepared for profiling: %+v", rec.Profiling)
 			}
 			ev := waitForEvent(t, d.cfg.KubeClient, "ProfilingRefusedSharedGPU")
@@ -84,7 +84,7 @@ func TestProfilingIsRefusedOnASharedGPU(t *testing.T) {
 		if r := prepare(t, d, allocatedClaim("p", []string{"gpu-0"}, opaque(profilingConfig)))["p"]; r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		if rec, _ := d.checkpoint.Get("p"); rec.Profiling == nil {
+		if rec, _ := d.state.checkpoint.Get("p"); rec.Profiling == nil {
 			t.Error("a claim with a whole GPU was not prepared for profiling")
 		}
 	})
@@ -92,14 +92,14 @@ func TestProfilingIsRefusedOnASharedGPU(t *testing.T) {
 	// takes the whole GPU's memory as its share: nobody can join it.
 	t.Run("share of the whole GPU is profiled", func(t *testing.T) {
 		d := profilingDriver(t, t.TempDir())
-		g, _ := d.gpus.get("gpu-0")
+		g, _ := d.state.gpus.get("gpu-0")
 		step := gpu.MemoryShareStep.Value()
 		c := sharedClaim("p", resource.NewQuantity(int64(g.MemoryBytes)/step*step, resource.BinarySI).String())
 		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(profilingConfig)}
 		if r := prepare(t, d, c)["p"]; r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		if rec, _ := d.checkpoint.Get("p"); rec.Profiling == nil {
+		if rec, _ := d.state.checkpoint.Get("p"); rec.Profiling == nil {
 			t.Error("a claim whose share is the whole GPU was not prepared for profiling")
 		}
 	})

@@ -51,7 +51,7 @@ func (p *Probes) Live() error {
 	if stuckAfter == 0 {
 		stuckAfter = DefaultStuckAfter
 	}
-	if held := d.guard.mu.heldFor(); held > stuckAfter {
+	if held := d.state.guard.mu.heldFor(); held > stuckAfter {
 		return fmt.Errorf("the driver lock has been held for %s", held.Truncate(time.Second))
 	}
 	return nil

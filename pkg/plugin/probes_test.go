@@ -54,7 +54,7 @@ func TestProbes(t *testing.T) {
 		t.Errorf("/readyz once published = %d, want 200", code)
 	}
 
-	d.guard.mu.Lock()
+	d.state.guard.mu.Lock()
 	clock.Step(30 * time.Second)
 	if code := probe(t, mux, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz with the lock held 30s = %d, want 200", code)
@@ -63,7 +63,7 @@ func TestProbes(t *testing.T) {
 	if code := probe(t, mux, "/healthz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/healthz with the lock held 90s = %d, want 503", code)
 	}
-	d.guard.mu.Unlock()
+	d.state.guard.mu.Unlock()
 	if code := probe(t, mux, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz after the lock was released = %d, want 200", code)
 	}

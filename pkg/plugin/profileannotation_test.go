@@ -98,7 +98,7 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			d := bed.driver(t)
 			claim := profiledClaim(allocatedClaim("a", []string{"gpu-0"}), huge)
 			if tc.profiled {
-				d.profiler.cfg = &ProfilingConfig{
+				d.state.profiler.cfg = &ProfilingConfig{
 					Options:   fakeProfilingHost(t, bed.dir),
 					Publisher: profiling.NewPublisher(profilingtest.WorkloadProfiles(bed.api)),
 					Retention: 5,
@@ -113,7 +113,7 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rec, _ := d.checkpoint.Get("a"); rec.Profiling != nil && rec.Profiling.Profile != "" {
+			if rec, _ := d.state.checkpoint.Get("a"); rec.Profiling != nil && rec.Profiling.Profile != "" {
 				t.Errorf("checkpoint keeps a profile of %d bytes, want none", len(rec.Profiling.Profile))
 			}
 			if tc.profiled {
@@ -125,9 +125,9 @@ func TestInvalidProfileAnnotationStaysBounded(t *testing.T) {
 			if err := unprepareOne(ctx, d, "a"); err != nil {
 				t.Fatal(err)
 			}
-			d.usage.PublishNext(ctx)
+			d.state.usage.PublishNext(ctx)
 			if tc.profiled {
-				d.profiler.start(ctx)
+				d.state.profiler.start(ctx)
 				waitForCollections(ctx, t, d)
 			}
 

@@ -86,10 +86,10 @@ func unprepareOne(ctx context.Context, d *Driver, uid string) error {
 func waitForCollections(ctx context.Context, t *testing.T, d *Driver) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return d.profiler.jobs.pending() == 0, nil
+		return d.state.profiler.jobs.pending() == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("%d report jobs still pending: %v", d.profiler.jobs.pending(), err)
+		t.Fatalf("%d report jobs still pending: %v", d.state.profiler.jobs.pending(), err)
 	}
 }
 
@@ -116,12 +116,12 @@ func TestCollectingAProfileDoesNotBlockOtherClaims(t *testing.T) {
 		},
 	})
 	d := newTestDriver(t, "t4-2.yaml", dir)
-	d.profiler.cfg = &ProfilingConfig{
+	d.state.profiler.cfg = &ProfilingConfig{
 		Options:   fakeProfilingHost(t, dir),
 		Publisher: profiling.NewPublisher(profilingtest.WorkloadProfiles(api)),
 		Retention: 5,
 	}
-	d.profiler.start(ctx)
+	d.state.profiler.start(ctx)
 
 	profiled := allocatedClaim("p1", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
 	profiled.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: "train"}
@@ -211,14 +211,14 @@ func TestReportJobsOutliveThePlugin(t *testing.T) {
 	if err := unprepareOne(ctx, first, "p1"); err != nil {
 		t.Fatalf("unprepare: %v", err)
 	}
-	if got := first.profiler.jobs.pending(); got != 1 {
+	if got := first.state.profiler.jobs.pending(); got != 1 {
 		t.Fatalf("%d report jobs queued by unprepare, want 1", got)
 	}
 
 	second := newTestDriverWith(t, "t4-2.yaml", dir, configure)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	second.profiler.start(ctx)
+	second.state.profiler.start(ctx)
 	waitForCollections(ctx, t, second)
 
 	var wp prismv1alpha1.WorkloadProfile
@@ -282,7 +282,7 @@ func TestProfiledClaimWritesIntoABoundedDirectory(t *testing.T) {
 		t.Errorf("report directory on file system %#x of %d bytes, want a tmpfs of %d", fs.Type, uint64(fs.Blocks)*uint64(fs.Bsize), size)
 	}
 
-	d.profiler.start(ctx)
+	d.state.profiler.start(ctx)
 	if err := unprepareOne(ctx, d, "p1"); err != nil {
 		t.Fatalf("unprepare: %v", err)
 	}

@@ -36,10 +36,10 @@ import (
 // gets it rewritten, and a spec that no claim owns is removed, so no device
 // stays blocked by an orphan, unless keepUnowned says the owners could not
 // be looked up.
-func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
+func (s *deviceState) reconcile(ctx context.Context, keepUnowned bool) error {
 	logger := klog.FromContext(ctx)
 	var errs []error
-	onDisk, err := d.cfg.CDI.ListClaimSpecs(ctx)
+	onDisk, err := s.cdi.ListClaimSpecs(ctx)
 	if err != nil {
 		return fmt.Errorf("list CDI specs: %w", err)
 	}
@@ -48,25 +48,25 @@ func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 		present[uid] = true
 	}
 	owned := map[string]bool{}
-	for _, c := range d.checkpoint.List() {
+	for _, c := range s.checkpoint.List() {
 		switch c.State {
 		case checkpoint.PrepareStarted:
 			logger.Info("Rolling back an interrupted prepare", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 			// Instances first: once the record is gone, nothing says they
 			// are Prism's to destroy.
-			if err := d.partitions.destroy(ctx, c); err != nil {
+			if err := s.partitions.destroy(ctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("roll back MIG instances of claim %s: %w", c.UID, err))
 				continue
 			}
-			if err := d.cfg.CDI.RemoveClaimSpec(ctx, c.UID); err != nil {
+			if err := s.cdi.RemoveClaimSpec(ctx, c.UID); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			if err := d.forget(ctx, c.UID); err != nil {
+			if err := s.forget(ctx, c.UID); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			d.metrics.checkpointRecover.WithLabelValues("rolled-back").Inc()
+			s.metrics.checkpointRecover.WithLabelValues("rolled-back").Inc()
 		case checkpoint.PrepareCompleted:
 			owned[c.UID] = true
 			if present[c.UID] {
@@ -74,8 +74,8 @@ func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 				continue
 			}
 			logger.Info("Rewriting a missing CDI spec", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
-			d.metrics.checkpointRecover.WithLabelValues("spec-rewritten").Inc()
-			if err := d.writeSpec(ctx, c); err != nil {
+			s.metrics.checkpointRecover.WithLabelValues("spec-rewritten").Inc()
+			if err := s.writeSpec(ctx, c); err != nil {
 				errs = append(errs, fmt.Errorf("rewrite CDI spec of claim %s: %w", c.UID, err))
 				continue
 			}
@@ -90,14 +90,14 @@ func (d *Driver) reconcile(ctx context.Context, keepUnowned bool) error {
 			continue
 		}
 		logger.Info("Removing orphaned CDI spec", "uid", uid)
-		if err := d.cfg.CDI.RemoveClaimSpec(ctx, uid); err != nil {
+		if err := s.cdi.RemoveClaimSpec(ctx, uid); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		d.metrics.checkpointRecover.WithLabelValues("orphan-removed").Inc()
+		s.metrics.checkpointRecover.WithLabelValues("orphan-removed").Inc()
 	}
-	d.partitions.reportForeign(ctx)
-	d.updateGauges()
+	s.partitions.reportForeign(ctx)
+	s.updateGauges()
 	return errors.Join(errs...)
 }
 
@@ -113,15 +113,15 @@ var defaultAPIBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0
 // restart and keeps their GPUs guarded. Specs whose claim is gone are left
 // to reconcile, which removes them as orphans. An error means the claims
 // could not be read, and the specs' fate is unknown.
-func (d *Driver) adoptSpecs(ctx context.Context) error {
+func (s *deviceState) adoptSpecs(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	onDisk, err := d.cfg.CDI.ListClaimSpecs(ctx)
+	onDisk, err := s.cdi.ListClaimSpecs(ctx)
 	if err != nil {
 		return fmt.Errorf("list CDI specs: %w", err)
 	}
 	var unowned []string
 	for _, uid := range onDisk {
-		if _, ok := d.checkpoint.Get(uid); !ok {
+		if _, ok := s.checkpoint.Get(uid); !ok {
 			unowned = append(unowned, uid)
 		}
 	}
@@ -130,9 +130,9 @@ func (d *Driver) adoptSpecs(ctx context.Context) error {
 	}
 	var claims *resourceapi.ResourceClaimList
 	attempt := 0
-	err = wait.ExponentialBackoffWithContext(ctx, d.apiBackoff, func(ctx context.Context) (bool, error) {
+	err = wait.ExponentialBackoffWithContext(ctx, s.apiBackoff, func(ctx context.Context) (bool, error) {
 		attempt++
-		claims, err = d.cfg.KubeClient.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+		claims, err = s.kube.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			logger.Info("Waiting for the API server to rebuild the checkpoint from CDI specs", "attempt", attempt, "specs", len(unowned), "err", err.Error())
 			return false, nil
@@ -146,20 +146,20 @@ func (d *Driver) adoptSpecs(ctx context.Context) error {
 	for i := range claims.Items {
 		byUID[string(claims.Items[i].UID)] = &claims.Items[i]
 	}
-	err = d.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
+	err = s.checkpoint.Update(ctx, func(data *checkpoint.Data) error {
 		for _, uid := range unowned {
 			claim, ok := byUID[uid]
 			if !ok {
 				continue
 			}
-			rec, err := d.plan(ctx, claim)
+			rec, err := s.plan(ctx, claim)
 			if err != nil {
 				logger.Info("Not adopting a CDI spec", "claim", klog.KObj(claim), "reason", err.Error())
 				continue
 			}
 			rec.State = checkpoint.PrepareCompleted
 			data.Claims[uid] = rec
-			d.metrics.checkpointRecover.WithLabelValues("adopted").Inc()
+			s.metrics.checkpointRecover.WithLabelValues("adopted").Inc()
 			logger.Info("Adopted a prepared claim from its CDI spec", "claim", klog.KObj(claim))
 		}
 		return nil

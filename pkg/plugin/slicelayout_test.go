@@ -214,14 +214,14 @@ func TestDroppedCountersFallBackToWholeGPUs(t *testing.T) {
 func TestPartitionsInheritTheirGPUsTaint(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	d, _ := migDriver(t, true)
-	gpu0, ok := d.gpus.get("gpu-0")
+	gpu0, ok := d.state.gpus.get("gpu-0")
 	if !ok {
 		t.Fatal("gpu-0 not discovered")
 	}
 	taint := newTaint("xid-48", resourceapi.DeviceTaintEffectNoExecute, time.Now())
-	d.gpus.mu.Lock()
-	d.gpus.unhealthy["gpu-0"] = unhealthy{uuid: gpu0.UUID, taint: taint}
-	d.gpus.mu.Unlock()
+	d.state.gpus.mu.Lock()
+	d.state.gpus.unhealthy["gpu-0"] = unhealthy{uuid: gpu0.UUID, taint: taint}
+	d.state.gpus.mu.Unlock()
 	if err := d.pool.publish(ctx); err != nil {
 		t.Fatal(err)
 	}

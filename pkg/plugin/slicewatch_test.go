@@ -18,12 +18,16 @@ package plugin
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -55,7 +59,22 @@ func TestDeletedSliceIsPublishedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The fake clientset drops what happens between the informer's list
+	// and its watch: delete only once it watches.
+	watching := make(chan struct{})
+	var once sync.Once
+	client := d.cfg.KubeClient.(*fake.Clientset)
+	client.PrependWatchReactor("resourceslices", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		once.Do(func() { close(watching) })
+		return true, w, err
+	})
 	d.pool.republishWithdrawnSlices(ctx)
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the informer never watched ResourceSlices")
+	}
 	pub := d.pool.publisher.(*recordingPublisher)
 	before := pub.count()
 

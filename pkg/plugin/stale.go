@@ -39,7 +39,7 @@ func (d *Driver) collectStaleLoop(ctx context.Context, interval, grace time.Dura
 
 func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 	logger := klog.FromContext(ctx)
-	for _, c := range d.checkpoint.List() {
+	for _, c := range d.state.checkpoint.List() {
 		if c.State != checkpoint.PrepareCompleted {
 			continue
 		}
@@ -59,7 +59,7 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 		if d.clock.Since(first.(time.Time)) < grace {
 			continue
 		}
-		err = d.releaseStale(ctx, c)
+		err = d.state.releaseStale(ctx, c)
 		if err != nil {
 			logger.Error(err, "Releasing a stale claim", "claim", c.Namespace+"/"+c.Name)
 			continue
@@ -69,38 +69,38 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 		logger.Info("Released a claim that no longer exists in the API", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 		d.recorder.Eventf(d.node, corev1.EventTypeNormal, "StaleClaimReleased",
 			"Released devices of claim %s/%s (uid %s): the claim no longer exists and the kubelet never unprepared it", c.Namespace, c.Name, c.UID)
-		d.updateGauges()
+		d.state.updateGauges()
 	}
 }
 
 // releaseStale undoes what prepare did for a claim the kubelet will never
 // unprepare. Its report directory is discarded: nobody is left to publish
 // it to.
-func (d *Driver) releaseStale(ctx context.Context, c checkpoint.Claim) error {
-	return d.guard.exclusive(ctx, func() error {
-		rec, ok := d.checkpoint.Get(c.UID)
+func (s *deviceState) releaseStale(ctx context.Context, c checkpoint.Claim) error {
+	return s.guard.exclusive(ctx, func() error {
+		rec, ok := s.checkpoint.Get(c.UID)
 		if !ok {
 			return nil // the other instance of a rolling update released it
 		}
-		if err := d.cfg.CDI.RemoveClaimSpec(ctx, c.UID); err != nil {
+		if err := s.cdi.RemoveClaimSpec(ctx, c.UID); err != nil {
 			return err
 		}
 		// As in unprepare, the MIG instances go before the record: once it
 		// is forgotten nothing says they are Prism's, and they would block
 		// their partitions for good. A failure keeps the record, so that
 		// the next sweep tries again.
-		if err := d.partitions.destroy(ctx, rec); err != nil {
+		if err := s.partitions.destroy(ctx, rec); err != nil {
 			return err
 		}
-		if err := d.timeSlices.set(ctx, rec, map[string]bool{c.UID: true}); err != nil {
+		if err := s.timeSlices.set(ctx, rec, map[string]bool{c.UID: true}); err != nil {
 			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
 		}
-		if rec.Profiling != nil && d.profiler.cfg != nil {
-			if err := profiling.DiscardClaimDir(d.profiler.cfg.Options.StateDir, c.UID); err != nil {
+		if rec.Profiling != nil && s.profiler.cfg != nil {
+			if err := profiling.DiscardClaimDir(s.profiler.cfg.Options.StateDir, c.UID); err != nil {
 				klog.FromContext(ctx).Error(err, "Removing the report directory of a stale claim")
 			}
 		}
-		return d.forget(ctx, c.UID)
+		return s.forget(ctx, c.UID)
 	})
 }
 

@@ -64,7 +64,7 @@ func TestStaleReleaseUndoesEverything(t *testing.T) {
 	dir := t.TempDir()
 	d := profilingDriver(t, dir)
 	slices := &RecordedTimeSlices{}
-	d.timeSlices.slicer = slices
+	d.state.timeSlices.slicer = slices
 	timeSliced := allocatedClaim("ts", []string{"gpu-1"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`))
 	profiled := allocatedClaim("prof", []string{"gpu-0"}, opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`))
 	if r := prepare(t, d, timeSliced, profiled); r["ts"].Err != nil || r["prof"].Err != nil {
@@ -76,10 +76,10 @@ func TestStaleReleaseUndoesEverything(t *testing.T) {
 	}
 
 	d.collectStale(ctx, 0)
-	if left := d.checkpoint.List(); len(left) != 0 {
+	if left := d.state.checkpoint.List(); len(left) != 0 {
 		t.Fatalf("%d claims left after both vanished from the API", len(left))
 	}
-	g, _ := d.gpus.get("gpu-1")
+	g, _ := d.state.gpus.get("gpu-1")
 	if got := slices.Get(g.UUID); got != "Default" {
 		t.Errorf("time slice of gpu-1 after the stale release = %q, want Default", got)
 	}
@@ -107,7 +107,7 @@ func TestStaleReleaseDestroysMIGInstances(t *testing.T) {
 			}
 
 			d.collectStale(ctx, 0)
-			if _, ok := d.checkpoint.Get("m"); ok {
+			if _, ok := d.state.checkpoint.Get("m"); ok {
 				t.Fatal("the stale claim was not released")
 			}
 			if got := n.instances(t); len(got) != 0 {
@@ -173,7 +173,7 @@ func TestLostCheckpointWithTheAPIDownKeepsSpecs(t *testing.T) {
 			if len(specs) != 1 || specs[0] != "running" {
 				t.Errorf("CDI specs after the restart %v, want the running claim's", specs)
 			}
-			if _, adopted := restarted.checkpoint.Get("running"); adopted != tc.wantAdopted {
+			if _, adopted := restarted.state.checkpoint.Get("running"); adopted != tc.wantAdopted {
 				t.Errorf("claim adopted = %v, want %v", adopted, tc.wantAdopted)
 			}
 			if !tc.wantAdopted {

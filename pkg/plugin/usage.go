@@ -49,16 +49,16 @@ func (d *Driver) newUsageSampler(ctx context.Context, cfg sampler.Config) *sampl
 		Metrics:  d.metrics.usage,
 		Dropped:  d.metrics.claimErrors.WithLabelValues("unprepare", "usage-publish"),
 		Prepared: func(uid string) bool {
-			_, ok := d.checkpoint.Get(uid)
+			_, ok := d.state.checkpoint.Get(uid)
 			return ok
 		},
 	})
 	var prepared []sampler.Claim
-	d.checkpoint.Range(func(c *checkpoint.Claim) bool {
+	d.state.checkpoint.Range(func(c *checkpoint.Claim) bool {
 		if c.State != checkpoint.PrepareCompleted {
 			return true
 		}
-		uc := d.usageClaim(*c)
+		uc := d.state.usageClaim(*c)
 		if c.Profiling != nil {
 			uc.Profile = c.Profiling.Profile
 		}
@@ -72,7 +72,7 @@ func (d *Driver) newUsageSampler(ctx context.Context, cfg sampler.Config) *sampl
 // usageClaims are the claims a prepare completed, as the sampler tracks
 // them: with the profile their annotation names and the pods that reserved
 // them.
-func (d *Driver) usageClaims(claims []*resourceapi.ResourceClaim, done []checkpoint.Claim) []sampler.Claim {
+func (s *deviceState) usageClaims(claims []*resourceapi.ResourceClaim, done []checkpoint.Claim) []sampler.Claim {
 	var out []sampler.Claim
 	for _, rec := range done {
 		i := slices.IndexFunc(claims, func(c *resourceapi.ResourceClaim) bool { return string(c.UID) == rec.UID })
@@ -80,7 +80,7 @@ func (d *Driver) usageClaims(claims []*resourceapi.ResourceClaim, done []checkpo
 			continue
 		}
 		claim := claims[i]
-		uc := d.usageClaim(rec)
+		uc := s.usageClaim(rec)
 		// An invalid annotation names none; plan logged why.
 		uc.Profile, _ = prismv1alpha1.ProfileName(claim.Annotations)
 		for _, ref := range claim.Status.ReservedFor {
@@ -95,10 +95,10 @@ func (d *Driver) usageClaims(claims []*resourceapi.ResourceClaim, done []checkpo
 
 // usageClaim is what the checkpoint says of a claim's GPUs: which are
 // shared, and through MPS, the share and the model.
-func (d *Driver) usageClaim(rec checkpoint.Claim) sampler.Claim {
+func (s *deviceState) usageClaim(rec checkpoint.Claim) sampler.Claim {
 	c := sampler.Claim{Ref: prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name, UID: types.UID(rec.UID)}}
 	for _, dev := range rec.Devices {
-		g, ok := d.gpus.get(dev.Name)
+		g, ok := s.gpus.get(dev.Name)
 		if !ok {
 			continue
 		}
@@ -106,7 +106,7 @@ func (d *Driver) usageClaim(rec checkpoint.Claim) sampler.Claim {
 		// A share of the whole GPU (what a claim naming no amount gets
 		// where GPUs are published shareable) has the GPU alone: its
 		// figures are the claim's, and it is no share to outgrow.
-		partial, _ := d.sharedDevice([]checkpoint.Device{dev})
+		partial, _ := s.sharedDevice([]checkpoint.Device{dev})
 		c.GPUs = append(c.GPUs, sampler.GPU{UUID: g.UUID, Shared: partial != "", MPS: dev.Sharing != nil && dev.Sharing.MPS})
 		if partial != "" && dev.ShareID != "" && c.Share == nil && dev.Sharing != nil {
 			c.Share = &usage.Share{ComputePercent: dev.Sharing.ComputePercent, MemoryBytes: dev.Sharing.MemoryShareBytes}

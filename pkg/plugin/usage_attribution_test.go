@@ -296,7 +296,7 @@ func figuresOn(t *testing.T, d *Driver, gpu string) map[string]claimFigures {
 		return format(v)
 	}
 	out := map[string]claimFigures{}
-	for uid, samples := range d.usage.Samples() {
+	for uid, samples := range d.state.usage.Samples() {
 		name := "claim-" + uid
 		out[name] = claimFigures{
 			Duty:    figure("prism_plugin_gpu_duty_cycle_percent", name, func(v float64) string { return itoa(uint32(v)) }),

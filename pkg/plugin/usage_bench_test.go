@@ -84,12 +84,12 @@ func BenchmarkUsageSampling(b *testing.B) {
 			ctx := context.Background()
 			start := time.Now()
 			for i := 0; b.Loop(); i++ {
-				if d.usage == nil {
+				if d.state.usage == nil {
 					continue
 				}
-				d.usage.Sample(ctx)
+				d.state.usage.Sample(ctx)
 				if i%6 == 0 {
-					d.usage.Persist(ctx)
+					d.state.usage.Persist(ctx)
 				}
 			}
 			perCycle := time.Since(start) / time.Duration(max(b.N, 1))

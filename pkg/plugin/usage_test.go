@@ -137,7 +137,7 @@ func sample(t *testing.T, d *Driver, times int) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	for range times {
-		d.usage.Sample(ctx)
+		d.state.usage.Sample(ctx)
 	}
 }
 
@@ -178,7 +178,7 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	if got := podSeries(t, d); len(got) != 0 {
 		t.Errorf("per-pod GPU series left after unprepare: %v", got)
 	}
-	d.usage.PublishNext(ctx)
+	d.state.usage.PublishNext(ctx)
 
 	// GPM needs two samples for its first figure: three samples give two.
 	wantUsage := &prismv1alpha1.UsageProfile{
@@ -235,7 +235,7 @@ func TestUsageRunSurvivesARestart(t *testing.T) {
 		{
 			name: "released while stopped",
 			release: func(ctx context.Context, t *testing.T, bed *usageBed, stopped *Driver) *Driver {
-				if err := stopped.forget(ctx, "a"); err != nil {
+				if err := stopped.state.forget(ctx, "a"); err != nil {
 					t.Fatal(err)
 				}
 				return bed.driver(t)
@@ -253,8 +253,8 @@ func TestUsageRunSurvivesARestart(t *testing.T) {
 			bed := newUsageBed(t)
 			bed.use(t, nvml.GPUUsage{Index: 1, UtilizationPercent: 20, MemoryUsedBytes: 4 << 30})
 			d := bed.sampledClaim(t, "gpu-1", "train", tc.samplesBeforeStop)
-			d.usage.Persist(ctx)
-			tc.release(ctx, t, bed, d).usage.PublishNext(ctx)
+			d.state.usage.Persist(ctx)
+			tc.release(ctx, t, bed, d).state.usage.PublishNext(ctx)
 			if diff := cmp.Diff(tc.want, bed.profile(t, "train")); diff != "" {
 				t.Errorf("status.usage (-want +got):\n%s", diff)
 			}
@@ -269,7 +269,7 @@ func TestShortRunIsNotMerged(t *testing.T) {
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
-	d.usage.PublishNext(ctx)
+	d.state.usage.PublishNext(ctx)
 	if diff := cmp.Diff(map[string]float64{"TooShort": 1}, metricstest.Counters(t, d.metrics.Registry, "prism_plugin_usage_runs_total", "outcome")); diff != "" {
 		t.Errorf("usage_runs_total by outcome (-want +got):\n%s", diff)
 	}
@@ -320,7 +320,7 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 	if err := unprepareOne(ctx, d, "a"); err != nil {
 		t.Fatal(err)
 	}
-	d.usage.PublishNext(ctx)
+	d.state.usage.PublishNext(ctx)
 	// 9Gi held against a share of 8Gi; a p95 of 48 % is within 5 points of
 	// the 50 % compute share.
 	want := &prismv1alpha1.UsageProfile{
@@ -360,7 +360,7 @@ func TestUnattributableProcessDropsTheSample(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	sample(t, d, 3)
-	if got := d.usage.Samples()["a"]; got != 0 {
+	if got := d.state.usage.Samples()["a"]; got != 0 {
 		t.Errorf("%d samples taken beside a process of unknown pod, want 0", got)
 	}
 }
@@ -402,7 +402,7 @@ func TestPerPodSeriesGoWithTheClaim(t *testing.T) {
 		release func(context.Context, *Driver) error
 	}{
 		{"unprepare", func(ctx context.Context, d *Driver) error { return unprepareOne(ctx, d, "a") }},
-		{"outside unprepare", func(ctx context.Context, d *Driver) error { return d.forget(ctx, "a") }},
+		{"outside unprepare", func(ctx context.Context, d *Driver) error { return d.state.forget(ctx, "a") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
