@@ -224,16 +224,3 @@ func (m *mpsShares) recoverDaemons(ctx context.Context) {
 			"Prism could not recover every MPS control daemon on node %s; shares of the GPUs concerned run time-sliced: %v", m.node.Name, err)
 	}
 }
-
-// deviceEdits are a device's sharing edits: what the workload is told of
-// its share, and, where MPS enforces it, how to reach the GPU's daemon.
-func (m *mpsShares) deviceEdits(dev checkpoint.Device, uuid string) *cdispec.ContainerEdits {
-	base, enforced := sharingEdits(dev.Sharing), m.clientEdits(dev, uuid)
-	if enforced == nil {
-		return base
-	}
-	if base != nil {
-		enforced.Env = append(base.Env, enforced.Env...)
-	}
-	return enforced
-}

@@ -546,7 +546,7 @@ func (s *deviceState) writeSpec(ctx context.Context, rec checkpoint.Claim) error
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: s.shares.deviceEdits(dev, g.UUID)})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: s.deviceEdits(dev, g.UUID)})
 	}
 	ids, err := s.cdi.WriteClaimSpec(ctx, spec)
 	if err != nil {
@@ -562,35 +562,20 @@ func (s *deviceState) writeSpec(ctx context.Context, rec checkpoint.Claim) error
 	return nil
 }
 
-// Environment variables that tell a workload how it may use a shared GPU.
-const (
-	// EnvMemoryLimit is the bytes of GPU memory the claim's share holds. It
-	// is advisory: nothing on the GPU enforces it without a layer such as
-	// HAMi-core that intercepts CUDA allocations.
-	EnvMemoryLimit = "PRISM_GPU_MEMORY_LIMIT"
-	// EnvTimeSlice names the time-slice interval the GPU was set to.
-	EnvTimeSlice = "PRISM_GPU_TIMESLICE"
-)
-
-func sharingEdits(s *checkpoint.Sharing) *cdispec.ContainerEdits {
-	if s == nil {
-		return nil
-	}
-	var env []string
-	if s.MemoryShareBytes > 0 {
-		env = append(env, fmt.Sprintf("%s=%d", EnvMemoryLimit, s.MemoryShareBytes))
-	}
-	if s.Strategy == string(gpuv1alpha1.TimeSlicingSharing) {
-		slice := s.TimeSlice
-		if slice == "" {
-			slice = string(gpuv1alpha1.DefaultTimeSlice)
+// deviceEdits are what the strategies of a device tell its containers:
+// the memory its share holds, the time slice its GPU was set to and, where
+// MPS enforces the share, how to reach the GPU's daemon.
+func (s *deviceState) deviceEdits(dev checkpoint.Device, uuid string) *cdispec.ContainerEdits {
+	env := slices.Concat(memoryShareEnv(dev.Sharing), timeSliceEnv(dev.Sharing))
+	edits := s.shares.clientEdits(dev, uuid)
+	if edits == nil {
+		if len(env) == 0 {
+			return nil
 		}
-		env = append(env, EnvTimeSlice+"="+slice)
+		return &cdispec.ContainerEdits{Env: env}
 	}
-	if len(env) == 0 {
-		return nil
-	}
-	return &cdispec.ContainerEdits{Env: env}
+	edits.Env = append(env, edits.Env...)
+	return edits
 }
 
 func kubeletDevices(rec checkpoint.Claim) []kubeletplugin.Device {

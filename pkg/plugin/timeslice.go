@@ -116,6 +116,22 @@ func (r *RecordedTimeSlices) Get(uuid string) gpuv1alpha1.TimeSliceInterval {
 	return r.settings[uuid]
 }
 
+// EnvTimeSlice names the time-slice interval the GPU was set to.
+const EnvTimeSlice = "PRISM_GPU_TIMESLICE"
+
+// timeSliceEnv tells the containers of a time-sliced device the interval
+// its GPU was set to.
+func timeSliceEnv(s *checkpoint.Sharing) []string {
+	if s == nil || s.Strategy != string(gpuv1alpha1.TimeSlicingSharing) {
+		return nil
+	}
+	slice := s.TimeSlice
+	if slice == "" {
+		slice = string(gpuv1alpha1.DefaultTimeSlice)
+	}
+	return []string{EnvTimeSlice + "=" + slice}
+}
+
 // timeSlices sets the time slice of the GPUs that claims ask to be
 // time-sliced, and resets it once the last such claim of a GPU is gone.
 type timeSlices struct {
