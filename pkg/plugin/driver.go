@@ -14,9 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package plugin is Prism's kubelet plugin: it publishes the node's GPUs as a
-// ResourceSlice and prepares and unprepares claims for the kubelet, recording
-// every step in a checkpoint so that a crash at any point is recovered.
 package plugin
 
 import (
@@ -24,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -34,7 +32,6 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -104,19 +101,6 @@ type Config struct {
 	// Probes, when set, answer liveness and readiness for this driver; they
 	// are made before the driver so that the HTTP server can start first.
 	Probes *Probes
-}
-
-// ProfilingConfig is what the plugin needs to profile claims.
-type ProfilingConfig struct {
-	// Host paths of the ncu install and the compiled preload shim.
-	Options profiling.Options
-	// Publisher writes collected reports to WorkloadProfiles.
-	Publisher *profiling.Publisher
-	// Retention is how many raw reports are kept on the node.
-	Retention int
-	// ProcRoot is where the NVIDIA driver's parameters are read, to warn
-	// when counters are restricted; "/proc" on a real node.
-	ProcRoot string
 }
 
 // Driver implements kubeletplugin.DRAPlugin for gpu.prism.dev.
@@ -248,7 +232,8 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		partitions: d.state.partitions, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, clock: d.clock}
 	d.state.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.state.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
-	d.state.shares = newMPSShares(ctx, cfg, &d.state.gpus, store, d.recorder)
+	d.state.shares = &mpsShares{gpus: &d.state.gpus, checkpoint: store, recorder: d.recorder, claimErrors: cfg.Metrics.claimErrors, node: d.node}
+	d.state.shares.open(ctx, cfg.MPSDriverRoot, cfg.StateDir, cfg.Metrics.Registry)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
 	d.health.restoreTaints(ctx)
@@ -395,11 +380,6 @@ func (d *Driver) every(ctx context.Context, interval time.Duration, fn func()) {
 	}
 }
 
-// nodeRef is the object events about the plugin's own state are attached to.
-func nodeRef(name string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "Node", Name: name, APIVersion: "v1"}
-}
-
 func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 	logger := klog.FromContext(ctx)
 	if r.Corruption != nil {
@@ -422,16 +402,33 @@ func (d *Driver) reportRecovery(ctx context.Context, r checkpoint.Recovered) {
 	}
 }
 
-// HandleError is called by the helper for errors it cannot return to anyone,
-// such as a failure to publish the slice.
-func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
-	var dropped *resourceslice.DroppedFieldsError
-	if errors.As(err, &dropped) {
-		d.pool.reportDroppedFields(ctx, dropped)
-		return
-	}
-	klog.FromContext(ctx).Error(err, msg)
-	d.metrics.claimErrors.WithLabelValues("background", "helper").Inc()
+// newUsageSampler makes the sampler and takes up the runs a stopped plugin
+// left, once reconciliation settled which claims are prepared.
+func (d *Driver) newUsageSampler(ctx context.Context, cfg sampler.Config) *sampler.Sampler {
+	s := sampler.New(cfg, sampler.Env{
+		Dir:      filepath.Join(d.cfg.StateDir, usageDir),
+		NodeName: d.cfg.NodeName,
+		Recorder: d.recorder,
+		Clock:    d.clock,
+		Metrics:  d.metrics.usage,
+		Dropped:  d.metrics.claimErrors.WithLabelValues("unprepare", "usage-publish"),
+		Prepared: func(uid string) bool {
+			_, ok := d.state.checkpoint.Get(uid)
+			return ok
+		},
+	})
+	var prepared []sampler.Claim
+	d.state.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		if c.State != checkpoint.PrepareCompleted {
+			return true
+		}
+		uc := d.state.usageClaim(*c)
+		if c.Profiling != nil {
+			uc.Profile = c.Profiling.Profile
+		}
+		prepared = append(prepared, uc)
+		return true
+	})
+	s.Load(ctx, prepared)
+	return s
 }
-
-var _ kubeletplugin.DRAPlugin = (*Driver)(nil)

@@ -37,13 +37,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 )
-
-// TaintKey marks a GPU that NVML reported unhealthy.
-const TaintKey = gpuv1alpha1.DriverName + "/unhealthy"
 
 // HealthConfig turns on health watching.
 type HealthConfig struct {
@@ -68,39 +64,6 @@ type HealthConfig struct {
 // context switch timeout.
 var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
 
-// lostValue is the taint value of a GPU that is gone: fallen off the bus
-// (Xid 79) or no longer readable through NVML. Pods on it cannot make
-// progress, so it is NoExecute, and it is lifted only when NVML reads the
-// GPU again, never by a quiet period: a dead GPU raises no further events.
-const lostValue = "gpu-lost"
-
-// unhealthy is the current taint of a GPU or of one MIG partition of it,
-// kept under the partition's device name ("gpu-0-mig-1g5gb-3"), which
-// names the GPU and the partition: a partition is published with its own
-// taint unless its GPU has one, which covers every part of it.
-type unhealthy struct {
-	// uuid is the GPU the taint is about (a partition's parent), so that it
-	// is not carried over to another GPU that later gets the same device
-	// name. Empty for a GPU known only from the claims prepared on it.
-	uuid      string
-	taint     resourceapi.DeviceTaint
-	lastEvent time.Time
-	// xid is the Xid that set the taint, when this run saw one: 0 for a
-	// GPU that NVML cannot read and for taints taken up from before a
-	// restart. It names the cause to the kubelet (healthMessage).
-	xid uint64
-	// remembered is set while NVML cannot read the GPU and has not read it
-	// since the plugin started: it is published from this record (see
-	// rememberedDevice) rather than from a reading. index is its NVML
-	// index.
-	remembered bool
-	index      int
-}
-
-func newTaint(value string, effect resourceapi.DeviceTaintEffect, now time.Time) resourceapi.DeviceTaint {
-	return resourceapi.DeviceTaint{Key: TaintKey, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: now.Truncate(time.Second)}}
-}
-
 // healthWatch keeps the node's GPUs and their taints current: it reads the
 // GPUs again (rediscover), taints a GPU on a fatal Xid or when NVML cannot
 // read it, lifts a taint after a quiet period or when a lost GPU reads
@@ -120,16 +83,6 @@ type healthWatch struct {
 	node       *corev1.ObjectReference
 	metrics    *Metrics
 	clock      clock.WithTicker
-}
-
-// healthChange is a taint added or removed, to be logged, announced and
-// persisted, or an unreadable GPU left unpublished, to be logged and
-// announced.
-type healthChange struct {
-	device, uuid string
-	tainted      bool
-	unpublished  bool
-	reason       string
 }
 
 func (h *healthWatch) watch(ctx context.Context) {
@@ -387,4 +340,33 @@ func FeedSimulatedFaults(ctx context.Context, path string, uuidOf func(index int
 		}
 		f.Close()
 	}
+}
+
+// handleUnreadable taints the GPU at index that the health watcher cannot
+// read, as a rediscovery would.
+func (h *healthWatch) handleUnreadable(ctx context.Context, index int, why error) {
+	claimed := h.claimedDevices()
+	h.gpus.mu.Lock()
+	change, report := h.gpus.taintUnreadableLocked(index, why, claimed, h.clock.Now())
+	h.gpus.mu.Unlock()
+	if report {
+		h.reportChanges(ctx, []healthChange{change})
+	}
+	if _, err := h.pool.publishIfChanged(ctx, false); err != nil {
+		klog.FromContext(ctx).Error(err, "Republishing after a health change")
+	}
+}
+
+// claimedDevices are the names of this node's devices that prepared claims
+// hold.
+func (h *healthWatch) claimedDevices() map[string]bool {
+	claimed := map[string]bool{}
+	for _, c := range h.checkpoint.List() {
+		for _, dev := range c.Devices {
+			if dev.Pool == "" || dev.Pool == h.node.Name {
+				claimed[dev.Name] = true
+			}
+		}
+	}
+	return claimed
 }

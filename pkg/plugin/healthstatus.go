@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -46,35 +45,6 @@ const (
 	healthLease       = 30 * time.Second
 	healthResendEvery = healthLease / 3
 )
-
-// healthSignal wakes the kubelet's health watchers when the GPUs or their
-// health may have changed. Waking costs the health monitor nothing: it
-// never waits for a watcher, and a watcher that is behind sends only the
-// state as it is when it catches up.
-type healthSignal struct {
-	mu      sync.Mutex
-	changed chan struct{}
-}
-
-// wait returns a channel that is closed at the next notify. Take it before
-// reading the state, so that a change made after the read is not missed.
-func (s *healthSignal) wait() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.changed
-}
-
-func (s *healthSignal) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed != nil {
-		close(s.changed)
-		s.changed = nil
-	}
-}
 
 // reportTo reports the health of the node's GPUs to the kubelet:
 // all of them when the stream opens, again whenever one changes, and again
@@ -117,12 +87,6 @@ func (h *healthWatch) reportTo(ctx context.Context, reports chan<- kubeletplugin
 			due = true
 		}
 	}
-}
-
-// WatchHealthStatus reports the health of the node's GPUs to the kubelet
-// (healthWatch.reportTo).
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return d.health.reportTo(ctx, reports)
 }
 
 // deviceHealth is the health of the published GPUs, in index order, without

@@ -49,36 +49,34 @@ type mpsShares struct {
 	node        *corev1.ObjectReference
 }
 
-// newMPSShares makes the MPS daemon manager once the checkpoint is open,
-// and says once, in the log and as a Node Event, when shares cannot be
-// enforced.
-func newMPSShares(ctx context.Context, cfg Config, gpus *nodeGPUs, store *checkpoint.Store, recorder record.EventRecorder) *mpsShares {
-	m := &mpsShares{gpus: gpus, checkpoint: store, recorder: recorder, claimErrors: cfg.Metrics.claimErrors, node: nodeRef(cfg.NodeName)}
-	root := cfg.MPSDriverRoot
+// open makes the MPS daemon manager once the checkpoint is open, and says
+// once, in the log and as a Node Event, when shares cannot be enforced:
+// driverRoot holds nvidia-cuda-mps-control, stateDir the pipe
+// directories.
+func (m *mpsShares) open(ctx context.Context, driverRoot, stateDir string, registry prometheus.Registerer) {
 	m.daemons = mps.New(mps.Options{
-		DriverRoot: root,
-		Root:       filepath.Join(cfg.StateDir, "mps"),
+		DriverRoot: driverRoot,
+		Root:       filepath.Join(stateDir, "mps"),
 		Checkpoint: m.checkpoint,
-		Registerer: cfg.Metrics.Registry,
+		Registerer: registry,
 	})
-	if root == "" {
-		return m
+	if driverRoot == "" {
+		return
 	}
 	logger := klog.FromContext(ctx)
 	if err := m.daemons.Unavailable(); err != nil {
 		logger.Info("MPS is unavailable: GPU shares run time-sliced and their memory limits are not enforced", "reason", err.Error())
 		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSUnavailable",
-			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", cfg.NodeName, err)
-		return m
+			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", m.node.Name, err)
+		return
 	}
 	if err := m.daemons.Unbounded(); err != nil {
-		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "stateDir", cfg.StateDir)
+		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "stateDir", stateDir)
 		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSPipeDirUnbounded",
-			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", cfg.NodeName, cfg.StateDir, err)
-		return m
+			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", m.node.Name, stateDir, err)
+		return
 	}
 	logger.Info("MPS pipe directories are size-limited", "bytes", mps.PipeDirSize)
-	return m
 }
 
 // mpsShare says whether a device is a share that MPS should enforce: a

@@ -108,3 +108,32 @@ func (p *slicePool) publishedDevices() []resourceapi.Device {
 type slicePublisher interface {
 	PublishResources(ctx context.Context, resources resourceslice.DriverResources) error
 }
+
+// healthSignal wakes the kubelet's health watchers when the GPUs or their
+// health may have changed. Waking costs the health monitor nothing: it
+// never waits for a watcher, and a watcher that is behind sends only the
+// state as it is when it catches up.
+type healthSignal struct {
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+// wait returns a channel that is closed at the next notify. Take it before
+// reading the state, so that a change made after the read is not missed.
+func (s *healthSignal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+func (s *healthSignal) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}

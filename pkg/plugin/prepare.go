@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -41,50 +40,6 @@ import (
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
-
-// PrepareResourceClaims prepares the claims of one kubelet call together,
-// so that the checkpoint is written twice per call rather than per claim,
-// but judges each on its own: one claim's bad config or conflict fails only
-// that claim, and the kubelet shows the error in the pod's events.
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	defer span(ctx, stageDriverTotal)()
-	start := time.Now()
-	defer func() { d.metrics.duration.WithLabelValues("prepare").Observe(time.Since(start).Seconds()) }()
-	results := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for uid, res := range d.state.prepareClaims(ctx, claims) {
-		if res.Err != nil {
-			klog.FromContext(ctx).Error(res.Err, "Prepare failed", "claimUID", uid)
-			d.metrics.requests.WithLabelValues("prepare", "error").Inc()
-		} else {
-			d.metrics.requests.WithLabelValues("prepare", "success").Inc()
-		}
-		results[uid] = res
-	}
-	d.state.updateGauges()
-	return results, nil
-}
-
-// UnprepareResourceClaims releases the claims of one kubelet call together.
-// A claim the plugin does not know was never prepared here or was already
-// released: that is success.
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	defer span(ctx, stageDriverTotal)()
-	start := time.Now()
-	defer func() { d.metrics.duration.WithLabelValues("unprepare").Observe(time.Since(start).Seconds()) }()
-	results := d.state.unprepareClaims(ctx, claims)
-	for _, claim := range claims {
-		if err := results[claim.UID]; err != nil {
-			err = fmt.Errorf("unprepare claim %s: %w", claim.String(), err)
-			results[claim.UID] = err
-			klog.FromContext(ctx).Error(err, "Unprepare failed")
-			d.metrics.requests.WithLabelValues("unprepare", "error").Inc()
-		} else {
-			d.metrics.requests.WithLabelValues("unprepare", "success").Inc()
-		}
-	}
-	d.state.updateGauges()
-	return results, nil
-}
 
 // prepareClaims takes every claim of a call through the same steps at
 // once: plan, record PrepareStarted, write CDI specs, record
@@ -472,10 +427,6 @@ func (s *deviceState) sharedDevice(devices []checkpoint.Device) (name, how strin
 	}
 	return "", ""
 }
-
-// apiCallTimeout bounds an API call made under the driver lock, so that a
-// slow API server delays one claim rather than every claim on the node.
-const apiCallTimeout = 10 * time.Second
 
 // checkExclusive refuses a device that another claim holds whole, and a
 // share that would take a shared device past its memory. A claim that is

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -37,6 +38,19 @@ import (
 	"github.com/prismgpu/prism/pkg/profile"
 	"github.com/prismgpu/prism/pkg/profiling"
 )
+
+// ProfilingConfig is what the plugin needs to profile claims.
+type ProfilingConfig struct {
+	// Host paths of the ncu install and the compiled preload shim.
+	Options profiling.Options
+	// Publisher writes collected reports to WorkloadProfiles.
+	Publisher *profiling.Publisher
+	// Retention is how many raw reports are kept on the node.
+	Retention int
+	// ProcRoot is where the NVIDIA driver's parameters are read, to warn
+	// when counters are restricted; "/proc" on a real node.
+	ProcRoot string
+}
 
 // profiler runs the workloads of claims that ask for it under ncu: it
 // edits their containers at prepare, sets their reports aside at unprepare
@@ -197,6 +211,10 @@ func (pr *profiler) warnIfForbidden(ctx context.Context, claim *resourceapi.Reso
 				"Add capabilities: {add: [SYS_ADMIN]} to the profiled container. (NVreg_RestrictProfilingToAdminUsers=0 on the node would also do, but lets every user there read the performance counters of other users' GPU work.)", ref.Name, pr.node.Name)
 	}
 }
+
+// apiCallTimeout bounds an API call made under the driver lock, so that a
+// slow API server delays one claim rather than every claim on the node.
+const apiCallTimeout = 10 * time.Second
 
 func (pr *profiler) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
+	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // reconcile makes the CDI specs on disk agree with the checkpoint after a
@@ -168,4 +169,35 @@ func (s *deviceState) adoptSpecs(ctx context.Context) error {
 		return fmt.Errorf("record adopted claims: %w", err)
 	}
 	return nil
+}
+
+// releaseStale undoes what prepare did for a claim the kubelet will never
+// unprepare. Its report directory is discarded: nobody is left to publish
+// it to.
+func (s *deviceState) releaseStale(ctx context.Context, c checkpoint.Claim) error {
+	return s.guard.exclusive(ctx, func() error {
+		rec, ok := s.checkpoint.Get(c.UID)
+		if !ok {
+			return nil // the other instance of a rolling update released it
+		}
+		if err := s.cdi.RemoveClaimSpec(ctx, c.UID); err != nil {
+			return err
+		}
+		// As in unprepare, the MIG instances go before the record: once it
+		// is forgotten nothing says they are Prism's, and they would block
+		// their partitions for good. A failure keeps the record, so that
+		// the next sweep tries again.
+		if err := s.partitions.destroy(ctx, rec); err != nil {
+			return err
+		}
+		if err := s.timeSlices.set(ctx, rec, map[string]bool{c.UID: true}); err != nil {
+			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
+		}
+		if rec.Profiling != nil && s.profiler.cfg != nil {
+			if err := profiling.DiscardClaimDir(s.profiler.cfg.Options.StateDir, c.UID); err != nil {
+				klog.FromContext(ctx).Error(err, "Removing the report directory of a stale claim")
+			}
+		}
+		return s.forget(ctx, c.UID)
+	})
 }

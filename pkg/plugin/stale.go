@@ -26,7 +26,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/prismgpu/prism/pkg/checkpoint"
-	"github.com/prismgpu/prism/pkg/profiling"
 )
 
 // collectStaleLoop releases claims whose ResourceClaim no longer exists. The
@@ -71,37 +70,6 @@ func (d *Driver) collectStale(ctx context.Context, grace time.Duration) {
 			"Released devices of claim %s/%s (uid %s): the claim no longer exists and the kubelet never unprepared it", c.Namespace, c.Name, c.UID)
 		d.state.updateGauges()
 	}
-}
-
-// releaseStale undoes what prepare did for a claim the kubelet will never
-// unprepare. Its report directory is discarded: nobody is left to publish
-// it to.
-func (s *deviceState) releaseStale(ctx context.Context, c checkpoint.Claim) error {
-	return s.guard.exclusive(ctx, func() error {
-		rec, ok := s.checkpoint.Get(c.UID)
-		if !ok {
-			return nil // the other instance of a rolling update released it
-		}
-		if err := s.cdi.RemoveClaimSpec(ctx, c.UID); err != nil {
-			return err
-		}
-		// As in unprepare, the MIG instances go before the record: once it
-		// is forgotten nothing says they are Prism's, and they would block
-		// their partitions for good. A failure keeps the record, so that
-		// the next sweep tries again.
-		if err := s.partitions.destroy(ctx, rec); err != nil {
-			return err
-		}
-		if err := s.timeSlices.set(ctx, rec, map[string]bool{c.UID: true}); err != nil {
-			klog.FromContext(ctx).Error(err, "Resetting time slices of a stale claim")
-		}
-		if rec.Profiling != nil && s.profiler.cfg != nil {
-			if err := profiling.DiscardClaimDir(s.profiler.cfg.Options.StateDir, c.UID); err != nil {
-				klog.FromContext(ctx).Error(err, "Removing the report directory of a stale claim")
-			}
-		}
-		return s.forget(ctx, c.UID)
-	})
 }
 
 // isStale reports whether the claim is gone from the API: deleted, or

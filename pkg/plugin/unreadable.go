@@ -18,14 +18,12 @@ package plugin
 
 import (
 	"cmp"
-	"context"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -97,35 +95,6 @@ func (g *nodeGPUs) sweepUnreadableLocked(unreadable map[int]error) {
 			delete(g.unpublished, index)
 		}
 	}
-}
-
-// handleUnreadable taints the GPU at index that the health watcher cannot
-// read, as a rediscovery would.
-func (h *healthWatch) handleUnreadable(ctx context.Context, index int, why error) {
-	claimed := h.claimedDevices()
-	h.gpus.mu.Lock()
-	change, report := h.gpus.taintUnreadableLocked(index, why, claimed, h.clock.Now())
-	h.gpus.mu.Unlock()
-	if report {
-		h.reportChanges(ctx, []healthChange{change})
-	}
-	if _, err := h.pool.publishIfChanged(ctx, false); err != nil {
-		klog.FromContext(ctx).Error(err, "Republishing after a health change")
-	}
-}
-
-// claimedDevices are the names of this node's devices that prepared claims
-// hold.
-func (h *healthWatch) claimedDevices() map[string]bool {
-	claimed := map[string]bool{}
-	for _, c := range h.checkpoint.List() {
-		for _, dev := range c.Devices {
-			if dev.Pool == "" || dev.Pool == h.node.Name {
-				claimed[dev.Name] = true
-			}
-		}
-	}
-	return claimed
 }
 
 // rememberedDevicesLocked renders the GPUs published from their record.

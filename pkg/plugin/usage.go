@@ -17,8 +17,6 @@ limitations under the License.
 package plugin
 
 import (
-	"context"
-	"path/filepath"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -37,37 +35,6 @@ const DefaultUsageInterval = sampler.DefaultInterval
 // usageDir, under the state directory, holds the sampler's record of each
 // claim's run.
 const usageDir = "usage"
-
-// newUsageSampler makes the sampler and takes up the runs a stopped plugin
-// left, once reconciliation settled which claims are prepared.
-func (d *Driver) newUsageSampler(ctx context.Context, cfg sampler.Config) *sampler.Sampler {
-	s := sampler.New(cfg, sampler.Env{
-		Dir:      filepath.Join(d.cfg.StateDir, usageDir),
-		NodeName: d.cfg.NodeName,
-		Recorder: d.recorder,
-		Clock:    d.clock,
-		Metrics:  d.metrics.usage,
-		Dropped:  d.metrics.claimErrors.WithLabelValues("unprepare", "usage-publish"),
-		Prepared: func(uid string) bool {
-			_, ok := d.state.checkpoint.Get(uid)
-			return ok
-		},
-	})
-	var prepared []sampler.Claim
-	d.state.checkpoint.Range(func(c *checkpoint.Claim) bool {
-		if c.State != checkpoint.PrepareCompleted {
-			return true
-		}
-		uc := d.state.usageClaim(*c)
-		if c.Profiling != nil {
-			uc.Profile = c.Profiling.Profile
-		}
-		prepared = append(prepared, uc)
-		return true
-	})
-	s.Load(ctx, prepared)
-	return s
-}
 
 // usageClaims are the claims a prepare completed, as the sampler tracks
 // them: with the profile their annotation names and the pods that reserved
