@@ -75,6 +75,7 @@ type options struct {
 	serviceName, namespace, policy string
 	preference, replicaName        string
 	memoryFloor                    rewrite.Form
+	noLadderSchedulers             []string
 	extraSANs                      []string
 	httpAddress, kubeconfig        string
 	logging                        *logging.Options
@@ -106,6 +107,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.preference, "preference", "ladder", "how a profile's preference for GPU models reaches the scheduler: ladder (firstAvailable tiers in the claim) or affinity (hard needs in the claim, preferred node affinity on the pod, on single-model nodes that the controller labels; needs the chart's nodes permission)")
 	o.memoryFloor = rewrite.FormCapacity
 	flags.Var(&o.memoryFloor, "memory-floor", "how a profile's memory floor and its tiers' lower bounds are written: capacity (capacity requests, used once a dry-run claim shows that the API server keeps them) or cel (selectors, for a cluster whose kube-scheduler has DRAConsumableCapacity off while the API server keeps capacity requests, which the controller cannot see)")
+	flags.StringSliceVar(&o.noLadderSchedulers, "no-ladder-schedulers", []string{"kai-scheduler"}, "schedulers that count a claim's GPUs only from exactly requests, as KAI-Scheduler does: the claims of their pods keep exactly requests, with the hard needs, instead of a firstAvailable ladder (empty: none)")
 	flags.BoolVar(&o.autoProfile, "auto-profile", true, "enable profiling for claims whose WorkloadProfile has no measurements yet")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "address of the /metrics, /healthz and /readyz endpoints")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
@@ -174,8 +176,9 @@ func run(ctx context.Context, o options) error {
 	// ResourceClaims, trimmed to their profile and allocation, tell which
 	// node may write which profile; while they wait, also to their GPU
 	// requests and the pod whose template made them, the fleet's load.
-	// Pods that wait to be scheduled, trimmed to the claims made for them,
-	// tell which of those claims their pods use. ResourceSlices of Prism's
+	// Pods that wait to be scheduled, trimmed to the claims made for them
+	// and their scheduler's name, tell which of those claims their pods
+	// use, and which claims get no ladder. ResourceSlices of Prism's
 	// driver are the fleet the ladders are cut from; the store keeps of
 	// each only the fleet.Slice the view reads. controller-runtime's
 	// informers read built-in types as protobuf, which decodes several
@@ -185,7 +188,7 @@ func run(ctx context.Context, o options) error {
 		&prismv1alpha1.WorkloadProfile{}: {},
 		&resourceapi.ResourceClaim{}:     {Transform: profilewrites.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
-		&corev1.Pod{}:                    {Field: fleet.UnscheduledPods(), Transform: fleet.TrimPod},
+		&corev1.Pod{}:                    {Field: fleet.UnscheduledPods(), Transform: claimrewrite.KeepSchedulerName(fleet.TrimPod)},
 	}
 	if preference == rewrite.PreferAffinity {
 		// The pod webhook finds a pod's profile through its claim
@@ -281,7 +284,8 @@ func run(ctx context.Context, o options) error {
 	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
 	rewriter, err := claimrewrite.New(claimrewrite.Options{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: rewriteMetrics,
-		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, Capacity: capacityDecision(ctx, o, cs)})
+		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, Capacity: capacityDecision(ctx, o, cs),
+		NoLadderSchedulers: o.noLadderSchedulers, PodScheduler: claimrewrite.PodSchedulers{Cache: profiles, API: cs.CoreV1()}.SchedulerOf})
 	if err != nil {
 		return err
 	}

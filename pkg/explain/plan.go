@@ -38,11 +38,12 @@ type profilingNote struct {
 
 // PlanNotes spells out a prism.dev/rewrite annotation for a reader: how
 // the claim was rewritten and why, or that it was profiled instead. Of a
-// plan it gives the bound type and policy, the hard needs, the fleet the
-// ladder was cut from, what the load-aware policy decided, how the
-// preference, the memory floor and the tier bounds were written, why each
-// tier is there, and the requests left as written. An annotation that is
-// neither plan nor profiling note is given as it is.
+// plan it gives the bound type and policy, why no ladder was written
+// where none was, the hard needs, the fleet the ladder was cut from, what
+// the load-aware policy decided, how the preference, the memory floor and
+// the tier bounds were written, why each tier is there, and the requests
+// left as written. An annotation that is neither plan nor profiling note
+// is given as it is.
 func PlanNotes(annotation string) []PlanNote {
 	var p rewrite.Plan
 	if err := json.Unmarshal([]byte(annotation), &p); err != nil || p.BoundType == "" {
@@ -64,6 +65,9 @@ func PlanNotes(annotation string) []PlanNote {
 		how = strings.Join(p.Rewritten, ", ") + " as " + how
 	}
 	notes := []PlanNote{{"Rewrite", how}}
+	if p.NoLadder != "" {
+		notes = append(notes, PlanNote{"Ladder", "not written: " + p.NoLadder})
+	}
 	if p.HardNeeds != "" {
 		notes = append(notes, PlanNote{"Hard needs", p.HardNeeds})
 	}

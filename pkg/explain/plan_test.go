@@ -71,6 +71,15 @@ func TestPlanNotes(t *testing.T) {
 				{"Memory floor", "cel: 4 GPUs are published shareable, where a capacity request is a share, not a floor"},
 				{"Tier", "fits: hard needs only"},
 			}},
+		{"no ladder for the pod's scheduler: the hard needs in the exactly request",
+			`{"profile":"p","boundType":"MemoryBound","policy":"performance","hardNeeds":"memory>=39Gi","capacity":"capacity: the API server keeps capacity requests, and --memory-floor=capacity","memoryFloor":"cel: kai-scheduler allocates without checking capacity requests","noLadder":"kai-scheduler counts only exactly requests (NVIDIA/KAI-Scheduler#900)","rewritten":["gpu"]}`,
+			[]PlanNote{
+				{"Rewrite", "gpu as MemoryBound under the performance policy"},
+				{"Ladder", "not written: kai-scheduler counts only exactly requests (NVIDIA/KAI-Scheduler#900)"},
+				{"Hard needs", "memory>=39Gi"},
+				{"Capacity requests", "capacity: the API server keeps capacity requests, and --memory-floor=capacity"},
+				{"Memory floor", "cel: kai-scheduler allocates without checking capacity requests"},
+			}},
 		{"capacity requests dropped by the API server",
 			`{"profile":"p","boundType":"ComputeBound","policy":"economy","capacity":"cel: the API server drops capacity requests (DRAConsumableCapacity is off)","alternatives":[{"name":"fits","reason":"hard needs only"}]}`,
 			[]PlanNote{

@@ -20,7 +20,7 @@ package rewrite
 // profile says what a workload needs, the Cluster what it may get.
 // prism-controller decides Capacity, Preference and Partitions once, from
 // its flags and the API server's answer to the capacity probe, and takes
-// Fleet and Load from its informers for each claim.
+// Fleet, Load and ExactlyOnly from its informers for each claim.
 type Cluster struct {
 	// Capacity is whether a claim may carry capacity requests, and why.
 	Capacity Capacity
@@ -38,6 +38,11 @@ type Cluster struct {
 	// Load is the load-aware policy's view of the fleet (see WithLoad);
 	// nil: load-aware behaves as performance.
 	Load *Load
+	// ExactlyOnly names the scheduler of the claim's pod where it counts a
+	// claim's GPUs only from exactly requests (KAI-Scheduler, see
+	// exactly.go): the claim gets no ladder. Empty: the pod's scheduler
+	// counts firstAvailable requests, or the claim has no pod.
+	ExactlyOnly string
 }
 
 // Capacity is the decision whether claims may carry capacity requests,

@@ -74,7 +74,13 @@ type Plan struct {
 	// whole GPUs.
 	Partition    *PartitionPlan `json:"partition,omitempty"`
 	Alternatives []Alternative  `json:"alternatives,omitempty"`
-	// Rewritten names the requests that became firstAvailable lists.
+	// NoLadder is why no request became a firstAvailable list although
+	// the profile prefers some GPUs: the scheduler of the claim's pod
+	// counts only exactly requests (Cluster.ExactlyOnly).
+	NoLadder string `json:"noLadder,omitempty"`
+	// Rewritten names the requests that became firstAvailable lists, or,
+	// where NoLadder says why there are none, the exactly requests that
+	// got the hard needs.
 	Rewritten []string    `json:"rewritten,omitempty"`
 	Untouched []Untouched `json:"untouched,omitempty"`
 	// Truncated is set when Annotation had to drop entries to fit.

@@ -46,7 +46,9 @@ import (
 //
 // The steps, in order: the tiers sized from the profile's usage (a share,
 // MIG partitions), the whole-GPU ladder and the hard needs, the forms the
-// needs are written in, each request's list, and the plan's verdicts.
+// needs are written in, each request's list, and the plan's verdicts. For
+// a pod whose scheduler counts only exactly requests (Cluster.ExactlyOnly)
+// the hard needs are written into the exactly requests instead of lists.
 func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile Profile, opts ...Option) (*resourceapi.ResourceClaimSpec, *Plan, error) {
 	if spec == nil {
 		return nil, nil, errors.New("rewrite: nil ResourceClaimSpec")
@@ -55,8 +57,13 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	if err != nil {
 		return nil, nil, err
 	}
+	cluster := clusterOf(opts)
+	if cluster.ExactlyOnly != "" {
+		// A share and a partition are tiers ahead of a ladder.
+		cluster.Capacity.Shares, cluster.Partitions = false, false
+	}
 	w := &claimRewrite{
-		cluster: clusterOf(opts),
+		cluster: cluster,
 		spec:    spec,
 		out:     spec.DeepCopy(),
 		sharing: sharingOf(spec),
@@ -67,6 +74,9 @@ func Rewrite(ctx context.Context, spec *resourceapi.ResourceClaimSpec, profile P
 	done, err := w.wholeLadder(profile, bound, policy)
 	if err != nil || done {
 		return w.result(err)
+	}
+	if w.cluster.ExactlyOnly != "" {
+		return w.result(w.exactlyOnly())
 	}
 	if err := w.forms(); err != nil {
 		return w.result(err)

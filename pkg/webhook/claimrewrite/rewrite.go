@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -56,6 +57,9 @@ const (
 	// EventReasonShared is a rewrite whose first choice is a share of a
 	// GPU sized from the profile's usage.
 	EventReasonShared = "Shared"
+	// EventReasonLadderNotWritten is a claim whose pod's scheduler counts
+	// only exactly requests: it keeps them, with the hard needs.
+	EventReasonLadderNotWritten = "LadderNotWritten"
 )
 
 // EventRecorder is the part of record.EventRecorder the webhook uses. The
@@ -96,6 +100,15 @@ type Options struct {
 	// the floor stays CEL on fleets with shareable GPUs, the bounds where
 	// GPUs publish no figures as capacities (see rewrite.Capacity).
 	Capacity func() rewrite.Capacity
+	// NoLadderSchedulers are the schedulers that count a claim's GPUs only
+	// from its exactly requests (--no-ladder-schedulers): the claims of
+	// their pods get no ladder (see rewrite.Cluster.ExactlyOnly).
+	NoLadderSchedulers []string
+	// PodScheduler returns the scheduler of the pod a claim was made for,
+	// "" for a claim without one (PodSchedulers.SchedulerOf). Nil, or no
+	// NoLadderSchedulers: no pod is looked up, and every claim may get a
+	// ladder.
+	PodScheduler func(context.Context, *resourceapi.ResourceClaim) (string, error)
 }
 
 // New returns the mutating webhook for ResourceClaim CREATE. It always
@@ -219,7 +232,7 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 
 func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
 	profile := webhook.ProfileOf(wp, r.opts.Policy)
-	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, r.cluster(profile.Policy))
+	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, r.cluster(ctx, claim, profile.Policy))
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
 		return outcome{skip: skipInvalidProfile, message: err.Error()}
@@ -239,7 +252,7 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 		return r.autoProfile(claim, wp.Name, wp)
 	case len(plan.Rewritten) == 0 && (plan.BoundType == prismv1alpha1.BoundTypeBalanced || plan.BoundType == prismv1alpha1.BoundTypeUnknown):
 		return outcome{skip: skipBalancedUnknown, message: fmt.Sprintf("profile %s is %s: no hardware preference to express", wp.Name, plan.BoundType)}
-	case len(plan.Rewritten) == 0 && !preferredByAffinity(plan):
+	case len(plan.Rewritten) == 0 && !preferredByAffinity(plan) && plan.NoLadder == "":
 		return outcome{skip: skipNoEligible, message: untouchedSummary(plan)}
 	}
 	// pkg/rewrite promises catalogue-only selectors; this is the last line
@@ -252,6 +265,10 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if err != nil {
 		return outcome{skip: skipEncodeError, message: err.Error()}
 	}
+	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
+	if plan.NoLadder != "" {
+		return outcome{ops: ops, event: EventReasonLadderNotWritten, message: noLadderSummary(plan)}
+	}
 	r.opts.Metrics.rewrites.WithLabelValues(string(plan.BoundType), string(plan.Policy)).Inc()
 	if f := plan.MemoryFloor.Form; f != "" {
 		r.opts.Metrics.memoryFloor.WithLabelValues(string(f)).Inc()
@@ -259,7 +276,6 @@ func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim
 	if f := plan.TierBounds.Form; f != "" {
 		r.opts.Metrics.bounds.WithLabelValues(string(f)).Inc()
 	}
-	ops := append(specOps(&claim.Spec, spec), annotationOp(ann))
 	if s := shareSummary(plan); s != "" {
 		return outcome{ops: ops, event: EventReasonShared, message: fmt.Sprintf("profile %s: %s; %s", plan.Profile, s, planSummary(plan))}
 	}
@@ -277,9 +293,11 @@ func (r *rewriter) countSteps(plan *rewrite.Plan) {
 }
 
 // cluster is what the cluster offers a claim of the given policy: the
-// controller's decisions, and the fleet and its load as now seen.
-func (r *rewriter) cluster(policy prismv1alpha1.Policy) rewrite.Cluster {
-	c := rewrite.Cluster{Preference: r.opts.Preference}
+// controller's decisions, the fleet and its load as now seen, and whether
+// the claim's pod is placed by a scheduler that counts only exactly
+// requests.
+func (r *rewriter) cluster(ctx context.Context, claim *resourceapi.ResourceClaim, policy prismv1alpha1.Policy) rewrite.Cluster {
+	c := rewrite.Cluster{Preference: r.opts.Preference, ExactlyOnly: r.exactlyOnly(ctx, claim)}
 	if r.opts.Capacity != nil {
 		c.Capacity = r.opts.Capacity()
 	}
@@ -291,6 +309,24 @@ func (r *rewriter) cluster(policy prismv1alpha1.Policy) rewrite.Cluster {
 		c.Load = r.opts.Load()
 	}
 	return c
+}
+
+// exactlyOnly is the scheduler of the claim's pod where it is one of
+// NoLadderSchedulers, or "". Where the pod cannot be read the claim gets
+// its ladder, as it would without the lookup, and the log says why.
+func (r *rewriter) exactlyOnly(ctx context.Context, claim *resourceapi.ResourceClaim) string {
+	if len(r.opts.NoLadderSchedulers) == 0 || r.opts.PodScheduler == nil {
+		return ""
+	}
+	name, err := r.opts.PodScheduler(ctx, claim)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Could not tell which scheduler places the claim's pod; the claim may get a ladder")
+		return ""
+	}
+	if slices.Contains(r.opts.NoLadderSchedulers, name) {
+		return name
+	}
+	return ""
 }
 
 // autoProfileNote is the annotation written when a claim is profiled
@@ -509,6 +545,18 @@ func planSummary(p *rewrite.Plan) string {
 		fmt.Fprintf(&b, "; %d request(s) untouched", len(p.Untouched))
 	}
 	return b.String()
+}
+
+// noLadderSummary says why the claim got no ladder and what it got.
+func noLadderSummary(p *rewrite.Plan) string {
+	s := fmt.Sprintf("profile %s (%s, %s): ladder not written: %s", p.Profile, p.BoundType, p.Policy, p.NoLadder)
+	if len(p.Rewritten) > 0 {
+		s += "; exactly requests kept, with the hard needs as a selector: " + strings.Join(p.Rewritten, ", ")
+	}
+	if len(p.Untouched) > 0 {
+		s += fmt.Sprintf("; %d request(s) untouched", len(p.Untouched))
+	}
+	return s
 }
 
 func untouchedSummary(p *rewrite.Plan) string {
