@@ -38,6 +38,10 @@ import (
 // A Slice is never modified once made; the store and the View share it.
 type Slice struct {
 	name string
+	// resourceVersion tells the informer an update from a resync: it
+	// passes an update whose resourceVersion did not change only to the
+	// handlers due to resync.
+	resourceVersion string
 	// prism is false for another driver's slice, which the View ignores.
 	prism      bool
 	pool       string
@@ -62,7 +66,9 @@ type sliceDevice struct {
 
 // GetObjectMeta names the Slice for the informer's store, which keys it by
 // name like the slice it stands for.
-func (s *Slice) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: s.name} }
+func (s *Slice) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: s.name, ResourceVersion: s.resourceVersion}
+}
 
 // TrimSlice is the transform for the ResourceSlice informer that feeds the
 // View: it turns a slice into a Slice. Other objects, and a Slice given
@@ -75,7 +81,7 @@ func TrimSlice(obj any) (any, error) {
 }
 
 func summarise(s *resourceapi.ResourceSlice) *Slice {
-	out := &Slice{name: s.Name, prism: s.Spec.Driver == gpuv1alpha1.DriverName}
+	out := &Slice{name: s.Name, resourceVersion: s.ResourceVersion, prism: s.Spec.Driver == gpuv1alpha1.DriverName}
 	if !out.prism {
 		return out
 	}

@@ -20,16 +20,14 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -88,26 +86,17 @@ func TestTrimSliceKeepsTheFleet(t *testing.T) {
 
 // TestTrimSliceInAnInformer: the informer stores Slices as it would the
 // slices, under their names and in the namespace index controller-runtime
-// adds, and the view follows it as slices come and go.
+// adds, and the view follows it as slices come, change and go.
 func TestTrimSliceInAnInformer(t *testing.T) {
 	client := fake.NewClientset(gpus("node-a", 2), gpus("node-b", 4))
-	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.ResourceV1().ResourceSlices().List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return client.ResourceV1().ResourceSlices().Watch(ctx, opts)
-		},
-	}, client), &resourceapi.ResourceSlice{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if err := informer.SetTransform(TrimSlice); err != nil {
-		t.Fatal(err)
-	}
+	api := client.ResourceV1().ResourceSlices()
 	v := NewView()
-	handler, err := informer.AddEventHandler(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go informer.RunWithContext(t.Context())
+	informer := runInformer(t, client, cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return api.List(ctx, opts) },
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return api.Watch(ctx, opts)
+		},
+	}, &resourceapi.ResourceSlice{}, TrimSlice, v)
 	devices := func() int {
 		n := 0
 		for _, m := range v.Fleet().Models {
@@ -115,21 +104,22 @@ func TestTrimSliceInAnInformer(t *testing.T) {
 		}
 		return n
 	}
-	waitFor := func(what string, done func() bool) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return done(), nil }); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	waitFor("synced", handler.HasSynced)
 	if got := devices(); got != 6 {
 		t.Errorf("after the list: %d GPUs, want 6", got)
 	}
-	if keys := informer.GetStore().ListKeys(); !slices.Equal(slices.Sorted(slices.Values(keys)), []string{"node-a", "node-b"}) {
-		t.Errorf("store keys %v, want the slices' names", keys)
+	if diff := cmp.Diff([]string{"node-a", "node-b"}, informer.GetStore().ListKeys(), cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("store keys, want the slices' names (-want +got):\n%s", diff)
 	}
-	if err := client.ResourceV1().ResourceSlices().Delete(t.Context(), "node-b", metav1.DeleteOptions{}); err != nil {
+	// The API server writes a new resourceVersion with each change, the
+	// fake clientset the one it is given.
+	grown := gpus("node-a", 3)
+	grown.ResourceVersion = "2"
+	if _, err := api.Update(t.Context(), grown, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("node-b's GPUs gone", func() bool { return devices() == 2 })
+	waitFor(t, "node-a's third GPU", func() bool { return devices() == 7 })
+	if err := api.Delete(t.Context(), "node-b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node-b's GPUs gone", func() bool { return devices() == 3 })
 }
