@@ -173,9 +173,10 @@ func run(ctx context.Context, o options) error {
 
 	// WorkloadProfiles are read from an informer: a webhook that called
 	// the API server for every claim would add a round trip to each.
-	// ResourceClaims, trimmed to their profile and allocation, tell which
-	// node may write which profile; while they wait, also to their GPU
-	// requests and the pod whose template made them, the fleet's load.
+	// ResourceClaims, of which the store keeps only the fleet.Claim that
+	// the readers read, tell which node may write which profile, and the
+	// fleet's load; while they wait, their plans give the pods that name
+	// them their node preference.
 	// Pods that wait to be scheduled, trimmed to the claims made for them
 	// and their scheduler's name, tell which of those claims their pods
 	// use, and which claims get no ladder. ResourceSlices of Prism's
@@ -186,7 +187,7 @@ func run(ctx context.Context, o options) error {
 	preference, _ := rewrite.ParsePreference(o.preference)
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
-		&resourceapi.ResourceClaim{}:     {Transform: profilewrites.TrimClaim},
+		&resourceapi.ResourceClaim{}:     {Transform: fleet.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
 		&corev1.Pod{}:                    {Field: fleet.UnscheduledPods(), Transform: claimrewrite.KeepSchedulerName(fleet.TrimPod)},
 	}
@@ -289,7 +290,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	podPreference, err := podaffinity.New(podaffinity.Options{Templates: profiles, Claims: profiles, Profiles: profiles, Policy: policy,
+	// The store holds fleet.Claims, which controller-runtime's reader
+	// cannot return: the pod webhook reads the informer's store itself.
+	claimStore, ok := claimInformer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("the ResourceClaim informer is a %T, which keeps no store to read", claimInformer)
+	}
+	podPreference, err := podaffinity.New(podaffinity.Options{Templates: profiles, Claims: claimStore.GetStore(), Profiles: profiles, Policy: policy,
 		Preference: preference, Fleet: fleetView.Fleet, Metrics: podMetrics})
 	if err != nil {
 		return err

@@ -23,10 +23,9 @@ limitations under the License.
 //
 // The load is read from what tenants write, so it trusts little of it. A
 // claim without an allocation counts as waiting only when a pod's claim
-// template made it: the pod is its controlling owner (which
-// profilewrites.TrimClaim keeps), and the pod's status, which
-// kube-controller-manager writes and the tenant cannot, names the claim. A
-// claim made by hand, or with an ownerReference its creator pointed at a
+// template made it: the pod is its controlling owner (which TrimClaim
+// keeps), and the pod's status, which kube-controller-manager writes and
+// the tenant cannot, names the claim. A claim made by hand, or with an ownerReference its creator pointed at a
 // pod, counts only once it is allocated, when it holds devices. A waiting
 // claim counts with at most maxPendingDevices GPUs (never more than the
 // fleet publishes), and with the bound type of the WorkloadProfile its
@@ -37,7 +36,8 @@ limitations under the License.
 // grow with the fleet: a slice's event recomputes only its node and pool,
 // and moves the fleet's totals by the difference; a claim's moves the
 // count of its devices. BenchmarkControllerScale measures what it holds
-// and costs at 5,000 nodes.
+// and costs at 5,000 nodes, and BenchmarkControllerRSS the resident
+// memory of a process that holds it.
 package fleet
 
 import (
@@ -54,20 +54,20 @@ import (
 )
 
 // View is a cache.ResourceEventHandler for a ResourceSlice (slices as
-// TrimSlice makes them, or whole), a ResourceClaim (claims as
-// profilewrites.TrimClaim keeps them), a WorkloadProfile and a Pod
-// informer (UnscheduledPods, as TrimPod keeps them). Fleet and Load are
+// TrimSlice makes them, or whole), a ResourceClaim (claims as TrimClaim
+// makes them, or whole), a WorkloadProfile and a Pod informer
+// (UnscheduledPods, as TrimPod keeps them). Fleet and Load are
 // safe to call from any goroutine; they are on the path of every admitted
 // claim, so Fleet is one atomic load and Load is rebuilt only after a
 // change, from the waiting claims and the models' counts.
 type View struct {
 	mu sync.Mutex
 	published
-	// holders are the devices each claim holds, and waiting what each
-	// claim that counts as waiting asks for, by namespace and name, as the
-	// informer's store keys them.
-	holders map[types.NamespacedName][]deviceKey
-	waiting map[types.NamespacedName]*pendingClaim
+	// holders are the claims that hold Prism devices, and waiting those
+	// that count as waiting, by namespace and name, as the informer's
+	// store keys them.
+	holders map[types.NamespacedName]*Claim
+	waiting map[types.NamespacedName]*Claim
 	// held counts, per pool and device, the claims that hold it.
 	held map[string]map[string]int
 	// inUse counts, per GPU of a current pool generation, the held devices
@@ -90,7 +90,7 @@ type View struct {
 
 // NewView returns a View of an empty fleet.
 func NewView() *View {
-	v := &View{published: newPublished(), holders: map[types.NamespacedName][]deviceKey{}, waiting: map[types.NamespacedName]*pendingClaim{}, held: map[string]map[string]int{}, inUse: map[deviceKey]int{},
+	v := &View{published: newPublished(), holders: map[types.NamespacedName]*Claim{}, waiting: map[types.NamespacedName]*Claim{}, held: map[string]map[string]int{}, inUse: map[deviceKey]int{},
 		busy: map[string]int{}, boundTypes: map[types.NamespacedName]prismv1alpha1.BoundType{}, pods: map[types.NamespacedName]podClaims{}, changed: make(chan struct{}, 1)}
 	v.publish()
 	return v
@@ -130,7 +130,9 @@ func (v *View) OnAdd(obj any, _ bool) {
 	case *Slice:
 		v.setSlice(o.name, o)
 	case *resourceapi.ResourceClaim:
-		v.setClaim(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, summariseClaim(o))
+		v.setClaim(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, trimClaim(o))
+	case *Claim:
+		v.setClaim(o.NamespacedName(), o)
 	case *prismv1alpha1.WorkloadProfile:
 		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, o.Status.BoundType)
 	case *corev1.Pod:
@@ -157,7 +159,9 @@ func (v *View) OnDelete(obj any) {
 	case *Slice:
 		v.setSlice(o.name, nil)
 	case *resourceapi.ResourceClaim:
-		v.setClaim(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, claimSummary{})
+		v.setClaim(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, nil)
+	case *Claim:
+		v.setClaim(o.NamespacedName(), nil)
 	case *prismv1alpha1.WorkloadProfile:
 		v.setBoundType(types.NamespacedName{Namespace: o.Namespace, Name: o.Name}, "")
 	case *corev1.Pod:

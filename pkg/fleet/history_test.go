@@ -77,7 +77,8 @@ func (w *world) feed(v *View) {
 		v.OnAdd(trimmed, true)
 	}
 	for _, k := range slices.Sorted(maps.Keys(w.claims)) {
-		v.OnAdd(w.claims[k], true)
+		trimmed, _ := TrimClaim(w.claims[k])
+		v.OnAdd(trimmed, true)
 	}
 	for _, k := range slices.Sorted(maps.Keys(w.pods)) {
 		v.OnAdd(w.pods[k], true)
@@ -113,12 +114,14 @@ func (w *world) step(r *rand.Rand, v *View) {
 		name := fmt.Sprintf("claim-%d", r.IntN(10))
 		if old, ok := w.claims[name]; ok && del {
 			delete(w.claims, name)
-			v.OnDelete(tombstone(old))
+			trimmed, _ := TrimClaim(old)
+			v.OnDelete(tombstone(pick[any](r, old, trimmed)))
 			return
 		}
 		c := randomClaim(r, name)
 		w.claims[name] = c
-		v.OnUpdate(nil, c)
+		trimmed, _ := TrimClaim(c)
+		v.OnUpdate(nil, pick[any](r, c, trimmed))
 	case 2:
 		name := fmt.Sprintf("pod-%d", r.IntN(4))
 		if old, ok := w.pods[name]; ok && del {

@@ -110,7 +110,7 @@ func (v *View) forgetPod(pod types.NamespacedName) {
 // usedByOwner says whether the waiting claim's controlling pod exists, is
 // the one its ownerReference names by UID, and has the claim in its
 // status: whether the resourceclaim controller made it for that pod.
-func (v *View) usedByOwner(p *pendingClaim) bool {
-	pod, ok := v.pods[p.pod]
-	return ok && pod.uid == p.podUID && slices.Contains(pod.claims, p.claim)
+func (v *View) usedByOwner(c *Claim) bool {
+	pod, ok := v.pods[types.NamespacedName{Namespace: c.namespace, Name: c.waiting.pod}]
+	return ok && pod.uid == c.waiting.podUID && slices.Contains(pod.claims, c.name)
 }

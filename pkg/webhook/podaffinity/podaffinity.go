@@ -32,10 +32,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/webhook"
 )
@@ -57,9 +59,11 @@ const (
 // Options configure New. The readers must be informer-backed caches: the
 // webhook is on the path of every pod with resource claims.
 type Options struct {
-	// Templates reads ResourceClaimTemplates, Claims ResourceClaims (as
-	// profilewrites.TrimClaim keeps them), Profiles WorkloadProfiles.
-	Templates, Claims, Profiles client.Reader
+	// Templates reads ResourceClaimTemplates, Profiles WorkloadProfiles.
+	Templates, Profiles client.Reader
+	// Claims is the ResourceClaim informer's store, which holds
+	// fleet.Claims (the informer's transform is fleet.TrimClaim).
+	Claims toolscache.KeyGetter
 	// Policy is the cluster default, as for the claim webhook.
 	Policy prismv1alpha1.Policy
 	// Preference is the controller's --preference; with PreferLadder every
@@ -191,12 +195,12 @@ func (p *podPreference) decision(ctx context.Context, ns string, c corev1.PodRes
 		}
 		return d, ""
 	case c.ResourceClaimName != nil:
-		claim := &resourceapi.ResourceClaim{}
-		if outcome := get(ctx, p.opts.Claims, ns, *c.ResourceClaimName, claim, podNotCached); outcome != "" {
+		claim, outcome := p.claim(ctx, ns, *c.ResourceClaimName)
+		if claim == nil {
 			return nil, outcome
 		}
 		var plan rewrite.Plan
-		if json.Unmarshal([]byte(claim.Annotations[rewrite.AnnotationKey]), &plan) != nil || plan.Preference == nil {
+		if json.Unmarshal([]byte(claim.Plan()), &plan) != nil || plan.Preference == nil {
 			return nil, ""
 		}
 		return plan.Preference, ""
@@ -217,6 +221,24 @@ func get(ctx context.Context, cache client.Reader, ns, name string, obj client.O
 	}
 	klog.FromContext(ctx).Error(err, "Reading from the cache", "kind", fmt.Sprintf("%T", obj), "object", klog.KRef(ns, name))
 	return podLookupError
+}
+
+// claim reads ns/name from the claims' store. Nil with the pod's outcome
+// where it cannot: podNotCached where there is no such claim,
+// podLookupError (logged) where the store failed.
+func (p *podPreference) claim(ctx context.Context, ns, name string) (*fleet.Claim, string) {
+	obj, exists, err := p.opts.Claims.GetByKey(toolscache.NewObjectName(ns, name).String())
+	switch claim, ok := obj.(*fleet.Claim); {
+	case err != nil:
+	case !exists:
+		return nil, podNotCached
+	case !ok:
+		err = fmt.Errorf("the store holds a %T, not a fleet.Claim", obj)
+	default:
+		return claim, ""
+	}
+	klog.FromContext(ctx).Error(err, "Reading from the claims' store", "claim", klog.KRef(ns, name))
+	return nil, podLookupError
 }
 
 // affinityOps appends terms to the pod's preferred node affinity and, when

@@ -27,9 +27,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
@@ -83,7 +85,19 @@ func TestPodPreference(t *testing.T) {
 	// CRD installed without name validation, and the pod webhook looked it up.
 	upperCase := webhooktest.Profile("Stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
 	reader := webhooktest.Reader(t, stream, unmeasured, big, upperCase, template("train", "stream"), template("fresh", "new"), template("plain", ""), template("train-big", "big"),
-		template("bad-name", "Stream"), named, namedFloor)
+		template("bad-name", "Stream"))
+	// The claim informer's store, which holds the claims as its transform
+	// makes them.
+	claims := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for _, c := range []*resourceapi.ResourceClaim{named, namedFloor} {
+		trimmed, err := fleet.TrimClaim(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := claims.Add(trimmed); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h100Term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: rewrite.ModelLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}
 	required := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -130,6 +144,8 @@ func TestPodPreference(t *testing.T) {
 			[]corev1.PodResourceClaim{fromTemplate}, podLadderMode, nil, nil},
 		{"a mixed fleet keeps the ladder", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, mixedL4}}, nil,
 			[]corev1.PodResourceClaim{fromTemplate}, podNoPreference, nil, nil},
+		{"a named claim not in the cache costs the preference only", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
+			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("missing")}}, podNotCached, nil, nil},
 		{"a template not in the cache costs the preference only", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
 			[]corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("missing")}}, podNotCached, nil, nil},
 		{"an unmeasured profile is profiled, not preferred", rewrite.PreferAffinity, &rewrite.Fleet{Models: []rewrite.Model{h100, l4}}, nil,
@@ -144,7 +160,7 @@ func TestPodPreference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h, err := New(Options{Templates: reader, Claims: reader, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
+			h, err := New(Options{Templates: reader, Claims: claims, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
 				Preference: tc.preference, Fleet: func() *rewrite.Fleet { return tc.fleet }, Metrics: m})
 			if err != nil {
 				t.Fatal(err)

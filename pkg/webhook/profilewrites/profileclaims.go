@@ -21,15 +21,10 @@ import (
 	"sync"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
 
-	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/fleet"
 )
 
 // claimMemory is how long a profile stays writable by a node after the
@@ -42,12 +37,17 @@ const claimMemory = 10 * time.Minute
 // WorkloadProfiles: key (namespace, profile, node) is present while a
 // ResourceClaim in namespace annotated with the profile is allocated a
 // Prism GPU on node, and for claimMemory after. It is a
-// cache.ResourceEventHandler for a ResourceClaim informer.
+// cache.ResourceEventHandler for a ResourceClaim informer (claims as
+// fleet.TrimClaim makes them, or whole).
 type ProfileClaims struct {
 	now func() time.Time
 
-	mu     sync.Mutex
-	claims map[types.UID][]profileClaimKey
+	mu sync.Mutex
+	// claims are the claims that name their profile on a node, by
+	// namespace and name, as the informer's store keys them: a claim made
+	// again under its name while the watch was down comes as an update,
+	// and takes the place of the one it replaced.
+	claims map[types.NamespacedName]*fleet.Claim
 	live   map[profileClaimKey]int
 	left   map[profileClaimKey]time.Time // when the last claim went
 }
@@ -60,7 +60,7 @@ type profileClaimKey struct {
 func NewProfileClaims() *ProfileClaims {
 	return &ProfileClaims{
 		now:    time.Now,
-		claims: make(map[types.UID][]profileClaimKey),
+		claims: make(map[types.NamespacedName]*fleet.Claim),
 		live:   make(map[profileClaimKey]int),
 		left:   make(map[profileClaimKey]time.Time),
 	}
@@ -68,8 +68,8 @@ func NewProfileClaims() *ProfileClaims {
 
 // OnAdd records a claim.
 func (p *ProfileClaims) OnAdd(obj any, _ bool) {
-	if c, ok := obj.(*resourceapi.ResourceClaim); ok {
-		p.set(c.UID, profileClaimKeys(c))
+	if c, ok := fleet.ClaimOf(obj); ok {
+		p.set(c.NamespacedName(), c)
 	}
 }
 
@@ -80,11 +80,8 @@ func (p *ProfileClaims) OnUpdate(_, obj any) {
 
 // OnDelete forgets a claim, after claimMemory.
 func (p *ProfileClaims) OnDelete(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	if c, ok := obj.(*resourceapi.ResourceClaim); ok {
-		p.set(c.UID, nil)
+	if c, ok := fleet.ClaimOf(obj); ok {
+		p.set(c.NamespacedName(), nil)
 	}
 }
 
@@ -101,7 +98,9 @@ func (p *ProfileClaims) Writable(namespace, profile, node string) bool {
 	return ok && p.now().Sub(left) < claimMemory
 }
 
-func (p *ProfileClaims) set(uid types.UID, keys []profileClaimKey) {
+// set records the claim in place of the one of its name; nil forgets it.
+func (p *ProfileClaims) set(name types.NamespacedName, c *fleet.Claim) {
+	keys := profileClaimKeys(c)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
@@ -110,7 +109,7 @@ func (p *ProfileClaims) set(uid types.UID, keys []profileClaimKey) {
 			delete(p.left, k)
 		}
 	}
-	old := p.claims[uid]
+	old := profileClaimKeys(p.claims[name])
 	for _, k := range old {
 		if slices.Contains(keys, k) {
 			continue
@@ -126,93 +125,22 @@ func (p *ProfileClaims) set(uid types.UID, keys []profileClaimKey) {
 		}
 	}
 	if len(keys) == 0 {
-		delete(p.claims, uid)
+		delete(p.claims, name)
 	} else {
-		p.claims[uid] = keys
+		p.claims[name] = c
 	}
 }
 
-// TrimClaim is the transform for the ResourceClaim informer that feeds
-// ProfileClaims: it keeps only what ProfileClaims reads, so that caching
-// every claim of the cluster costs little memory.
-func TrimClaim(obj any) (any, error) {
-	c, ok := obj.(*resourceapi.ResourceClaim)
-	if !ok {
-		return obj, nil
-	}
-	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	// Only a valid name is kept: the value is the claim's author's, up to
-	// the API's 256 KiB of annotations, and an invalid one names no profile
-	// to any reader of the cache.
-	if p, _ := prismv1alpha1.ProfileName(c.Annotations); p != "" {
-		out.Annotations = map[string]string{prismv1alpha1.ProfileAnnotation: p}
-	}
-	if c.Status.Allocation == nil {
-		keepPending(c, out)
-	}
-	if a := c.Status.Allocation; a != nil {
-		out.Status.Allocation = &resourceapi.AllocationResult{}
-		for _, r := range a.Devices.Results {
-			out.Status.Allocation.Devices.Results = append(out.Status.Allocation.Devices.Results,
-				resourceapi.DeviceRequestAllocationResult{Driver: r.Driver, Pool: r.Pool, Device: r.Device, Request: r.Request})
-		}
-	}
-	return out, nil
-}
-
-// maxCachedPlan bounds the prism.dev/rewrite plan the cache keeps of a
-// waiting claim.
-const maxCachedPlan = 16 << 10
-
-// keepPending keeps what is read of a claim that waits for devices: its
-// rewrite plan (for the pods that name it, see podaffinity), and for the
-// fleet view's load how many devices of which class it asks for and the
-// pod whose template made it (its controlling owner), since a claim no pod
-// uses does not count (see fleet.View). Once allocated, a claim drops them
-// again.
-func keepPending(c, out *resourceapi.ResourceClaim) {
-	// The plan is the webhook's, but the claim's author can edit it on a
-	// claim that never gets allocated: one the webhook did not write (its
-	// plans are under 1 KiB) is not kept, so that the cache holds a
-	// bounded amount per claim.
-	if plan, ok := c.Annotations[rewrite.AnnotationKey]; ok && len(plan) <= maxCachedPlan {
-		if out.Annotations == nil {
-			out.Annotations = map[string]string{}
-		}
-		out.Annotations[rewrite.AnnotationKey] = plan
-	}
-	if owner := metav1.GetControllerOfNoCopy(c); owner != nil && owner.APIVersion == "v1" && owner.Kind == "Pod" {
-		out.OwnerReferences = []metav1.OwnerReference{*owner}
-	}
-	for _, r := range c.Spec.Devices.Requests {
-		kept := resourceapi.DeviceRequest{Name: r.Name}
-		if e := r.Exactly; e != nil {
-			kept.Exactly = &resourceapi.ExactDeviceRequest{DeviceClassName: e.DeviceClassName, AllocationMode: e.AllocationMode, Count: e.Count}
-		}
-		for _, sub := range r.FirstAvailable {
-			kept.FirstAvailable = append(kept.FirstAvailable, resourceapi.DeviceSubRequest{Name: sub.Name, DeviceClassName: sub.DeviceClassName, AllocationMode: sub.AllocationMode, Count: sub.Count})
-		}
-		out.Spec.Devices.Requests = append(out.Spec.Devices.Requests, kept)
-	}
-}
-
-// profileClaimKeys returns the nodes a claim names its profile on. The
-// plugin names its pool after its node, and prepares only results of that
-// pool.
-func profileClaimKeys(c *resourceapi.ResourceClaim) []profileClaimKey {
-	profile, _ := prismv1alpha1.ProfileName(c.Annotations)
-	if profile == "" || c.Status.Allocation == nil {
+// profileClaimKeys returns the nodes a claim names its profile on; none
+// for nil. The plugin names its pool after its node, and prepares only
+// results of that pool.
+func profileClaimKeys(c *fleet.Claim) []profileClaimKey {
+	if c == nil || c.Profile() == "" {
 		return nil
 	}
-	nodes := sets.New[string]()
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == gpuv1alpha1.DriverName {
-			nodes.Insert(r.Pool)
-		}
-	}
-	keys := make([]profileClaimKey, 0, nodes.Len())
-	for _, n := range sets.List(nodes) {
-		keys = append(keys, profileClaimKey{namespace: c.Namespace, profile: profile, node: n})
+	var keys []profileClaimKey
+	for _, node := range c.Pools() {
+		keys = append(keys, profileClaimKey{namespace: c.NamespacedName().Namespace, profile: c.Profile(), node: node})
 	}
 	return keys
 }

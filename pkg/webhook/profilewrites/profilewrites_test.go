@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
@@ -57,15 +58,15 @@ func TestProfileClaims(t *testing.T) {
 	p := NewProfileClaims()
 	p.now = func() time.Time { return now }
 
-	// The informer stores claims through TrimClaim.
-	trimmed := func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	// The informer stores claims through fleet.TrimClaim.
+	trimmed := func(c *resourceapi.ResourceClaim) *fleet.Claim {
 		c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu"}}
 		c.Annotations["other"] = "dropped"
-		out, err := TrimClaim(c)
+		out, err := fleet.TrimClaim(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return out.(*resourceapi.ResourceClaim)
+		return out.(*fleet.Claim)
 	}
 	trainA := trimmed(profiledClaim("a", "ml", "train", gpuOn("node-a")))
 	trainB := profiledClaim("b", "ml", "train", gpuOn("node-a"))
@@ -89,6 +90,12 @@ func TestProfileClaims(t *testing.T) {
 		{name: "the last one deallocated: remembered for a while", event: func() { p.OnUpdate(trainA, profiledClaim("a", "ml", "train")) },
 			want: []writable{{"ml", "train", "node-a"}}},
 		{name: "and then forgotten", advance: claimMemory},
+		{name: "a claim made again under its name while the watch was down takes the old one's place", event: func() {
+			p.OnAdd(profiledClaim("g", "ml", "train", gpuOn("node-b")), false)
+			recreated := profiledClaim("g", "ml", "train")
+			recreated.UID = "g-again"
+			p.OnUpdate(nil, recreated)
+		}, advance: claimMemory},
 		{name: "a claim deleted while the watch was down is remembered too", event: func() {
 			c := profiledClaim("f", "team-b", "infer", gpuOn("node-b"))
 			p.OnAdd(c, false)
