@@ -24,6 +24,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/profiling"
@@ -94,10 +95,15 @@ func TestProfilingInARealContainer(t *testing.T) {
 		t.Errorf("status.report %+v, want the digest of the container's report", r)
 	}
 	// The report the container wrote through its mount, as the plugin
-	// archived it on the node.
-	archived, _ := filepath.Glob(node.ViewPath(filepath.Join(p.StateDir, "profiles", "archive", "*-"+string(claim.UID), profiling.ReportFile)))
-	if len(archived) != 1 {
-		t.Fatalf("archived reports of claim %s: %v, want one", claim.UID, archived)
+	// archived it on the node. The plugin archives it after it has
+	// published the profile, so it may not be there yet.
+	var archived []string
+	pattern := node.ViewPath(filepath.Join(p.StateDir, "profiles", "archive", "*-"+string(claim.UID), profiling.ReportFile))
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		archived, _ = filepath.Glob(pattern)
+		return len(archived) > 0, nil
+	}); err != nil || len(archived) != 1 {
+		t.Fatalf("archived reports of claim %s: %v, want one: %v", claim.UID, archived, err)
 	}
 	if report := string(mustReadFile(t, archived[0])); !strings.Contains(report, "sm__throughput.avg.pct_of_peak_sustained_elapsed") {
 		t.Errorf("the archived report is not ncu's CSV:\n%s", report)
