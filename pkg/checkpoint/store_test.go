@@ -31,9 +31,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/pkg/atomicfile"
 	"github.com/prismgpu/prism/pkg/atomicfile/atomicfiletest"
 	"github.com/prismgpu/prism/pkg/goldentest"
@@ -101,7 +103,7 @@ func sampleClaim(uid string, state PrepareState) Claim {
 			Pool:         "node-a",
 			Name:         "gpu-0",
 			CDIDeviceIDs: []string{"k8s.gpu.prism.dev/claim=" + uid + "-gpu-0"},
-			Sharing:      &Sharing{Strategy: "TimeSlicing", MemoryShareBytes: 8 << 30},
+			Sharing:      &Sharing{Strategy: "TimeSlicing", Share: gpuv1alpha1.Share{MemoryBytes: 8 << 30}},
 		}},
 		CDISpecFile: "k8s.gpu.prism.dev-claim_" + uid + ".json",
 		Profiling:   &Profiling{ReportDir: "/var/lib/prism/reports/" + uid},
@@ -173,6 +175,64 @@ func TestGoldenFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	goldentest.Compare(t, filepath.Join("testdata", "v2.json"), got)
+}
+
+// sharedClaims are the claims of testdata/v2-sharing.json: a share that
+// MPS enforces, snapshotted, and a time-sliced memory share, appended as a
+// change.
+func sharedClaims() (snapshotted, appended Claim) {
+	mps := Claim{UID: "uid-mps", Namespace: "ml", Name: "claim-uid-mps", State: PrepareCompleted,
+		Devices: []Device{{
+			Requests: []string{"gpu"}, Pool: "node-a", Name: "gpu-0", CDIDeviceIDs: []string{"k8s.gpu.prism.dev/claim=uid-mps-gpu-0"},
+			ShareID: "3f2a", Sharing: &Sharing{Share: gpuv1alpha1.Share{ComputePercent: 45, MemoryBytes: 8 << 30}, MPS: true},
+		}},
+		CDISpecFile: "k8s.gpu.prism.dev-claim_uid-mps.json"}
+	timeSliced := Claim{UID: "uid-ts", Namespace: "ml", Name: "claim-uid-ts", State: PrepareCompleted,
+		Devices: []Device{{
+			Requests: []string{"gpu"}, Pool: "node-a", Name: "gpu-1", CDIDeviceIDs: []string{"k8s.gpu.prism.dev/claim=uid-ts-gpu-1"},
+			Sharing: &Sharing{Strategy: "TimeSlicing", TimeSlice: "Long", Share: gpuv1alpha1.Share{MemoryBytes: 20 << 30}},
+		}},
+		CDISpecFile: "k8s.gpu.prism.dev-claim_uid-ts.json"}
+	return mps, timeSliced
+}
+
+// TestShareOfAnEarlierRelease: testdata/v2-sharing.json was written by the
+// release before a device's share became a gpuv1alpha1.Share, with every
+// field of its sharing set. Its shares load into the share type, and the
+// same claims are written byte for byte as that release wrote them, so that
+// either release reads the other's file during a rolling update or after a
+// rollback. Unlike v2.json, this file is never rewritten.
+func TestShareOfAnEarlierRelease(t *testing.T) {
+	earlier, err := os.ReadFile(filepath.Join("testdata", "v2-sharing.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshotted, appended := sharedClaims()
+
+	e := newEnv(t)
+	e.install(t, earlier)
+	s, rec := e.open(t)
+	if rec.Corruption != nil {
+		t.Fatalf("the earlier release's file was moved aside: %v", rec.Corruption)
+	}
+	if diff := cmp.Diff([]Claim{snapshotted, appended}, s.List()); diff != "" {
+		t.Errorf("claims loaded (-want +got):\n%s", diff)
+	}
+
+	e = newEnv(t)
+	s, _ = e.open(t)
+	mustUpdate(t, s, put(snapshotted))
+	_, ctx := ktesting.NewTestContext(t)
+	if err := s.PutClaims(ctx, true, appended); err != nil {
+		t.Fatal(err)
+	}
+	now, err := os.ReadFile(e.path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(earlier), string(now)); diff != "" {
+		t.Errorf("file written (-earlier release +now):\n%s", diff)
+	}
 }
 
 func TestHandEditedWhitespaceIsAccepted(t *testing.T) {
@@ -540,7 +600,7 @@ func TestGetReturnsCopies(t *testing.T) {
 	c.Devices[0].CDIDeviceIDs[0] = "mutated"
 	c.Profiling.ReportDir = "mutated"
 	l := s.List()
-	l[0].Devices[0].Sharing.MemoryShareBytes = 1
+	l[0].Devices[0].Sharing.Share.MemoryBytes = 1
 	if got, _ := s.Get("uid-a"); !reflect.DeepEqual(got, sampleClaim("uid-a", PrepareCompleted)) {
 		t.Errorf("store content changed through a returned value: %+v", got)
 	}

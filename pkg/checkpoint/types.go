@@ -23,6 +23,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // PrepareState is the phase a claim's preparation has reached.
@@ -135,17 +137,49 @@ type MIGInstance struct {
 
 // Sharing is the sharing setup applied to a device.
 type Sharing struct {
-	Strategy string `json:"strategy,omitempty"`
+	Strategy string
 	// TimeSlice is the interval asked for with the TimeSlicing strategy.
-	TimeSlice        string `json:"timeSlice,omitempty"`
-	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
-	// ComputePercent is the share of the GPU's SMs the scheduler counted,
-	// 1 to 100; zero when the allocation named none.
-	ComputePercent int32 `json:"computePercent,omitempty"`
+	TimeSlice string
+	// Share is the part of the GPU the scheduler counted for the claim,
+	// with no amounts where the allocation named none.
+	Share gpuv1alpha1.Share
 	// MPS is set when the share is enforced by the GPU's MPS control
 	// daemon. It is decided once, at prepare, so that a CDI spec written
 	// again after a crash is the one the containers were started with.
-	MPS bool `json:"mps,omitempty"`
+	MPS bool
+}
+
+// sharingJSON is Sharing as the file holds it. The share's fields keep the
+// names the file gave them before the share was a gpuv1alpha1.Share
+// (memoryShareBytes, not the share's memoryBytes), so that the plugins on
+// either side of a rolling update or a rollback read each other's files.
+type sharingJSON struct {
+	Strategy         string `json:"strategy,omitempty"`
+	TimeSlice        string `json:"timeSlice,omitempty"`
+	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
+	ComputePercent   int32  `json:"computePercent,omitempty"`
+	MPS              bool   `json:"mps,omitempty"`
+}
+
+func (s Sharing) MarshalJSON() ([]byte, error) {
+	return json.Marshal(sharingJSON{
+		Strategy: s.Strategy, TimeSlice: s.TimeSlice,
+		MemoryShareBytes: s.Share.MemoryBytes, ComputePercent: s.Share.ComputePercent,
+		MPS: s.MPS,
+	})
+}
+
+func (s *Sharing) UnmarshalJSON(data []byte) error {
+	var f sharingJSON
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	*s = Sharing{
+		Strategy: f.Strategy, TimeSlice: f.TimeSlice,
+		Share: gpuv1alpha1.Share{ComputePercent: f.ComputePercent, MemoryBytes: f.MemoryShareBytes},
+		MPS:   f.MPS,
+	}
+	return nil
 }
 
 // Profiling is the profiling setup of a claim.

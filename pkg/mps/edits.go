@@ -21,6 +21,8 @@ import (
 	"strconv"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 // Environment variables of MPS, as NVIDIA documents them.
@@ -36,28 +38,19 @@ const (
 // environment still reaches the daemon.
 const ContainerPipeDir = "/tmp/nvidia-mps"
 
-// Limits are what one share may use of its GPU.
-type Limits struct {
-	// ComputePercent is the share of the GPU's SMs; 0 or 100 and above set
-	// no limit.
-	ComputePercent int32
-	// MemoryBytes is the share's device memory; 0 sets no limit, nor does
-	// the whole GPU.
-	MemoryBytes int64
-}
-
 // ClientEdits are the container edits of one share enforced by MPS: the
-// GPU's pipe directory, mounted at ContainerPipeDir, and the share's limits.
-// The device ordinal of the memory limit is 0: the share's container sees
-// its GPU alone. Memory is given in whole MiB, rounded down, so that the
-// limit never exceeds the share.
-func ClientEdits(hostPipeDir string, l Limits) *cdispec.ContainerEdits {
+// GPU's pipe directory, mounted at ContainerPipeDir, and the share's limits,
+// where it names any (Share.LimitsCompute, Share.LimitsMemory). The device
+// ordinal of the memory limit is 0: the share's container sees its GPU
+// alone. Memory is given in whole MiB, rounded down, so that the limit never
+// exceeds the share.
+func ClientEdits(hostPipeDir string, s gpuv1alpha1.Share) *cdispec.ContainerEdits {
 	env := []string{EnvPipeDirectory + "=" + ContainerPipeDir}
-	if l.ComputePercent > 0 && l.ComputePercent < 100 {
-		env = append(env, EnvActiveThreadPercentage+"="+strconv.Itoa(int(l.ComputePercent)))
+	if s.LimitsCompute() {
+		env = append(env, EnvActiveThreadPercentage+"="+strconv.Itoa(int(s.ComputePercent)))
 	}
-	if l.MemoryBytes > 0 {
-		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, l.MemoryBytes>>20))
+	if s.LimitsMemory() {
+		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, s.MemoryBytes>>20))
 	}
 	return &cdispec.ContainerEdits{
 		Env: env,

@@ -21,6 +21,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 func TestClientEdits(t *testing.T) {
@@ -28,21 +30,35 @@ func TestClientEdits(t *testing.T) {
 	mount := []*cdispec.Mount{{HostPath: pipe, ContainerPath: "/tmp/nvidia-mps", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}}}
 	for _, tc := range []struct {
 		name    string
-		limits  Limits
+		share   gpuv1alpha1.Share
 		wantEnv []string
 	}{{
 		// The hand-worked share: 45 % of the SMs and 8 GiB.
-		name:   "compute and memory share",
-		limits: Limits{ComputePercent: 45, MemoryBytes: 8 << 30},
+		name:  "compute and memory share",
+		share: gpuv1alpha1.Share{ComputePercent: 45, MemoryBytes: 8 << 30},
 		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=45",
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"},
 	}, {
+		name:    "the least compute is a limit",
+		share:   gpuv1alpha1.Share{ComputePercent: 1},
+		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1"},
+	}, {
+		name:    "the most compute below the whole GPU is a limit",
+		share:   gpuv1alpha1.Share{ComputePercent: 99},
+		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=99"},
+	}, {
 		name:    "whole compute sets no thread limit",
-		limits:  Limits{ComputePercent: 100, MemoryBytes: 8 << 30},
+		share:   gpuv1alpha1.Share{ComputePercent: 100, MemoryBytes: 8 << 30},
 		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"},
 	}, {
+		// Outside the share's range; MPS would refuse a percentage above
+		// 100, so none is set, as for the whole GPU.
+		name:    "compute above the whole GPU sets no thread limit",
+		share:   gpuv1alpha1.Share{ComputePercent: 101},
+		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"},
+	}, {
 		name:    "memory is rounded down to whole MiB",
-		limits:  Limits{MemoryBytes: 8<<30 + 1<<19},
+		share:   gpuv1alpha1.Share{MemoryBytes: 8<<30 + 1<<19},
 		wantEnv: []string{"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"},
 	}, {
 		name:    "no limits",
@@ -50,7 +66,7 @@ func TestClientEdits(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := &cdispec.ContainerEdits{Env: tc.wantEnv, Mounts: mount}
-			if diff := cmp.Diff(want, ClientEdits(pipe, tc.limits)); diff != "" {
+			if diff := cmp.Diff(want, ClientEdits(pipe, tc.share)); diff != "" {
 				t.Errorf("edits (-want +got):\n%s", diff)
 			}
 		})

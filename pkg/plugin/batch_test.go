@@ -95,7 +95,7 @@ func TestUnprepareInOneCallResetsTheTimeSlice(t *testing.T) {
 	for _, uid := range []string{"a", "b"} {
 		records = append(records, checkpoint.Claim{UID: uid, Namespace: "ns", Name: "claim-" + uid, State: checkpoint.PrepareCompleted, Devices: []checkpoint.Device{{
 			Requests: []string{"gpu"}, Pool: testNode, Name: "gpu-0", ShareID: "share-" + uid,
-			Sharing: &checkpoint.Sharing{Strategy: string(gpuv1alpha1.TimeSlicingSharing), TimeSlice: string(gpuv1alpha1.LongTimeSlice), MemoryShareBytes: 20 << 30},
+			Sharing: &checkpoint.Sharing{Strategy: string(gpuv1alpha1.TimeSlicingSharing), TimeSlice: string(gpuv1alpha1.LongTimeSlice), Share: gpuv1alpha1.Share{MemoryBytes: 20 << 30}},
 		}}})
 	}
 	if err := d.state.checkpoint.PutClaims(ctx, true, records...); err != nil {

@@ -445,7 +445,7 @@ func TestShareIsToldToTheWorkload(t *testing.T) {
 		t.Errorf("kubelet device lacks the share ID: %+v", res.Devices[0])
 	}
 	rec, _ := d.state.checkpoint.Get("a")
-	if got := rec.Devices[0].Sharing.MemoryShareBytes; got != 20<<30 {
+	if got := rec.Devices[0].Sharing.Share.MemoryBytes; got != 20<<30 {
 		t.Errorf("recorded share %d bytes, want 20Gi", got)
 	}
 }

@@ -30,8 +30,8 @@ const EnvMemoryLimit = "PRISM_GPU_MEMORY_LIMIT"
 // memoryShareEnv tells the containers of a share of a GPU's memory how much
 // it holds.
 func memoryShareEnv(s *checkpoint.Sharing) []string {
-	if s == nil || s.MemoryShareBytes <= 0 {
+	if s == nil || !s.Share.LimitsMemory() {
 		return nil
 	}
-	return []string{fmt.Sprintf("%s=%d", EnvMemoryLimit, s.MemoryShareBytes)}
+	return []string{fmt.Sprintf("%s=%d", EnvMemoryLimit, s.Share.MemoryBytes)}
 }

@@ -90,9 +90,8 @@ func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
 	if dev.ShareID == "" || s == nil {
 		return false
 	}
-	partialCompute := s.ComputePercent > 0 && s.ComputePercent < 100
-	partialMemory := s.MemoryShareBytes > 0 && int64(g.MemoryBytes)-s.MemoryShareBytes >= gpu.MemoryShareStep.Value()
-	return partialCompute || partialMemory
+	partialMemory := s.Share.LimitsMemory() && int64(g.MemoryBytes)-s.Share.MemoryBytes >= gpu.MemoryShareStep.Value()
+	return s.Share.LimitsCompute() || partialMemory
 }
 
 // plan marks the claim's shares that MPS enforces. A container has one
@@ -128,7 +127,7 @@ func (m *mpsShares) clientEdits(dev checkpoint.Device, uuid string) *cdispec.Con
 	if dev.Sharing == nil || !dev.Sharing.MPS {
 		return nil
 	}
-	return mps.ClientEdits(m.daemons.PipeDir(uuid), mps.Limits{ComputePercent: dev.Sharing.ComputePercent, MemoryBytes: dev.Sharing.MemoryShareBytes})
+	return mps.ClientEdits(m.daemons.PipeDir(uuid), dev.Sharing.Share)
 }
 
 // start makes sure the daemons of the claim's MPS shares run. A daemon

@@ -26,7 +26,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -320,12 +319,7 @@ func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim
 			if dev.Sharing == nil {
 				dev.Sharing = &checkpoint.Sharing{}
 			}
-			if q, ok := result.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; ok {
-				dev.Sharing.MemoryShareBytes = q.Value()
-			}
-			if q, ok := result.ConsumedCapacity[gpuv1alpha1.ComputeCapacity.Qualified()]; ok {
-				dev.Sharing.ComputePercent = int32(min(q.Value(), 100))
-			}
+			dev.Sharing.Share = gpuv1alpha1.ConsumedShare(result.ConsumedCapacity)
 		}
 		// prism-validate refuses this at admission; a claim created while
 		// it was down, or given the config by its DeviceClass, is refused
@@ -334,7 +328,7 @@ func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim
 		if cfg.Sharing != nil && mpsShare(dev, gpuDev) {
 			if err := cfg.Sharing.Strategy.ShareConflict(); err != nil {
 				return rec, fmt.Errorf("device %s of request %s is a share of the GPU (%s), and its GpuConfig sets sharing.strategy %s: %w; remove the sharing configuration, or ask for a whole GPU",
-					result.Device, result.Request, shareText(dev.Sharing), cfg.Sharing.Strategy, err)
+					result.Device, result.Request, dev.Sharing.Share, cfg.Sharing.Strategy, err)
 			}
 		}
 		rec.Devices = append(rec.Devices, dev)
@@ -392,19 +386,6 @@ func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim
 	return rec, nil
 }
 
-// shareText is a share as its author asked for it: "10% compute, 4Gi
-// memory".
-func shareText(s *checkpoint.Sharing) string {
-	var parts []string
-	if s.ComputePercent > 0 {
-		parts = append(parts, fmt.Sprintf("%d%% compute", s.ComputePercent))
-	}
-	if s.MemoryShareBytes > 0 {
-		parts = append(parts, resource.NewQuantity(s.MemoryShareBytes, resource.BinarySI).String()+" memory")
-	}
-	return strings.Join(parts, ", ")
-}
-
 // sharedDevice names a device of the claim that other workloads may use at
 // the same time, and how: a GPU set up for time-slicing, or a memory share
 // that leaves room for others. A share of the whole GPU, which is what a
@@ -421,7 +402,7 @@ func (s *deviceState) sharedDevice(devices []checkpoint.Device) (name, how strin
 		}
 		// The whole GPU's share is its memory rounded down to the share
 		// step; what is left below one step cannot be granted to anyone.
-		if g, ok := s.gpus.get(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.MemoryShareBytes >= gpu.MemoryShareStep.Value() {
+		if g, ok := s.gpus.get(dev.Name); !ok || dev.Sharing == nil || int64(g.MemoryBytes)-dev.Sharing.Share.MemoryBytes >= gpu.MemoryShareStep.Value() {
 			return dev.Name, "a memory share of part of the GPU"
 		}
 	}
@@ -450,7 +431,7 @@ func (s *deviceState) checkExclusive(uid string, devices []checkpoint.Device, pe
 					return false
 				}
 				if od.Sharing != nil {
-					sharedBytes += od.Sharing.MemoryShareBytes
+					sharedBytes += od.Sharing.Share.MemoryBytes
 				}
 			}
 			return true
@@ -468,7 +449,7 @@ func (s *deviceState) checkExclusive(uid string, devices []checkpoint.Device, pe
 			continue
 		}
 		g, _ := s.gpus.get(dev.Name)
-		if total := sharedBytes + dev.Sharing.MemoryShareBytes; g.MemoryBytes > 0 && uint64(total) > g.MemoryBytes {
+		if total := sharedBytes + dev.Sharing.Share.MemoryBytes; g.MemoryBytes > 0 && uint64(total) > g.MemoryBytes {
 			return fmt.Errorf("device %s has %d bytes of memory; the shares prepared on it would add up to %d", dev.Name, g.MemoryBytes, total)
 		}
 	}

@@ -24,7 +24,6 @@ import (
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/checkpoint"
-	"github.com/prismgpu/prism/pkg/usage"
 	"github.com/prismgpu/prism/pkg/usage/sampler"
 )
 
@@ -76,7 +75,9 @@ func (s *deviceState) usageClaim(rec checkpoint.Claim) sampler.Claim {
 		partial, _ := s.sharedDevice([]checkpoint.Device{dev})
 		c.GPUs = append(c.GPUs, sampler.GPU{UUID: g.UUID, Shared: partial != "", MPS: dev.Sharing != nil && dev.Sharing.MPS})
 		if partial != "" && dev.ShareID != "" && c.Share == nil && dev.Sharing != nil {
-			c.Share = &usage.Share{ComputePercent: dev.Sharing.ComputePercent, MemoryBytes: dev.Sharing.MemoryShareBytes}
+			// A copy: rec may be the checkpoint's own.
+			share := dev.Sharing.Share
+			c.Share = &share
 		}
 	}
 	return c

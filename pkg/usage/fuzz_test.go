@@ -23,6 +23,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/api/prism/v1alpha1/crdtest"
 )
@@ -58,16 +59,17 @@ func FuzzMerge(f *testing.F) {
 			return
 		}
 		// A share is what the plugin granted: a compute percentage and
-		// a memory count the allocation consumed.
-		if compute < 0 || compute > 100 || memory < 0 {
+		// a memory count the allocation consumed, in the share's range.
+		share := gpuv1alpha1.Share{ComputePercent: compute, MemoryBytes: memory}
+		if share.Validate() != nil {
 			return
 		}
-		var share *Share
-		if compute != 0 || memory != 0 {
-			share = &Share{ComputePercent: compute, MemoryBytes: memory}
+		var granted *gpuv1alpha1.Share
+		if share != (gpuv1alpha1.Share{}) {
+			granted = &share
 		}
 		_, ctx := ktesting.NewTestContext(t)
-		out := Merge(ctx, prev, Finished{Run: run, ProductName: product, Share: share, EndedAt: time.Unix(1.8e9, 0)})
+		out := Merge(ctx, prev, Finished{Run: run, ProductName: product, Share: granted, EndedAt: time.Unix(1.8e9, 0)})
 		if out == nil {
 			return
 		}

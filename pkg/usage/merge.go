@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
@@ -49,22 +50,13 @@ const PinnedMargin = 5
 // leaves a margin of some ninety times that for GPUs to come.
 const MaxPeakMemoryBytes = 16 << 40
 
-// Share is the part of a GPU a run was given: zero for what it was not
-// limited in.
-type Share struct {
-	// ComputePercent is the share of the GPU's SMs, 1 to 99; 0 or 100 is
-	// the whole GPU's compute.
-	ComputePercent int32 `json:"computePercent,omitempty"`
-	// MemoryBytes is the memory share; 0 when none was counted.
-	MemoryBytes int64 `json:"memoryBytes,omitempty"`
-}
-
 // Finished is a run that ended, with what it ran on.
 type Finished struct {
 	Run         Run
 	ProductName string
-	// Share is nil for a run on whole GPUs.
-	Share   *Share
+	// Share is the part of a GPU the run was given, nil for a run on whole
+	// GPUs.
+	Share   *gpuv1alpha1.Share
 	EndedAt time.Time
 }
 
@@ -112,7 +104,10 @@ func Merge(ctx context.Context, prev *prismv1alpha1.UsageProfile, f Finished) *p
 		out.Runs++
 	}
 	out.ProductName = f.ProductName
-	out.Share = granted(f.Share)
+	out.Share = nil
+	if f.Share != nil {
+		out.Share = prismv1alpha1.NewGrantedShare(*f.Share)
+	}
 	out.Exceeded = Exceeded(f.Run, f.Share)
 	out.ObservedAt = ptr.To(metav1.NewTime(f.EndedAt.UTC().Truncate(time.Second)))
 	return out
@@ -159,35 +154,24 @@ func milli(percent float64, ok bool) *int32 {
 	return ptr.To(int32(percent*1000 + 0.5))
 }
 
-func granted(s *Share) *prismv1alpha1.GrantedShare {
-	if s == nil {
-		return nil
-	}
-	g := &prismv1alpha1.GrantedShare{ComputePercent: s.ComputePercent}
-	if s.MemoryBytes > 0 {
-		g.Memory = resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
-	}
-	return g
-}
-
 // Exceeded says what a run on a share used more of than it was given: its
 // peak memory above the memory share, or, with a compute share below the
 // whole GPU, a duty cycle whose 95th percentile came within PinnedMargin
 // points of the share (the workload ran at its limit, or past it where
 // nothing enforces the limit). Nil when it kept within its share, and for
 // runs on whole GPUs.
-func Exceeded(r Run, s *Share) *prismv1alpha1.ShareExceeded {
+func Exceeded(r Run, s *gpuv1alpha1.Share) *prismv1alpha1.ShareExceeded {
 	if s == nil {
 		return nil
 	}
 	var resources []prismv1alpha1.ShareResource
 	var why []string
-	if s.MemoryBytes > 0 && r.MemorySamples > 0 && r.PeakMemoryBytes > s.MemoryBytes {
+	if s.LimitsMemory() && r.MemorySamples > 0 && r.PeakMemoryBytes > s.MemoryBytes {
 		resources = append(resources, prismv1alpha1.ShareResourceMemory)
 		why = append(why, fmt.Sprintf("peak memory %s above its share of %s",
 			resource.NewQuantity(r.PeakMemoryBytes, resource.BinarySI), resource.NewQuantity(s.MemoryBytes, resource.BinarySI)))
 	}
-	if p95, ok := r.DutyCyclePercentile(95); ok && s.ComputePercent > 0 && s.ComputePercent < 100 && int32(p95) >= s.ComputePercent-PinnedMargin {
+	if p95, ok := r.DutyCyclePercentile(95); ok && s.LimitsCompute() && int32(p95) >= s.ComputePercent-PinnedMargin {
 		resources = append(resources, prismv1alpha1.ShareResourceCompute)
 		why = append(why, fmt.Sprintf("duty cycle p95 %d%% at its compute share of %d%%", p95, s.ComputePercent))
 	}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
@@ -107,7 +108,7 @@ func TestMergeOfThreeRuns(t *testing.T) {
 	runs := []Finished{
 		{Run: run(4*gi, 30, 40, 40, 60), ProductName: "NVIDIA H100 80GB HBM3", EndedAt: end},
 		{Run: run(2*gi, Unknown, 20, 20, 40), ProductName: "NVIDIA H100 80GB HBM3", EndedAt: end.Add(time.Hour)},
-		{Run: run(3*gi, 50, 30, 30, 50), ProductName: "NVIDIA A100-SXM4-40GB", EndedAt: end.Add(2 * time.Hour), Share: &Share{ComputePercent: 60, MemoryBytes: 8 * gi}},
+		{Run: run(3*gi, 50, 30, 30, 50), ProductName: "NVIDIA A100-SXM4-40GB", EndedAt: end.Add(2 * time.Hour), Share: &gpuv1alpha1.Share{ComputePercent: 60, MemoryBytes: 8 * gi}},
 	}
 	want := []*prismv1alpha1.UsageProfile{{
 		DutyCycleP50MilliPercent: ptr.To[int32](40000), DutyCycleP95MilliPercent: ptr.To[int32](60000),
@@ -232,21 +233,21 @@ func TestExceeded(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		run   Run
-		share *Share
+		share *gpuv1alpha1.Share
 		want  *prismv1alpha1.ShareExceeded
 	}{
 		{"whole GPU", run(80*gi, Unknown, 100, 100, 100), nil, nil},
-		{"within both", run(7*gi, Unknown, 30, 30, 44), &Share{ComputePercent: 50, MemoryBytes: 8 * gi}, nil},
-		{"memory above its share", run(9*gi, Unknown, 30, 30, 30), &Share{ComputePercent: 50, MemoryBytes: 8 * gi},
+		{"within both", run(7*gi, Unknown, 30, 30, 44), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi}, nil},
+		{"memory above its share", run(9*gi, Unknown, 30, 30, 30), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi},
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{memory}, Message: "peak memory 9Gi above its share of 8Gi"}},
-		{"memory exactly its share", run(8*gi, Unknown, 30, 30, 30), &Share{ComputePercent: 50, MemoryBytes: 8 * gi}, nil},
-		{"p95 within 5 points of the compute share", run(gi, Unknown, 30, 30, 45), &Share{ComputePercent: 50, MemoryBytes: 8 * gi},
+		{"memory exactly its share", run(8*gi, Unknown, 30, 30, 30), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi}, nil},
+		{"p95 within 5 points of the compute share", run(gi, Unknown, 30, 30, 45), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi},
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 45% at its compute share of 50%"}},
-		{"p95 past an unenforced compute share", run(gi, Unknown, 100, 100, 100), &Share{ComputePercent: 30},
+		{"p95 past an unenforced compute share", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{ComputePercent: 30},
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 100% at its compute share of 30%"}},
-		{"a whole GPU's compute is never pinned", run(gi, Unknown, 100, 100, 100), &Share{ComputePercent: 100, MemoryBytes: 8 * gi}, nil},
-		{"memory share only", run(gi, Unknown, 100, 100, 100), &Share{MemoryBytes: 8 * gi}, nil},
-		{"both", run(9*gi, Unknown, 50, 50, 50), &Share{ComputePercent: 50, MemoryBytes: 8 * gi},
+		{"a whole GPU's compute is never pinned", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{ComputePercent: 100, MemoryBytes: 8 * gi}, nil},
+		{"memory share only", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{MemoryBytes: 8 * gi}, nil},
+		{"both", run(9*gi, Unknown, 50, 50, 50), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi},
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{memory, compute},
 				Message: "peak memory 9Gi above its share of 8Gi; duty cycle p95 50% at its compute share of 50%"}},
 	} {

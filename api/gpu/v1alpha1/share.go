@@ -19,6 +19,7 @@ package v1alpha1
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -30,9 +31,11 @@ const MaxComputePercent = 100
 
 // Share is a part of one GPU that a claim is given, as the scheduler counts
 // it on a GPU published shareable (the ComputeCapacity and MemoryCapacity
-// it takes), the rewrite sizes it, MPS enforces it and the usage records
-// what a run was given. Every package that holds a share holds this one,
-// so that all read the same range:
+// it takes, ConsumedShare), the rewrite sizes it, the kubelet plugin's
+// checkpoint keeps it, MPS enforces it and the usage records what a run was
+// given; a WorkloadProfile's status holds it as a GrantedShare. Every
+// package that holds a share holds this one, so that all read the same
+// range:
 //   - ComputePercent is the share of the GPU's SMs, 0 to MaxComputePercent.
 //     0 means the share names no compute amount; like MaxComputePercent it
 //     is the whole GPU's compute, and neither is a limit.
@@ -56,15 +59,54 @@ func (s Share) Validate() error {
 	return nil
 }
 
+// LimitsCompute says whether s holds part of the GPU's SMs, the part MPS
+// then limits the share's clients to: 0 and MaxComputePercent are the
+// whole GPU's compute, and so is a figure above it, where MPS is given no
+// limit.
+func (s Share) LimitsCompute() bool {
+	return s.ComputePercent > 0 && s.ComputePercent < MaxComputePercent
+}
+
+// LimitsMemory says whether s names an amount of memory; 0 is none, and
+// no limit.
+func (s Share) LimitsMemory() bool {
+	return s.MemoryBytes > 0
+}
+
 // Memory is MemoryBytes as a quantity ("8Gi").
 func (s Share) Memory() resource.Quantity {
 	return *resource.NewQuantity(s.MemoryBytes, resource.BinarySI)
 }
 
-// String is "45% compute, 8Gi memory".
+// String is "45% compute, 8Gi memory", leaving out an amount that is not
+// named: "8Gi memory", "45% compute", or "no amounts".
 func (s Share) String() string {
-	m := s.Memory()
-	return fmt.Sprintf("%d%% compute, %s memory", s.ComputePercent, m.String())
+	var parts []string
+	if s.ComputePercent != 0 {
+		parts = append(parts, fmt.Sprintf("%d%% compute", s.ComputePercent))
+	}
+	if s.MemoryBytes != 0 {
+		m := s.Memory()
+		parts = append(parts, m.String()+" memory")
+	}
+	if len(parts) == 0 {
+		return "no amounts"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ConsumedShare is the share the scheduler counted in an allocation
+// result's consumed capacity: its compute, at most MaxComputePercent, and
+// its memory; an amount the result does not name is 0.
+func ConsumedShare(consumed map[resourceapi.QualifiedName]resource.Quantity) Share {
+	var s Share
+	if q, ok := consumed[MemoryCapacity.Qualified()]; ok {
+		s.MemoryBytes = q.Value()
+	}
+	if q, ok := consumed[ComputeCapacity.Qualified()]; ok {
+		s.ComputePercent = int32(min(q.Value(), MaxComputePercent))
+	}
+	return s
 }
 
 // shareCapacities are the capacities a GPU published shareable lets several

@@ -92,7 +92,75 @@ func TestShareRange(t *testing.T) {
 }
 
 func TestShareString(t *testing.T) {
-	if diff := cmp.Diff("45% compute, 8Gi memory", Share{ComputePercent: 45, MemoryBytes: 8 << 30}.String()); diff != "" {
-		t.Errorf("String (-want +got):\n%s", diff)
+	for _, tc := range []struct {
+		share Share
+		want  string
+	}{
+		{Share{ComputePercent: 45, MemoryBytes: 8 << 30}, "45% compute, 8Gi memory"},
+		{Share{MemoryBytes: 20 << 30}, "20Gi memory"},
+		{Share{ComputePercent: 45}, "45% compute"},
+		{Share{}, "no amounts"},
+	} {
+		if diff := cmp.Diff(tc.want, tc.share.String()); diff != "" {
+			t.Errorf("String of %#v (-want +got):\n%s", tc.share, diff)
+		}
+	}
+}
+
+// TestShareLimits holds the one reading of the range: 0 and the whole
+// GPU's compute are no compute limit, 0 bytes no memory limit.
+func TestShareLimits(t *testing.T) {
+	type limits struct{ Compute, Memory bool }
+	for _, tc := range []struct {
+		name  string
+		share Share
+		want  limits
+	}{
+		{"no amounts", Share{}, limits{}},
+		{"a share", Share{ComputePercent: 45, MemoryBytes: 8 << 30}, limits{Compute: true, Memory: true}},
+		{"the least compute", Share{ComputePercent: 1}, limits{Compute: true}},
+		{"the most compute below the whole GPU", Share{ComputePercent: MaxComputePercent - 1}, limits{Compute: true}},
+		{"the whole GPU's compute", Share{ComputePercent: MaxComputePercent, MemoryBytes: 1}, limits{Memory: true}},
+		{"above the whole GPU's compute", Share{ComputePercent: MaxComputePercent + 1}, limits{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := limits{Compute: tc.share.LimitsCompute(), Memory: tc.share.LimitsMemory()}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("limits (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestConsumedShare(t *testing.T) {
+	consumed := func(compute, memory string) map[resourceapi.QualifiedName]resource.Quantity {
+		c := map[resourceapi.QualifiedName]resource.Quantity{}
+		if compute != "" {
+			c[ComputeCapacity.Qualified()] = resource.MustParse(compute)
+		}
+		if memory != "" {
+			c[MemoryCapacity.Qualified()] = resource.MustParse(memory)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name     string
+		consumed map[resourceapi.QualifiedName]resource.Quantity
+		want     Share
+	}{
+		{"none counted", nil, Share{}},
+		{"compute and memory", consumed("45", "8Gi"), Share{ComputePercent: 45, MemoryBytes: 8 << 30}},
+		{"memory alone", consumed("", "20Gi"), Share{MemoryBytes: 20 << 30}},
+		// More than the whole GPU's compute, as a GPU published with more
+		// would let the scheduler count, is the whole GPU's, and does not
+		// wrap an int32.
+		{"compute above the whole GPU", consumed("5000000000", ""), Share{ComputePercent: MaxComputePercent}},
+		{"another driver's memory", map[resourceapi.QualifiedName]resource.Quantity{"nic.example.com/memory": resource.MustParse("1Gi")}, Share{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ConsumedShare(tc.consumed)); diff != "" {
+				t.Errorf("consumed share (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

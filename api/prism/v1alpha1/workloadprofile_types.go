@@ -424,14 +424,17 @@ type UsageProfile struct {
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
 }
 
-// GrantedShare is the share of one GPU a run was allocated.
+// GrantedShare is the share of one GPU a run was allocated: the status
+// form of gpu.prism.dev's Share (NewGrantedShare), in the same range.
 type GrantedShare struct {
-	// computePercent is the share of the GPU's SMs, 1 to 100.
+	// computePercent is the share of the GPU's SMs, 0 to 100; 0, no amount
+	// named, and 100 are both the whole GPU's compute.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	ComputePercent int32 `json:"computePercent,omitempty"`
-	// memory is the share of the GPU's memory.
+	// memory is the share of the GPU's memory, left out where the share
+	// named no amount.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:Pattern=`^(\+|-)?(([0-9]{1,32}(\.[0-9]{0,32})?)|(\.[0-9]{1,32}))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$`

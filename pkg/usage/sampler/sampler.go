@@ -51,6 +51,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/atomicfile"
 	"github.com/prismgpu/prism/pkg/profiling"
@@ -116,7 +117,7 @@ type Claim struct {
 	ProductName string
 	// Share is the share of a GPU the claim was given, to hold its run
 	// against; nil for whole GPUs.
-	Share *usage.Share
+	Share *gpuv1alpha1.Share
 	GPUs  []GPU
 }
 
@@ -143,7 +144,7 @@ type runRecord struct {
 	Profile     string                       `json:"profile,omitempty"`
 	Pods        []Pod                        `json:"pods,omitempty"`
 	ProductName string                       `json:"productName,omitempty"`
-	Share       *usage.Share                 `json:"share,omitempty"`
+	Share       *gpuv1alpha1.Share           `json:"share,omitempty"`
 	Run         usage.Run                    `json:"run"`
 	// UpdatedAt is when the record was last written.
 	UpdatedAt time.Time `json:"updatedAt"`

@@ -30,9 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/metricstest"
 	"github.com/prismgpu/prism/pkg/profiling/profilingtest"
@@ -121,5 +123,42 @@ func TestLoadTakesUpTheRunsLeft(t *testing.T) {
 	// The records of the runs that go on are written by the next persist.
 	if diff := cmp.Diff([]string{"going.json"}, left); diff != "" {
 		t.Errorf("files left (-want +got):\n%s", diff)
+	}
+}
+
+// TestRecordOfAnEarlierReleaseReads: testdata/uid-share.json was written
+// by the release before usage.Share became gpuv1alpha1.Share. A restarted
+// plugin reads its share, and writes the record back in the same form, so
+// that the release before reads it after a rollback.
+func TestRecordOfAnEarlierReleaseReads(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	written, err := os.ReadFile(filepath.Join("testdata", "uid-share.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "uid-share.json"), written, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The record's time, so that the record written back is the same.
+	clk := testingclock.NewFakeClock(time.Date(2026, 11, 29, 5, 0, 0, 0, time.UTC))
+	s := New(Config{}, Env{Dir: dir, Clock: clk, Prepared: func(string) bool { return true }})
+	ref := prismv1alpha1.ClaimReference{Namespace: "ml", Name: "train-0", UID: "uid-share"}
+	s.Load(ctx, []Claim{{Ref: ref, Profile: "train"}})
+
+	tracked, ok := s.claims["uid-share"]
+	if !ok {
+		t.Fatalf("the record's run is not taken up; sampling %v", s.Samples())
+	}
+	if diff := cmp.Diff(&gpuv1alpha1.Share{ComputePercent: 45, MemoryBytes: 8 << 30}, tracked.rec.Share); diff != "" {
+		t.Errorf("share read from the record (-want +got):\n%s", diff)
+	}
+	s.Persist(ctx)
+	again, err := os.ReadFile(filepath.Join(dir, "uid-share.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(written), string(again)); diff != "" {
+		t.Errorf("record written back (-earlier release +now):\n%s", diff)
 	}
 }
