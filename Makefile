@@ -14,6 +14,14 @@ E2E_TIMEOUT ?= 30m
 build: ## Build prism-kubelet-plugin, prism-controller and prismctl into bin/ (stripped, as in the images).
 	$(GO) build -trimpath -ldflags "-s -w" -o $(BIN)/ ./cmd/...
 
+# The test build: the plugin with simulated GPUs (--fleet, --simulated-faults), which
+# the release build in bin/ does not have. The bench and the soak run it on the test bed.
+SIM_BIN := $(CURDIR)/_output/bin-simulation
+
+.PHONY: build-simulation
+build-simulation: ## Build the three binaries as a test build (-tags simulation: the plugin's --fleet and --simulated-faults) into _output/bin-simulation/, stripped.
+	$(GO) build -tags simulation -trimpath -ldflags "-s -w" -o $(SIM_BIN)/ ./cmd/...
+
 .PHONY: images
 images: ## Build the container images into OCI archives in _output/images/ (no daemon, no registry; PLATFORMS=linux/amd64,linux/arm64).
 	$(GO) run ./hack/tools/imagebuild $(if $(PLATFORMS),--platforms=$(PLATFORMS)) $(IMAGE_FLAGS)
@@ -27,15 +35,17 @@ generate: ## Regenerate deepcopy code and CRD manifests.
 	hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet, license headers, and no test code in the shipped binaries.
+verify: ## gofmt, go vet (the release and the test build), license headers, and no test code in the shipped binaries.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags simulation,faultinject ./...
 	hack/verify-boilerplate.sh
 	$(GO) test -count=1 ./test/deps
 
 .PHONY: unit
 unit: ## Unit tests (no cluster needed).
 	$(GO) test -race $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -race -tags simulation ./cmd/prism-kubelet-plugin/
 
 .PHONY: e2e
 e2e: testbed ## Integration and end-to-end tests on the local test bed (root).
@@ -77,11 +87,11 @@ demo-down: ## Stop the demo cluster and check that nothing is left behind.
 	$(GO) run ./demo/cmd/prism-demo down
 
 .PHONY: bench
-bench: testbed build ## Performance on the test bed (root): a one-screen summary of the headline ratios, the full table in _output/bench/bench.txt, JSON beside it; with SIM_TRACE also the placement sweep (bench-sim).
+bench: testbed build-simulation ## Performance on the test bed (root): a one-screen summary of the headline ratios, the full table in _output/bench/bench.txt, JSON beside it; with SIM_TRACE also the placement sweep (bench-sim).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-bench ./test/bench/cmd/prism-bench && \
 	$(GO) build -o $(CURDIR)/_output/bench/prism-floor-plugin ./test/bench/cmd/prism-floor-plugin && \
-	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(BIN) \
+	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/bench/prism-bench --repo=$(CURDIR) --bin=$(SIM_BIN) \
 		--floor-plugin=$(CURDIR)/_output/bench/prism-floor-plugin \
 		--out=$(CURDIR)/_output/bench/bench.json $(BENCH_FLAGS)
 	@# The placement sweep needs the public Alibaba trace, which is not kept here and
@@ -94,11 +104,11 @@ SOAK_MINUTES ?= 30
 SOAK_SEED ?= 1
 
 .PHONY: soak
-soak: testbed build ## Chaos soak on the test bed (root): pods churn while the plugin, a controller replica, kube-apiserver, etcd and a kubelet are killed or restarted and hostile reports are written; prints faults, recovery times and invariant violations (SOAK_MINUTES, SOAK_SEED; JSON in _output/soak/).
+soak: testbed build-simulation ## Chaos soak on the test bed (root): pods churn while the plugin, a controller replica, kube-apiserver, etcd and a kubelet are killed or restarted and hostile reports are written; prints faults, recovery times and invariant violations (SOAK_MINUTES, SOAK_SEED; JSON in _output/soak/).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/soak/prism-soak ./test/soak/cmd/prism-soak && \
 	$(GO) build -o $(CURDIR)/_output/soak/ncu/ncu ./test/tools/fake-ncu && \
-	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/soak/prism-soak --repo=$(CURDIR) --bin=$(BIN) \
+	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/soak/prism-soak --repo=$(CURDIR) --bin=$(SIM_BIN) \
 		--ncu-dir=$(CURDIR)/_output/soak/ncu --minutes=$(SOAK_MINUTES) --seed=$(SOAK_SEED) \
 		--out=$(CURDIR)/_output/soak/soak.json $(SOAK_FLAGS)
 

@@ -63,24 +63,27 @@ const sweepQPS = 10
 type options struct {
 	nodeName, registrarDir, pluginDir, cdiRoot, driverRoot, stateDir string
 	hostDriverRoot, nvidiaCDIHookPath                                string
-	fleet, httpAddress, probeSocket, kubeconfig                      string
+	httpAddress, probeSocket, kubeconfig                             string
 	rediscover, staleInterval, staleGrace                            time.Duration
 	enableProfiling, shareMemory, figuresAsCapacity, health          bool
-	ignoredXIDs, simulatedFaults                                     string
+	ignoredXIDs                                                      string
 	healthRecoverAfter                                               time.Duration
 	ncuPath, shimPath, profileDirSize                                string
 	profileRetention                                                 int
 	kubeAPIQPS                                                       float64
 	kubeAPIBurst                                                     int
-	gcPercent                                                        int
-	releaseStartupPages                                              bool
 	usageInterval                                                    time.Duration
+	simulation                                                       simulationOptions
 	logging                                                          *logging.Options
 	showVersion                                                      bool
 }
 
-// defaultGCPercent: see --gc-percent and docs/plugin-performance.md.
-const defaultGCPercent = 50
+// gcPercent is the heap growth, in percent of the live heap, that starts a
+// garbage collection. The live heap is a few MiB, so a collection costs
+// well under a millisecond, and 50 rather than Go's 100 kept 2 MiB less
+// resident with 500 claims (docs/plugin-performance.md). GOGC, Go's own
+// variable, wins when set and not empty.
+const gcPercent = 50
 
 // envNames are the variables that predate the PRISM_<FLAG> scheme; the
 // chart and existing installs set them.
@@ -100,11 +103,10 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.registrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "Kubelet plugin registration directory.")
 	flags.StringVar(&o.pluginDir, "kubelet-plugin-dir", "/var/lib/kubelet/plugins/"+gpuv1alpha1.DriverName, "This driver's kubelet plugin directory, for its gRPC socket.")
 	flags.StringVar(&o.cdiRoot, "cdi-root", cdi.DefaultRoot, "Directory for the per-claim CDI specs.")
-	flags.StringVar(&o.driverRoot, "driver-root", "/", "Where the NVIDIA driver is installed. With --fleet, a fake driver root is made under --state-dir unless this is set.")
+	flags.StringVar(&o.driverRoot, "driver-root", "/", "Where the NVIDIA driver is installed.")
 	flags.StringVar(&o.hostDriverRoot, "host-driver-root", "", "Where --driver-root is on the host, which CDI specs must name; the chart mounts host / at /driver-root. Defaults to --driver-root, as when the plugin runs in the host's mount namespace.")
 	flags.StringVar(&o.nvidiaCDIHookPath, "nvidia-cdi-hook-path", cdi.DefaultNVIDIACDIHookPath, "Host path of nvidia-cdi-hook, which the container runtime runs for the driver's library links; the plugin's image copies its own there.")
 	flags.StringVar(&o.stateDir, "state-dir", "/var/lib/prism", "Directory for the checkpoint.")
-	flags.StringVar(&o.fleet, "fleet", "", "Simulate this node's GPUs from a fleet file instead of NVML.")
 	flags.StringVar(&o.httpAddress, "http-address", ":8080", "Address for /metrics, /healthz and /readyz; empty disables.")
 	flags.StringVar(&o.probeSocket, "probe-socket", "", "Unix socket that also serves /metrics, /healthz and /readyz, for `prism-kubelet-plugin probe` as an exec probe. On the host network two pods of a rolling update share --http-address, and the new one serves it only once the old one has gone; the socket, in the pod's own /tmp, is never shared. Empty disables.")
 	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig file; in-cluster configuration when empty.")
@@ -114,7 +116,6 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.BoolVar(&o.health, "health", true, "Watch NVML Xid events and taint unhealthy GPUs in the ResourceSlice.")
 	flags.StringVar(&o.ignoredXIDs, "ignored-xids", joinXIDs(plugin.DefaultIgnoredXIDs), "Comma-separated Xids that are the application's fault and taint nothing.")
 	flags.DurationVar(&o.healthRecoverAfter, "health-recover-after", 5*time.Minute, "How long an unhealthy GPU must stay quiet before its taint is removed; a lost GPU stays tainted until NVML reads it again.")
-	flags.StringVar(&o.simulatedFaults, "simulated-faults", "", "With --fleet: a file of JSON lines like {\"gpu\":0,\"xid\":48} whose appended lines are raised as NVML events; \"gpuInstance\":N names a MIG GPU instance.")
 	flags.BoolVar(&o.shareMemory, "consumable-capacity", false, "Publish GPUs shareable by memory: claims may request a slice of a GPU's memory.")
 	flags.BoolVar(&o.figuresAsCapacity, "figures-as-capacity", false, "Also publish memoryBandwidthGBps, fp32GFLOPS and smVersion (the compute capability as nvcc's sm_XY number) as capacities of GPUs that are not shareable, for the tier bounds the controller writes as capacity requests with --memory-floor=capacity. Each capacity adds to what every CEL evaluation of the device builds, so leave it off otherwise.")
 	flags.DurationVar(&o.usageInterval, "usage-interval", plugin.DefaultUsageInterval, "How often NVML is sampled for the GPUs of prepared claims, whose runs are merged into their WorkloadProfile's status.usage at unprepare; 0 disables.")
@@ -125,8 +126,7 @@ func newFlags(o *options) *pflag.FlagSet {
 	flags.StringVar(&o.profileDirSize, "profile-dir-size", resource.NewQuantity(profiling.DefaultDirSize, resource.BinarySI).String(), "Size of the tmpfs a profiled claim's containers write their report to; 0 leaves the report directory on --state-dir's file system, unbounded. Mounting needs a privileged plugin.")
 	flags.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 200, "QPS towards the API server for kubelet calls: every claim the kubelet prepares costs one GET. The driver holds its lock about 2 ms per prepare, so it can take a few hundred a second; a lower limit would make a node starting many pods at once wait for the limiter rather than for the plugin. The stale-claim sweep has a separate, fixed budget of "+strconv.Itoa(sweepQPS)+" QPS.")
 	flags.IntVar(&o.kubeAPIBurst, "kube-api-burst", 400, "Burst towards the API server for kubelet calls: covers the claims of a full node's pods (110 pods, some with several claims) starting at once.")
-	flags.BoolVar(&o.releaseStartupPages, "release-startup-pages", true, "Once ready, page out the plugin's own executable (madvise MADV_PAGEOUT, Linux 5.4 or later): client-go's start-up touches most of the binary once, and those pages would otherwise stay resident for good. What the plugin still uses is read back on first use, a few milliseconds on the first calls after start.")
-	flags.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "Heap growth, in percent of the live heap, that starts a garbage collection, as GOGC. The plugin's live heap is a few MiB, so 50 rather than Go's 100 keeps about 2 MiB less resident on a node with 500 claims, for a short collection every few hundred prepares. Negative: leave Go's setting. The GOGC variable, when set, wins over this default but not over the flag.")
+	o.simulation.addFlags(flags)
 	// Prism's gates share --feature-gates with the logging gates.
 	o.logging = logging.NewOptions(features.AddFeatureGates)
 	o.logging.AddFlags(flags)
@@ -147,8 +147,9 @@ func main() {
 		return
 	}
 	envflag.ExitIfInvalid(flags, o.logging.Apply())
-	if percent, ok := gcPercent(o.gcPercent, flags.Changed("gc-percent"), os.LookupEnv); ok {
-		debug.SetGCPercent(percent)
+	envflag.ExitIfInvalid(flags, o.simulation.validate(os.LookupEnv))
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
 	}
 	logging.Run("prism-kubelet-plugin", func(ctx context.Context) error { return run(ctx, o) })
 }
@@ -195,67 +196,16 @@ func run(ctx context.Context, o options) error {
 	if o.hostDriverRoot == "" {
 		roots.DriverRoot = o.driverRoot
 	}
-	var inventory nvml.Inventory
-	var source cdi.EditSource
-	var healthLib gonvml.Interface
-	var slicer plugin.TimeSlicer
-	var migLib mig.Interface
-	if o.fleet != "" {
-		inventory = nvml.NewFleetInventory(o.fleet, o.nodeName)
-		fleet, err := nvml.LoadFleet(o.fleet)
-		if err != nil {
-			return err
-		}
-		sim, err := nvml.NewSimulated(fleet, o.nodeName)
-		if err != nil {
-			return err
-		}
-		migLib = mig.New(sim)
-		// Simulated GPUs have no scheduler to configure; the setting is kept.
-		slicer = &plugin.RecordedTimeSlices{}
-		lib, faults := nvml.SimulateFaults(sim)
-		healthLib = lib
-		if o.simulatedFaults != "" {
-			go plugin.FeedSimulatedFaults(ctx, o.simulatedFaults, func(i int) (string, bool) {
-				if i < 0 || i >= len(sim.Devices()) {
-					return "", false
-				}
-				uuid, _ := sim.Devices()[i].GetUUID()
-				return uuid, true
-			}, faults)
-		}
-		if o.driverRoot == "/" {
-			fake := filepath.Join(o.stateDir, "fake-driver-root")
-			roots = cdi.Roots{DriverRoot: fake, ContainerDriverRoot: fake}
-		}
-		// Device nodes for every minor a fleet may have, so that editing
-		// the fleet file never leaves a GPU without its node.
-		minors := make([]int, nvml.MaxFleetGPUs)
-		for i := range minors {
-			minors[i] = i
-		}
-		if err := cdi.MakeFakeDriverRoot(roots.ContainerDriverRoot, minors); err != nil {
-			return fmt.Errorf("make fake driver root %s: %w", roots.ContainerDriverRoot, err)
-		}
-		if err := cdi.MakeFakeMIGCaps(roots.ContainerDriverRoot, minors); err != nil {
-			return fmt.Errorf("make fake driver root %s: %w", roots.ContainerDriverRoot, err)
-		}
-		source = cdi.NewSimulatedSource(roots)
-	} else {
-		lib, err := nvml.New(ctx, o.driverRoot)
-		if err != nil {
-			return err
-		}
-		sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
-		inventory = nvml.NewNVMLInventory(lib, sysfs)
-		healthLib = lib
-		migLib = mig.New(lib)
-		slicer = plugin.NewNvidiaSMI(o.driverRoot)
-		if source, err = cdi.NewNVMLSource(ctx, cdi.NVMLOptions{Roots: roots, NVIDIACDIHookPath: o.nvidiaCDIHookPath}); err != nil {
+	gpus, err := simulatedGPUs(ctx, o, roots)
+	if err != nil {
+		return err
+	}
+	if gpus == nil {
+		if gpus, err = nvmlGPUs(ctx, o, roots); err != nil {
 			return err
 		}
 	}
-	writer, err := cdi.NewWriter(cdi.Options{Root: o.cdiRoot, Source: source, Roots: roots})
+	writer, err := cdi.NewWriter(cdi.Options{Root: o.cdiRoot, Source: gpus.source, Roots: gpus.roots})
 	if err != nil {
 		return err
 	}
@@ -267,7 +217,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	usage, err := setUpUsage(o, restConfig, healthLib)
+	usage, err := setUpUsage(o, restConfig, gpus.nvml)
 	if err != nil {
 		return err
 	}
@@ -278,7 +228,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		health = &plugin.HealthConfig{NVML: healthLib, IgnoredXIDs: ignored, RecoverAfter: o.healthRecoverAfter}
+		health = &plugin.HealthConfig{NVML: gpus.nvml, IgnoredXIDs: ignored, RecoverAfter: o.healthRecoverAfter}
 	}
 
 	driver, err := plugin.Start(ctx, plugin.Config{
@@ -288,18 +238,18 @@ func run(ctx context.Context, o options) error {
 		RegistrarDir:        o.registrarDir,
 		PluginDir:           o.pluginDir,
 		StateDir:            o.stateDir,
-		Inventory:           inventory,
+		Inventory:           gpus.inventory,
 		StaleClaimInterval:  o.staleInterval,
 		StaleClaimGrace:     o.staleGrace,
 		Profiling:           profilingConfig,
 		Usage:               usage,
-		MIG:                 migLib,
+		MIG:                 gpus.mig,
 		ShareMemory:         o.shareMemory,
 		FiguresAsCapacity:   o.figuresAsCapacity,
 		MIGPartitions:       o.logging.FeatureGate().Enabled(features.MIGPartitions),
 		Health:              health,
-		TimeSlicer:          slicer,
-		MPSDriverRoot:       roots.ContainerDriverRoot,
+		TimeSlicer:          gpus.slicer,
+		MPSDriverRoot:       gpus.roots.ContainerDriverRoot,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
@@ -315,12 +265,45 @@ func run(ctx context.Context, o options) error {
 	// heap next reached the collector's goal: collect it and return it to
 	// the kernel once.
 	debug.FreeOSMemory()
-	if o.releaseStartupPages {
-		releaseStartupPages(ctx)
-	}
+	// The file-backed counterpart: what only start-up ran of the executable
+	// leaves memory too (idle 46 MiB resident without, 23 with, in the
+	// bench), for a few milliseconds on the first calls after start.
+	releaseStartupPages(ctx)
 	<-ctx.Done()
 	klog.FromContext(ctx).Info("Shutting down")
 	return nil
+}
+
+// gpus are the node's GPUs as the plugin reads and drives them.
+type gpus struct {
+	inventory nvml.Inventory
+	// nvml serves the health watch and the usage sampler.
+	nvml   gonvml.Interface
+	mig    mig.Interface
+	slicer plugin.TimeSlicer
+	source cdi.EditSource
+	roots  cdi.Roots
+}
+
+// nvmlGPUs are the GPUs NVML finds under the driver root.
+func nvmlGPUs(ctx context.Context, o options, roots cdi.Roots) (*gpus, error) {
+	lib, err := nvml.New(ctx, o.driverRoot)
+	if err != nil {
+		return nil, err
+	}
+	sysfs, _ := os.DirFS("/sys").(fs.ReadLinkFS)
+	source, err := cdi.NewNVMLSource(ctx, cdi.NVMLOptions{Roots: roots, NVIDIACDIHookPath: o.nvidiaCDIHookPath})
+	if err != nil {
+		return nil, err
+	}
+	return &gpus{
+		inventory: nvml.NewNVMLInventory(lib, sysfs),
+		nvml:      lib,
+		mig:       mig.New(lib),
+		slicer:    plugin.NewNvidiaSMI(o.driverRoot),
+		source:    source,
+		roots:     roots,
+	}, nil
 }
 
 // serveHTTP serves the metrics and probes on the TCP address and on the
@@ -390,7 +373,7 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 }
 
 // setUpUsage samples the GPUs through the NVML the health watch uses, the
-// simulated one with --fleet. NVML reports host PIDs, so the processes'
+// simulated one in a test build with --fleet. NVML reports host PIDs, so the processes'
 // cgroups are read from the host's /proc: the chart mounts it at
 // /host/proc; a plugin running on the host reads its own.
 func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*sampler.Config, error) {
@@ -451,19 +434,6 @@ func releaseStartupPages(ctx context.Context) {
 	}
 	after, _ := residency.ReadMemory(0)
 	logger.Info("Released the executable's start-up pages", "mappings", res.Mappings, "residentFileMiBBefore", before.File>>20, "residentFileMiBAfter", after.File>>20)
-}
-
-// gcPercent says what to give debug.SetGCPercent, if anything: a GOGC set
-// in the environment stands unless --gc-percent (or PRISM_GC_PERCENT) was
-// given.
-func gcPercent(flag int, given bool, lookup func(string) (string, bool)) (int, bool) {
-	if flag < 0 {
-		return 0, false
-	}
-	if v, ok := lookup("GOGC"); ok && v != "" && !given {
-		return 0, false
-	}
-	return flag, true
 }
 
 func joinXIDs(xids []uint64) string {

@@ -33,14 +33,12 @@ func TestEveryFlagHasAnEnvMirror(t *testing.T) {
 		"cdi-root":              "CDI_ROOT",
 		"driver-root":           "NVIDIA_DRIVER_ROOT",
 		"state-dir":             "PRISM_STATE_DIR",
-		"fleet":                 "PRISM_FLEET",
 		"http-address":          "PRISM_HTTP_ADDRESS",
 		"probe-socket":          "PRISM_PROBE_SOCKET",
 		"profiling":             "PRISM_PROFILING",
 		"profile-retention":     "PRISM_PROFILE_RETENTION",
 		"kube-api-qps":          "PRISM_KUBE_API_QPS",
 		"kube-api-burst":        "PRISM_KUBE_API_BURST",
-		"gc-percent":            "PRISM_GC_PERCENT",
 	})
 }
 
@@ -67,34 +65,4 @@ func TestEnvironment(t *testing.T) {
 		Env:     map[string]string{"PRISM_VERBOSITY": "debug"},
 		WantErr: `environment variable PRISM_VERBOSITY="debug" is not a valid value for --v`,
 	}})
-}
-
-func TestGCPercent(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		flag    int
-		given   bool
-		gogc    string
-		want    int
-		wantSet bool
-	}{
-		{name: "the default", flag: defaultGCPercent, want: defaultGCPercent, wantSet: true},
-		{name: "GOGC wins over the default", flag: defaultGCPercent, gogc: "200"},
-		{name: "the flag wins over GOGC", flag: 80, given: true, gogc: "200", want: 80, wantSet: true},
-		{name: "an empty GOGC is not set", flag: defaultGCPercent, gogc: "", want: defaultGCPercent, wantSet: true},
-		{name: "negative leaves Go alone", flag: -1, given: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			lookup := func(name string) (string, bool) {
-				if name == "GOGC" && tc.gogc != "" {
-					return tc.gogc, true
-				}
-				return "", false
-			}
-			got, set := gcPercent(tc.flag, tc.given, lookup)
-			if set != tc.wantSet || got != tc.want {
-				t.Errorf("gcPercent = %d, %v; want %d, %v", got, set, tc.want, tc.wantSet)
-			}
-		})
-	}
 }

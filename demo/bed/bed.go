@@ -71,11 +71,17 @@ var DefaultNodes = []NodeSpec{
 // publishes whole GPUs only.
 var DemoNodes = append(slices.Clip(DefaultNodes), NodeSpec{Name: "gpu-mig", Fleet: "a100-40gb-mig-2.yaml", MIGPartitions: true})
 
+// PluginBuildTags build a prism-kubelet-plugin that the bed can run: a
+// test build, which has --fleet and --simulated-faults. The release build
+// has neither and refuses to start without GPUs.
+const PluginBuildTags = "simulation"
+
 // Options configure Setup.
 type Options struct {
 	// RepoRoot holds deployments/ and demo/fleets.
 	RepoRoot string
-	// PluginBin and ControllerBin are the Prism binaries to run.
+	// PluginBin and ControllerBin are the Prism binaries to run; the
+	// plugin built with PluginBuildTags.
 	PluginBin, ControllerBin string
 	// NCUDir holds an executable named ncu (test/tools/fake-ncu); it makes
 	// profiled claims work. Empty disables profiling.

@@ -17,14 +17,9 @@ limitations under the License.
 package plugin
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"time"
 
@@ -264,81 +259,6 @@ func (h *healthWatch) restoreTaints(ctx context.Context) {
 			lastEvent: now,
 		}
 		klog.FromContext(ctx).Info("GPU still tainted from before the restart", "device", name, "uuid", t.UUID, "taint", t.Value, "effect", t.Effect)
-	}
-}
-
-// simulatedFault is one line of a simulated faults file: an Xid on the GPU
-// at an NVML index, in one of its MIG GPU instances if GPUInstance is set.
-type simulatedFault struct {
-	GPU         int     `json:"gpu"`
-	XID         uint64  `json:"xid"`
-	GPUInstance *uint32 `json:"gpuInstance,omitempty"`
-}
-
-// parseSimulatedFault reads one line. A field it does not know is an error:
-// a misspelt gpuInstance would otherwise fail the whole GPU.
-func parseSimulatedFault(line []byte) (simulatedFault, error) {
-	var fault simulatedFault
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&fault); err != nil {
-		return simulatedFault{}, fmt.Errorf("simulated fault %q: want a JSON object like {\"gpu\":0,\"xid\":48,\"gpuInstance\":1} (gpuInstance optional): %w",
-			bytes.TrimSpace(line), err)
-	}
-	return fault, nil
-}
-
-// FeedSimulatedFaults reads fault lines appended to path, one JSON object
-// per line such as {"gpu": 2, "xid": 48}, or {"gpu": 2, "xid": 48,
-// "gpuInstance": 1} for an Xid of a MIG GPU instance, and injects them into
-// a simulated node, so that a test or the demo can make a GPU fail from
-// outside.
-func FeedSimulatedFaults(ctx context.Context, path string, uuidOf func(index int) (string, bool), faults *nvml.Faults) {
-	logger := klog.FromContext(ctx)
-	var offset int64
-	ticker := time.NewTicker(200 * time.Millisecond)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		if _, err := f.Seek(offset, io.SeekStart); err != nil {
-			f.Close()
-			continue
-		}
-		r := bufio.NewReader(f)
-		for {
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				break // a partial line is read again next time
-			}
-			offset += int64(len(line))
-			fault, err := parseSimulatedFault(line)
-			if err != nil {
-				logger.Error(err, "Bad simulated fault line")
-				continue
-			}
-			uuid, ok := uuidOf(fault.GPU)
-			if !ok {
-				logger.Error(fmt.Errorf("no GPU %d", fault.GPU), "Simulated fault for an unknown GPU")
-				continue
-			}
-			if fault.GPUInstance != nil {
-				err = faults.InjectInstanceXID(uuid, *fault.GPUInstance, fault.XID)
-			} else {
-				err = faults.InjectXID(uuid, fault.XID)
-			}
-			if err != nil {
-				logger.Error(err, "Injecting simulated fault")
-			}
-		}
-		f.Close()
 	}
 }
 

@@ -226,36 +226,3 @@ func TestPartitionTaintSurvivesRestartAndRecovers(t *testing.T) {
 		t.Errorf("checkpoint still records taints after the quiet period: %v", got)
 	}
 }
-
-// A simulated faults line may name a MIG GPU instance; a line that is not
-// what the file holds is refused, with what it should be.
-func TestParseSimulatedFault(t *testing.T) {
-	for _, tc := range []struct {
-		line    string
-		want    simulatedFault
-		wantErr string
-	}{
-		{line: `{"gpu":2,"xid":48}` + "\n", want: simulatedFault{GPU: 2, XID: 48}},
-		{line: `{"gpu":0,"xid":94,"gpuInstance":3}` + "\n", want: simulatedFault{XID: 94, GPUInstance: ptr.To[uint32](3)}},
-		{line: `{"gpu":0,"xid":94,"gpuInstance":0}`, want: simulatedFault{XID: 94, GPUInstance: ptr.To[uint32](0)}},
-		{line: `{"gpu":0,"xid":94,"gpu_instance":3}`, wantErr: `unknown field "gpu_instance"`},
-		{line: `{"gpu":0,"xid":94,"gpuInstance":-1}`, wantErr: "gpuInstance"},
-		{line: `gpu 0 xid 48`, wantErr: "want a JSON object"},
-	} {
-		t.Run(tc.line, func(t *testing.T) {
-			got, err := parseSimulatedFault([]byte(tc.line))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("parsed fault (-want +got):\n%s", diff)
-			}
-		})
-	}
-}

@@ -61,3 +61,36 @@ func TestRemovedSchedulerValues(t *testing.T) {
 		})
 	}
 }
+
+// TestRemovedPluginFlags: --gc-percent and --release-startup-pages became
+// constants, and the plugin refuses a flag it does not know. extraArgs that
+// pass one are refused with what to do, rather than upgraded into plugins
+// that do not start; other arguments, and the old variables in extraEnv
+// (which no flag reads now), still render.
+func TestRemovedPluginFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		args        []string
+		wantRefusal string
+	}{
+		{name: "--gc-percent", args: []string{"--set", "kubeletPlugin.extraArgs={--gc-percent=80}"}, wantRefusal: "--gc-percent=80: the plugin no longer has --gc-percent"},
+		{name: "--gc-percent and its value", args: []string{"--set-json", `kubeletPlugin.extraArgs=["--v=3","--gc-percent","80"]`}, wantRefusal: "the plugin no longer has --gc-percent"},
+		{name: "--release-startup-pages", args: []string{"--set", "kubeletPlugin.extraArgs={--release-startup-pages=false}"}, wantRefusal: "the plugin no longer has --release-startup-pages"},
+		{name: "-release-startup-pages", args: []string{"--set", "kubeletPlugin.extraArgs={-release-startup-pages}"}, wantRefusal: "the plugin no longer has --release-startup-pages"},
+		{name: "other arguments", args: []string{"--set", "kubeletPlugin.extraArgs={--v=3,--gc-percentage=3}"}},
+		{name: "the old variables", args: []string{"--set", "kubeletPlugin.extraEnv[0].name=PRISM_GC_PERCENT", "--set-string", "kubeletPlugin.extraEnv[0].value=80"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := helmTemplate(t, tc.args...)
+			if tc.wantRefusal == "" {
+				if err != nil {
+					t.Errorf("helm template %v: %v\n%s", tc.args, err, stderr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(stderr, tc.wantRefusal) {
+				t.Errorf("helm template %v: %v (%s), want a refusal saying %q", tc.args, err, strings.TrimSpace(stderr), tc.wantRefusal)
+			}
+		})
+	}
+}

@@ -22,9 +22,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 const module = "github.com/prismgpu/prism"
@@ -63,6 +66,67 @@ func TestBinariesLinkNoTestCode(t *testing.T) {
 			root, imports := importGraph(t, bin)
 			for _, chain := range chainsTo(root, imports, notShipped) {
 				t.Errorf("%s links %s: %s", filepath.Base(bin), chain[len(chain)-1], strings.Join(chain, " -> "))
+			}
+		})
+	}
+}
+
+// testBuild is what only a test build of prism-kubelet-plugin holds: the
+// flags of simulated GPUs, go-nvml's mock that serves them, and the crash
+// points of the fault-injection tests.
+type testBuild struct {
+	Flags       []string
+	NVMLMock    bool
+	CrashPoints bool
+}
+
+// testBuildFlag is a flag of a test build as --help lists it.
+var testBuildFlag = regexp.MustCompile(`(?m)^\s+(--fleet|--simulated-faults)\s`)
+
+// TestReleasePluginHasNoTestBuild: the plugin as `make build` and the
+// release images build it, without tags, has none of a test build's parts;
+// the test build (-tags simulation,faultinject) has them all, so that the
+// check is seen to find them. pkg/gpu/nvml holds its simulation beside
+// NVML, so go list -deps names the mock either way; the linker drops what
+// nothing calls, and the symbols say what is left. Symbols need an
+// unstripped build; stripping drops only them.
+func TestReleasePluginHasNoTestBuild(t *testing.T) {
+	for _, tc := range []struct {
+		tags string
+		want testBuild
+	}{
+		{tags: "", want: testBuild{}},
+		{tags: "simulation,faultinject", want: testBuild{Flags: []string{"--fleet", "--simulated-faults"}, NVMLMock: true, CrashPoints: true}},
+	} {
+		t.Run("tags="+tc.tags, func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "prism-kubelet-plugin")
+			build := exec.Command("go", "build", "-trimpath", "-tags", tc.tags, "-o", bin, "./cmd/prism-kubelet-plugin")
+			build.Dir = repoRoot
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("go build -tags %q: %v\n%s", tc.tags, err, out)
+			}
+			help, err := exec.Command(bin, "--help").CombinedOutput()
+			if err != nil {
+				t.Fatalf("--help: %v\n%s", err, help)
+			}
+			symbols, err := exec.Command("go", "tool", "nm", bin).Output()
+			if err != nil {
+				t.Fatalf("go tool nm: %v", err)
+			}
+			data, err := os.ReadFile(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := testBuild{
+				NVMLMock: bytes.Contains(symbols, []byte(" github.com/NVIDIA/go-nvml/pkg/nvml/mock.")),
+				// The variable that names the crash point to die at.
+				CrashPoints: bytes.Contains(data, []byte("PRISM_CRASH_AT")),
+			}
+			for _, m := range testBuildFlag.FindAllSubmatch(help, -1) {
+				got.Flags = append(got.Flags, string(m[1]))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("prism-kubelet-plugin built with tags %q (-want +got):\n%s", tc.tags, diff)
 			}
 		})
 	}

@@ -50,9 +50,10 @@ import (
 )
 
 // The Helm test installs Prism as a user does: its own images, built by
-// `make images`' recipe and imported into a containerd node (never pulled),
-// then `helm install` of deployments/helm/prism with the demo's values and a
-// simulated fleet. The plugin runs as the chart's DaemonSet pod and the
+// `make images`' recipe (the plugin as a test build, for the simulated
+// fleet) and imported into a containerd node (never pulled), then `helm
+// install` of deployments/helm/prism with the demo's values and a simulated
+// fleet. The plugin runs as the chart's DaemonSet pod and the
 // controller as its Deployment's pod, both in real containers.
 
 // helmRelease and the Secret names are what the test installs; the chart
@@ -66,7 +67,9 @@ const (
 	e2eRepository = "localhost/prism-e2e"
 )
 
-// prismImages are Prism's release images and the test bed's, as OCI archives.
+// prismImages are Prism's images and the test bed's, as OCI archives: the
+// release's recipe, but the plugin is a test build, which runs the chart's
+// simulation.fleet.
 type prismImages struct {
 	testImages
 	plugin, controller recipe.Result
@@ -75,8 +78,19 @@ type prismImages struct {
 
 func buildPrismImages(ctx context.Context, t *testing.T) prismImages {
 	t.Helper()
-	res, tag := buildImages(ctx, t, "prism-kubelet-plugin", "prism-controller", "pause", "workload")
-	return prismImages{testImages: testImages{pause: res[2], workload: res[3]}, plugin: res[0], controller: res[1], tag: tag}
+	o, err := recipe.DefaultOptions(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Repository, o.Simulation = e2eRepository, true
+	dir := t.TempDir()
+	start := time.Now()
+	res, err := recipe.Build(ctx, o, []string{"prism-kubelet-plugin", "prism-controller", "pause", "workload"}, func(name string) string { return filepath.Join(dir, name+".tar") })
+	if err != nil {
+		t.Fatalf("build the images: %v", err)
+	}
+	t.Logf("built Prism's images, the plugin with -tags %s, in %s", recipe.SimulationTags, time.Since(start).Round(time.Second))
+	return prismImages{testImages: testImages{pause: res[2], workload: res[3]}, plugin: res[0], controller: res[1], tag: o.Tag}
 }
 
 // helmCLI runs the test bed's helm against the cluster, with its own

@@ -22,11 +22,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/prismgpu/prism/demo/bed"
 )
 
-// pluginBinary is prism-kubelet-plugin built once for the whole package, with
-// the fault-injection hooks compiled in; controllerBinary and prismctlBinary
-// are the other two binaries as shipped.
+// pluginBinary is prism-kubelet-plugin built once for the whole package, as
+// a test build: simulated GPUs (bed.PluginBuildTags) and the fault-injection
+// hooks compiled in; controllerBinary and prismctlBinary are the other two
+// binaries as shipped.
 var pluginBinary, controllerBinary, prismctlBinary string
 
 func TestMain(m *testing.M) {
@@ -44,7 +47,7 @@ func runMain(m *testing.M) int {
 	controllerBinary = filepath.Join(dir, "prism-controller")
 	prismctlBinary = filepath.Join(dir, "prismctl")
 	for _, b := range []struct{ out, pkg, tags string }{
-		{pluginBinary, "github.com/prismgpu/prism/cmd/prism-kubelet-plugin", "faultinject"},
+		{pluginBinary, "github.com/prismgpu/prism/cmd/prism-kubelet-plugin", bed.PluginBuildTags + ",faultinject"},
 		{controllerBinary, "github.com/prismgpu/prism/cmd/prism-controller", ""},
 		{prismctlBinary, "github.com/prismgpu/prism/cmd/prismctl", ""},
 	} {

@@ -328,8 +328,14 @@ func resolve(files map[string]*tar.Header, p string) (string, bool) {
 // read returns a file's content from the image.
 func read(t *testing.T, name, p string) []byte {
 	t.Helper()
+	return readFrom(t, name, image(t, name), p)
+}
+
+// readFrom returns a file's content from img, which is called name.
+func readFrom(t *testing.T, name string, img v1.Image, p string) []byte {
+	t.Helper()
 	var data []byte
-	err := walk(image(t, name), func(h *tar.Header, r io.Reader) error {
+	err := walk(img, func(h *tar.Header, r io.Reader) error {
 		if strings.TrimSuffix(h.Name, "/") == p {
 			b, err := io.ReadAll(r)
 			data = b

@@ -173,7 +173,7 @@ func up() error {
 	out := filepath.Join(root, "_output", "demo")
 	logf("building prism-kubelet-plugin, prism-controller, prismctl and the stand-in ncu into %s", filepath.Join(out, "bin"))
 	for _, b := range [][]string{
-		{"build", "-o", filepath.Join(out, "bin") + "/", "./cmd/prism-kubelet-plugin", "./cmd/prism-controller", "./cmd/prismctl"},
+		{"build", "-tags", bed.PluginBuildTags, "-o", filepath.Join(out, "bin") + "/", "./cmd/prism-kubelet-plugin", "./cmd/prism-controller", "./cmd/prismctl"},
 		{"build", "-o", filepath.Join(out, "bin", "ncu", "ncu"), "./test/tools/fake-ncu"},
 	} {
 		cmd := exec.Command("go", b...)

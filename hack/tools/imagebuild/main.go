@@ -24,7 +24,12 @@ limitations under the License.
 //
 // Images: prism-kubelet-plugin and prism-controller (the default,
 // --image=release), and the test bed's pause and workload (--image=test).
-// Groups and names combine: --image=release,pause.
+// Groups and names combine: --image=release,pause. --simulation builds the
+// plugin as a test build, with simulated GPUs, under a repository of one's
+// own:
+//
+//	go run ./hack/tools/imagebuild --simulation --repository=localhost/prism-sim
+//
 // Each archive names its image <repository>/<image>:<tag>, loads with
 // `ctr -n k8s.io images import` and pushes with skopeo or crane. The same
 // checkout gives the same digests; binaries, Debian packages and layers are
@@ -76,6 +81,7 @@ func run() error {
 	flag.StringVar(&o.Tag, "tag", o.Tag, "image tag (default: the chart's appVersion)")
 	flag.StringVar(&o.Version, "version", o.Version, "version in the binaries and the OCI labels (default: the chart's appVersion)")
 	flag.BoolVar(&o.NoCache, "no-cache", false, "relink the binaries and recompress every layer instead of reusing the cache")
+	flag.BoolVar(&o.Simulation, "simulation", false, "build prism-kubelet-plugin as a test build (-tags "+recipe.SimulationTags+": --fleet, --simulated-faults), for the chart's simulation.fleet on nodes without GPUs; never a release image, so --repository must be another")
 	flag.Parse()
 
 	names, err := selectImages(*which)

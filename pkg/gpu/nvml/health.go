@@ -359,6 +359,8 @@ func send(ctx context.Context, events chan<- HealthEvent, ev HealthEvent) {
 type Faults struct {
 	queue  chan nvml.EventData
 	byUUID map[string]*simulatedWatch
+	// uuids are the GPUs' in NVML index order, as a faults file names them.
+	uuids []string
 }
 
 type simulatedWatch struct {
@@ -375,6 +377,7 @@ func SimulateFaults(sim *Simulated) (nvml.Interface, *Faults) {
 		uuid, _ := d.GetUUID()
 		w := &simulatedWatch{device: d, registered: make(chan struct{})}
 		f.byUUID[uuid] = w
+		f.uuids = append(f.uuids, uuid)
 		d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return {
 			w.register.Do(func() { close(w.registered) })
 			return nvml.SUCCESS

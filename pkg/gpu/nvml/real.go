@@ -59,12 +59,12 @@ func New(ctx context.Context, driverRoot string) (nvml.Interface, error) {
 			return nil, fmt.Errorf("%w: %s not found under driver root %q (searched %s), but there is one under its %s: make that directory the driver root (for a driver root of /, --driver-root=/%s, or the chart's kubeletPlugin.driverRoot: /%s)",
 				ErrNoNVML, libraryName, driverRoot, strings.Join(searched, ", "), alt, alt, alt)
 		}
-		return nil, fmt.Errorf("%w: %s not found under driver root %q (searched %s); install the NVIDIA driver on this node, point the driver root at where it is installed, or pass --fleet to run a simulated node",
+		return nil, fmt.Errorf("%w: %s not found under driver root %q (searched %s); install the NVIDIA driver on this node, or point the driver root at where it is installed",
 			ErrNoNVML, libraryName, driverRoot, strings.Join(searched, ", "))
 	}
 	lib := nvml.New(nvml.WithLibraryPath(path))
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("%w: initializing %s: %v; check that the NVIDIA kernel module is loaded and matches the library (nvidia-smi should work), or pass --fleet to run a simulated node",
+		return nil, fmt.Errorf("%w: initializing %s: %v; check that the NVIDIA kernel module is loaded and matches the library (nvidia-smi should work)",
 			ErrNoNVML, path, ret)
 	}
 	if ret := lib.Shutdown(); ret != nvml.SUCCESS {

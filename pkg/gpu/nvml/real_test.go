@@ -36,7 +36,7 @@ func TestNewTellsTheUserWhatToDo(t *testing.T) {
 			wantErrs: []string{
 				"libnvidia-ml.so.1 not found under driver root",
 				filepath.Join("usr", "lib64", "libnvidia-ml.so.1"),
-				"install the NVIDIA driver", "--fleet",
+				"install the NVIDIA driver", "point the driver root",
 			},
 		},
 		"the driver under a root of its own": {
@@ -67,7 +67,7 @@ func TestNewTellsTheUserWhatToDo(t *testing.T) {
 			},
 			wantErrs: []string{
 				filepath.Join("usr", "lib", "x86_64-linux-gnu", "libnvidia-ml.so.1"),
-				"nvidia-smi", "--fleet",
+				"nvidia-smi should work",
 			},
 		},
 	} {

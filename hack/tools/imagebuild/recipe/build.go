@@ -51,6 +51,12 @@ type Options struct {
 	NoCache bool
 	// Platforms to build; every image holds them all.
 	Platforms []v1.Platform
+	// Simulation builds prism-kubelet-plugin as a test build
+	// (SimulationTags): simulated GPUs from a fleet file, for test beds
+	// and demos without GPUs, which the release build refuses. Such an
+	// image is never a release's: Build refuses to name it under
+	// DefaultRepository.
+	Simulation bool
 	// Repository is the registry path the release images are named
 	// under: <Repository>/<image>:<Tag>; TestRepository the test images'.
 	Repository     string
@@ -157,6 +163,9 @@ func Build(ctx context.Context, o Options, names []string, out func(name string)
 	}
 	if len(o.Platforms) == 0 {
 		return nil, fmt.Errorf("no platform to build")
+	}
+	if o.Simulation && strings.TrimSuffix(o.Repository, "/") == DefaultRepository {
+		return nil, fmt.Errorf("a simulation build of prism-kubelet-plugin must not be named like a release image (%s): choose another repository", DefaultRepository)
 	}
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
 		return nil, err
@@ -336,6 +345,9 @@ type goBinary struct {
 	version func(b *builder, moduleDir string) ([]string, error)
 	dest    string
 	cgo     cgoMode
+	// tags are the build tags, comma-separated; the image records them
+	// in the label dev.prism.build-tags.
+	tags string
 }
 
 // goLayer builds a binary for the platform with -trimpath, no VCS stamp
@@ -345,7 +357,14 @@ func (b *builder) goLayer(p v1.Platform, g goBinary) layerSpec {
 	return layerSpec{
 		createdBy: "prism: go build " + g.pkg + " -> /" + g.dest,
 		entries: func(ctx context.Context) ([]entry, error) {
-			dir, err := b.dir(filepath.Join("bin", p.OS+"-"+p.Architecture+p.Variant))
+			platform := p.OS + "-" + p.Architecture + p.Variant
+			if g.tags != "" {
+				// Apart from the untagged build's, which would otherwise
+				// be relinked at every switch between the two.
+				platform += "-" + strings.ReplaceAll(g.tags, ",", "-")
+				b.labels["dev.prism.build-tags"] = g.tags
+			}
+			dir, err := b.dir(filepath.Join("bin", platform))
 			if err != nil {
 				return nil, err
 			}
@@ -374,6 +393,10 @@ func (b *builder) goBuild(ctx context.Context, p v1.Platform, g goBinary, out st
 	}
 	ldflags := append([]string{"-s", "-w"}, x...)
 	args := []string{"build", "-trimpath", "-buildvcs=false"}
+	var tags []string
+	if g.tags != "" {
+		tags = strings.Split(g.tags, ",")
+	}
 	env := append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Architecture, "GOFLAGS=-mod=readonly")
 	if p.Architecture == "arm" && p.Variant != "" {
 		env = append(env, "GOARM="+strings.TrimPrefix(p.Variant, "v"))
@@ -391,9 +414,12 @@ func (b *builder) goBuild(ctx context.Context, p v1.Platform, g goBinary, out st
 			env = append(env, "CC="+cc)
 		}
 		if g.cgo == cgoStatic {
-			args = append(args, "-tags=netgo,osusergo")
+			tags = append(tags, "netgo", "osusergo")
 			ldflags = append(ldflags, "-linkmode=external", "-extldflags=-static")
 		}
+	}
+	if len(tags) > 0 {
+		args = append(args, "-tags="+strings.Join(tags, ","))
 	}
 	args = append(args, "-ldflags="+strings.Join(ldflags, " "), "-o", out, g.pkg)
 	cmd := exec.CommandContext(ctx, "go", args...)

@@ -82,7 +82,7 @@ var images = map[string]image{
 				b.busybox(p),
 				b.goLayer(p, nvidiaCDIHook),
 				b.profilingShim(p),
-				b.goLayer(p, kubeletPlugin),
+				b.goLayer(p, b.kubeletPlugin()),
 			}
 		},
 	},
@@ -161,6 +161,20 @@ var (
 		cgo:     cgoStatic,
 	}
 )
+
+// SimulationTags build the test build of prism-kubelet-plugin, which
+// has --fleet and --simulated-faults (cmd/prism-kubelet-plugin/simulation.go).
+const SimulationTags = "simulation"
+
+// kubeletPlugin is the plugin binary this build wants: the release build,
+// or with Options.Simulation the test build.
+func (b *builder) kubeletPlugin() goBinary {
+	g := kubeletPlugin
+	if b.o.Simulation {
+		g.tags = SimulationTags
+	}
+	return g
+}
 
 // ProfilingShimPath is where the plugin image keeps the profiling preload
 // shim; the chart's install-profiling-shim init container copies it to the
