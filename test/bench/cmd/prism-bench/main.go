@@ -44,7 +44,7 @@ import (
 func main() {
 	var (
 		repo        = flag.String("repo", ".", "repository root")
-		binDir      = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
+		binDir      = flag.String("bin", "_output/bin-simulation", "directory with prism-kubelet-plugin (a test build: make build-simulation) and prism-controller")
 		out         = flag.String("out", "_output/bench/bench.json", "JSON output")
 		sizes       = flag.String("alloc-sizes", "100,500,2000", "allocator fleet sizes (nodes of 8 GPUs); add 5000 for the large case, which takes about twice as long as the default sizes together")
 		passes      = flag.Int("alloc-passes", 5, "timed passes over every node per allocator case")

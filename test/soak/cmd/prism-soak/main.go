@@ -37,7 +37,7 @@ import (
 func main() {
 	var (
 		repo       = flag.String("repo", ".", "repository root")
-		binDir     = flag.String("bin", "bin", "directory with prism-kubelet-plugin and prism-controller")
+		binDir     = flag.String("bin", "_output/bin-simulation", "directory with prism-kubelet-plugin (a test build: make build-simulation) and prism-controller")
 		ncuDir     = flag.String("ncu-dir", "", "directory with the stand-in ncu (go build ./test/tools/fake-ncu)")
 		out        = flag.String("out", "_output/soak/soak.json", "JSON output")
 		minutes    = flag.Float64("minutes", 10, "how long pods churn and faults are injected")
