@@ -29,7 +29,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -201,37 +202,49 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
 	}
-	profileInformer, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := webhook.NewMetrics(reg)
 	if err != nil {
-		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
+		return err
 	}
-	// The stores sync before the handlers have seen all they hold:
-	// readiness waits for the handlers too, since a partial fleet could
-	// cut a ladder that the whole fleet would not.
-	var handlers []toolscache.InformerSynced
-	handle := func(i cache.Informer, h toolscache.ResourceEventHandler, what string) error {
+	// The controller serves once the informers that every review reads
+	// have synced: the WorkloadProfiles and the slices, which the fleet is
+	// cut from (and, for the pod webhook, the claim templates). The claims
+	// and the unscheduled pods, whose initial lists take most of the start
+	// in a large cluster, sync after; a review that reads them waits for
+	// them (see webhook.Synced). The stores sync before the handlers have
+	// seen all they hold, so each part waits for its handlers too: a
+	// partial fleet could cut a ladder that the whole fleet would not.
+	fleetSynced, claimsSynced, podsSynced := webhook.NewSynced("profiles and slices", nil), webhook.NewSynced("claims", metrics), webhook.NewSynced("pods", metrics)
+	syncs := map[*webhook.Synced][]toolscache.InformerSynced{}
+	handle := func(part *webhook.Synced, i cache.Informer, h toolscache.ResourceEventHandler, what string) error {
 		r, err := i.AddEventHandler(h)
 		if err != nil {
 			return fmt.Errorf("watching %s: %w", what, err)
 		}
-		handlers = append(handlers, r.HasSynced)
+		syncs[part] = append(syncs[part], i.HasSynced, r.HasSynced)
 		return nil
+	}
+	profileInformer, err := profiles.GetInformer(ctx, &prismv1alpha1.WorkloadProfile{})
+	if err != nil {
+		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
 	}
 	profileClaims := profilewrites.NewProfileClaims()
 	claimInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaim{})
 	if err != nil {
 		return fmt.Errorf("starting ResourceClaim informer: %w", err)
 	}
-	if err := handle(claimInformer, profileClaims, "ResourceClaims"); err != nil {
+	if err := handle(claimsSynced, claimInformer, profileClaims, "ResourceClaims"); err != nil {
 		return err
 	}
 	fleetView := fleet.NewView()
-	if err := handle(claimInformer, fleetView, "ResourceClaims for the fleet's load"); err != nil {
+	if err := handle(claimsSynced, claimInformer, fleetView, "ResourceClaims for the fleet's load"); err != nil {
 		return err
 	}
 	// A waiting claim counts with its profile's bound type, not the one its
 	// annotation states.
-	if err := handle(profileInformer, fleetView, "WorkloadProfiles for the fleet's load"); err != nil {
+	if err := handle(fleetSynced, profileInformer, fleetView, "WorkloadProfiles for the fleet's load"); err != nil {
 		return err
 	}
 	// A waiting claim counts only when its pod's status names it: anyone
@@ -240,41 +253,50 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("starting Pod informer: %w", err)
 	}
-	if err := handle(podInformer, fleetView, "Pods for the fleet's load"); err != nil {
+	if err := handle(podsSynced, podInformer, fleetView, "Pods for the fleet's load"); err != nil {
 		return err
 	}
 	sliceInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceSlice{})
 	if err != nil {
 		return fmt.Errorf("starting ResourceSlice informer: %w", err)
 	}
-	if err := handle(sliceInformer, fleetView, "ResourceSlices"); err != nil {
+	if err := handle(fleetSynced, sliceInformer, fleetView, "ResourceSlices"); err != nil {
 		return err
 	}
 	if preference == rewrite.PreferAffinity {
 		if err := startLabeller(ctx, cs, profiles, fleetView); err != nil {
 			return err
 		}
-		if _, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaimTemplate{}); err != nil {
+		templateInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaimTemplate{})
+		if err != nil {
 			return fmt.Errorf("starting ResourceClaimTemplate informer: %w", err)
 		}
+		syncs[fleetSynced] = append(syncs[fleetSynced], templateInformer.HasSynced)
 	}
 	go func() {
 		if err := profiles.Start(ctx); err != nil {
 			logger.Error(err, "WorkloadProfile cache stopped")
 		}
 	}()
+	started := time.Now()
+	// The store holds fleet.Claims, which controller-runtime's reader
+	// cannot return: the pod webhook reads the informer's store itself.
+	claimStore, ok := claimInformer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("the ResourceClaim informer is a %T, which keeps no store to read", claimInformer)
+	}
+	podStore, ok := podInformer.(toolscache.SharedIndexInformer)
+	if !ok {
+		return fmt.Errorf("the Pod informer is a %T, which keeps no store to read", podInformer)
+	}
+	go markSynced(ctx, claimsSynced, syncs[claimsSynced], claimStore.GetStore(), started)
+	go markSynced(ctx, podsSynced, syncs[podsSynced], podStore.GetStore(), started)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "prism-controller"})
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := webhook.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
 	rewriteMetrics, err := claimrewrite.NewMetrics(reg)
 	if err != nil {
 		return err
@@ -285,18 +307,12 @@ func run(ctx context.Context, o options) error {
 	}
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
 	rewriter, err := claimrewrite.New(claimrewrite.Options{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: rewriteMetrics,
-		Fleet: fleetView.Fleet, Load: fleetView.Load, Preference: preference, Capacity: capacityDecision(ctx, o, cs),
-		NoLadderSchedulers: o.noLadderSchedulers, PodScheduler: claimrewrite.PodSchedulers{Cache: profiles, API: cs.CoreV1()}.SchedulerOf})
+		Fleet: fleetView.Fleet, Load: fleetView.Load, LoadSynced: []*webhook.Synced{claimsSynced, podsSynced}, Preference: preference, Capacity: capacityDecision(ctx, o, cs),
+		NoLadderSchedulers: o.noLadderSchedulers, PodScheduler: claimrewrite.PodSchedulers{Cache: profiles, CacheSynced: podsSynced, API: cs.CoreV1()}.SchedulerOf})
 	if err != nil {
 		return err
 	}
-	// The store holds fleet.Claims, which controller-runtime's reader
-	// cannot return: the pod webhook reads the informer's store itself.
-	claimStore, ok := claimInformer.(toolscache.SharedIndexInformer)
-	if !ok {
-		return fmt.Errorf("the ResourceClaim informer is a %T, which keeps no store to read", claimInformer)
-	}
-	podPreference, err := podaffinity.New(podaffinity.Options{Templates: profiles, Claims: claimStore.GetStore(), Profiles: profiles, Policy: policy,
+	podPreference, err := podaffinity.New(podaffinity.Options{Templates: profiles, Claims: claimStore.GetStore(), ClaimsSynced: claimsSynced, Profiles: profiles, Policy: policy,
 		Preference: preference, Fleet: fleetView.Fleet, Metrics: podMetrics})
 	if err != nil {
 		return err
@@ -305,7 +321,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	profileWrites, err := profilewrites.New(profileClaims, metrics)
+	profileWrites, err := profilewrites.New(profileClaims, claimsSynced, metrics)
 	if err != nil {
 		return err
 	}
@@ -315,7 +331,7 @@ func run(ctx context.Context, o options) error {
 	// with them a path token (webhook.PathToken). It is ready once it has
 	// read them: before, it would refuse the API server's reviews.
 	var token *webhook.PathToken
-	configsRead := make(chan struct{})
+	configsRead := webhook.NewSynced("webhook configurations", nil)
 	if o.selfSigned {
 		// The pod's name is what the Service's EndpointSlices list: CAs of
 		// replicas that are gone can then be told apart. On the host network
@@ -338,7 +354,7 @@ func run(ctx context.Context, o options) error {
 			// to serve: where the configurations cannot be read, plain
 			// paths are served until they can.
 			_ = injector.Sync(ctx)
-			close(configsRead)
+			configsRead.MarkSynced()
 			injector.Run(ctx)
 		}()
 		go certs.Run(ctx, injector.Sync)
@@ -354,26 +370,29 @@ func run(ctx context.Context, o options) error {
 			}
 		}()
 		getCertificate = w.GetCertificate
-		close(configsRead)
+		configsRead.MarkSynced()
 	}
 
-	var ready atomic.Bool
 	go func() {
-		// Every informer and every handler, so that no review is answered
-		// from a partial view: serving the rewrite before the claims and
-		// pods are in would be safe only for policies that do not read the
-		// load, and the profile writes need the claims.
-		if !profiles.WaitForCacheSync(ctx) || !toolscache.WaitForCacheSync(ctx.Done(), handlers...) {
+		if !toolscache.WaitForCacheSync(ctx.Done(), syncs[fleetSynced]...) {
 			return
 		}
-		logger.Info("Informers synced and the fleet view built", "models", len(fleetView.Fleet().Models), "nodes", len(fleetView.NodeModels()))
+		fleetSynced.MarkSynced()
 		select {
-		case <-configsRead:
-			ready.Store(true)
+		case <-configsRead.Done():
 		case <-ctx.Done():
+			return
 		}
+		var syncing []string
+		for _, s := range []*webhook.Synced{claimsSynced, podsSynced} {
+			if !s.HasSynced() {
+				syncing = append(syncing, s.Name())
+			}
+		}
+		logger.Info("Serving the webhooks: the fleet view is built", "models", len(fleetView.Fleet().Models), "nodes", len(fleetView.NodeModels()),
+			"after", time.Since(started).Round(time.Millisecond), "stillSyncing", syncing)
 	}()
-	go serveHTTP(ctx, o.httpAddress, reg, &ready)
+	go serveHTTP(ctx, o.httpAddress, reg, readiness{needed: []*webhook.Synced{fleetSynced, configsRead}, later: []*webhook.Synced{claimsSynced, podsSynced}})
 
 	var clientCAs *webhook.ClientCAs
 	if o.clientCAFile != "" {
@@ -442,20 +461,62 @@ func startLabeller(ctx context.Context, cs kubernetes.Interface, c cache.Cache, 
 	return nil
 }
 
-// serveHTTP serves metrics and probes. Readiness waits for the informers
-// and the fleet view: before they sync every annotated claim would be
-// profiled instead of rewritten, or cut from part of the fleet.
-func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready *atomic.Bool) {
+// markSynced marks part synced once every informer and handler it is read
+// from has synced, and logs how many objects store holds then and how long
+// after started that was.
+func markSynced(ctx context.Context, part *webhook.Synced, synced []toolscache.InformerSynced, store toolscache.Store, started time.Time) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	part.MarkSynced()
+	klog.FromContext(ctx).Info("Informer synced: reviews that read it no longer wait", "informer", part.Name(), "objects", len(store.ListKeys()),
+		"after", time.Since(started).Round(time.Millisecond))
+}
+
+// readiness is what /readyz reports: ready once the needed parts have
+// synced; the later ones, which only some reviews read and which wait for
+// them, are listed with ?verbose.
+type readiness struct {
+	needed, later []*webhook.Synced
+}
+
+func (r readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	ready := true
+	var b strings.Builder
+	for _, s := range r.needed {
+		ready = ready && s.HasSynced()
+		fmt.Fprintf(&b, "%s: %s\n", s.Name(), syncState(s))
+	}
+	for _, s := range r.later {
+		fmt.Fprintf(&b, "%s: %s (not needed to serve: reviews that read it wait for it)\n", s.Name(), syncState(s))
+	}
+	_, verbose := req.URL.Query()["verbose"]
+	switch {
+	case !ready:
+		w.WriteHeader(http.StatusServiceUnavailable)
+		b.WriteString("not ready\n")
+	case verbose:
+		b.WriteString("ok\n")
+	default:
+		b.Reset()
+		b.WriteString("ok")
+	}
+	_, _ = w.Write([]byte(b.String()))
+}
+
+func syncState(s *webhook.Synced) string {
+	if s.HasSynced() {
+		return "synced"
+	}
+	return "syncing"
+}
+
+// serveHTTP serves metrics and probes.
+func serveHTTP(ctx context.Context, addr string, reg *prometheus.Registry, ready readiness) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "informers or the fleet view not synced", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	mux.Handle("/readyz", ready)
 	l, err := net.Listen("tcp", addr)
 	if err == nil {
 		err = localserve.Serve(ctx, l, mux)

@@ -18,17 +18,21 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prismgpu/prism/pkg/rewrite"
-
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
+	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 )
 
 // A flag without a variable cannot be set through the chart's extraEnv,
@@ -119,6 +123,36 @@ func TestCapacityDecision(t *testing.T) {
 			}
 			if got.Shares != tc.wantShares || got.MemoryFloor != tc.wantForms || got.TierBounds != tc.wantForms || got.Why == "" {
 				t.Errorf("decision %+v; want shares %v, capacity forms %v, and why", got, tc.wantShares, tc.wantForms)
+			}
+		})
+	}
+}
+
+// TestReadiness: /readyz is ready once the parts every review reads have
+// synced, whatever the others; ?verbose says which are still syncing.
+func TestReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		synced   []string
+		query    string
+		wantCode int
+		wantBody string
+	}{
+		{name: "the fleet not yet read", synced: []string{"claims"}, wantCode: http.StatusServiceUnavailable,
+			wantBody: "profiles and slices: syncing\nclaims: synced (not needed to serve: reviews that read it wait for it)\nnot ready\n"},
+		{name: "the fleet read, the claims not", synced: []string{"profiles and slices"}, wantCode: http.StatusOK, wantBody: "ok"},
+		{name: "verbose", synced: []string{"profiles and slices"}, query: "?verbose", wantCode: http.StatusOK,
+			wantBody: "profiles and slices: synced\nclaims: syncing (not needed to serve: reviews that read it wait for it)\nok\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parts := map[string]*webhook.Synced{"profiles and slices": webhook.NewSynced("profiles and slices", nil), "claims": webhook.NewSynced("claims", nil)}
+			for _, name := range tc.synced {
+				parts[name].MarkSynced()
+			}
+			rec := httptest.NewRecorder()
+			readiness{needed: []*webhook.Synced{parts["profiles and slices"]}, later: []*webhook.Synced{parts["claims"]}}.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz"+tc.query, nil))
+			if diff := cmp.Diff(fmt.Sprintf("%d %s", tc.wantCode, tc.wantBody), fmt.Sprintf("%d %s", rec.Code, rec.Body)); diff != "" {
+				t.Errorf("/readyz%s (-want +got):\n%s", tc.query, diff)
 			}
 		})
 	}

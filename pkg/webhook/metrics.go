@@ -32,6 +32,7 @@ import (
 type Metrics struct {
 	denied   *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	waited   *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
@@ -41,6 +42,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		denied:  CounterVec("prism_webhook_validation_denied_total", "Objects rejected by the validating webhook, by kind.", "kind"),
 		refused: CounterVec("prism_webhook_requests_refused_total", "Requests answered without a review (too large, too many in flight, past their deadline) or whose object was not decoded (costly-object), by reason.", "reason"),
+		waited:  CounterVec("prism_webhook_reviews_waited_total", "Reviews that read an informer not yet synced and waited for it, by informer and by how the wait ended (synced, deadline).", "informer", "outcome"),
 		// Buckets start at 50µs: the in-process work is well below a
 		// millisecond, and the default buckets (5ms and up) would put
 		// every request in the first one.
@@ -50,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
 		}, []string{"webhook"}),
 	}
-	return Registered(reg, m, m.denied, m.refused, m.duration)
+	return Registered(reg, m, m.denied, m.refused, m.waited, m.duration)
 }
 
 // CounterVec is a webhook counter partitioned by labels.

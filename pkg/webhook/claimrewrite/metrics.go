@@ -79,4 +79,7 @@ const (
 	skipRewriteError        = "rewrite-error"
 	skipUnexpectedSelector  = "unexpected-selector"
 	skipEncodeError         = "encode-error"
+	// skipNotSynced: the load-aware policy weighs every claim and pod, and
+	// their informers had not synced by the review's deadline.
+	skipNotSynced = "not-synced"
 )

@@ -31,6 +31,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/prismgpu/prism/pkg/webhook"
 )
 
 // errPodGone is a claim whose owning pod is not there, or is another pod
@@ -45,6 +47,11 @@ type PodSchedulers struct {
 	// Cache is the controller's informer of unscheduled pods, trimmed
 	// (see KeepSchedulerName).
 	Cache client.Reader
+	// CacheSynced says when Cache holds every unscheduled pod. Until then
+	// the pod is listed from the API instead: Cache would wait for its
+	// informer to sync, and a pod it does not hold yet may exist. Nil:
+	// Cache is read from the start.
+	CacheSynced *webhook.Synced
 	// API reads a pod the informer has not seen yet. The chart grants list
 	// and watch on pods, not get: a list by name is one key read.
 	API typedcorev1.PodsGetter
@@ -57,13 +64,15 @@ func (s PodSchedulers) SchedulerOf(ctx context.Context, claim *resourceapi.Resou
 	if owner == nil || owner.APIVersion != "v1" || owner.Kind != "Pod" {
 		return "", nil
 	}
-	pod := &corev1.Pod{}
-	err := s.Cache.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: owner.Name}, pod)
-	switch {
-	case err == nil && pod.UID == owner.UID:
-		return pod.Spec.SchedulerName, nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return "", fmt.Errorf("reading pod %s/%s from the informer: %w", claim.Namespace, owner.Name, err)
+	if s.CacheSynced.HasSynced() {
+		pod := &corev1.Pod{}
+		err := s.Cache.Get(ctx, types.NamespacedName{Namespace: claim.Namespace, Name: owner.Name}, pod)
+		switch {
+		case err == nil && pod.UID == owner.UID:
+			return pod.Spec.SchedulerName, nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading pod %s/%s from the informer: %w", claim.Namespace, owner.Name, err)
+		}
 	}
 	list, err := s.API.Pods(claim.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", owner.Name).String()})
 	if err != nil {

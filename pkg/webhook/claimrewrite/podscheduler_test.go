@@ -40,6 +40,7 @@ import (
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
@@ -82,8 +83,10 @@ func TestSchedulerOf(t *testing.T) {
 		claim       *resourceapi.ResourceClaim
 		cached, api []*corev1.Pod
 		cacheErr    error
-		want        string
-		wantErr     string
+		// unsynced: the informer has not synced, and would wait for it.
+		unsynced bool
+		want     string
+		wantErr  string
 	}{
 		{name: "from the informer", claim: ownedBy("Pod", podUID), cached: []*corev1.Pod{kai}, want: "kai-scheduler"},
 		{name: "not in the informer yet", claim: ownedBy("Pod", podUID), api: []*corev1.Pod{kai}, want: "kai-scheduler"},
@@ -91,6 +94,8 @@ func TestSchedulerOf(t *testing.T) {
 			cached: []*corev1.Pod{pod("old-uid", "default-scheduler")}, api: []*corev1.Pod{kai}, want: "kai-scheduler"},
 		{name: "no such pod", claim: ownedBy("Pod", podUID), api: []*corev1.Pod{pod("other-uid", "kai-scheduler")}, wantErr: "the claim's pod was not found: ml/trainer-0, uid pod-uid"},
 		{name: "the informer fails", claim: ownedBy("Pod", podUID), cached: []*corev1.Pod{kai}, cacheErr: errors.New("informer stopped"), wantErr: "reading pod ml/trainer-0 from the informer: informer stopped"},
+		{name: "the informer has not synced: listed from the API", claim: ownedBy("Pod", podUID), unsynced: true,
+			cached: []*corev1.Pod{pod(podUID, "default-scheduler")}, cacheErr: errors.New("informer not synced"), api: []*corev1.Pod{kai}, want: "kai-scheduler"},
 		{name: "made by hand", claim: ownedBy("", ""), cached: []*corev1.Pod{kai}},
 		{name: "owned by something else", claim: ownedBy("Job", podUID), cached: []*corev1.Pod{kai}},
 	} {
@@ -102,6 +107,9 @@ func TestSchedulerOf(t *testing.T) {
 						return tc.cacheErr
 					},
 				})
+			}
+			if tc.unsynced {
+				s.CacheSynced = webhook.NewSynced("pods", nil)
 			}
 			got, err := s.SchedulerOf(ctx, tc.claim)
 			gotErr := ""

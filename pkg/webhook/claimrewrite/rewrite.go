@@ -88,6 +88,12 @@ type Options struct {
 	// Load returns free devices and pending claims for the load-aware
 	// policy (see pkg/fleet). Nil: load-aware behaves as performance.
 	Load func() *rewrite.Load
+	// LoadSynced are the informers Load is read from (every claim and
+	// every unscheduled pod): a load-aware claim waits for them, and is
+	// admitted unchanged where they have not synced by its deadline, as
+	// failurePolicy Ignore admits it while the controller is not ready.
+	// Empty: Load is whole from the start.
+	LoadSynced []*webhook.Synced
 	// Preference is the controller's --preference. Empty: ladders, and
 	// the plan names no mode.
 	Preference rewrite.PreferenceMode
@@ -232,7 +238,12 @@ func (r *rewriter) decide(ctx context.Context, claim *resourceapi.ResourceClaim)
 
 func (r *rewriter) rewrite(ctx context.Context, claim *resourceapi.ResourceClaim, wp *prismv1alpha1.WorkloadProfile) outcome {
 	profile := webhook.ProfileOf(wp, r.opts.Policy)
-	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, r.cluster(ctx, claim, profile.Policy))
+	cluster, err := r.cluster(ctx, claim, profile.Policy)
+	if err != nil {
+		klog.FromContext(ctx).Info("Admitting claim unchanged: its policy weighs the fleet's load, which the controller had not read whole in time", "profile", wp.Name, "err", err)
+		return outcome{skip: skipNotSynced, message: fmt.Sprintf("profile %s has policy %s, which weighs every claim and pod: %v; admitted unchanged, as while the controller is not ready", wp.Name, profile.Policy, err)}
+	}
+	spec, plan, err := rewrite.Rewrite(ctx, &claim.Spec, profile, cluster)
 	switch {
 	case errors.Is(err, rewrite.ErrInvalidProfile):
 		return outcome{skip: skipInvalidProfile, message: err.Error()}
@@ -295,9 +306,19 @@ func (r *rewriter) countSteps(plan *rewrite.Plan) {
 // cluster is what the cluster offers a claim of the given policy: the
 // controller's decisions, the fleet and its load as now seen, and whether
 // the claim's pod is placed by a scheduler that counts only exactly
-// requests.
-func (r *rewriter) cluster(ctx context.Context, claim *resourceapi.ResourceClaim, policy prismv1alpha1.Policy) rewrite.Cluster {
-	c := rewrite.Cluster{Preference: r.opts.Preference, ExactlyOnly: r.exactlyOnly(ctx, claim)}
+// requests. Only the load-aware policy reads the load, and only it waits
+// for the claims and pods to be read whole: the load of part of them
+// could leave the fastest GPUs to fewer pending claims than wait, or to
+// more. The error says that they were not by the review's deadline.
+func (r *rewriter) cluster(ctx context.Context, claim *resourceapi.ResourceClaim, policy prismv1alpha1.Policy) (rewrite.Cluster, error) {
+	c := rewrite.Cluster{Preference: r.opts.Preference}
+	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
+		if err := webhook.WaitSynced(ctx, r.opts.LoadSynced...); err != nil {
+			return c, err
+		}
+		c.Load = r.opts.Load()
+	}
+	c.ExactlyOnly = r.exactlyOnly(ctx, claim)
 	if r.opts.Capacity != nil {
 		c.Capacity = r.opts.Capacity()
 	}
@@ -305,10 +326,7 @@ func (r *rewriter) cluster(ctx context.Context, claim *resourceapi.ResourceClaim
 		// Partitions are offered only where the fleet publishes them.
 		c.FleetKnown, c.Fleet, c.Partitions = true, r.opts.Fleet(), true
 	}
-	if r.opts.Load != nil && policy == prismv1alpha1.PolicyLoadAware {
-		c.Load = r.opts.Load()
-	}
-	return c
+	return c, nil
 }
 
 // exactlyOnly is the scheduler of the claim's pod where it is one of

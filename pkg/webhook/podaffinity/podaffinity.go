@@ -54,6 +54,9 @@ const (
 	podUnsupported       = "unsupported-request"
 	podNoProfiledClaim   = "no-profiled-claim"
 	podProfileUnmeasured = "profile-unmeasured"
+	// podNotSynced: the pod names a claim that the claims' store did not
+	// hold, and the store had not synced by the review's deadline.
+	podNotSynced = "not-synced"
 )
 
 // Options configure New. The readers must be informer-backed caches: the
@@ -64,6 +67,10 @@ type Options struct {
 	// Claims is the ResourceClaim informer's store, which holds
 	// fleet.Claims (the informer's transform is fleet.TrimClaim).
 	Claims toolscache.KeyGetter
+	// ClaimsSynced says when Claims holds every claim. A claim it does
+	// not hold before may exist: the review waits for it. Nil: Claims is
+	// read from the start.
+	ClaimsSynced *webhook.Synced
 	// Policy is the cluster default, as for the claim webhook.
 	Policy prismv1alpha1.Policy
 	// Preference is the controller's --preference; with PreferLadder every
@@ -225,9 +232,21 @@ func get(ctx context.Context, cache client.Reader, ns, name string, obj client.O
 
 // claim reads ns/name from the claims' store. Nil with the pod's outcome
 // where it cannot: podNotCached where there is no such claim,
-// podLookupError (logged) where the store failed.
+// podNotSynced (logged) where the store, which did not hold it, had not
+// synced by the review's deadline, podLookupError (logged) where the
+// store failed. A claim the store holds before it has synced is the one
+// it holds after: its initial list only adds claims.
 func (p *podPreference) claim(ctx context.Context, ns, name string) (*fleet.Claim, string) {
-	obj, exists, err := p.opts.Claims.GetByKey(toolscache.NewObjectName(ns, name).String())
+	key := toolscache.NewObjectName(ns, name).String()
+	synced := p.opts.ClaimsSynced.HasSynced()
+	obj, exists, err := p.opts.Claims.GetByKey(key)
+	if err == nil && !exists && !synced {
+		if err := webhook.WaitSynced(ctx, p.opts.ClaimsSynced); err != nil {
+			klog.FromContext(ctx).Info("Admitting pod without node preference for its claim", "claim", klog.KRef(ns, name), "err", err)
+			return nil, podNotSynced
+		}
+		obj, exists, err = p.opts.Claims.GetByKey(key)
+	}
 	switch claim, ok := obj.(*fleet.Claim); {
 	case err != nil:
 	case !exists:

@@ -17,10 +17,14 @@ limitations under the License.
 package podaffinity
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +37,7 @@ import (
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/fleet"
 	"github.com/prismgpu/prism/pkg/rewrite"
+	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/pkg/webhook/webhooktest"
 )
 
@@ -194,6 +199,105 @@ func TestPodPreference(t *testing.T) {
 			var note Note
 			if err := json.Unmarshal([]byte(pod.Annotations[rewrite.AnnotationKey]), &note); err != nil || note.Claims["gpu"].Mode != rewrite.PreferAffinity {
 				t.Errorf("pod annotation %q does not say affinity for claim gpu (%v)", pod.Annotations[rewrite.AnnotationKey], err)
+			}
+		})
+	}
+}
+
+// TestPodPreferenceBeforeClaimsSync: before the claims have synced, a pod
+// that names a claim the store holds, or that names none, is answered at
+// once; one that names a claim the store does not hold yet waits for the
+// whole store and is answered from it, as the controller answers it once
+// the claims have synced, or past its deadline is admitted unchanged.
+func TestPodPreferenceBeforeClaimsSync(t *testing.T) {
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, BandwidthGBps: 3350, FP32GFLOPS: 66900, MemoryBytes: 81559 << 20}
+	l4 := rewrite.Model{Name: "NVIDIA L4", Devices: 4, BandwidthGBps: 300, FP32GFLOPS: 30300, MemoryBytes: 22 << 30}
+	fleetOf := func() *rewrite.Fleet { return &rewrite.Fleet{Models: []rewrite.Model{h100, l4}} }
+	stream := webhooktest.Profile("stream", func(wp *prismv1alpha1.WorkloadProfile) { wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound })
+	reader := webhooktest.Reader(t, stream, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}, Spec: resourceapi.ResourceClaimTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{prismv1alpha1.ProfileAnnotation: "stream"}}, Spec: gpuRequestSpec()}})
+	plan, _ := json.Marshal(rewrite.Plan{BoundType: prismv1alpha1.BoundTypeMemoryBound, Policy: prismv1alpha1.PolicyPerformance, Preference: &rewrite.Decision{
+		Mode: rewrite.PreferAffinity, Terms: []rewrite.NodeTerm{{Weight: 100, Tier: "bandwidth-top", Models: []string{h100.Name}}}}})
+	shared, err := fleet.TrimClaim(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: "ml", Annotations: map[string]string{rewrite.AnnotationKey: string(plan)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := corev1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To("shared")}
+	fromTemplate := corev1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To("train")}
+	for _, tc := range []struct {
+		name  string
+		claim corev1.PodResourceClaim
+		// listed are the claims read before the review, rest those read
+		// while it waits; synced: the informer then syncs.
+		listed, rest []any
+		synced       bool
+		deadline     time.Duration
+		wantWait     bool
+		// wantOutcome, where the review is not answered as the whole store
+		// answers it.
+		wantOutcome string
+	}{
+		{name: "a named claim the store holds", claim: named, listed: []any{shared}, deadline: time.Minute},
+		{name: "a claim from a template reads no claims", claim: fromTemplate, deadline: time.Minute},
+		{name: "a named claim read while the review waits", claim: named, rest: []any{shared}, synced: true, deadline: time.Minute, wantWait: true},
+		{name: "a named claim the whole store lacks", claim: named, synced: true, deadline: time.Minute, wantWait: true},
+		{name: "not synced by the deadline", claim: named, deadline: 200 * time.Millisecond, wantWait: true, wantOutcome: podNotSynced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handler := func(claims cache.Store, synced *webhook.Synced) (http.Handler, *Metrics) {
+				m, err := NewMetrics(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				h, err := New(Options{Templates: reader, Claims: claims, ClaimsSynced: synced, Profiles: reader, Policy: prismv1alpha1.PolicyPerformance,
+					Preference: rewrite.PreferAffinity, Fleet: fleetOf, Metrics: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return h, m
+			}
+			body := webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.PodGVK, podObject(t, nil, tc.claim))
+			whole := cache.NewStore(cache.MetaNamespaceKeyFunc)
+			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+			for _, c := range append(tc.listed, tc.rest...) {
+				if err := whole.Add(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, c := range tc.listed {
+				if err := store.Add(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wholeHandler, _ := handler(whole, nil)
+			want := webhooktest.Call(t, wholeHandler, body)
+			if tc.wantOutcome != "" {
+				want = webhook.Allowed()
+			}
+
+			synced := webhook.NewSynced("claims", nil)
+			h, m := handler(store, synced)
+			ctx, cancel := context.WithTimeout(t.Context(), tc.deadline)
+			defer cancel()
+			review := webhooktest.Post(ctx, t, h, body)
+			if tc.wantWait {
+				review.NotAnsweredWithin(50*time.Millisecond, "before the claims synced")
+			}
+			for _, c := range tc.rest {
+				if err := store.Add(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.synced {
+				synced.MarkSynced()
+			}
+			if diff := cmp.Diff(webhooktest.VerdictOf(want), webhooktest.VerdictOf(review.Answer())); diff != "" {
+				t.Errorf("answer (-whole store +this one):\n%s", diff)
+			}
+			if tc.wantOutcome != "" {
+				if n := testutil.ToFloat64(m.outcomes.WithLabelValues(tc.wantOutcome)); n != 1 {
+					t.Errorf("outcome %s counted %v times, want 1", tc.wantOutcome, n)
+				}
 			}
 		})
 	}

@@ -17,11 +17,13 @@ limitations under the License.
 package profilewrites
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -127,11 +129,11 @@ func TestProfileWriteCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(claims, m)
+	h, err := New(claims, nil, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	empty := `{"apiVersion":"prism.dev/v1alpha1","kind":"WorkloadProfile","metadata":{"name":"train","namespace":"ml"}}`
+	empty := emptyProfile
 	pinned := `{"apiVersion":"prism.dev/v1alpha1","kind":"WorkloadProfile","metadata":{"name":"train","namespace":"ml"},"spec":{"minMemory":"1Ti"}}`
 	tests := []struct {
 		name        string
@@ -161,22 +163,7 @@ func TestProfileWriteCheck(t *testing.T) {
 			if ns == "" {
 				ns = "ml"
 			}
-			user := authenticationv1.UserInfo{Username: "system:serviceaccount:prism:prism-kubelet-plugin"}
-			if tc.node != "" {
-				user.Extra = map[string]authenticationv1.ExtraValue{NodeNameExtra: {tc.node}}
-			}
-			body, err := json.Marshal(admissionv1.AdmissionReview{
-				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-				Request: &admissionv1.AdmissionRequest{
-					UID: webhooktest.UID, Kind: webhooktest.ProfileGVK, Operation: tc.op, SubResource: tc.subresource, UserInfo: user,
-					Resource:  metav1.GroupVersionResource{Group: "prism.dev", Version: "v1alpha1", Resource: "workloadprofiles"},
-					Namespace: ns, Name: "train", Object: runtime.RawExtension{Raw: []byte(tc.object)},
-				},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp := webhooktest.Call(t, h, body)
+			resp := webhooktest.Call(t, h, pluginWrite(t, tc.node, ns, tc.op, tc.subresource, tc.object))
 			switch {
 			case tc.wantDenied == "" && !resp.Allowed:
 				t.Errorf("denied: %s", resp.Result.Message)
@@ -184,6 +171,105 @@ func TestProfileWriteCheck(t *testing.T) {
 				t.Errorf("allowed %v, result %+v; want denial with %q", resp.Allowed, resp.Result, tc.wantDenied)
 			case tc.wantDenied != "" && resp.Result.Code != 403:
 				t.Errorf("denied with code %d, want 403", resp.Result.Code)
+			}
+		})
+	}
+}
+
+// emptyProfile is the profile the plugin creates, and whose status it
+// writes.
+const emptyProfile = `{"apiVersion":"prism.dev/v1alpha1","kind":"WorkloadProfile","metadata":{"name":"train","namespace":"ml"}}`
+
+// pluginWrite is the review of the plugin's write of profile train in ns,
+// from node ("" for a token without one).
+func pluginWrite(t *testing.T, node, ns string, op admissionv1.Operation, subresource, object string) []byte {
+	t.Helper()
+	user := authenticationv1.UserInfo{Username: "system:serviceaccount:prism:prism-kubelet-plugin"}
+	if node != "" {
+		user.Extra = map[string]authenticationv1.ExtraValue{NodeNameExtra: {node}}
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: webhooktest.UID, Kind: webhooktest.ProfileGVK, Operation: op, SubResource: subresource, UserInfo: user,
+			Resource:  metav1.GroupVersionResource{Group: "prism.dev", Version: "v1alpha1", Resource: "workloadprofiles"},
+			Namespace: ns, Name: "train", Object: runtime.RawExtension{Raw: []byte(object)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// verdict is what a test compares of the answer to a write.
+type verdict struct {
+	Allowed    bool
+	Code       int32
+	RetryAfter int32
+}
+
+// TestProfileWriteCheckBeforeClaimsSync: before the claims have synced, a
+// write is allowed only where the claims read so far allow it, which the
+// whole index does too; any other waits for the whole index and is
+// answered from it, or, past its deadline, denied with a retryable error.
+// A write is never allowed that the whole index denies.
+func TestProfileWriteCheckBeforeClaimsSync(t *testing.T) {
+	denied := verdict{Code: 403}
+	for _, tc := range []struct {
+		name string
+		// listed are the claims read before the review, rest those read
+		// while it waits; synced: the informer then syncs.
+		listed, rest []*resourceapi.ResourceClaim
+		synced       bool
+		deadline     time.Duration
+		want         verdict
+		wantWait     bool
+	}{
+		{name: "writable in the claims read so far: allowed at once", listed: []*resourceapi.ResourceClaim{profiledClaim("a", "ml", "train", gpuOn("node-a"))},
+			deadline: time.Minute, want: verdict{Allowed: true}},
+		{name: "writable in the whole index: waits, then allowed", rest: []*resourceapi.ResourceClaim{profiledClaim("a", "ml", "train", gpuOn("node-a"))},
+			synced: true, deadline: time.Minute, want: verdict{Allowed: true}, wantWait: true},
+		{name: "not writable in the whole index: waits, then denied", listed: []*resourceapi.ResourceClaim{profiledClaim("b", "ml", "train", gpuOn("node-b"))},
+			rest: []*resourceapi.ResourceClaim{profiledClaim("c", "ml", "serve", gpuOn("node-a"))}, synced: true, deadline: time.Minute, want: denied, wantWait: true},
+		{name: "not synced by the deadline: denied, retryable", listed: []*resourceapi.ResourceClaim{profiledClaim("b", "ml", "train", gpuOn("node-b"))},
+			deadline: 200 * time.Millisecond, want: verdict{Code: 503, RetryAfter: 1}, wantWait: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := webhook.NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims, synced := NewProfileClaims(), webhook.NewSynced("claims", m)
+			for _, c := range tc.listed {
+				claims.OnAdd(c, true)
+			}
+			h, err := New(claims, synced, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), tc.deadline)
+			defer cancel()
+			review := webhooktest.Post(ctx, t, h, pluginWrite(t, "node-a", "ml", admissionv1.Update, "status", emptyProfile))
+			if tc.wantWait {
+				review.NotAnsweredWithin(50*time.Millisecond, "before the claims synced")
+			}
+			for _, c := range tc.rest {
+				claims.OnAdd(c, true)
+			}
+			if tc.synced {
+				synced.MarkSynced()
+			}
+			resp := review.Answer()
+			got := verdict{Allowed: resp.Allowed}
+			if r := resp.Result; r != nil {
+				got.Code = r.Code
+				if r.Details != nil {
+					got.RetryAfter = r.Details.RetryAfterSeconds
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -21,13 +21,16 @@ package webhooktest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -87,21 +90,97 @@ func ReviewBody(t testing.TB, op admissionv1.Operation, kind metav1.GroupVersion
 // anything but a well-formed answer to review UID.
 func Call(t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
 	t.Helper()
+	return CallContext(t.Context(), t, h, body)
+}
+
+// CallContext is Call with the request's context, such as one with the
+// deadline that the webhook server derives from the API server's timeout.
+func CallContext(ctx context.Context, t testing.TB, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
+	t.Helper()
+	resp, err := call(ctx, h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func call(ctx context.Context, h http.Handler, body []byte) (*admissionv1.AdmissionResponse, error) {
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		return nil, fmt.Errorf("status %d: %s", rec.Code, rec.Body)
 	}
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatalf("decoding response: %v", err)
+		return nil, fmt.Errorf("decoding response: %w", err)
 	}
 	if out.Response == nil || out.Response.UID != UID {
-		t.Fatalf("response missing or UID not echoed: %+v", out.Response)
+		return nil, fmt.Errorf("response missing or UID not echoed: %+v", out.Response)
 	}
-	return out.Response
+	return out.Response, nil
+}
+
+// InFlight is a review posted in the background, for a handler that may
+// wait before it answers.
+type InFlight struct {
+	t        testing.TB
+	answered chan *admissionv1.AdmissionResponse
+	err      chan error
+}
+
+// Post posts body to h in the background, with the request's context ctx.
+func Post(ctx context.Context, t testing.TB, h http.Handler, body []byte) *InFlight {
+	r := &InFlight{t: t, answered: make(chan *admissionv1.AdmissionResponse, 1), err: make(chan error, 1)}
+	go func() {
+		resp, err := call(ctx, h, body)
+		if err != nil {
+			r.err <- err
+			return
+		}
+		r.answered <- resp
+	}()
+	return r
+}
+
+// NotAnsweredWithin fails the test if the review is answered within d.
+func (r *InFlight) NotAnsweredWithin(d time.Duration, why string) {
+	r.t.Helper()
+	select {
+	case resp := <-r.answered:
+		r.t.Fatalf("answered %s: %+v", why, resp)
+	case err := <-r.err:
+		r.t.Fatal(err)
+	case <-time.After(d):
+	}
+}
+
+// Answer waits for the answer, failing the test on anything but a
+// well-formed answer to review UID within 10 s.
+func (r *InFlight) Answer() *admissionv1.AdmissionResponse {
+	r.t.Helper()
+	select {
+	case resp := <-r.answered:
+		return resp
+	case err := <-r.err:
+		r.t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("no answer within 10s")
+	}
+	return nil
+}
+
+// Verdict is what a mutating webhook's answer decides: whether the object
+// is admitted, and the patch.
+type Verdict struct {
+	Allowed bool
+	Patch   string
+}
+
+// VerdictOf is the answer's verdict.
+func VerdictOf(resp *admissionv1.AdmissionResponse) Verdict {
+	return Verdict{Allowed: resp.Allowed, Patch: string(resp.Patch)}
 }
 
 // Profile is a WorkloadProfile in Namespace, as mutate leaves it.
