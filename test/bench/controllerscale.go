@@ -17,16 +17,23 @@ limitations under the License.
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -83,16 +90,23 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 	if err := createTrainProfile(ctx, c, client); err != nil {
 		return nil, err
 	}
+	if err := createLoadAwareProfile(ctx, c); err != nil {
+		return nil, err
+	}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
 
 	type measured struct {
-		nodes, claims        int
-		ready                time.Duration
-		idleRSS, loadedRSS   float64
-		heap                 float64
-		plainP99, rewriteP99 time.Duration
+		nodes, claims int
+		// ready is the time from the start to the first rewrite, of a
+		// claim whose policy reads no load; loadAwareReady to the first
+		// of one whose policy reads the load, which waits for every claim
+		// and pod.
+		ready, loadAwareReady time.Duration
+		idleRSS, loadedRSS    float64
+		heap                  float64
+		plainP99, rewriteP99  time.Duration
 		// The machine's CPUs' busy fraction over the second before the
 		// controller started and before the load.
 		busyAtStart, busyAtLoad float64
@@ -124,11 +138,17 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 			return nil, err
 		}
 
+		begin := time.Now()
 		w, err := startWebhook(ctx, c, o.AdmissionOptions, "prism-controller")
 		if err != nil {
 			return nil, err
 		}
 		m := measured{nodes: nodes, claims: claims, ready: w.ready, busyAtStart: busy}
+		if err := w.rewriteLoadAware(); err != nil {
+			w.stop()
+			return nil, fmt.Errorf("load-aware claim: %w", err)
+		}
+		m.loadAwareReady = time.Since(begin)
 		time.Sleep(2 * time.Second)
 		if m.busyAtLoad, err = waitQuiet(ctx, quietBusy, quietLimit); err != nil {
 			w.stop()
@@ -159,7 +179,9 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 	load := fmt.Sprintf("%d req/s each for %s; CPUs %s busy before it", o.Rate, o.Duration, busyRange(small.busyAtLoad, large.busyAtLoad))
 	return []Row{
 		NewRow("controller scale", cse, "start to first rewrite", "s", name(small), small.ready.Seconds(), name(large), large.ready.Seconds(),
-			"informers synced; CPUs "+busyRange(small.busyAtStart, large.busyAtStart)+" busy before the start"),
+			"profile of policy performance (the chart's default), which reads no load: served once the profiles and slices have synced; CPUs "+busyRange(small.busyAtStart, large.busyAtStart)+" busy before the start"),
+		NewRow("controller scale", cse, "start to first load-aware rewrite", "s", name(small), small.loadAwareReady.Seconds(), name(large), large.loadAwareReady.Seconds(),
+			"profile of policy load-aware, which reads every claim and pod: it waits for their informers"),
 		NewRow("controller scale", cse, "RSS after sync (VmRSS)", "MiB", name(small), small.idleRSS, name(large), large.idleRSS, ""),
 		NewRow("controller scale", cse, "RSS after admission load (VmRSS)", "MiB", name(small), small.loadedRSS, name(large), large.loadedRSS, load),
 		NewRow("controller scale", cse, "Go heap in use after admission load", "MiB", name(small), small.heap, name(large), large.heap, "go_memstats_heap_inuse_bytes"),
@@ -204,4 +226,58 @@ func createScaleClaim(ctx context.Context, client kubernetes.Interface, first, i
 	}}
 	_, err = client.ResourceV1().ResourceClaims(scaleNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	return err
+}
+
+// loadAwareProfile is the phase's profile of policy load-aware: the train
+// profile's measurements, and a policy that reads the fleet's load.
+const loadAwareProfile = "train-load-aware"
+
+// createLoadAwareProfile creates loadAwareProfile beside the train profile.
+func createLoadAwareProfile(ctx context.Context, c *testbed.Cluster) error {
+	scheme := runtime.NewScheme()
+	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cr, err := crclient.New(c.Config, crclient.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: loadAwareProfile, Namespace: "ml"}, Spec: prismv1alpha1.WorkloadProfileSpec{Policy: prismv1alpha1.PolicyLoadAware}}
+	if err := cr.Create(ctx, wp); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create WorkloadProfile: %w", err)
+	}
+	wp.Status = prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: ptr.To(resource.MustParse("30Gi"))}
+	return cr.Status().Update(ctx, wp)
+}
+
+// rewriteLoadAware posts the profiled claim annotated with
+// loadAwareProfile, once: the controller answers it once the claims and
+// pods have synced, within the review's 10 s deadline.
+func (w *webhookUnderLoad) rewriteLoadAware() error {
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.bodies[1], &review); err != nil {
+		return err
+	}
+	claim := &resourceapi.ResourceClaim{}
+	if err := json.Unmarshal(review.Request.Object.Raw, claim); err != nil {
+		return err
+	}
+	claim.Annotations[prismv1alpha1.ProfileAnnotation] = loadAwareProfile
+	object, err := json.Marshal(claim)
+	if err != nil {
+		return err
+	}
+	review.Request.Object.Raw = object
+	body, err := json.Marshal(review)
+	if err != nil {
+		return err
+	}
+	_, data, err := w.post(body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, &review); err != nil || review.Response == nil || !bytes.Contains(review.Response.Patch, []byte("firstAvailable")) {
+		return fmt.Errorf("not rewritten: %s", data)
+	}
+	return nil
 }
