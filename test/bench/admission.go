@@ -39,6 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -106,11 +107,15 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 // MemoryBound with a 30Gi peak, as in pkg/webhook/claimrewrite's BenchmarkAdmission. A
 // profile made by an earlier phase is kept.
 func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface) error {
+	return createMLProfile(ctx, c, client, "train", "")
+}
+
+// createMLProfile creates the WorkloadProfile name in namespace ml, and the
+// namespace: MemoryBound with a 30Gi peak, under the policy. A profile of
+// that name made before is kept as it is.
+func createMLProfile(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface, name string, policy prismv1alpha1.Policy) error {
 	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml"}}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	scheme := runtime.NewScheme()
@@ -121,15 +126,15 @@ func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernet
 	if err != nil {
 		return err
 	}
-	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}}
-	if err := cr.Create(ctx, wp); err != nil {
-		return fmt.Errorf("create WorkloadProfile: %w", err)
+	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: prismv1alpha1.WorkloadProfileSpec{Policy: policy}}
+	if err := cr.Create(ctx, wp); apierrors.IsAlreadyExists(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create WorkloadProfile %s: %w", name, err)
 	}
-	peak := resource.MustParse("30Gi")
-	wp.Status.BoundType = prismv1alpha1.BoundTypeMemoryBound
-	wp.Status.PeakMemory = &peak
+	wp.Status = prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: ptr.To(resource.MustParse("30Gi"))}
 	if err := cr.Status().Update(ctx, wp); err != nil {
-		return fmt.Errorf("set WorkloadProfile status: %w", err)
+		return fmt.Errorf("set the status of WorkloadProfile %s: %w", name, err)
 	}
 	return nil
 }

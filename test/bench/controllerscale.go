@@ -28,12 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
-	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -90,7 +86,7 @@ func ControllerScale(ctx context.Context, c *testbed.Cluster, client kubernetes.
 	if err := createTrainProfile(ctx, c, client); err != nil {
 		return nil, err
 	}
-	if err := createLoadAwareProfile(ctx, c); err != nil {
+	if err := createMLProfile(ctx, c, client, loadAwareProfile, prismv1alpha1.PolicyLoadAware); err != nil {
 		return nil, err
 	}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -231,24 +227,6 @@ func createScaleClaim(ctx context.Context, client kubernetes.Interface, first, i
 // loadAwareProfile is the phase's profile of policy load-aware: the train
 // profile's measurements, and a policy that reads the fleet's load.
 const loadAwareProfile = "train-load-aware"
-
-// createLoadAwareProfile creates loadAwareProfile beside the train profile.
-func createLoadAwareProfile(ctx context.Context, c *testbed.Cluster) error {
-	scheme := runtime.NewScheme()
-	if err := prismv1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	cr, err := crclient.New(c.Config, crclient.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	wp := &prismv1alpha1.WorkloadProfile{ObjectMeta: metav1.ObjectMeta{Name: loadAwareProfile, Namespace: "ml"}, Spec: prismv1alpha1.WorkloadProfileSpec{Policy: prismv1alpha1.PolicyLoadAware}}
-	if err := cr.Create(ctx, wp); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create WorkloadProfile: %w", err)
-	}
-	wp.Status = prismv1alpha1.WorkloadProfileStatus{BoundType: prismv1alpha1.BoundTypeMemoryBound, PeakMemory: ptr.To(resource.MustParse("30Gi"))}
-	return cr.Status().Update(ctx, wp)
-}
 
 // rewriteLoadAware posts the profiled claim annotated with
 // loadAwareProfile, once: the controller answers it once the claims and
