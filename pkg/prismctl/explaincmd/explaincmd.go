@@ -86,9 +86,9 @@ or lack the capacity left for a share.`,
 			return run(cmd.Context(), cmd.OutOrStdout(), cs, ns, args[0], wide)
 		},
 	}
-	claim.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the claim (default: the kubeconfig's)")
-	claim.Flags().BoolVar(&wide, "wide", false, "print selectors in verdicts in full")
-	claim.Flags().StringVarP(&output, "output", "o", "text", "text for the plan in words and the verdict table, or json for the rewrite plan alone")
+	claim.Flags().StringVarP(&namespace, "namespace", "n", "", "Namespace of the claim (default: the kubeconfig's).")
+	claim.Flags().BoolVar(&wide, "wide", false, "Print selectors in verdicts in full.")
+	claim.Flags().StringVarP(&output, "output", "o", "text", "Text for the plan in words and the verdict table, or json for the rewrite plan alone.")
 	return cmdgroup.New("explain", "Explain device allocation decisions", claim)
 }
 

@@ -35,8 +35,8 @@ type Flags struct {
 
 // AddTo registers --kubeconfig and --context.
 func (f *Flags) AddTo(fs *pflag.FlagSet) {
-	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&f.Context, "context", "", "kubeconfig context to use")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "Path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")
+	fs.StringVar(&f.Context, "context", "", "Kubeconfig context to use.")
 }
 
 // Load returns the REST config and the kubeconfig's namespace, the default

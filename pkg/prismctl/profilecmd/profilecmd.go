@@ -62,7 +62,7 @@ func NewCommand() *cobra.Command {
 func newCommand(newClient clientFunc) *cobra.Command {
 	cmd := cmdgroup.New("profile", "Import and inspect GPU workload profiles")
 	var namespace string
-	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "namespace of the WorkloadProfile (default: the kubeconfig's)")
+	cmd.PersistentFlags().StringVarP(&namespace, "namespace", "n", "", "Namespace of the WorkloadProfile (default: the kubeconfig's).")
 	ns := func(fallback string) string {
 		if namespace != "" {
 			return namespace
@@ -96,12 +96,12 @@ is left alone.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.name, "name", "", "name of the WorkloadProfile")
-	f.StringVarP(&o.file, "filename", "f", "", `ncu CSV report, "-" for standard input`)
-	f.StringVar(&o.ncuVersion, "ncu-version", "", "ncu version that wrote the report, when the report does not say")
-	f.StringVar(&o.device, "device", "", `product name of the profiled GPU (for example "NVIDIA H100 80GB HBM3"), for the roofline check`)
-	f.BoolVar(&o.dryRun, "dry-run", false, "print the WorkloadProfile instead of writing it")
-	f.StringVarP(&o.output, "output", "o", "", "print the result as yaml or json")
+	f.StringVar(&o.name, "name", "", "Name of the WorkloadProfile.")
+	f.StringVarP(&o.file, "filename", "f", "", `The ncu CSV report, "-" for standard input.`)
+	f.StringVar(&o.ncuVersion, "ncu-version", "", "The ncu version that wrote the report, when the report does not say.")
+	f.StringVar(&o.device, "device", "", `Product name of the profiled GPU (for example "NVIDIA H100 80GB HBM3"), for the roofline check.`)
+	f.BoolVar(&o.dryRun, "dry-run", false, "Print the WorkloadProfile instead of writing it.")
+	f.StringVarP(&o.output, "output", "o", "", "Print the result as yaml or json.")
 	_ = cmd.MarkFlagRequired("name")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
