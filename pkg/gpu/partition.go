@@ -224,37 +224,40 @@ func (d Device) CounterSet() (set resourceapi.CounterSet, ok bool) {
 	return resourceapi.CounterSet{Name: d.CounterSetName(), Counters: total.api(total)}, true
 }
 
-// PartitionDevices builds the devices of a GPU in MIG mode: the whole GPU,
-// published as ResourceDevice publishes it but consuming all of its
-// counters, then every partition. A claim for the whole GPU and a claim
-// for a partition of it can therefore never both be allocated. The whole
-// GPU is never shareable here: MPS shares do not mix with partitions.
-func (d Device) PartitionDevices(ctx context.Context, opts PublishOptions) ([]resourceapi.Device, error) {
+// MIGDevices builds the devices of a GPU in MIG mode: whole is the GPU as
+// ResourceDevice publishes it but consuming all of its counters, so that a
+// claim for the whole GPU and a claim for a partition of it can never both
+// be allocated; partitions are its placements of the profiles opts
+// publishes (PublishOptions.MIGProfiles). The whole GPU is never shareable
+// here: MPS shares do not mix with partitions.
+func (d Device) MIGDevices(ctx context.Context, opts PublishOptions) (whole resourceapi.Device, partitions []resourceapi.Device, err error) {
 	set, ok := d.CounterSet()
 	if !ok {
-		return nil, fmt.Errorf("building partitions of %s: the GPU is not in MIG mode or NVML listed no profiles", d.Name())
+		return resourceapi.Device{}, nil, fmt.Errorf("building partitions of %s: the GPU is not in MIG mode or NVML listed no profiles", d.Name())
 	}
 	total := d.totalCounters()
 	opts.ShareMemory = false
-	whole, err := d.ResourceDevice(ctx, opts)
+	whole, err = d.ResourceDevice(ctx, opts)
 	if err != nil {
-		return nil, err
+		return resourceapi.Device{}, nil, err
 	}
 	whole.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set.Name, Counters: set.Counters}}
-	out := []resourceapi.Device{whole}
 	seen := map[string]bool{whole.Name: true}
 	for _, p := range d.Partitions() {
+		if !opts.publishesProfile(p.Profile.Name) {
+			continue
+		}
 		rd, err := p.resourceDevice(ctx, opts, total)
 		if err != nil {
-			return nil, err
+			return resourceapi.Device{}, nil, err
 		}
 		if seen[rd.Name] {
-			return nil, fmt.Errorf("building partitions of %s: two partitions are both named %s", d.Name(), rd.Name)
+			return resourceapi.Device{}, nil, fmt.Errorf("building partitions of %s: two partitions are both named %s", d.Name(), rd.Name)
 		}
 		seen[rd.Name] = true
-		out = append(out, rd)
+		partitions = append(partitions, rd)
 	}
-	return out, nil
+	return whole, partitions, nil
 }
 
 // Figures returns the partition as a Device whose figures are its share of

@@ -18,9 +18,11 @@ package gpu_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -291,6 +293,114 @@ func TestAllocatorHonoursPartitionCounters(t *testing.T) {
 					got = append(got, r.Device)
 				}
 				t.Logf("allocated %v", got)
+			}
+		})
+	}
+}
+
+// sliceLayout names what each slice holds: its counter sets, or its
+// devices, partitions counted per GPU and profile.
+func sliceLayout(content []gpu.Slice) []string {
+	var out []string
+	for _, s := range content {
+		var names []string
+		for _, set := range s.SharedCounters {
+			names = append(names, "counters "+set.Name)
+		}
+		counted := map[string]int{}
+		var order []string
+		for _, d := range s.Devices {
+			key := d.Name
+			if p, ok := d.Attributes[gpuv1alpha1.MIGProfileAttribute.Qualified()]; ok {
+				key = fmt.Sprintf("gpu-%d %s", *d.Attributes[gpuv1alpha1.IndexAttribute.Qualified()].IntValue, *p.StringValue)
+			}
+			if counted[key] == 0 {
+				order = append(order, key)
+			}
+			counted[key]++
+		}
+		for _, key := range order {
+			if counted[key] > 1 {
+				key = fmt.Sprintf("%s ×%d", key, counted[key])
+			}
+			names = append(names, key)
+		}
+		out = append(out, strings.Join(names, ", "))
+	}
+	return out
+}
+
+// The slices of a node, in the order the scheduler's allocator walks them:
+// GPUs not in MIG mode, the counter sets, every GPU in MIG mode whole, then
+// each one's partitions, of the profiles PublishOptions.MIGProfiles lists.
+// A GPU left without partitions is still published whole, consuming its
+// counters, and gets no slice of partitions.
+func TestResourceSlicesLayout(t *testing.T) {
+	const a100 = "NVIDIA A100-SXM4-40GB"
+	a100Partitions := func(gpu int) string {
+		return fmt.Sprintf("gpu-%[1]d 1g.5gb ×7, gpu-%[1]d 1g.5gb+me ×7, gpu-%[1]d 1g.10gb ×4, gpu-%[1]d 2g.10gb ×3, gpu-%[1]d 3g.20gb ×2, gpu-%[1]d 4g.20gb, gpu-%[1]d 7g.40gb", gpu)
+	}
+	for _, tc := range []struct {
+		name     string
+		groups   []nvml.GPUGroup
+		profiles []string
+		want     []string
+	}{{
+		name:   "every profile",
+		groups: []nvml.GPUGroup{{Product: a100, Count: 2, MIGMode: true}},
+		want:   []string{"counters gpu-0, counters gpu-1", "gpu-0, gpu-1", a100Partitions(0), a100Partitions(1)},
+	}, {
+		name:   "GPUs not in MIG mode first",
+		groups: []nvml.GPUGroup{{Product: a100, Count: 1, MIGMode: true}, {Product: a100, Count: 2}},
+		want:   []string{"gpu-1, gpu-2", "counters gpu-0", "gpu-0", a100Partitions(0)},
+	}, {
+		name:     "the profiles listed",
+		groups:   []nvml.GPUGroup{{Product: a100, Count: 2, MIGMode: true}},
+		profiles: []string{"3g.20gb", "1g.10gb"},
+		want:     []string{"counters gpu-0, counters gpu-1", "gpu-0, gpu-1", "gpu-0 1g.10gb ×4, gpu-0 3g.20gb ×2", "gpu-1 1g.10gb ×4, gpu-1 3g.20gb ×2"},
+	}, {
+		name:     "no profile the GPU has",
+		groups:   []nvml.GPUGroup{{Product: a100, Count: 2, MIGMode: true}},
+		profiles: []string{"1g.10gb+me"},
+		want:     []string{"counters gpu-0, counters gpu-1", "gpu-0, gpu-1"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := klog.NewContext(t.Context(), logr.Discard())
+			sim, err := nvml.NewSimulated(&nvml.Fleet{DriverVersion: "550.54.15", CUDADriverVersion: 12040, GPUs: tc.groups}, "node-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			devices, err := nvml.Discover(ctx, sim, nvml.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			content, err := gpu.ResourceSlices(ctx, devices, gpu.PublishOptions{MIGProfiles: tc.profiles})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, sliceLayout(content)); diff != "" {
+				t.Errorf("slices (-want +got):\n%s", diff)
+			}
+			// Whole or not, a GPU in MIG mode takes all of its counters.
+			sets := map[string]map[string]resourceapi.Counter{}
+			for _, s := range content {
+				for _, set := range s.SharedCounters {
+					sets[set.Name] = set.Counters
+				}
+			}
+			for _, s := range content {
+				for _, d := range s.Devices {
+					if _, partition := d.Attributes[gpuv1alpha1.MIGProfileAttribute.Qualified()]; partition {
+						continue
+					}
+					var want []resourceapi.DeviceCounterConsumption
+					if counters, inMIGMode := sets[d.Name]; inMIGMode {
+						want = []resourceapi.DeviceCounterConsumption{{CounterSet: d.Name, Counters: counters}}
+					}
+					if diff := cmp.Diff(want, d.ConsumesCounters); diff != "" {
+						t.Errorf("%s consumes (-want +got):\n%s", d.Name, diff)
+					}
+				}
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,21 @@ type PublishOptions struct {
 	// published there. Each entry adds to what every CEL evaluation of the
 	// device builds, so it is off unless the controller uses it.
 	FiguresAsCapacity bool
+	// MIGProfiles, when not empty, are the only MIG profiles whose
+	// placements are published as partitions, by NVIDIA's names such as
+	// "1g.10gb"; a GPU in MIG mode is still published whole, with its
+	// counter set. The scheduler's allocator reads every device of a node
+	// on every claim it tries there, asked for or not, so an operator who
+	// uses a few profiles can stop paying for the rest (docs/mig.md,
+	// "What partitions cost the scheduler"). A claim can then allocate only
+	// the profiles listed. Empty publishes every profile NVML lists.
+	MIGProfiles []string
+}
+
+// publishesProfile says whether the placements of the MIG profile are
+// published as partitions.
+func (o PublishOptions) publishesProfile(name string) bool {
+	return len(o.MIGProfiles) == 0 || slices.Contains(o.MIGProfiles, name)
 }
 
 // MemoryShareStep is the granularity of memory shares; requests are rounded

@@ -38,12 +38,20 @@ type Slice struct {
 //     is exactly today's single slice;
 //   - the counter sets, one per GPU in MIG mode, go into slices of at most
 //     ResourceSliceMaxCounterSets (8, so one slice for an 8-GPU node);
-//   - each GPU in MIG mode gets slices of its own, at most
-//     ResourceSliceMaxDevicesWithAdvancedFeatures (64) devices each, since
-//     its devices consume counters. An A100 with every placement of every
-//     profile publishes 26 devices (its whole self and 25 placements), so
-//     one slice per GPU suffices, and keeps a node's slices stable when one
-//     GPU's mode changes.
+//   - the GPUs in MIG mode, each published whole, go into one slice, at
+//     most ResourceSliceMaxDevicesWithAdvancedFeatures (64) devices, since
+//     they consume counters;
+//   - the partitions of each GPU in MIG mode get slices of their own, at
+//     most 64 devices each. An A100 with every placement of every profile
+//     publishes 25, so one slice per GPU suffices, and keeps a node's
+//     slices stable when one GPU's mode changes.
+//
+// The order is the scheduler's: its allocator takes the first device that
+// fits, in slice order, and evaluates every device it passes with the
+// class's CEL, and the request's, before the counters turn it away. With
+// the whole GPUs ahead of every partition, a claim for a whole GPU on a
+// node whose first GPUs are cut passes one device per GPU instead of each
+// cut GPU's every placement (test/bench/results/2026-11-29-mig-allocator-options.md).
 func ResourceSlices(ctx context.Context, devices []Device, opts PublishOptions) ([]Slice, error) {
 	sorted := append([]Device(nil), devices...)
 	SortByIndex(sorted)
@@ -74,6 +82,7 @@ func ResourceSlices(ctx context.Context, devices []Device, opts PublishOptions) 
 		}
 	}
 	var sets []resourceapi.CounterSet
+	var wholeInMIGMode []resourceapi.Device
 	var perGPU [][]resourceapi.Device
 	for _, d := range partitioned {
 		set, ok := d.CounterSet()
@@ -83,15 +92,19 @@ func ResourceSlices(ctx context.Context, devices []Device, opts PublishOptions) 
 		if n := len(set.Counters); n > resourceapi.ResourceSliceMaxCountersPerCounterSet {
 			return nil, fmt.Errorf("building partitions of %s: %d counters, more than the %d a counter set may have", d.Name(), n, resourceapi.ResourceSliceMaxCountersPerCounterSet)
 		}
-		devs, err := d.PartitionDevices(ctx, opts)
+		self, partitions, err := d.MIGDevices(ctx, opts)
 		if err != nil {
 			return nil, err
 		}
 		sets = append(sets, set)
-		perGPU = append(perGPU, devs)
+		wholeInMIGMode = append(wholeInMIGMode, self)
+		perGPU = append(perGPU, partitions)
 	}
 	for _, c := range chunks(sets, resourceapi.ResourceSliceMaxCounterSets) {
 		out = append(out, Slice{SharedCounters: c})
+	}
+	for _, c := range chunks(wholeInMIGMode, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
+		out = append(out, Slice{Devices: c})
 	}
 	for _, devs := range perGPU {
 		for _, c := range chunks(devs, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
