@@ -19,6 +19,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -86,10 +87,10 @@ func migClasses() deviceclasses.Static {
 
 // newMIGNode is one node of gpus GPUs of product, its ResourceSlices laid
 // out as prism-kubelet-plugin publishes them with MIGPartitions on
-// (gpu.ResourceSlices on the simulated NVML's discovery): in MIG mode, a
-// slice of counter sets and one slice per GPU with the whole GPU and every
-// partition; not in MIG mode, one slice of whole GPUs.
-func newMIGNode(ctx context.Context, name, product string, gpus int, migMode bool) (*Fleet, error) {
+// (gpu.ResourceSlices on the simulated NVML's discovery, with opts): in MIG
+// mode, a slice of counter sets, a slice of the GPUs whole and one slice
+// per GPU with its partitions; not in MIG mode, one slice of whole GPUs.
+func newMIGNode(ctx context.Context, name, product string, gpus int, migMode bool, opts gpu.PublishOptions) (*Fleet, error) {
 	spec, ok := gpu.LookupSpec(product)
 	if !ok {
 		return nil, fmt.Errorf("unknown product %q", product)
@@ -104,24 +105,35 @@ func newMIGNode(ctx context.Context, name, product string, gpus int, migMode boo
 	if err != nil {
 		return nil, err
 	}
-	layout, err := gpu.ResourceSlices(ctx, devices, gpu.PublishOptions{})
+	layout, err := gpu.ResourceSlices(ctx, devices, opts)
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{Nodes: []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: name}}}, Model: []string{product}}
+	content := make([]*resourceapi.ResourceSlice, len(layout))
 	for i, s := range layout {
-		f.Slices = append(f.Slices, &resourceapi.ResourceSlice{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", name, gpuv1alpha1.DriverName, i)},
+		content[i] = &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{Devices: s.Devices, SharedCounters: s.SharedCounters}}
+	}
+	return &Fleet{Nodes: []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: name}}}, Model: []string{product}, Slices: poolOf(name, content)}, nil
+}
+
+// poolOf names the slices of node's pool as the ResourceSlice controller
+// does, by index, so that the allocator walks them in their order, and
+// gives each the pool's slice count.
+func poolOf(node string, slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, len(slices))
+	for i, s := range slices {
+		out[i] = &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%02d", node, gpuv1alpha1.DriverName, i)},
 			Spec: resourceapi.ResourceSliceSpec{
 				Driver:         gpuv1alpha1.DriverName,
-				NodeName:       ptr.To(name),
-				Pool:           resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: int64(len(layout))},
-				Devices:        s.Devices,
-				SharedCounters: s.SharedCounters,
+				NodeName:       ptr.To(node),
+				Pool:           resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(slices))},
+				Devices:        s.Spec.Devices,
+				SharedCounters: s.Spec.SharedCounters,
 			},
-		})
+		}
 	}
-	return f, nil
+	return out
 }
 
 // migLightProfile is a profiled light job: a p95 duty cycle of 5 % and a
@@ -167,23 +179,186 @@ const (
 // migAllocReference is the case every other is compared with.
 const migAllocReference = "plain claim, plain node"
 
+// migRewriteProfiles are the H100's profiles that the rewrite's partition
+// sizing can choose (pkg/rewrite's catalogue): neither "+me" nor the
+// whole GPU as a partition.
+var migRewriteProfiles = []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"}
+
+// migVariant is another way the MIG node could publish itself, timed
+// beside the way it is published. opts is what the plugin can be told;
+// reshape, where set, rewrites the published slices into what it does
+// not publish, to measure an option before building it (busy: the node of
+// the busy state).
+type migVariant struct {
+	name    string
+	opts    gpu.PublishOptions
+	reshape func(slices []*resourceapi.ResourceSlice, busy bool) []*resourceapi.ResourceSlice
+}
+
+// migVariants are the options of docs/mig.md's "What partitions cost the
+// scheduler", each timed for a whole GPU and the light job's ladder on the
+// idle and the busy node.
+var migVariants = []migVariant{
+	{name: "per-GPU slices", reshape: func(s []*resourceapi.ResourceSlice, _ bool) []*resourceapi.ResourceSlice { return perGPUSlices(s) }},
+	{name: "rewrite's profiles", opts: gpu.PublishOptions{MIGProfiles: migRewriteProfiles}},
+	{name: "1g.20gb and 3g.40gb only", opts: gpu.PublishOptions{MIGProfiles: []string{"1g.20gb", "3g.40gb"}}},
+	{name: "slim partitions", reshape: func(s []*resourceapi.ResourceSlice, _ bool) []*resourceapi.ResourceSlice { return slimPartitions(s) }},
+	{name: "free placements only", reshape: freePlacements},
+}
+
+// perGPUSlices is the layout before the GPUs in MIG mode got a slice of
+// their own: each one whole, first in the slice of its partitions.
+func perGPUSlices(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	whole := map[string]resourceapi.Device{}
+	var out []*resourceapi.ResourceSlice
+	for _, s := range in {
+		if len(s.Spec.Devices) > 0 && partitionProfile(s.Spec.Devices[0]) == "" && len(s.Spec.Devices[0].ConsumesCounters) > 0 {
+			for _, d := range s.Spec.Devices {
+				whole[d.Name] = d
+			}
+			continue
+		}
+		c := s.DeepCopy()
+		if len(c.Spec.Devices) > 0 && partitionProfile(c.Spec.Devices[0]) != "" {
+			parent := c.Spec.Devices[0].ConsumesCounters[0].CounterSet
+			c.Spec.Devices = append([]resourceapi.Device{whole[parent]}, c.Spec.Devices...)
+		}
+		out = append(out, c)
+	}
+	return poolOf(migAllocMIGNode, out)
+}
+
+// slimPartitions keeps of each partition only the attributes that say
+// which one it is (profile, parent, product, index) and its memory.
+func slimPartitions(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	kept := []resourceapi.QualifiedName{gpuv1alpha1.MIGProfileAttribute.Qualified(), gpuv1alpha1.ParentUUIDAttribute.Qualified(),
+		gpuv1alpha1.ProductNameAttribute.Qualified(), gpuv1alpha1.IndexAttribute.Qualified()}
+	out := make([]*resourceapi.ResourceSlice, len(in))
+	for i, s := range in {
+		out[i] = s.DeepCopy()
+		for j := range out[i].Spec.Devices {
+			d := &out[i].Spec.Devices[j]
+			if partitionProfile(*d) == "" {
+				continue
+			}
+			attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+			for _, name := range kept {
+				attrs[name] = d.Attributes[name]
+			}
+			d.Attributes = attrs
+		}
+	}
+	return out
+}
+
+// freePlacements is what a plugin that republished its partitions from
+// the instances it holds would publish: of each GPU with room, itself and
+// the first placement of each profile; of a GPU that is full (the busy
+// node's migAllocBusyGPUs), only the partitions allocated there.
+func freePlacements(in []*resourceapi.ResourceSlice, busy bool) []*resourceapi.ResourceSlice {
+	full := sets.New[string]()
+	if busy {
+		for _, i := range migAllocBusyGPUs {
+			full.Insert(fmt.Sprintf("gpu-%d", i))
+		}
+	}
+	held := migAllocBusyDevices()
+	out := make([]*resourceapi.ResourceSlice, 0, len(in))
+	for _, s := range in {
+		c := s.DeepCopy()
+		seen := sets.New[string]()
+		c.Spec.Devices = slices.DeleteFunc(c.Spec.Devices, func(d resourceapi.Device) bool {
+			if len(d.ConsumesCounters) == 0 {
+				return false
+			}
+			parent, profile := d.ConsumesCounters[0].CounterSet, partitionProfile(d)
+			if full.Has(parent) {
+				return !held.Has(structured.MakeDeviceID(gpuv1alpha1.DriverName, migAllocMIGNode, d.Name))
+			}
+			first := !seen.Has(parent + "/" + profile)
+			seen.Insert(parent + "/" + profile)
+			return !first
+		})
+		if len(c.Spec.Devices) > 0 || len(c.Spec.SharedCounters) > 0 {
+			out = append(out, c)
+		}
+	}
+	return poolOf(migAllocMIGNode, out)
+}
+
+// partitionProfile is a device's MIG profile, "" for a whole GPU.
+func partitionProfile(d resourceapi.Device) string {
+	if a, ok := d.Attributes[gpuv1alpha1.MIGProfileAttribute.Qualified()]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+// migAllocBusyDevices are the partitions allocated on the busy node: two
+// 3g.40gb on each of migAllocBusyGPUs.
+func migAllocBusyDevices() sets.Set[structured.DeviceID] {
+	out := sets.New[structured.DeviceID]()
+	for _, i := range migAllocBusyGPUs {
+		for _, first := range []int{0, 4} {
+			out.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, migAllocMIGNode, fmt.Sprintf("gpu-%d-mig-3g40gb-%d", i, first)))
+		}
+	}
+	return out
+}
+
+// migAllocators are the allocators of the idle and the busy state, over
+// the plain node and the MIG node's slices as variant publishes them.
+func migAllocators(ctx context.Context, plain *Fleet, v migVariant, gpus int) (idle, busy structured.Allocator, err error) {
+	mig, err := newMIGNode(ctx, migAllocMIGNode, migAllocProduct, gpus, true, v.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	held := migAllocBusyDevices()
+	for _, state := range []string{migAllocIdle, migAllocBusy} {
+		published := mig.Slices
+		if v.reshape != nil {
+			published = v.reshape(published, state == migAllocBusy)
+		}
+		for id := range held {
+			if state == migAllocBusy && !publishes(published, id.Device.String()) {
+				return nil, nil, fmt.Errorf("node %s (%q) publishes no partition %s", migAllocMIGNode, v.name, id.Device)
+			}
+		}
+		all := append(append([]*resourceapi.ResourceSlice(nil), plain.Slices...), published...)
+		allocated := held
+		if state == migAllocIdle {
+			allocated = nil
+		}
+		a, err := newAllocatorWith(ctx, all, migClasses(), allocated)
+		if err != nil {
+			return nil, nil, err
+		}
+		if state == migAllocIdle {
+			idle = a
+		} else {
+			busy = a
+		}
+	}
+	return idle, busy, nil
+}
+
 // migAllocCases builds a cluster of two nodes of gpus GPUs, one with its
 // GPUs in MIG mode and one without, and the claims the phase times on
 // them: a whole GPU on each, a 1g.10gb partition, and the ladder the
 // webhook writes for a light job (cut from the published fleet, partitions
 // offered), on the idle MIG node, on the same node with migAllocBusyGPUs
-// cut, and the ladder on the plain node too.
+// cut, and the ladder on the plain node too; then, for each of
+// migVariants, the whole GPU and the ladder on its idle and busy node.
 func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
-	plain, err := newMIGNode(ctx, migAllocPlainNode, migAllocProduct, gpus, false)
+	plain, err := newMIGNode(ctx, migAllocPlainNode, migAllocProduct, gpus, false, gpu.PublishOptions{})
 	if err != nil {
 		return nil, err
 	}
-	mig, err := newMIGNode(ctx, migAllocMIGNode, migAllocProduct, gpus, true)
+	mig, err := newMIGNode(ctx, migAllocMIGNode, migAllocProduct, gpus, true, gpu.PublishOptions{})
 	if err != nil {
 		return nil, err
 	}
-	slices := append(append([]*resourceapi.ResourceSlice(nil), plain.Slices...), mig.Slices...)
-	cluster := &Fleet{Slices: slices}
+	cluster := &Fleet{Slices: append(append([]*resourceapi.ResourceSlice(nil), plain.Slices...), mig.Slices...)}
 	ladder, plan, err := rewrite.Rewrite(ctx, sim.GPUClaim(1), migLightProfile(), rewrite.WithFleet(cluster.Published()), rewrite.PartitionsFromUsage())
 	if err != nil {
 		return nil, err
@@ -191,27 +366,13 @@ func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
 	if plan.Partition == nil || plan.Partition.Verdict != rewrite.PartitionSized.String() {
 		return nil, fmt.Errorf("the light job got no partition: %+v", plan.Partition)
 	}
-	idle, err := newAllocatorWith(ctx, slices, migClasses(), nil)
-	if err != nil {
-		return nil, err
-	}
-	busyDevices := sets.New[structured.DeviceID]()
-	for _, i := range migAllocBusyGPUs {
-		for _, first := range []int{0, 4} {
-			name := fmt.Sprintf("gpu-%d-mig-3g40gb-%d", i, first)
-			if !publishes(mig.Slices, name) {
-				return nil, fmt.Errorf("node %s publishes no partition %s", migAllocMIGNode, name)
-			}
-			busyDevices.Insert(structured.MakeDeviceID(gpuv1alpha1.DriverName, migAllocMIGNode, name))
-		}
-	}
-	busy, err := newAllocatorWith(ctx, slices, migClasses(), busyDevices)
+	idle, busy, err := migAllocators(ctx, plain, migVariant{}, gpus)
 	if err != nil {
 		return nil, err
 	}
 	whole, oneG, light := claim(sim.GPUClaim(1)), claim(partitionSpec("1g.10gb")), claim(ladder)
 	plainNode, migNode := plain.Nodes[0], mig.Nodes[0]
-	return []migAllocCase{
+	cases := []migAllocCase{
 		{migAllocIdle, migAllocReference, idle, plainNode, whole},
 		{migAllocIdle, "plain claim, MIG node", idle, migNode, whole},
 		{migAllocIdle, "1g.10gb partition, MIG node", idle, migNode, oneG},
@@ -220,7 +381,23 @@ func migAllocCases(ctx context.Context, gpus int) ([]migAllocCase, error) {
 		{migAllocBusy, "plain claim, MIG node", busy, migNode, whole},
 		{migAllocBusy, "1g.10gb partition, MIG node", busy, migNode, oneG},
 		{migAllocBusy, "light job's ladder, MIG node", busy, migNode, light},
-	}, nil
+	}
+	for _, v := range migVariants {
+		idle, busy, err := migAllocators(ctx, plain, v, gpus)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range []migAllocCase{
+			{migAllocIdle, "plain claim", idle, migNode, whole},
+			{migAllocIdle, "light job's ladder", idle, migNode, light},
+			{migAllocBusy, "plain claim", busy, migNode, whole},
+			{migAllocBusy, "light job's ladder", busy, migNode, light},
+		} {
+			c.name = fmt.Sprintf("%s, MIG node: %s", c.name, v.name)
+			cases = append(cases, c)
+		}
+	}
+	return cases, nil
 }
 
 func publishes(slices []*resourceapi.ResourceSlice, device string) bool {

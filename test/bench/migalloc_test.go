@@ -17,6 +17,7 @@ limitations under the License.
 package bench
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,7 +27,9 @@ import (
 // scheduler would give it, so that the phase times allocations that
 // succeed where they should: a whole GPU never goes to a partition, the
 // light job's ladder gets the 1g.20gb the rewrite sized, and on the busy
-// node every claim skips the GPUs that are cut.
+// node every claim skips the GPUs that are cut. Each variant of the MIG
+// node allocates the same devices as the node as published, so that its
+// rows time the same work.
 func TestMIGAllocCases(t *testing.T) {
 	cases, err := migAllocCases(t.Context(), 8)
 	if err != nil {
@@ -41,6 +44,13 @@ func TestMIGAllocCases(t *testing.T) {
 		"busy: plain claim, MIG node":          "gpu → gpu-4",
 		"busy: 1g.10gb partition, MIG node":    "gpu → gpu-4-mig-1g10gb-0",
 		"busy: light job's ladder, MIG node":   "gpu/mig-1g20gb → gpu-4-mig-1g20gb-0",
+	}
+	for _, v := range migVariants {
+		for _, state := range []string{migAllocIdle, migAllocBusy} {
+			for _, claim := range []string{"plain claim", "light job's ladder"} {
+				want[fmt.Sprintf("%s: %s, MIG node: %s", state, claim, v.name)] = want[state+": "+claim+", MIG node"]
+			}
+		}
 	}
 	got := map[string]string{}
 	for _, c := range cases {
@@ -73,6 +83,11 @@ func TestMIGAllocatorRows(t *testing.T) {
 		{busy, migAllocReference, "plain claim, MIG node"},
 		{busy, migAllocReference, "1g.10gb partition, MIG node"},
 		{busy, migAllocReference, "light job's ladder, MIG node"},
+	}
+	for _, v := range migVariants {
+		for _, c := range []struct{ cse, claim string }{{idle, "plain claim"}, {idle, "light job's ladder"}, {busy, "plain claim"}, {busy, "light job's ladder"}} {
+			want = append(want, shape{c.cse, migAllocReference, fmt.Sprintf("%s, MIG node: %s", c.claim, v.name)})
+		}
 	}
 	var got []shape
 	for _, r := range rows {
