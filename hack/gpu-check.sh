@@ -40,7 +40,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PACKAGES=(pkg/gpu/nvml pkg/cdi pkg/profiling pkg/plugin pkg/usage/sampler)
+PACKAGES=(pkg/gpu/nvml internal/plugin/cdi internal/plugin/profiling internal/plugin internal/plugin/usage/sampler)
 JOBS=(vectoradd fmaloop tinygrid gemm-2048 gemm-8192 copy-16m copy-2g)
 PAIR_SECONDS=${PRISM_GPU_PAIR_SECONDS:-1}
 
@@ -173,9 +173,9 @@ gotest() {
 
 # ---- 1-4: the gpu-tagged tests -------------------------------------------
 wanted discovery && gotest discovery pkg/gpu/nvml '^TestRealNVML$' 60
-wanted cdi && gotest cdi pkg/cdi '^TestNVMLSourceOnRealDriver$' 60
-wanted ncu && gotest ncu pkg/profiling '^TestGPUBoundTypes$' 240
-wanted usage && gotest usage pkg/usage/sampler '^TestUsageSamplerOnRealGPU$' 180
+wanted cdi && gotest cdi internal/plugin/cdi '^TestNVMLSourceOnRealDriver$' 60
+wanted ncu && gotest ncu internal/plugin/profiling '^TestGPUBoundTypes$' 240
+wanted usage && gotest usage internal/plugin/usage/sampler '^TestUsageSamplerOnRealGPU$' 180
 
 # ---- 5: measured pairs ---------------------------------------------------
 # run_together MODE JOB...: starts the jobs at one instant (a barrier in a

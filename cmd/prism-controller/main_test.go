@@ -30,9 +30,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
+	"github.com/prismgpu/prism/internal/controller/webhook"
+	"github.com/prismgpu/prism/internal/envflag/envflagtest"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/webhook"
 )
 
 // A flag without a variable cannot be set through the chart's extraEnv,

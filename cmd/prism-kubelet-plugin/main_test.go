@@ -19,7 +19,7 @@ package main
 import (
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
+	"github.com/prismgpu/prism/internal/envflag/envflagtest"
 )
 
 // The chart configures the plugin through env only, so a flag without a

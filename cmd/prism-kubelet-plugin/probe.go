@@ -25,7 +25,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/prismgpu/prism/pkg/localserve"
+	"github.com/prismgpu/prism/internal/localserve"
 )
 
 // probeCommand is the first argument that makes the binary an exec probe

@@ -27,8 +27,8 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
-	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/internal/envflag/envflagtest"
+	"github.com/prismgpu/prism/internal/plugin"
 )
 
 // TestProbeCommand runs the exec probe against a plugin's probe socket as

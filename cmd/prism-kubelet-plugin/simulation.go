@@ -26,10 +26,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/internal/plugin"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
+	"github.com/prismgpu/prism/internal/plugin/mig"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/mig"
-	"github.com/prismgpu/prism/pkg/plugin"
 )
 
 // A test build (go build -tags simulation) runs a node without GPUs: --fleet

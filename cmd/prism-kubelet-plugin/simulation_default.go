@@ -24,7 +24,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 )
 
 // simulationOptions are empty in a release build: simulated GPUs and

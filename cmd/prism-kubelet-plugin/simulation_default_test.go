@@ -22,7 +22,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/envflag"
+	"github.com/prismgpu/prism/internal/envflag"
 )
 
 // A release build has neither of the test build's flags, and refuses to

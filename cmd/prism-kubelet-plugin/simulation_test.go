@@ -21,7 +21,7 @@ package main
 import (
 	"testing"
 
-	"github.com/prismgpu/prism/pkg/envflag/envflagtest"
+	"github.com/prismgpu/prism/internal/envflag/envflagtest"
 )
 
 // The chart's simulation.fleet reaches a test build as PRISM_FLEET.

@@ -28,12 +28,12 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/prismgpu/prism/pkg/envflag"
-	"github.com/prismgpu/prism/pkg/prismctl/explaincmd"
-	"github.com/prismgpu/prism/pkg/prismctl/getcmd"
-	"github.com/prismgpu/prism/pkg/prismctl/profilecmd"
-	"github.com/prismgpu/prism/pkg/prismctl/simulatecmd"
-	"github.com/prismgpu/prism/pkg/version"
+	"github.com/prismgpu/prism/internal/envflag"
+	"github.com/prismgpu/prism/internal/prismctl/explaincmd"
+	"github.com/prismgpu/prism/internal/prismctl/getcmd"
+	"github.com/prismgpu/prism/internal/prismctl/profilecmd"
+	"github.com/prismgpu/prism/internal/prismctl/simulatecmd"
+	"github.com/prismgpu/prism/internal/version"
 )
 
 func main() {

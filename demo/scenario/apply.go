@@ -33,7 +33,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 

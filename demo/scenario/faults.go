@@ -32,7 +32,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
-	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/internal/plugin"
 )
 
 // fault is an Xid the runner raised and the taint the plugin put on the

@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	"github.com/prismgpu/prism/pkg/goldentest"
+	"github.com/prismgpu/prism/internal/goldentest"
 )
 
 // h100 is a fully populated device, as discovery would produce it: its

@@ -34,7 +34,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/goldentest"
+	"github.com/prismgpu/prism/internal/goldentest"
 )
 
 var observedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

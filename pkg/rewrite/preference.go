@@ -66,7 +66,7 @@ func WithPreference(mode PreferenceMode) Option {
 }
 
 // Node labels prism-controller publishes on nodes whose GPUs are all one
-// model (pkg/nodelabels). The pod webhook's terms select on ModelLabel.
+// model (internal/controller/nodelabels). The pod webhook's terms select on ModelLabel.
 const (
 	ModelLabel          = gpuv1alpha1.DriverName + "/model"
 	BandwidthClassLabel = gpuv1alpha1.DriverName + "/bandwidth-class"

@@ -44,8 +44,8 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/servingcert"
-	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/internal/controller/servingcert"
+	"github.com/prismgpu/prism/internal/controller/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -104,7 +104,7 @@ func Admission(ctx context.Context, c *testbed.Cluster, client kubernetes.Interf
 }
 
 // createTrainProfile creates the profile the fixture claim names:
-// MemoryBound with a 30Gi peak, as in pkg/webhook/claimrewrite's BenchmarkAdmission. A
+// MemoryBound with a 30Gi peak, as in internal/controller/webhook/claimrewrite's BenchmarkAdmission. A
 // profile made by an earlier phase is kept.
 func createTrainProfile(ctx context.Context, c *testbed.Cluster, client kubernetes.Interface) error {
 	return createMLProfile(ctx, c, client, "train", "")
@@ -219,7 +219,7 @@ func (w *webhookUnderLoad) stop() { _ = w.proc.Stop(5 * time.Second) }
 
 // admissionFixtures holds the claims the admission phase sends: those of
 // the claim rewrite handler's tests.
-var admissionFixtures = filepath.Join("pkg", "webhook", "claimrewrite", "testdata")
+var admissionFixtures = filepath.Join("internal", "controller", "webhook", "claimrewrite", "testdata")
 
 // admissionClaims are the fixtures sent, plain first, then profiled.
 var admissionClaims = [2]string{"claim-plain.json", "claim-profiled.json"}

@@ -29,9 +29,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // GPUClass is the DeviceClass of deployments/static/deviceclasses.yaml.

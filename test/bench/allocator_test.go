@@ -24,7 +24,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prismgpu/prism/pkg/sim"
+	"github.com/prismgpu/prism/internal/sim"
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
 )

@@ -33,7 +33,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/sim"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

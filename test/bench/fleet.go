@@ -33,10 +33,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/fleet"
-	"github.com/prismgpu/prism/pkg/fleet/fleettest"
+	"github.com/prismgpu/prism/internal/controller/fleet"
+	"github.com/prismgpu/prism/internal/controller/fleet/fleettest"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // MixedModels is the fleet mix: equal parts of each product.

@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/webhook"
+	"github.com/prismgpu/prism/internal/controller/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

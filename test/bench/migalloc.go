@@ -32,11 +32,11 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/pkg/deviceclasses"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/sim"
 )
 
 // migAllocProduct is the GPU of the mig-alloc phase's nodes: eight of them,

@@ -22,7 +22,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/prismgpu/prism/pkg/sim"
+	"github.com/prismgpu/prism/internal/sim"
 )
 
 // MIGSizingGPU is the GPU model of the shipped slice speeds (MISO's).

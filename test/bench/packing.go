@@ -22,7 +22,7 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/prismgpu/prism/pkg/sim"
+	"github.com/prismgpu/prism/internal/sim"
 )
 
 // PackingGPUs are the GPU models of the shipped data whose pairs were

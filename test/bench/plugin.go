@@ -42,8 +42,8 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	"github.com/prismgpu/prism/pkg/residency"
-	"github.com/prismgpu/prism/pkg/sim"
+	"github.com/prismgpu/prism/internal/plugin/residency"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -40,9 +40,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/prismgpu/prism/pkg/nodelabels"
+	"github.com/prismgpu/prism/internal/controller/nodelabels"
+	"github.com/prismgpu/prism/internal/sim"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/sim"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

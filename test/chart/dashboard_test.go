@@ -28,10 +28,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/prismgpu/prism/pkg/plugin"
-	"github.com/prismgpu/prism/pkg/webhook"
-	"github.com/prismgpu/prism/pkg/webhook/claimrewrite"
-	"github.com/prismgpu/prism/pkg/webhook/podaffinity"
+	"github.com/prismgpu/prism/internal/controller/webhook"
+	"github.com/prismgpu/prism/internal/controller/webhook/claimrewrite"
+	"github.com/prismgpu/prism/internal/controller/webhook/podaffinity"
+	"github.com/prismgpu/prism/internal/plugin"
 )
 
 // registeredMetrics are the names of every metric the plugin and the

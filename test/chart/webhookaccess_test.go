@@ -29,7 +29,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/prismgpu/prism/pkg/servingcert/certtest"
+	"github.com/prismgpu/prism/internal/controller/servingcert/certtest"
 )
 
 // networkPolicies renders the chart and returns its NetworkPolicies by name.

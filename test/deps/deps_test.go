@@ -33,7 +33,7 @@ import (
 const module = "github.com/prismgpu/prism"
 
 // binaries are the commands that run in the cluster. prismctl is left out:
-// its simulate command is pkg/sim.
+// its simulate command is internal/sim.
 var binaries = []string{"./cmd/prism-kubelet-plugin", "./cmd/prism-controller"}
 
 var repoRoot = func() string {
@@ -43,8 +43,8 @@ var repoRoot = func() string {
 
 // notShipped says whether a package is test or build code that a shipped
 // binary must not link: the standard library's testing and testing/...,
-// Prism's test/ and hack/ trees, its simulator pkg/sim, its helpers for
-// tests, the packages named *test such as pkg/profiling/profilingtest, and
+// Prism's test/ and hack/ trees, its simulator internal/sim, its helpers for
+// tests, the packages named *test such as internal/plugin/profiling/profilingtest, and
 // the image builder's go-containerregistry.
 func notShipped(pkg string) bool {
 	if pkg == "testing" || strings.HasPrefix(pkg, "testing/") || strings.HasPrefix(pkg, "github.com/google/go-containerregistry/") {
@@ -56,7 +56,7 @@ func notShipped(pkg string) bool {
 	}
 	return rel == "test" || strings.HasPrefix(rel, "test/") ||
 		strings.HasPrefix(rel, "hack/") ||
-		rel == "pkg/sim" || strings.HasPrefix(rel, "pkg/sim/") ||
+		rel == "internal/sim" || strings.HasPrefix(rel, "internal/sim/") ||
 		strings.HasSuffix(rel, "test")
 }
 

@@ -37,14 +37,14 @@ var repoRoot = func() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }()
 
-// emittedReasons are the Event reasons under pkg/: string literals passed
+// emittedReasons are the Event reasons under pkg/ and internal/: string literals passed
 // as the reason of an Eventf or Event call, and constants named
 // EventReason* (for calls that pass the reason in a variable).
 func emittedReasons(t *testing.T) []string {
 	t.Helper()
 	var reasons []string
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(filepath.Join(repoRoot, "pkg"), func(path string, d fs.DirEntry, err error) error {
+	walk := func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
 		}
@@ -77,9 +77,11 @@ func emittedReasons(t *testing.T) []string {
 			return true
 		})
 		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	}
+	for _, dir := range []string{"pkg", "internal"} {
+		if err := filepath.WalkDir(filepath.Join(repoRoot, dir), walk); err != nil {
+			t.Fatal(err)
+		}
 	}
 	slices.Sort(reasons)
 	return slices.Compact(reasons)
@@ -104,7 +106,7 @@ func documentedReasons(t *testing.T) []string {
 func TestEventsTableMatchesTheCode(t *testing.T) {
 	emitted, documented := emittedReasons(t), documentedReasons(t)
 	if len(emitted) == 0 {
-		t.Fatal("found no Event reasons under pkg/; the search is broken")
+		t.Fatal("found no Event reasons under pkg/ or internal/; the search is broken")
 	}
 	for _, r := range emitted {
 		if !slices.Contains(documented, r) {

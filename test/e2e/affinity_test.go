@@ -26,8 +26,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/prismgpu/prism/internal/controller/webhook/podaffinity"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/webhook/podaffinity"
 )
 
 // TestAffinityPlacesAsTheLadder runs the placement cases with

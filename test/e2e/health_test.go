@@ -26,7 +26,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/internal/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

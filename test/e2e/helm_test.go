@@ -44,8 +44,8 @@ import (
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
+	"github.com/prismgpu/prism/internal/controller/webhook"
 	"github.com/prismgpu/prism/pkg/rewrite"
-	"github.com/prismgpu/prism/pkg/webhook"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -36,7 +36,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
-	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -33,8 +33,8 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/internal/plugin"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/plugin"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )

@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/prismgpu/prism/demo/bed"
-	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -32,9 +32,9 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/prismgpu/prism/pkg/cdi"
-	"github.com/prismgpu/prism/pkg/checkpoint"
-	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/internal/plugin"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

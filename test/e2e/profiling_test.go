@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 	"github.com/prismgpu/prism/pkg/profile"
-	"github.com/prismgpu/prism/pkg/profiling"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

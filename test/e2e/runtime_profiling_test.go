@@ -27,7 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/prismgpu/prism/hack/tools/imagebuild/recipe"
-	"github.com/prismgpu/prism/pkg/cdi"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

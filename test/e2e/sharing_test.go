@@ -24,7 +24,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/prismgpu/prism/pkg/plugin"
+	"github.com/prismgpu/prism/internal/plugin"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

@@ -25,7 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/goldentest"
+	"github.com/prismgpu/prism/internal/goldentest"
 	"github.com/prismgpu/prism/test/testbed"
 )
 

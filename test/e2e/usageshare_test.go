@@ -38,8 +38,8 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
-	"github.com/prismgpu/prism/pkg/mps/mpstest"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 

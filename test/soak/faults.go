@@ -30,7 +30,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 )
 
 // FaultKinds are what the injector does, each in turn in an order shuffled

@@ -35,9 +35,9 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/cdi"
-	"github.com/prismgpu/prism/pkg/checkpoint"
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 )
 
 // Settling: what a deleted claim leaves on its node may take this long to

@@ -27,8 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	"github.com/prismgpu/prism/pkg/cdi"
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 )
 
 func TestOverAllocated(t *testing.T) {

@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
-	"github.com/prismgpu/prism/pkg/servingcert"
+	"github.com/prismgpu/prism/internal/controller/servingcert"
 )
 
 // KueueCRDDir is the directory next to the test-bed binaries that

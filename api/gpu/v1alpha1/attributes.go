@@ -28,7 +28,7 @@ const DriverName = "gpu.prism.dev"
 // the DriverName domain and without it: a CEL selector reads it as
 // device.attributes["gpu.prism.dev"].<name>. These names are the contract
 // between the plugin, which publishes them (pkg/gpu), and the controller,
-// which reads them (pkg/rewrite, pkg/fleet, pkg/explain); both take them
+// which reads them (pkg/rewrite, internal/controller/fleet, internal/explain); both take them
 // from here, and attributes_test.go checks that the two agree.
 // docs/attributes.md describes each.
 type AttributeName string
@@ -118,7 +118,7 @@ func (n CapacityName) Qualified() resourceapi.QualifiedName {
 
 // MemorySliceCounterPrefix begins the name of each memory-slice counter in
 // the counter set of a GPU in MIG mode, "memory-slice-<n>" for slice n.
-// pkg/gpu publishes them and pkg/explain reads them to say which slices a
+// pkg/gpu publishes them and internal/explain reads them to say which slices a
 // partition occupies and which claim holds them.
 const MemorySliceCounterPrefix = "memory-slice-"
 

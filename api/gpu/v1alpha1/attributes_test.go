@@ -41,8 +41,8 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
-	"github.com/prismgpu/prism/pkg/explain"
-	"github.com/prismgpu/prism/pkg/fleet"
+	"github.com/prismgpu/prism/internal/controller/fleet"
+	"github.com/prismgpu/prism/internal/explain"
 	"github.com/prismgpu/prism/pkg/gpu"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
 	"github.com/prismgpu/prism/pkg/rewrite"

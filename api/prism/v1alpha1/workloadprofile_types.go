@@ -367,7 +367,7 @@ type WorkloadProfileStatus struct {
 
 // UsageProfile is NVML's view of a workload's runs, merged across runs so
 // that the latest run weighs most: each figure is an exponentially weighted
-// mean in which the newest run counts one half (see pkg/usage), except
+// mean in which the newest run counts one half (see internal/plugin/usage), except
 // peakMemory, which is the larger of that mean and the newest run's peak so
 // that a run that grew is never sized below what it just used.
 type UsageProfile struct {

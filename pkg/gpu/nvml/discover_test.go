@@ -32,7 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
-	"github.com/prismgpu/prism/pkg/goldentest"
+	"github.com/prismgpu/prism/internal/goldentest"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/prismgpu/prism/pkg/goldentest"
+	"github.com/prismgpu/prism/internal/goldentest"
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 

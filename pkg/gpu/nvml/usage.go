@@ -26,7 +26,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/prismgpu/prism/pkg/atomicfile"
+	"github.com/prismgpu/prism/internal/atomicfile"
 )
 
 // Usage is what the simulated GPUs show workloads using, read from a fleet's

@@ -55,7 +55,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prismgpu/prism/pkg/mps/mpstest"
+	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
 )
 
 const logName = "fake-mps-control.log"

@@ -37,7 +37,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
-	"github.com/prismgpu/prism/pkg/atomicfile"
+	"github.com/prismgpu/prism/internal/atomicfile"
 )
 
 // Annotations on the archive's index.json entry.

@@ -62,7 +62,7 @@ type Options struct {
 	Repository     string
 	TestRepository string
 	Tag            string
-	// Version and Revision go into the binaries (pkg/version) and the
+	// Version and Revision go into the binaries (internal/version) and the
 	// images' OCI labels.
 	Version  string
 	Revision string
@@ -341,7 +341,7 @@ type goBinary struct {
 	// to the repository; empty for the main module.
 	module string
 	// version returns the -X flags that stamp the binary's version;
-	// nil means Prism's (pkg/version).
+	// nil means Prism's (internal/version).
 	version func(b *builder, moduleDir string) ([]string, error)
 	dest    string
 	cgo     cgoMode
@@ -435,7 +435,7 @@ func (b *builder) goBuild(ctx context.Context, p v1.Platform, g goBinary, out st
 }
 
 func prismVersion(b *builder, _ string) ([]string, error) {
-	const v = "github.com/prismgpu/prism/pkg/version."
+	const v = "github.com/prismgpu/prism/internal/version."
 	return []string{
 		"-X", v + "version=" + b.o.Version,
 		"-X", v + "revision=" + b.o.Revision,

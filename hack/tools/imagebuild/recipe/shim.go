@@ -26,16 +26,16 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/prismgpu/prism/pkg/profiling"
+	"github.com/prismgpu/prism/internal/plugin/profiling"
 )
 
 // profilingShim compiles the preload library that profiled workloads load
-// (pkg/profiling), so that the plugin needs no compiler on the node. It runs
+// (internal/plugin/profiling), so that the plugin needs no compiler on the node. It runs
 // inside the workload containers, against their glibc: CUDA programs are
 // glibc-based, and the shim uses only long-standing libc calls.
 func (b *builder) profilingShim(p v1.Platform) layerSpec {
 	return layerSpec{
-		createdBy: "prism: cc -shared pkg/profiling/shim/prism-profile.c -> /" + ProfilingShimPath,
+		createdBy: "prism: cc -shared internal/plugin/profiling/shim/prism-profile.c -> /" + ProfilingShimPath,
 		entries: func(ctx context.Context) ([]entry, error) {
 			cc := "gcc"
 			if p.Architecture != runtime.GOARCH {

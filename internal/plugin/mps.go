@@ -1,0 +1,223 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
+	"github.com/prismgpu/prism/internal/plugin/mps"
+	"github.com/prismgpu/prism/pkg/gpu"
+)
+
+// mpsShares runs the MPS control daemons that enforce shares of GPUs: it
+// marks the shares MPS can enforce at plan, starts their GPU's daemon at
+// prepare, gives their containers the daemon's pipe directory and stops a
+// daemon once no prepared claim shares its GPU through it.
+type mpsShares struct {
+	daemons    *mps.Manager
+	gpus       *nodeGPUs
+	checkpoint *checkpoint.Store
+	recorder   record.EventRecorder
+	// claimErrors is the plugin's claim_errors_total.
+	claimErrors *prometheus.CounterVec
+	node        *corev1.ObjectReference
+}
+
+// open makes the MPS daemon manager once the checkpoint is open, and says
+// once, in the log and as a Node Event, when shares cannot be enforced:
+// driverRoot holds nvidia-cuda-mps-control, stateDir the pipe
+// directories.
+func (m *mpsShares) open(ctx context.Context, driverRoot, stateDir string, registry prometheus.Registerer) {
+	m.daemons = mps.New(mps.Options{
+		DriverRoot: driverRoot,
+		Root:       filepath.Join(stateDir, "mps"),
+		Checkpoint: m.checkpoint,
+		Registerer: registry,
+	})
+	if driverRoot == "" {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if err := m.daemons.Unavailable(); err != nil {
+		logger.Info("MPS is unavailable: GPU shares run time-sliced and their memory limits are not enforced", "reason", err.Error())
+		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSUnavailable",
+			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", m.node.Name, err)
+		return
+	}
+	if err := m.daemons.Unbounded(); err != nil {
+		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "stateDir", stateDir)
+		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSPipeDirUnbounded",
+			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", m.node.Name, stateDir, err)
+		return
+	}
+	logger.Info("MPS pipe directories are size-limited", "bytes", mps.PipeDirSize)
+}
+
+// mpsShare says whether a device is a share that MPS should enforce: a
+// share of part of the GPU (see sharedDevice). A share of the whole GPU,
+// which a claim that names no amount gets on a shareable GPU, has the GPU
+// to itself and is not one. plan refuses a share whose config sets a
+// strategy a share cannot take, so that no claim's config takes its share
+// out of MPS.
+func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
+	s := dev.Sharing
+	if dev.ShareID == "" || s == nil {
+		return false
+	}
+	partialMemory := s.Share.LimitsMemory() && int64(g.MemoryBytes)-s.Share.MemoryBytes >= gpu.MemoryShareStep.Value()
+	return s.Share.LimitsCompute() || partialMemory
+}
+
+// plan marks the claim's shares that MPS enforces. A container has one
+// CUDA_MPS_PIPE_DIRECTORY, so a claim with shares of several GPUs cannot
+// be enforced by their daemons, one per GPU, and runs time-sliced.
+func (m *mpsShares) plan(claim *resourceapi.ResourceClaim, devices []checkpoint.Device) {
+	var shares []int
+	for i, dev := range devices {
+		if g, ok := m.gpus.get(dev.Name); ok && mpsShare(dev, g) {
+			shares = append(shares, i)
+		}
+	}
+	var why error
+	switch {
+	case len(shares) == 0:
+		return
+	case m.daemons.Unavailable() != nil:
+		why = m.daemons.Unavailable()
+	case len(shares) > 1:
+		why = errors.New("the claim holds shares of several GPUs, and a container can use the MPS daemon of only one")
+	}
+	if why != nil {
+		m.claimErrors.WithLabelValues("prepare", "mps-unavailable").Inc()
+		m.recorder.Eventf(claim, corev1.EventTypeWarning, "MPSUnavailable",
+			"The GPU share runs time-sliced on node %s, its compute and memory limits only advertised to the workload: %v", m.node.Name, why)
+		return
+	}
+	devices[shares[0]].Sharing.MPS = true
+}
+
+// clientEdits are the container edits of a device whose share MPS enforces.
+func (m *mpsShares) clientEdits(dev checkpoint.Device, uuid string) *cdispec.ContainerEdits {
+	if dev.Sharing == nil || !dev.Sharing.MPS {
+		return nil
+	}
+	return mps.ClientEdits(m.daemons.PipeDir(uuid), dev.Sharing.Share)
+}
+
+// start makes sure the daemons of the claim's MPS shares run. A daemon
+// that cannot start does not fail the prepare: the share then runs
+// time-sliced, which a pod stuck in ContainerCreating would not be better
+// off without. The claim's Event says so.
+func (m *mpsShares) start(ctx context.Context, claim *resourceapi.ResourceClaim, rec checkpoint.Claim) {
+	for _, dev := range rec.Devices {
+		if dev.Sharing == nil || !dev.Sharing.MPS {
+			continue
+		}
+		g, ok := m.gpus.get(dev.Name)
+		if !ok {
+			continue
+		}
+		err := m.daemons.Ensure(ctx, g.UUID)
+		var replaced *mps.ReplacedError
+		if errors.As(err, &replaced) {
+			m.replaced(claim, g.UUID, replaced)
+		} else if err != nil {
+			klog.FromContext(ctx).Error(err, "Starting the MPS control daemon; the share runs time-sliced", "claim", klog.KObj(claim), "uuid", g.UUID)
+			m.claimErrors.WithLabelValues("prepare", "mps-daemon").Inc()
+			m.recorder.Eventf(claim, corev1.EventTypeWarning, "MPSDaemonFailed",
+				"The MPS control daemon of device %s on node %s did not start, so the GPU share runs time-sliced: %v", dev.Name, m.node.Name, err)
+		}
+	}
+}
+
+// replaced tells those whose containers lost their MPS server when a
+// GPU's daemon was replaced: the node, and each other claim that holds an
+// MPS share of the GPU. The claim being prepared uses the new daemon.
+func (m *mpsShares) replaced(claim *resourceapi.ResourceClaim, uuid string, replaced *mps.ReplacedError) {
+	m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonReplaced",
+		"On node %s, %v; containers of its shares that used it have lost their MPS server and must be restarted", m.node.Name, replaced)
+	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		if c.UID == string(claim.UID) || !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
+			g, ok := m.gpus.get(dev.Name)
+			return ok && g.UUID == uuid && dev.Sharing != nil && dev.Sharing.MPS
+		}) {
+			return true
+		}
+		ref := &corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: resourceapi.SchemeGroupVersion.String(), Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
+		m.recorder.Eventf(ref, corev1.EventTypeWarning, "MPSDaemonReplaced",
+			"On node %s, %v; this claim's containers that used it have lost their MPS server and must be restarted", m.node.Name, replaced)
+		return true
+	})
+}
+
+// needed lists the GPUs whose prepared claims hold MPS shares.
+func (m *mpsShares) needed() map[string]bool {
+	need := map[string]bool{}
+	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
+		for _, dev := range c.Devices {
+			if dev.Sharing == nil || !dev.Sharing.MPS {
+				continue
+			}
+			if g, ok := m.gpus.get(dev.Name); ok {
+				need[g.UUID] = true
+			}
+		}
+		return true
+	})
+	return need
+}
+
+// stopUnneeded stops the daemons of GPUs that no prepared claim shares
+// through MPS any more; it runs after claims are forgotten. A daemon that
+// cannot be stopped keeps its record and is stopped by the next start.
+func (m *mpsShares) stopUnneeded(ctx context.Context) {
+	daemons := m.checkpoint.MPSDaemons()
+	if len(daemons) == 0 {
+		return
+	}
+	need := m.needed()
+	for uuid := range daemons {
+		if need[uuid] {
+			continue
+		}
+		if err := m.daemons.Stop(ctx, uuid); err != nil {
+			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemon of a GPU without shares", "uuid", uuid)
+		}
+	}
+}
+
+// recoverDaemons adopts, replaces or stops the recorded daemons at start-up,
+// once the claims are reconciled.
+func (m *mpsShares) recoverDaemons(ctx context.Context) {
+	if err := m.daemons.Recover(ctx, m.needed()); err != nil {
+		klog.FromContext(ctx).Error(err, "Recovering MPS control daemons was incomplete; shares of the GPUs concerned run time-sliced")
+		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonFailed",
+			"Prism could not recover every MPS control daemon on node %s; shares of the GPUs concerned run time-sliced: %v", m.node.Name, err)
+	}
+}

@@ -1,0 +1,527 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
+)
+
+// ControlBinary is the MPS control program, looked up in the driver root.
+const ControlBinary = "nvidia-cuda-mps-control"
+
+// controlPipe is what a listening control daemon creates in its pipe
+// directory.
+const controlPipe = "control"
+
+// Options configure a Manager.
+type Options struct {
+	// DriverRoot is where the NVIDIA driver is installed, as the plugin
+	// sees it; the control binary is <DriverRoot>/usr/bin/nvidia-cuda-mps-control.
+	DriverRoot string
+	// Root holds a directory per GPU for its daemon's pipe and log
+	// directories. It must be the same path on the host as in the plugin,
+	// because containers mount the pipe directory from the host.
+	Root string
+	// Checkpoint records the daemons.
+	Checkpoint *checkpoint.Store
+	// Registerer, when set, gets the daemons' metrics.
+	Registerer prometheus.Registerer
+	// ReadyTimeout is how long a new daemon may take to listen, StopTimeout
+	// how long one may take to quit; ten seconds each by default.
+	ReadyTimeout, StopTimeout time.Duration
+	// ProcRoot is where processes are looked up; /proc by default.
+	ProcRoot string
+}
+
+// Manager runs one MPS control daemon per GPU. Its methods may be called
+// concurrently, but the caller must not start and stop a GPU's daemon at
+// the same time: it decides from its prepared claims which GPUs need one.
+type Manager struct {
+	binary      string
+	libDirs     []string
+	unavailable error
+	// unbounded says why pipe directories are not tmpfs mounts; nil when
+	// they are.
+	unbounded   error
+	root        string
+	store       *checkpoint.Store
+	procRoot    string
+	ready, stop time.Duration
+	metrics     *metrics
+
+	mu sync.Mutex
+	// exited holds, for each daemon this process started, a channel closed
+	// once the daemon has ended and been reaped.
+	exited map[int]chan struct{}
+}
+
+// libraryDirs are where driver packages and the GPU operator's driver
+// container install libcuda, relative to the driver root; the MPS server
+// loads it and the plugin's image has none.
+var libraryDirs = []string{"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib"}
+
+// New makes a Manager. A driver root without the control binary is not an
+// error: Unavailable then says why, and shares are left time-sliced.
+func New(opts Options) *Manager {
+	m := &Manager{
+		root:     opts.Root,
+		store:    opts.Checkpoint,
+		procRoot: opts.ProcRoot,
+		ready:    opts.ReadyTimeout,
+		stop:     opts.StopTimeout,
+		metrics:  newMetrics(opts.Registerer),
+		exited:   map[int]chan struct{}{},
+	}
+	if m.procRoot == "" {
+		m.procRoot = "/proc"
+	}
+	if m.ready <= 0 {
+		m.ready = 10 * time.Second
+	}
+	if m.stop <= 0 {
+		m.stop = 10 * time.Second
+	}
+	binary := filepath.Join(opts.DriverRoot, "usr", "bin", ControlBinary)
+	if opts.DriverRoot == "" {
+		m.unavailable = errors.New("no driver root was given to find " + ControlBinary + " in")
+	} else if info, err := os.Stat(binary); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		m.unavailable = fmt.Errorf("no executable %s in the driver root %s", ControlBinary, opts.DriverRoot)
+	} else {
+		m.binary = binary
+		m.metrics.available.Set(1)
+		m.unbounded = checkBound(m.root)
+	}
+	for _, dir := range libraryDirs {
+		dir = filepath.Join(opts.DriverRoot, dir)
+		if _, err := os.Stat(filepath.Join(dir, "libcuda.so.1")); err == nil {
+			m.libDirs = append(m.libDirs, dir)
+		}
+	}
+	m.updateGauge()
+	return m
+}
+
+// Unavailable says why shares cannot be enforced by MPS on this node; nil
+// when they can.
+func (m *Manager) Unavailable() error { return m.unavailable }
+
+// Unbounded says why the pipe directories that the shares' containers
+// write to are not size-limited tmpfs mounts but plain directories on the
+// state directory's file system; nil when they are, or when MPS is
+// unavailable and there are none.
+func (m *Manager) Unbounded() error {
+	if m.unavailable != nil {
+		return nil
+	}
+	return m.unbounded
+}
+
+// PipeDir is the host path of a GPU's pipe directory. It depends on the
+// UUID alone, so that a CDI spec written again from the checkpoint names
+// the same directory.
+func (m *Manager) PipeDir(uuid string) string { return filepath.Join(m.root, uuid, "pipe") }
+
+func (m *Manager) logDir(uuid string) string { return filepath.Join(m.root, uuid, "log") }
+
+// ReplacedError is what Ensure returns when it found the GPU's daemon dead,
+// or alive but out of reach of its control pipe, and started a fresh one.
+// The share is served; but containers of the GPU's other shares that used
+// the old daemon have lost their MPS server and must be restarted, which
+// their owners should hear of.
+type ReplacedError struct {
+	UUID string
+	// PID is the old daemon's.
+	PID int
+	// Reason is what was wrong with it.
+	Reason string
+}
+
+func (e *ReplacedError) Error() string {
+	return fmt.Sprintf("the MPS control daemon %d of GPU %s was replaced: %s", e.PID, e.UUID, e.Reason)
+}
+
+// Ensure makes sure a daemon serves the GPU: it starts one if none is
+// recorded, and a fresh one if the recorded one has died or can no longer
+// be reached through its control pipe (which it kills first). A replaced
+// daemon that had served shares is reported as a *ReplacedError.
+func (m *Manager) Ensure(ctx context.Context, uuid string) error {
+	if m.unavailable != nil {
+		return m.unavailable
+	}
+	logger := klog.FromContext(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.store.MPSDaemons()[uuid]
+	if !ok {
+		return m.start(ctx, uuid, ResultStarted)
+	}
+	state, why := m.check(rec)
+	switch state {
+	case serving:
+		return nil
+	case unreachable:
+		logger.Info("MPS control daemon cannot be reached; killing it and starting a fresh one. Containers that used it must be restarted to use the new one",
+			"uuid", uuid, "pid", rec.PID, "reason", why)
+		if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+			return err
+		}
+	case gone:
+		logger.Info("MPS control daemon is gone; starting a fresh one. Containers that used it must be restarted to use the new one",
+			"uuid", uuid, "pid", rec.PID, "reason", why)
+	}
+	if err := m.start(ctx, uuid, ResultRestarted); err != nil {
+		return err
+	}
+	if rec.PID <= 0 {
+		// Its start was cut short: no share used it.
+		return nil
+	}
+	return &ReplacedError{UUID: uuid, PID: rec.PID, Reason: why}
+}
+
+// Stop stops the GPU's daemon, if one is recorded, and removes its
+// directories and its record.
+func (m *Manager) Stop(ctx context.Context, uuid string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rec, ok := m.store.MPSDaemons()[uuid]
+	if !ok {
+		return nil
+	}
+	return m.stopDaemon(ctx, rec)
+}
+
+// Recover brings the recorded daemons in line with need, the GPUs whose
+// prepared shares are enforced by MPS: a live daemon that is needed is
+// adopted, a dead one replaced, one no longer needed stopped, and a needed
+// GPU without a record gets a daemon. It runs at start-up, once the claims
+// are reconciled.
+func (m *Manager) Recover(ctx context.Context, need map[string]bool) error {
+	logger := klog.FromContext(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	recorded := m.store.MPSDaemons()
+	for _, uuid := range slices.Sorted(maps.Keys(recorded)) {
+		rec := recorded[uuid]
+		if !need[uuid] {
+			if err := m.stopDaemon(ctx, rec); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		state, why := m.check(rec)
+		if state == serving {
+			m.metrics.starts.WithLabelValues(ResultAdopted).Inc()
+			logger.Info("Adopted MPS control daemon", "uuid", uuid, "pid", rec.PID, "pipeDir", rec.PipeDir)
+			continue
+		}
+		if state == unreachable {
+			logger.Info("MPS control daemon cannot be reached while shares of its GPU remain; killing it. Containers that used it have lost their MPS server and must be restarted",
+				"uuid", uuid, "pid", rec.PID, "reason", why)
+			if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		} else {
+			logger.Info("MPS control daemon died while shares of its GPU remain. Containers that used it have lost their MPS server and must be restarted",
+				"uuid", uuid, "pid", rec.PID, "reason", why)
+		}
+		if m.unavailable == nil {
+			if err := m.start(ctx, uuid, ResultRestarted); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if m.unavailable == nil {
+		for _, uuid := range slices.Sorted(maps.Keys(need)) {
+			if _, ok := recorded[uuid]; need[uuid] && !ok {
+				if err := m.start(ctx, uuid, ResultStarted); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	m.updateGauge()
+	return errors.Join(errs...)
+}
+
+// daemonState is what became of a recorded daemon.
+type daemonState int
+
+const (
+	// serving: it runs and listens on its control pipe.
+	serving daemonState = iota
+	// gone: it no longer runs (see running).
+	gone
+	// unreachable: it runs, but its control pipe is gone or is not its own
+	// (see checkControl): clients cannot reach it, nor can quit.
+	unreachable
+)
+
+// check says what became of the recorded daemon, and why it does not serve.
+func (m *Manager) check(rec checkpoint.MPSDaemon) (daemonState, string) {
+	if alive, why := m.running(rec); !alive {
+		return gone, why
+	}
+	if err := checkControl(rec.PipeDir); err != nil {
+		return unreachable, err.Error()
+	}
+	return serving, ""
+}
+
+// running says whether the recorded daemon still runs, and why not.
+func (m *Manager) running(rec checkpoint.MPSDaemon) (bool, string) {
+	if ch, ok := m.exited[rec.PID]; ok {
+		select {
+		case <-ch:
+			return false, "it has exited"
+		default:
+		}
+	}
+	return running(m.procRoot, ControlBinary, rec)
+}
+
+// start starts a daemon for the GPU and records it, before and after.
+func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
+	logger := klog.FromContext(ctx)
+	defer func() {
+		if err != nil {
+			m.metrics.starts.WithLabelValues(ResultFailed).Inc()
+			err = fmt.Errorf("start MPS control daemon for GPU %s: %w", uuid, err)
+		}
+		m.updateGauge()
+	}()
+	rec := checkpoint.MPSDaemon{UUID: uuid, PipeDir: m.PipeDir(uuid), LogDir: m.logDir(uuid)}
+	prev, recorded := m.store.MPSDaemons()[uuid]
+	if recorded && prev.PID == 0 {
+		// A start cut short may have left a daemon whose PID was never
+		// recorded; it listens on the same pipe directory.
+		m.quit(ctx, prev)
+	}
+	if err := preparePipeDir(rec.PipeDir, !recorded, m.unbounded); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(rec.LogDir, 0o755); err != nil {
+		return err
+	}
+	if err := m.record(ctx, rec); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(filepath.Join(rec.LogDir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	// -f keeps the daemon in the foreground, so the PID is the daemon's;
+	// a session of its own keeps it out of the plugin's process group.
+	// Not CommandContext: the daemon outlives the call that starts it.
+	cmd := exec.Command(m.binary, "-f")
+	cmd.Env = m.env(rec)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	m.exited[pid] = exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := m.waitListening(ctx, rec.PipeDir, exited); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return fmt.Errorf("%w (see %s)", err, out.Name())
+	}
+	_, ticks, err := procStat(m.procRoot, pid)
+	if err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return err
+	}
+	rec.PID, rec.StartTicks, rec.Started = pid, ticks, time.Now().UTC().Truncate(time.Second)
+	if err := m.record(ctx, rec); err != nil {
+		// Unrecorded, it would be left behind by the next restart.
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return err
+	}
+	m.metrics.starts.WithLabelValues(result).Inc()
+	logger.Info("Started MPS control daemon", "uuid", uuid, "pid", pid, "pipeDir", rec.PipeDir, "result", result)
+	return nil
+}
+
+func (m *Manager) waitListening(ctx context.Context, pipeDir string, exited <-chan struct{}) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, m.ready, true, func(context.Context) (bool, error) {
+		select {
+		case <-exited:
+			return false, errors.New("the daemon exited before it listened")
+		default:
+		}
+		// The daemon's own pipe: not one a tenant made in its place.
+		return checkControl(pipeDir) == nil, nil
+	})
+	if wait.Interrupted(err) {
+		return fmt.Errorf("no %s in %s after %s", controlPipe, pipeDir, m.ready)
+	}
+	return err
+}
+
+// stopDaemon asks the daemon to quit, kills it if it does not, and removes
+// its directories and record. Only a daemon that listens on its control
+// pipe is asked and waited for, StopTimeout at most for both; one that
+// cannot be reached is killed at once, so that a tenant who removed the
+// pipe cannot make the caller, which holds the driver lock, wait.
+func (m *Manager) stopDaemon(ctx context.Context, rec checkpoint.MPSDaemon) error {
+	logger := klog.FromContext(ctx)
+	switch state, why := m.check(rec); {
+	case state == serving:
+		if m.quitAndWait(ctx, rec) {
+			m.metrics.stops.WithLabelValues(StopQuit).Inc()
+			break
+		}
+		logger.Info("MPS control daemon did not quit; killing it", "uuid", rec.UUID, "pid", rec.PID, "timeout", m.stop)
+		if err := m.kill(ctx, rec, StopKilled); err != nil {
+			return err
+		}
+	case state == unreachable:
+		logger.Info("MPS control daemon cannot be reached to quit; killing it", "uuid", rec.UUID, "pid", rec.PID, "reason", why)
+		if err := m.kill(ctx, rec, StopUnreachable); err != nil {
+			return err
+		}
+	case rec.PID == 0:
+		m.quit(ctx, rec)
+	}
+	if err := removeDaemonDirs(rec.PipeDir); err != nil {
+		return fmt.Errorf("remove MPS directories of GPU %s: %w", rec.UUID, err)
+	}
+	if err := m.store.Update(ctx, func(d *checkpoint.Data) error {
+		delete(d.MPSDaemons, rec.UUID)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("forget MPS control daemon of GPU %s: %w", rec.UUID, err)
+	}
+	delete(m.exited, rec.PID)
+	m.updateGauge()
+	logger.Info("Stopped MPS control daemon", "uuid", rec.UUID, "pid", rec.PID)
+	return nil
+}
+
+// quitAndWait sends the daemon quit and waits until it is gone, both
+// within StopTimeout; false if it is still there then.
+func (m *Manager) quitAndWait(ctx context.Context, rec checkpoint.MPSDaemon) bool {
+	ctx, cancel := context.WithTimeout(ctx, m.stop)
+	defer cancel()
+	m.quit(ctx, rec)
+	return m.waitGone(ctx, rec)
+}
+
+// kill ends a daemon, its process group (the MPS servers it started) with
+// it, without asking, and counts the stop as result.
+func (m *Manager) kill(ctx context.Context, rec checkpoint.MPSDaemon, result string) error {
+	_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+	if !m.waitGone(ctx, rec) {
+		return fmt.Errorf("MPS control daemon %d of GPU %s survived SIGKILL", rec.PID, rec.UUID)
+	}
+	m.metrics.stops.WithLabelValues(result).Inc()
+	delete(m.exited, rec.PID)
+	return nil
+}
+
+// quit sends the daemon the documented quit command through its pipe
+// directory, if the control pipe there is the daemon's. Failing is not an
+// error: the caller checks the process.
+func (m *Manager) quit(ctx context.Context, rec checkpoint.MPSDaemon) {
+	if m.binary == "" {
+		return
+	}
+	if checkControl(rec.PipeDir) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.stop)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, m.binary)
+	cmd.Env = m.env(rec)
+	cmd.Stdin = strings.NewReader("quit\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		klog.FromContext(ctx).Info("Sending quit to the MPS control daemon failed", "uuid", rec.UUID, "pid", rec.PID, "err", err.Error(), "output", strings.TrimSpace(string(out)))
+	}
+}
+
+func (m *Manager) waitGone(ctx context.Context, rec checkpoint.MPSDaemon) bool {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, m.stop, true, func(context.Context) (bool, error) {
+		alive, _ := m.running(rec)
+		return !alive, nil
+	})
+	return err == nil
+}
+
+func (m *Manager) record(ctx context.Context, rec checkpoint.MPSDaemon) error {
+	return m.store.Update(ctx, func(d *checkpoint.Data) error {
+		if d.MPSDaemons == nil {
+			d.MPSDaemons = map[string]checkpoint.MPSDaemon{}
+		}
+		d.MPSDaemons[rec.UUID] = rec
+		return nil
+	})
+}
+
+// env is the daemon's and its control client's environment.
+func (m *Manager) env(rec checkpoint.MPSDaemon) []string {
+	env := append(os.Environ(),
+		EnvPipeDirectory+"="+rec.PipeDir,
+		EnvLogDirectory+"="+rec.LogDir,
+		"CUDA_VISIBLE_DEVICES="+rec.UUID,
+		// The control daemon starts nvidia-cuda-mps-server from its PATH.
+		"PATH="+filepath.Dir(m.binary)+":"+os.Getenv("PATH"))
+	if len(m.libDirs) > 0 {
+		path := strings.Join(m.libDirs, ":")
+		if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
+			path += ":" + prev
+		}
+		env = append(env, "LD_LIBRARY_PATH="+path)
+	}
+	return env
+}
+
+func (m *Manager) updateGauge() {
+	n := 0
+	if m.store != nil {
+		for _, rec := range m.store.MPSDaemons() {
+			if rec.PID > 0 {
+				n++
+			}
+		}
+	}
+	m.metrics.daemons.Set(float64(n))
+}

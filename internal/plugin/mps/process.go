@@ -1,0 +1,96 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package mps
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
+)
+
+// procStat reads a process's state letter and start time in clock ticks
+// after boot from /proc/<pid>/stat.
+func procStat(procRoot string, pid int) (state byte, startTicks uint64, err error) {
+	raw, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces or
+	// parentheses itself: the fields after it follow the last ")".
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("malformed %s/%d/stat", procRoot, pid)
+	}
+	fields := strings.Fields(string(raw[i+1:]))
+	// fields[0] is field 3 (state); starttime is field 22.
+	if len(fields) < 20 {
+		return 0, 0, fmt.Errorf("malformed %s/%d/stat: %d fields", procRoot, pid, len(fields)+2)
+	}
+	startTicks, err = strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("malformed start time in %s/%d/stat: %w", procRoot, pid, err)
+	}
+	return fields[0][0], startTicks, nil
+}
+
+// running says whether the recorded daemon is still the process with its
+// PID. It returns why not, for the log. A zombie has exited; a process
+// started at another time is another process that reuses the PID; one that
+// runs another program, or serves another pipe directory, is not this
+// daemon.
+func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
+	if rec.PID <= 0 {
+		return false, "its start was interrupted before its PID was recorded"
+	}
+	state, ticks, err := procStat(procRoot, rec.PID)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, "no process has its PID"
+	case err != nil:
+		return false, err.Error()
+	case state == 'Z' || state == 'X':
+		return false, "it has exited"
+	case ticks != rec.StartTicks:
+		return false, "its PID belongs to a process started at another time"
+	}
+	dir := filepath.Join(procRoot, strconv.Itoa(rec.PID))
+	cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return false, err.Error()
+	}
+	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+	if filepath.Base(string(argv0)) != filepath.Base(binary) {
+		return false, fmt.Sprintf("its PID runs %q", argv0)
+	}
+	environ, err := os.ReadFile(filepath.Join(dir, "environ"))
+	if err != nil {
+		return false, err.Error()
+	}
+	want := []byte(EnvPipeDirectory + "=" + rec.PipeDir)
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if bytes.Equal(kv, want) {
+			return true, ""
+		}
+	}
+	return false, "its PID serves another pipe directory"
+}
