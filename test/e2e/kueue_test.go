@@ -83,17 +83,7 @@ func TestKueueAdmitsAProfiledJob(t *testing.T) {
 	e := newControllerEnvWith(t, func(o *bed.Options) {
 		o.Nodes = []bed.NodeSpec{{Name: "gpu-h100", Fleet: "h100-sxm-8.yaml"}, {Name: "gpu-l4", Fleet: "l4-4.yaml"}}
 	})
-	if _, err := e.cluster.StartKueue(e.ctx, testbed.KueueOptions{DeviceClassMappings: map[string][]string{kueueGPU: kueuePrismClasses}}); err != nil {
-		t.Fatal(err)
-	}
-	queues := writeTempFile(t, "queues.yaml", []byte(kueueQueues))
-	if out, err := testbed.Kubectl(e.ctx, e.cluster, "apply", "-f", queues); err != nil {
-		t.Fatalf("create Kueue's queues: %v\n%s", err, out)
-	}
-	dyn, err := dynamic.NewForConfig(e.cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := e.startKueue(t, testbed.KueueOptions{}, kueueQueues)
 	// Memory-bound: the H100 has the higher memory bandwidth. The template
 	// is the plain one Kueue can count; the profile is in the metadata of
 	// the claims made from it.
@@ -168,6 +158,25 @@ func TestKueueAdmitsAProfiledJob(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startKueue starts Kueue with Prism's classes counted as kueueGPU and the
+// options, creates the queues of the manifest, and returns a client for
+// Kueue's Workloads.
+func (e *controllerEnv) startKueue(t *testing.T, opts testbed.KueueOptions, queues string) dynamic.Interface {
+	t.Helper()
+	opts.DeviceClassMappings = map[string][]string{kueueGPU: kueuePrismClasses}
+	if _, err := e.cluster.StartKueue(e.ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := testbed.Kubectl(e.ctx, e.cluster, "apply", "-f", writeTempFile(t, "queues.yaml", []byte(queues))); err != nil {
+		t.Fatalf("create Kueue's queues: %v\n%s", err, out)
+	}
+	dyn, err := dynamic.NewForConfig(e.cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
 }
 
 // createQueuedJob creates a Job in the LocalQueue team whose pods each use

@@ -31,7 +31,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -117,20 +116,7 @@ func TestKueueFairSharingPreemptsAndReleasesPrismGPUs(t *testing.T) {
 	e := newControllerEnvWith(t, func(o *bed.Options) {
 		o.Nodes = []bed.NodeSpec{{Name: "gpu-h100", Fleet: "h100-sxm-8.yaml"}}
 	})
-	if _, err := e.cluster.StartKueue(e.ctx, testbed.KueueOptions{
-		DeviceClassMappings: map[string][]string{kueueGPU: kueuePrismClasses},
-		FairSharing:         true,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	queues := writeTempFile(t, "cohort.yaml", []byte(kueueCohort))
-	if out, err := testbed.Kubectl(e.ctx, e.cluster, "apply", "-f", queues); err != nil {
-		t.Fatalf("create Kueue's queues: %v\n%s", err, out)
-	}
-	dyn, err := dynamic.NewForConfig(e.cluster.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := e.startKueue(t, testbed.KueueOptions{FairSharing: true}, kueueCohort)
 	client := e.cluster.Client
 	createTemplate(e.ctx, t, client, "whole", gpuClaimSpec(1))
 	share := gpuClaimSpec(1)
