@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -188,9 +189,20 @@ func run(ctx context.Context, o options) error {
 	preference, _ := rewrite.ParsePreference(o.preference)
 	byObject := map[client.Object]cache.ByObject{
 		&prismv1alpha1.WorkloadProfile{}: {},
-		&resourceapi.ResourceClaim{}:     {Transform: fleet.TrimClaim},
 		&resourceapi.ResourceSlice{}:     {Field: fields.OneTermEqualSelector("spec.driver", gpuv1alpha1.DriverName), Transform: fleet.TrimSlice},
-		&corev1.Pod{}:                    {Field: fleet.UnscheduledPods(), Transform: claimrewrite.KeepSchedulerName(fleet.TrimPod)},
+	}
+	// The claims and the pods are a cache of their own, started once the
+	// profiles and slices have synced: listed together with them, their
+	// initial lists share the CPUs and the API server with the slices'
+	// and delay the first review that needs only those (at 5,000 nodes
+	// and 50,000 claims on 2 cores, 1.28 s to the first rewrite against
+	// 0.88 s with no claims).
+	waiting, err := cache.New(cfg, cache.Options{Scheme: scheme, ReaderFailOnMissingInformer: true, ByObject: map[client.Object]cache.ByObject{
+		&resourceapi.ResourceClaim{}: {Transform: fleet.TrimClaim},
+		&corev1.Pod{}:                {Field: fleet.UnscheduledPods(), Transform: claimrewrite.KeepSchedulerName(fleet.TrimPod)},
+	}})
+	if err != nil {
+		return fmt.Errorf("creating the ResourceClaim and Pod cache: %w", err)
 	}
 	if preference == rewrite.PreferAffinity {
 		// The pod webhook finds a pod's profile through its claim
@@ -198,7 +210,7 @@ func run(ctx context.Context, o options) error {
 		byObject[&resourceapi.ResourceClaimTemplate{}] = cache.ByObject{}
 		byObject[&corev1.Node{}] = cache.ByObject{Transform: nodelabels.TrimNode}
 	}
-	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
+	profiles, err := cache.New(cfg, cache.Options{Scheme: scheme, ReaderFailOnMissingInformer: true, ByObject: byObject})
 	if err != nil {
 		return fmt.Errorf("creating WorkloadProfile cache: %w", err)
 	}
@@ -231,7 +243,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("starting WorkloadProfile informer: %w", err)
 	}
 	profileClaims := profilewrites.NewProfileClaims()
-	claimInformer, err := profiles.GetInformer(ctx, &resourceapi.ResourceClaim{})
+	claimInformer, err := waiting.GetInformer(ctx, &resourceapi.ResourceClaim{})
 	if err != nil {
 		return fmt.Errorf("starting ResourceClaim informer: %w", err)
 	}
@@ -249,7 +261,7 @@ func run(ctx context.Context, o options) error {
 	}
 	// A waiting claim counts only when its pod's status names it: anyone
 	// who creates a claim can point its ownerReference at a pod.
-	podInformer, err := profiles.GetInformer(ctx, &corev1.Pod{})
+	podInformer, err := waiting.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return fmt.Errorf("starting Pod informer: %w", err)
 	}
@@ -276,6 +288,15 @@ func run(ctx context.Context, o options) error {
 	go func() {
 		if err := profiles.Start(ctx); err != nil {
 			logger.Error(err, "WorkloadProfile cache stopped")
+		}
+	}()
+	fleetSyncs := slices.Clone(syncs[fleetSynced])
+	go func() {
+		if !toolscache.WaitForCacheSync(ctx.Done(), fleetSyncs...) {
+			return
+		}
+		if err := waiting.Start(ctx); err != nil {
+			logger.Error(err, "ResourceClaim and Pod cache stopped")
 		}
 	}()
 	started := time.Now()
@@ -308,7 +329,7 @@ func run(ctx context.Context, o options) error {
 	policy, _ := prismv1alpha1.ParsePolicy(o.policy)
 	rewriter, err := claimrewrite.New(claimrewrite.Options{Profiles: profiles, Policy: policy, AutoProfile: o.autoProfile, Recorder: recorder, Metrics: rewriteMetrics,
 		Fleet: fleetView.Fleet, Load: fleetView.Load, LoadSynced: []*webhook.Synced{claimsSynced, podsSynced}, Preference: preference, Capacity: capacityDecision(ctx, o, cs),
-		NoLadderSchedulers: o.noLadderSchedulers, PodScheduler: claimrewrite.PodSchedulers{Cache: profiles, CacheSynced: podsSynced, API: cs.CoreV1()}.SchedulerOf})
+		NoLadderSchedulers: o.noLadderSchedulers, PodScheduler: claimrewrite.PodSchedulers{Cache: waiting, CacheSynced: podsSynced, API: cs.CoreV1()}.SchedulerOf})
 	if err != nil {
 		return err
 	}
