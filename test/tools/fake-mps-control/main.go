@@ -107,7 +107,9 @@ limitations under the License.
 // (the daemon must be root to start one for another UID), whose PID is the
 // server's ID. When a server starts it makes cuda.shm.<ID> in its /dev/shm
 // with a random token, the shared memory its clients must map, and
-// removes it when it exits.
+// removes it when it exits. It exits with the daemon, even one killed
+// with its process group (the server is in a group of its own, so that
+// it may remove the file rather than leave it in the host's /dev/shm).
 //
 // A CUDA client of the server's UID joins it. A client of another UID
 // queues: the daemon asks the server to exit once its clients are done,

@@ -96,6 +96,8 @@ func (n *node) start(t *testing.T, shell string) {
 	n.daemon = exec.Command("/bin/sh", "-c", shell+"exec "+bin+" -f")
 	n.daemon.Env = n.env
 	n.daemon.Stderr = os.Stderr
+	// In a group of its own, as the plugin starts it.
+	n.daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.daemon.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -521,6 +523,23 @@ func TestQuitEndsTheDaemonAndItsServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestKilledDaemonLeavesNoSharedMemory(t *testing.T) {
+	n := newNode(t)
+	n.start(t, "")
+	server := n.client(t, nil, nil, "--hold=1m").Result(t).Server
+	shm := filepath.Join(n.shmDir, "cuda.shm."+server)
+	if _, err := os.Stat(shm); err != nil {
+		t.Fatalf("the server's shared memory: %v", err)
+	}
+	if err := syscall.Kill(-n.daemon.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n.waitFor(t, "the server to remove its shared memory", func() bool {
+		_, err := os.Stat(shm)
+		return os.IsNotExist(err)
+	})
 }
 
 func TestControlCommands(t *testing.T) {

@@ -146,8 +146,10 @@ func (d *daemon) startServer(uid int) (*server, error) {
 	cmd := exec.Command(d.self, serverFlag)
 	cmd.Args[0] = "nvidia-cuda-mps-server"
 	cmd.Stderr = os.Stderr
-	// A server outlives no daemon, even a killed one.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	// A server outlives no daemon, even a killed one. It is in a process
+	// group of its own so that killing the daemon's group, as the plugin
+	// does, leaves it to remove its file in /dev/shm when it notices.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if self := os.Geteuid(); uid != self {
 		if self != 0 {
 			return nil, fmt.Errorf("cannot start an MPS server for UID %d: the control daemon runs as UID %d, not root", uid, self)
