@@ -50,6 +50,7 @@ import (
 	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/internal/plugin/features"
 	"github.com/prismgpu/prism/internal/plugin/mig"
+	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/profiling"
 	"github.com/prismgpu/prism/internal/plugin/residency"
 	"github.com/prismgpu/prism/internal/plugin/usage/sampler"
@@ -136,6 +137,7 @@ func newFlags(o *options) *pflag.FlagSet {
 }
 
 func main() {
+	mps.RunLauncher()
 	if len(os.Args) > 1 && os.Args[1] == probeCommand {
 		os.Exit(probeMain(os.Args[2:], os.Stderr, os.LookupEnv))
 	}

@@ -35,10 +35,12 @@ import (
 	"github.com/prismgpu/prism/pkg/gpu"
 )
 
-// mpsShares runs the MPS control daemons that enforce shares of GPUs: it
-// marks the shares MPS can enforce at plan, starts their GPU's daemon at
-// prepare, gives their containers the daemon's pipe directory and stops a
-// daemon once no prepared claim shares its GPU through it.
+// mpsShares runs the MPS control daemons that enforce shares of GPUs, one
+// per share: it marks the shares MPS can enforce at plan, starts each
+// one's daemon with its limits at prepare, gives its containers the
+// daemon's pipe and shared-memory directories and stops the daemon once
+// its share is unprepared. A daemon of its own per share is what lets MPS
+// enforce each share's limits and keeps tenants apart (see package mps).
 type mpsShares struct {
 	daemons    *mps.Manager
 	gpus       *nodeGPUs
@@ -94,9 +96,10 @@ func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
 	return s.Share.LimitsCompute() || partialMemory
 }
 
-// plan marks the claim's shares that MPS enforces. A container has one
-// CUDA_MPS_PIPE_DIRECTORY, so a claim with shares of several GPUs cannot
-// be enforced by their daemons, one per GPU, and runs time-sliced.
+// plan marks the claim's shares that MPS enforces, each with a daemon of
+// its own. A container has one CUDA_MPS_PIPE_DIRECTORY, so a claim with
+// shares of several GPUs cannot be enforced by their daemons, and runs
+// time-sliced.
 func (m *mpsShares) plan(claim *resourceapi.ResourceClaim, devices []checkpoint.Device) {
 	var shares []int
 	for i, dev := range devices {
@@ -119,15 +122,39 @@ func (m *mpsShares) plan(claim *resourceapi.ResourceClaim, devices []checkpoint.
 			"The GPU share runs time-sliced on node %s, its compute and memory limits only advertised to the workload: %v", m.node.Name, why)
 		return
 	}
-	devices[shares[0]].Sharing.MPS = true
+	dev := &devices[shares[0]]
+	dev.Sharing.MPS = true
+	dev.Sharing.MPSDaemon = string(claim.UID) + "-" + dev.Name
+}
+
+// daemon is the MPS daemon that a device's share uses, if MPS enforces it:
+// its own or, for a share prepared when a GPU's shares had one daemon,
+// its GPU's, without limits of its own.
+func (m *mpsShares) daemon(dev checkpoint.Device) (mps.Daemon, bool) {
+	if dev.Sharing == nil || !dev.Sharing.MPS {
+		return mps.Daemon{}, false
+	}
+	g, ok := m.gpus.get(dev.Name)
+	if !ok {
+		return mps.Daemon{}, false
+	}
+	if dev.Sharing.MPSDaemon == "" {
+		return mps.Daemon{Key: g.UUID, UUID: g.UUID}, true
+	}
+	return mps.Daemon{Key: dev.Sharing.MPSDaemon, UUID: g.UUID, Limits: dev.Sharing.Share}, true
 }
 
 // clientEdits are the container edits of a device whose share MPS enforces.
-func (m *mpsShares) clientEdits(dev checkpoint.Device, uuid string) *cdispec.ContainerEdits {
-	if dev.Sharing == nil || !dev.Sharing.MPS {
+func (m *mpsShares) clientEdits(dev checkpoint.Device) *cdispec.ContainerEdits {
+	d, ok := m.daemon(dev)
+	if !ok {
 		return nil
 	}
-	return mps.ClientEdits(m.daemons.PipeDir(uuid), dev.Sharing.Share)
+	var shm string
+	if dev.Sharing.MPSDaemon != "" {
+		shm = m.daemons.ShmDir(d.Key)
+	}
+	return mps.ClientEdits(m.daemons.PipeDir(d.Key), shm, dev.Sharing.Share)
 }
 
 // start makes sure the daemons of the claim's MPS shares run. A daemon
@@ -136,19 +163,16 @@ func (m *mpsShares) clientEdits(dev checkpoint.Device, uuid string) *cdispec.Con
 // off without. The claim's Event says so.
 func (m *mpsShares) start(ctx context.Context, claim *resourceapi.ResourceClaim, rec checkpoint.Claim) {
 	for _, dev := range rec.Devices {
-		if dev.Sharing == nil || !dev.Sharing.MPS {
-			continue
-		}
-		g, ok := m.gpus.get(dev.Name)
+		d, ok := m.daemon(dev)
 		if !ok {
 			continue
 		}
-		err := m.daemons.Ensure(ctx, g.UUID)
+		err := m.daemons.Ensure(ctx, d)
 		var replaced *mps.ReplacedError
 		if errors.As(err, &replaced) {
-			m.replaced(claim, g.UUID, replaced)
+			m.replaced(replaced)
 		} else if err != nil {
-			klog.FromContext(ctx).Error(err, "Starting the MPS control daemon; the share runs time-sliced", "claim", klog.KObj(claim), "uuid", g.UUID)
+			klog.FromContext(ctx).Error(err, "Starting the MPS control daemon; the share runs time-sliced", "claim", klog.KObj(claim), "uuid", d.UUID)
 			m.claimErrors.WithLabelValues("prepare", "mps-daemon").Inc()
 			m.recorder.Eventf(claim, corev1.EventTypeWarning, "MPSDaemonFailed",
 				"The MPS control daemon of device %s on node %s did not start, so the GPU share runs time-sliced: %v", dev.Name, m.node.Name, err)
@@ -157,15 +181,15 @@ func (m *mpsShares) start(ctx context.Context, claim *resourceapi.ResourceClaim,
 }
 
 // replaced tells those whose containers lost their MPS server when a
-// GPU's daemon was replaced: the node, and each other claim that holds an
-// MPS share of the GPU. The claim being prepared uses the new daemon.
-func (m *mpsShares) replaced(claim *resourceapi.ResourceClaim, uuid string, replaced *mps.ReplacedError) {
+// daemon was replaced: the node, and each prepared claim whose share used
+// it (the claim being prepared again, for a daemon of its own).
+func (m *mpsShares) replaced(replaced *mps.ReplacedError) {
 	m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonReplaced",
 		"On node %s, %v; containers of its shares that used it have lost their MPS server and must be restarted", m.node.Name, replaced)
 	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
-		if c.UID == string(claim.UID) || !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
-			g, ok := m.gpus.get(dev.Name)
-			return ok && g.UUID == uuid && dev.Sharing != nil && dev.Sharing.MPS
+		if !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
+			d, ok := m.daemon(dev)
+			return ok && d.Key == replaced.Key
 		}) {
 			return true
 		}
@@ -176,16 +200,14 @@ func (m *mpsShares) replaced(claim *resourceapi.ResourceClaim, uuid string, repl
 	})
 }
 
-// needed lists the GPUs whose prepared claims hold MPS shares.
-func (m *mpsShares) needed() map[string]bool {
-	need := map[string]bool{}
+// needed lists the daemons, by key, that the prepared claims' MPS shares
+// use.
+func (m *mpsShares) needed() map[string]mps.Daemon {
+	need := map[string]mps.Daemon{}
 	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
 		for _, dev := range c.Devices {
-			if dev.Sharing == nil || !dev.Sharing.MPS {
-				continue
-			}
-			if g, ok := m.gpus.get(dev.Name); ok {
-				need[g.UUID] = true
+			if d, ok := m.daemon(dev); ok {
+				need[d.Key] = d
 			}
 		}
 		return true
@@ -193,21 +215,21 @@ func (m *mpsShares) needed() map[string]bool {
 	return need
 }
 
-// stopUnneeded stops the daemons of GPUs that no prepared claim shares
-// through MPS any more; it runs after claims are forgotten. A daemon that
-// cannot be stopped keeps its record and is stopped by the next start.
+// stopUnneeded stops the daemons that no prepared claim's share uses any
+// more; it runs after claims are forgotten. A daemon that cannot be
+// stopped keeps its record and is stopped by the next start.
 func (m *mpsShares) stopUnneeded(ctx context.Context) {
 	daemons := m.checkpoint.MPSDaemons()
 	if len(daemons) == 0 {
 		return
 	}
 	need := m.needed()
-	for uuid := range daemons {
-		if need[uuid] {
+	for key, rec := range daemons {
+		if _, ok := need[key]; ok {
 			continue
 		}
-		if err := m.daemons.Stop(ctx, uuid); err != nil {
-			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemon of a GPU without shares", "uuid", uuid)
+		if err := m.daemons.Stop(ctx, key); err != nil {
+			klog.FromContext(ctx).Error(err, "Stopping an MPS control daemon whose share has ended", "daemon", key, "uuid", rec.UUID)
 		}
 	}
 }

@@ -478,7 +478,7 @@ func (s *deviceState) writeSpec(ctx context.Context, rec checkpoint.Claim) error
 		if !ok {
 			return fmt.Errorf("device %s is no longer present on this node", dev.Name)
 		}
-		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: s.deviceEdits(dev, g.UUID)})
+		spec.Devices = append(spec.Devices, cdi.Device{Name: dev.Name, UUID: g.UUID, Minor: g.Minor, Edits: s.deviceEdits(dev)})
 	}
 	ids, err := s.cdi.WriteClaimSpec(ctx, spec)
 	if err != nil {
@@ -496,10 +496,10 @@ func (s *deviceState) writeSpec(ctx context.Context, rec checkpoint.Claim) error
 
 // deviceEdits are what the strategies of a device tell its containers:
 // the memory its share holds, the time slice its GPU was set to and, where
-// MPS enforces the share, how to reach the GPU's daemon.
-func (s *deviceState) deviceEdits(dev checkpoint.Device, uuid string) *cdispec.ContainerEdits {
+// MPS enforces the share, how to reach its daemon.
+func (s *deviceState) deviceEdits(dev checkpoint.Device) *cdispec.ContainerEdits {
 	env := slices.Concat(memoryShareEnv(dev.Sharing), timeSliceEnv(dev.Sharing))
-	edits := s.shares.clientEdits(dev, uuid)
+	edits := s.shares.clientEdits(dev)
 	if edits == nil {
 		if len(env) == 0 {
 			return nil

@@ -53,11 +53,11 @@ const gi = int64(1) << 30
 //     (30 % duty cycle, 6Gi) and writes the run into its profile;
 //   - the next two runs each get the share sized from it by hand: 30 % +
 //     10 points of headroom = 40 % compute, 6Gi × 1.2 + 512Mi = 7.7Gi → 8Gi;
-//     both land on one GPU, one MPS daemon serves it, and each container
-//     is told its limits;
+//     both land on one GPU, each with an MPS daemon of its own whose
+//     defaults are its limits, and each container is told them too;
 //   - a heavy profiled job and an unprofiled one get whole GPUs;
-//   - a plugin SIGKILL leaves the daemon running and the new plugin adopts
-//     it; the last share's end stops it;
+//   - a plugin SIGKILL leaves the daemons running and the new plugin
+//     adopts them; each share's end stops its own;
 //   - a run that held 10Gi of its 8Gi share is recorded as exceeding it,
 //     and the job's next share has twice the memory.
 func TestSharesSizedByMeasuredUse(t *testing.T) {
@@ -134,9 +134,15 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if b := shares["light-b"].Status.Allocation.Devices.Results[0].Device; b != sharedGPU.Name {
 		t.Errorf("the two 40%% shares landed on %s and %s; want one GPU", sharedGPU.Name, b)
 	}
+	// Each share has a daemon of its own, whose defaults are its limits.
 	uuid := stringAttr(sharedGPU, string(gpuv1alpha1.UUIDAttribute))
-	if got := daemonEvents(t, record); !slices.Equal(got, []string{"start " + uuid}) {
-		t.Errorf("MPS daemon events %v, want one start for %s", got, uuid)
+	limited := []string{"start " + uuid,
+		"set_default_active_thread_percentage 40 " + uuid, "get_default_active_thread_percentage " + uuid,
+		"set_default_device_pinned_mem_limit 0 8192M " + uuid, "get_default_device_pinned_mem_limit 0 " + uuid}
+	keyA, keyB := shareDaemonKey(shares["light-a"]), shareDaemonKey(shares["light-b"])
+	wantDaemons := map[string][]string{keyA: limited, keyB: limited}
+	if diff := cmp.Diff(wantDaemons, daemonEvents(t, record)); diff != "" {
+		t.Errorf("MPS daemons of the two shares (-want +got):\n%s", diff)
 	}
 
 	// Heavy and unprofiled jobs keep whole GPUs, without MPS.
@@ -162,8 +168,8 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if err := e.bed.KillPlugin(e.ctx, "gpu-h100"); err != nil {
 		t.Fatalf("restart the plugin: %v", err)
 	}
-	if got := daemonEvents(t, record); !slices.Equal(got, []string{"start " + uuid}) {
-		t.Errorf("after a plugin restart the MPS daemon events are %v; want the first daemon adopted, not stopped or started again", got)
+	if diff := cmp.Diff(wantDaemons, daemonEvents(t, record)); diff != "" {
+		t.Errorf("after a plugin restart the MPS daemons were stopped or started again; want them adopted (-want +got):\n%s", diff)
 	}
 
 	// Each share's own processes, told apart by their pods' cgroups; the
@@ -196,8 +202,9 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if u.Exceeded == nil || !slices.Contains(u.Exceeded.Resources, prismv1alpha1.ShareResourceMemory) {
 		t.Errorf("light-a held 10Gi of an 8Gi share; its run recorded exceeded %+v", u.Exceeded)
 	}
-	waitFor(t, "the MPS daemon stopped after the last share", func() bool {
-		return slices.Equal(daemonEvents(t, record), []string{"start " + uuid, "quit " + uuid, "exit " + uuid})
+	stopped := append(slices.Clone(limited), "quit "+uuid, "exit "+uuid)
+	waitFor(t, "each share's MPS daemon stopped after its share", func() bool {
+		return cmp.Equal(map[string][]string{keyA: stopped, keyB: stopped}, daemonEvents(t, record))
 	})
 	writeUsage(t, usageFile, nil)
 
@@ -308,20 +315,27 @@ func containerEnv(t *testing.T, e *controllerEnv, cdiRoot, pod string) []string 
 }
 
 // daemonEvents are the stand-in MPS daemons' starts, commands and exits
-// as "start GPU-…", "quit GPU-…", "exit GPU-…".
-func daemonEvents(t *testing.T, record string) []string {
+// as "start GPU-…", "quit GPU-…", "exit GPU-…", by the daemon's key.
+func daemonEvents(t *testing.T, record string) map[string][]string {
 	t.Helper()
-	var out []string
+	out := map[string][]string{}
 	for _, entry := range mpstest.Read(t, record) {
+		key := filepath.Base(filepath.Dir(entry.PipeDir))
 		switch {
 		case entry.Role != "daemon":
 		case entry.Event == "command":
-			out = append(out, entry.Command+" "+entry.VisibleDevices)
-		default:
-			out = append(out, entry.Event+" "+entry.VisibleDevices)
+			out[key] = append(out[key], entry.Command+" "+entry.VisibleDevices)
+		case entry.Event == "start" || entry.Event == "exit":
+			out[key] = append(out[key], entry.Event+" "+entry.VisibleDevices)
 		}
 	}
 	return out
+}
+
+// shareDaemonKey names the MPS daemon of a claim's share, as the plugin's
+// state directory does: the claim's UID and the device's name.
+func shareDaemonKey(claim *resourceapi.ResourceClaim) string {
+	return string(claim.UID) + "-" + claim.Status.Allocation.Devices.Results[0].Device
 }
 
 func (e *controllerEnv) podUID(t *testing.T, name string) types.UID {

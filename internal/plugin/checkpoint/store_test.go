@@ -557,7 +557,7 @@ func TestUpdateRejectsBadChanges(t *testing.T) {
 				d.MPSDaemons = map[string]MPSDaemon{"GPU-1": {UUID: "GPU-1", LogDir: "/log"}}
 				return nil
 			},
-			wantErr: `MPS daemon of GPU "GPU-1" lacks a UUID matching its key, a pipe or a log directory`,
+			wantErr: `MPS daemon "GPU-1" lacks a key, a GPU UUID, a pipe or a log directory, or has limits out of range`,
 		},
 		{
 			name: "in-place mutation of shared slices then error",

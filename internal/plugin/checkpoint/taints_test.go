@@ -23,12 +23,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
 var (
 	lostTaint = Taint{UUID: "GPU-1", Key: "gpu.prism.dev/unhealthy", Value: "gpu-lost", Effect: "NoExecute", TimeAdded: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	mpsDaemon = MPSDaemon{UUID: "GPU-1", PipeDir: "/var/lib/prism/mps/GPU-1/pipe", LogDir: "/var/lib/prism/mps/GPU-1/log",
 		PID: 4242, StartTicks: 987654, Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	// shareDaemon is a share's own daemon, with its limits and /dev/shm.
+	shareDaemon = MPSDaemon{UUID: "GPU-1", PipeDir: "/var/lib/prism/mps/uid-1-gpu-0/pipe", LogDir: "/var/lib/prism/mps/uid-1-gpu-0/log",
+		ShmDir: "/var/lib/prism/mps/uid-1-gpu-0/shm", Limits: gpuv1alpha1.Share{ComputePercent: 40, MemoryBytes: 8 << 30},
+		PID: 4243, StartTicks: 987655, Started: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)}
 )
 
 // gpuRecords is what the checkpoint keeps about GPUs rather than claims.
@@ -51,7 +57,7 @@ func TestGPURecordsSurviveRestartAndClaimChanges(t *testing.T) {
 	other, _ := e.open(t)
 	want := gpuRecords{
 		Taints:     map[string]Taint{"gpu-1": lostTaint},
-		MPSDaemons: map[string]MPSDaemon{"GPU-1": mpsDaemon},
+		MPSDaemons: map[string]MPSDaemon{"GPU-1": mpsDaemon, "uid-1-gpu-0": shareDaemon},
 	}
 	mustUpdate(t, s, func(d *Data) error {
 		d.Taints, d.MPSDaemons = want.Taints, want.MPSDaemons

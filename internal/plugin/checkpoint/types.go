@@ -49,8 +49,10 @@ type Data struct {
 	// again. Added within v2: older v2 files have none, and an older plugin
 	// reading a newer file ignores them.
 	Taints map[string]Taint `json:"taints,omitempty"`
-	// MPSDaemons are the MPS control daemons the plugin runs, keyed by GPU
-	// UUID, so that a restarted plugin adopts or stops them rather than
+	// MPSDaemons are the MPS control daemons the plugin runs, keyed by the
+	// share they serve (Sharing.MPSDaemon), or by GPU UUID for a daemon
+	// that the shares of a whole GPU used before each share had one of its
+	// own, so that a restarted plugin adopts or stops them rather than
 	// leaving them behind. Added within v2, like Taints.
 	MPSDaemons map[string]MPSDaemon `json:"mpsDaemons,omitempty"`
 }
@@ -64,6 +66,12 @@ type MPSDaemon struct {
 	// CUDA_MPS_LOG_DIRECTORY on the host.
 	PipeDir string `json:"pipeDir"`
 	LogDir  string `json:"logDir"`
+	// ShmDir is the host directory the daemon has as /dev/shm, and its
+	// share's containers too; empty for a daemon of a whole GPU's shares.
+	ShmDir string `json:"shmDir,omitempty"`
+	// Limits are what the daemon gives every MPS server it starts; no
+	// amounts for a daemon of a whole GPU's shares.
+	Limits gpuv1alpha1.Share `json:"limits,omitzero"`
 	// PID is the daemon's process, zero while it is being started.
 	PID int `json:"pid,omitempty"`
 	// StartTicks is the process's start time in clock ticks after boot, as
@@ -143,10 +151,14 @@ type Sharing struct {
 	// Share is the part of the GPU the scheduler counted for the claim,
 	// with no amounts where the allocation named none.
 	Share gpuv1alpha1.Share
-	// MPS is set when the share is enforced by the GPU's MPS control
-	// daemon. It is decided once, at prepare, so that a CDI spec written
-	// again after a crash is the one the containers were started with.
+	// MPS is set when the share is enforced by an MPS control daemon. It
+	// is decided once, at prepare, so that a CDI spec written again after a
+	// crash is the one the containers were started with.
 	MPS bool
+	// MPSDaemon names the share's own daemon in Data.MPSDaemons. Empty
+	// for a share prepared when the shares of a GPU had one daemon, keyed
+	// by the GPU's UUID.
+	MPSDaemon string
 }
 
 // sharingJSON is Sharing as the file holds it. The share's fields keep the
@@ -159,13 +171,14 @@ type sharingJSON struct {
 	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
 	ComputePercent   int32  `json:"computePercent,omitempty"`
 	MPS              bool   `json:"mps,omitempty"`
+	MPSDaemon        string `json:"mpsDaemon,omitempty"`
 }
 
 func (s Sharing) MarshalJSON() ([]byte, error) {
 	return json.Marshal(sharingJSON{
 		Strategy: s.Strategy, TimeSlice: s.TimeSlice,
 		MemoryShareBytes: s.Share.MemoryBytes, ComputePercent: s.Share.ComputePercent,
-		MPS: s.MPS,
+		MPS: s.MPS, MPSDaemon: s.MPSDaemon,
 	})
 }
 
@@ -177,7 +190,7 @@ func (s *Sharing) UnmarshalJSON(data []byte) error {
 	*s = Sharing{
 		Strategy: f.Strategy, TimeSlice: f.TimeSlice,
 		Share: gpuv1alpha1.Share{ComputePercent: f.ComputePercent, MemoryBytes: f.MemoryShareBytes},
-		MPS:   f.MPS,
+		MPS:   f.MPS, MPSDaemon: f.MPSDaemon,
 	}
 	return nil
 }
@@ -249,9 +262,9 @@ func (d *Data) validate() error {
 			errs = append(errs, fmt.Errorf("taint of device %q lacks a device name, key or effect", name))
 		}
 	}
-	for _, uuid := range slices.Sorted(maps.Keys(d.MPSDaemons)) {
-		if m := d.MPSDaemons[uuid]; uuid == "" || m.UUID != uuid || m.PipeDir == "" || m.LogDir == "" {
-			errs = append(errs, fmt.Errorf("MPS daemon of GPU %q lacks a UUID matching its key, a pipe or a log directory", uuid))
+	for _, key := range slices.Sorted(maps.Keys(d.MPSDaemons)) {
+		if m := d.MPSDaemons[key]; key == "" || m.UUID == "" || m.PipeDir == "" || m.LogDir == "" || m.Limits.Validate() != nil {
+			errs = append(errs, fmt.Errorf("MPS daemon %q lacks a key, a GPU UUID, a pipe or a log directory, or has limits out of range", key))
 		}
 	}
 	return errors.Join(errs...)

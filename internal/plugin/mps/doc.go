@@ -14,89 +14,130 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package mps runs NVIDIA's Multi-Process Service for the GPUs that claims
-// share, and tells each share's containers how to use it.
+// Package mps runs NVIDIA's Multi-Process Service for the shares of GPUs
+// that claims hold, and tells each share's containers how to use it.
 //
-// # One control daemon per shared GPU
+// # One control daemon per share
 //
-// The first share prepared on a GPU starts nvidia-cuda-mps-control for that
-// GPU alone (CUDA_VISIBLE_DEVICES set to its UUID), with a pipe and a log
-// directory of its own under the plugin's state directory:
+// What MPS enforces decides the design. NVIDIA documents (MPS
+// documentation, "Tools and Interface Reference" and the
+// nvidia-cuda-mps-control(1) man page):
 //
-//	<root>/<GPU UUID>/pipe   CUDA_MPS_PIPE_DIRECTORY, mounted into each share's containers
-//	<root>/<GPU UUID>/log    CUDA_MPS_LOG_DIRECTORY, the daemon's logs, mounted nowhere
+//   - a control daemon runs one MPS server per user ID; a client whose UID
+//     differs from the running server's waits until that server's clients
+//     are done and it exits;
+//   - limits are a server's: the daemon's defaults
+//     (set_default_active_thread_percentage,
+//     set_default_device_pinned_mem_limit) apply to the servers it starts
+//     afterwards, and set_active_thread_percentage changes one server. A
+//     client's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or
+//     CUDA_MPS_PINNED_DEVICE_MEM_LIMIT can only lower its server's limits;
+//   - any process that can write to a daemon's pipe directory can command
+//     it, quit included, and a fatal fault of one client reaches every
+//     client of its server;
+//   - several control daemons can run side by side, each on a pipe
+//     directory of its own ("Starting multiple control/server pairs").
 //
-// The last share unprepared stops it with the documented "quit" command sent
-// through its pipe directory, then by signal if it does not go, and removes
-// both directories. A GPU of its own per daemon keeps one tenant's daemon
-// failure, and its restart, away from the tenants of the other GPUs.
+// So one daemon cannot hold two tenants to different limits, cannot serve
+// two UIDs at once, and cannot keep them from commanding or crashing each
+// other. Prism therefore starts a daemon for each share, the first time
+// the share is prepared, for its GPU alone (CUDA_VISIBLE_DEVICES set to
+// its UUID), and stops it when the share is unprepared:
 //
-// # The pipe directory
+//   - before any client can connect, the daemon's defaults are set to the
+//     share's limits and read back, so every server it starts has them and
+//     a workload that drops the environment variables still has them. The
+//     variables are set too, for the workload to read;
+//   - the daemon's pipe directory, mounted at /tmp/nvidia-mps, and its
+//     shared-memory directory, mounted at /dev/shm, reach only the share's
+//     containers. What a tenant does to its daemon, it does to itself;
+//   - shares of different tenants, whatever their UIDs, have servers of
+//     their own and never wait for each other. The GPU runs the servers of
+//     different shares time-sliced against each other, as it runs any two
+//     processes, while each server holds its clients to the share's
+//     limits; the containers of one share run concurrently in its server.
+//     Containers of one share with different UIDs take turns, as MPS
+//     documents;
+//   - a fatal fault reaches the clients of one share's server only.
 //
-// The tenants of a GPU share its pipe directory, read-write, so that
-// clients of any UID reach the daemon. So that none can break it for the
-// others:
+// The directories of a daemon, under the plugin's state directory:
 //
-//   - it has mode 01777: the sticky bit keeps the daemon's pipes and each
-//     tenant's files from being removed or renamed by another non-root
-//     user;
-//   - before each share is prepared, Ensure checks that the daemon's control
-//     pipe is still there, a pipe or socket owned by the daemon's user. A
-//     daemon without one serves no new client (they would run without
-//     MPS, silently) and cannot be told to quit: it is killed at once and a
-//     fresh one started on the same directory, and Ensure returns a
-//     ReplacedError, because the containers that used it have lost their
-//     MPS server. The last share's stop kills such a daemon at once too,
+//	<root>/<key>/pipe   CUDA_MPS_PIPE_DIRECTORY, mounted into the share's containers
+//	<root>/<key>/shm    /dev/shm of the daemon, its servers and the share's containers
+//	<root>/<key>/log    CUDA_MPS_LOG_DIRECTORY, the daemon's logs, mounted nowhere
+//
+// where the key is the claim's UID and the device's name. Shares prepared
+// by a release that ran one daemon per GPU keep that daemon, keyed by the
+// GPU's UUID, until their claims end.
+//
+// NVIDIA's own DRA driver also runs a daemon per claim, as a Deployment of
+// its own, which survives its kubelet plugin but costs an API object, an
+// image and a scheduling round per daemon. Prism runs the daemon as a child
+// of the plugin, started in a session of its own and with -f (foreground)
+// so that its PID is the daemon's. A plugin process that dies leaves the
+// daemon running; the next one adopts it. In a Kubernetes pod, however, the
+// container runtime kills every process of a container that restarts, the
+// daemon included: the next plugin then starts a fresh daemon, and see
+// below for what that means to running clients.
+//
+// # /dev/shm
+//
+// MPS clients and their server exchange memory through /dev/shm. The
+// plugin starts each daemon through its own program under another name
+// (RunLauncher), which makes a mount namespace for it, mounts the share's
+// shared-memory directory on /dev/shm there, and execs the control binary.
+// A plugin that cannot make mount namespaces (an unprivileged container)
+// cannot run MPS that works, and says so (Unavailable).
+//
+// # The directories tenants write
+//
+// The pipe and shared-memory directories are written by the share's
+// clients, of any UID, so:
+//
+//   - they have mode 01777: the sticky bit keeps the daemon's pipes and
+//     each client's files from being removed or renamed by another
+//     non-root user;
+//   - before the share is prepared again, Ensure checks that the daemon's
+//     control pipe is still there, a pipe or socket owned by the daemon's
+//     user. A daemon without one serves no new client (they would run
+//     without MPS, silently) and cannot be told to quit: it is killed at
+//     once and a fresh one started on the same directory, and Ensure
+//     returns a ReplacedError, because the containers that used it have
+//     lost their MPS server. A stop kills such a daemon at once too,
 //     instead of waiting StopTimeout for a quit it cannot send;
 //   - where the plugin may mount, and its mounts reach the host (the state
-//     directory is a shared mount), a new pipe directory is a tmpfs of
-//     PipeDirSize bytes, so that tenants can write neither to the host's
-//     disk nor beyond that. A directory that containers may already have
-//     mounted is never mounted over, which they would not see: it stays
-//     what it is until its last share ends. Elsewhere pipe directories are
-//     plain, and Unbounded says why.
-//
-// NVIDIA's own DRA driver runs each daemon as a Deployment of its own, which
-// survives its kubelet plugin but costs an API object, an image and a
-// scheduling round per shared GPU. Prism runs the daemon as a child of the
-// plugin, started in a session of its own and with -f (foreground) so that
-// its PID is the daemon's. A plugin process that dies leaves the daemon
-// running; the next one adopts it. In a Kubernetes pod, however, the
-// container runtime kills every process of a container that restarts, the
-// daemon included: the next plugin then starts a fresh daemon, and see below
-// for what that means to running clients.
+//     directory is a shared mount), each is a tmpfs of its own (PipeDirSize
+//     and ShmDirSize bytes), so that tenants can write neither to the
+//     host's disk nor beyond that. A directory that containers may already
+//     have mounted is never mounted over, which they would not see: it
+//     stays what it is until its share ends. Elsewhere they are plain, and
+//     Unbounded says why.
 //
 // # Crash safety
 //
 // Each daemon is recorded in the plugin's checkpoint before it is started
-// (without a PID) and again once it listens (with its PID and its start
-// time in clock ticks after boot). At start-up, after the claims have been
-// reconciled, Recover looks at every record:
+// (without a PID) and again once it listens with its limits set (with its
+// PID and its start time in clock ticks after boot). At start-up, after
+// the claims have been reconciled, Recover looks at every record:
 //
-//   - shares remain and the process is alive: it is adopted. A live process
-//     is one whose /proc entry has the recorded start time (not a reused
-//     PID), runs nvidia-cuda-mps-control, and has the recorded pipe
+//   - its share remains and the process is alive: it is adopted. A live
+//     process is one whose /proc entry has the recorded start time (not a
+//     reused PID), runs nvidia-cuda-mps-control, and has the recorded pipe
 //     directory in its environment; and it must still have its control
 //     pipe, or it is killed and replaced as below;
-//   - shares remain and the daemon died: a fresh one is started on the same
-//     pipe directory. Containers that were connected to the dead daemon's
-//     MPS server have lost it: their CUDA calls fail and they must be
-//     restarted to connect to the new one. New containers connect to it;
-//   - no share remains: it is stopped and its directories removed.
+//   - its share remains and the daemon died: a fresh one is started on the
+//     same directories, with the share's limits. Containers that were
+//     connected to the dead daemon's MPS server have lost it: their CUDA
+//     calls fail and they must be restarted to connect to the new one;
+//   - its share is gone: it is stopped and its directories removed.
 //
-// A GPU with shares and no record gets a daemon too.
+// A share without a record gets a daemon too.
 //
 // # Without nvidia-cuda-mps-control
 //
-// Where the driver root has no control binary, shares are not enforced: they
-// run time-sliced, which is the GPU's default, their memory limit is only
-// advertised to the workload, and the plugin says so once at start-up and in
-// an Event on each such claim. A prepare never fails for want of MPS.
-//
-// # Limits
-//
-// MPS clients and their server also share memory through /dev/shm. The
-// daemon runs in the plugin's container, so on real GPUs the plugin must
-// share the IPC namespace that the clients' /dev/shm comes from; this
-// package does not mount a shared /dev/shm into the clients.
+// Where the driver root has no control binary, or the plugin cannot give a
+// daemon its /dev/shm, shares are not enforced: they run time-sliced,
+// which is the GPU's default, their memory limit is only advertised to
+// the workload, and the plugin says so once at start-up and in an Event on
+// each such claim. A prepare never fails for want of MPS.
 package mps

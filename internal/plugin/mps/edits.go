@@ -38,25 +38,27 @@ const (
 // environment still reaches the daemon.
 const ContainerPipeDir = "/tmp/nvidia-mps"
 
-// ClientEdits are the container edits of one share enforced by MPS: the
-// GPU's pipe directory, mounted at ContainerPipeDir, and the share's limits,
-// where it names any (Share.LimitsCompute, Share.LimitsMemory). The device
-// ordinal of the memory limit is 0: the share's container sees its GPU
-// alone. Memory is given in whole MiB, rounded down, so that the limit never
-// exceeds the share.
-func ClientEdits(hostPipeDir string, s gpuv1alpha1.Share) *cdispec.ContainerEdits {
+// ClientEdits are the container edits of one share enforced by MPS: its
+// daemon's pipe directory, mounted at ContainerPipeDir, the daemon's
+// shared-memory directory mounted at /dev/shm (none for a daemon of a
+// whole GPU's shares, which had none), and the share's limits, where it
+// names any (Share.LimitsCompute, Share.LimitsMemory). The daemon enforces
+// the limits whatever the environment says; they are repeated here for
+// the workload to read. The device ordinal of the memory limit is 0: the
+// share's container sees its GPU alone. Memory is given in whole MiB,
+// rounded down, so that the limit never exceeds the share.
+func ClientEdits(hostPipeDir, hostShmDir string, s gpuv1alpha1.Share) *cdispec.ContainerEdits {
 	env := []string{EnvPipeDirectory + "=" + ContainerPipeDir}
 	if s.LimitsCompute() {
 		env = append(env, EnvActiveThreadPercentage+"="+strconv.Itoa(int(s.ComputePercent)))
 	}
 	if s.LimitsMemory() {
-		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, s.MemoryBytes>>20))
+		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, s.MemoryBytes>>pinnedLimitMi))
 	}
-	return &cdispec.ContainerEdits{
-		Env: env,
-		Mounts: []*cdispec.Mount{{
-			HostPath: hostPipeDir, ContainerPath: ContainerPipeDir, Type: "bind",
-			Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"},
-		}},
+	options := []string{"rw", "nosuid", "nodev", "noexec", "bind"}
+	mounts := []*cdispec.Mount{{HostPath: hostPipeDir, ContainerPath: ContainerPipeDir, Type: "bind", Options: options}}
+	if hostShmDir != "" {
+		mounts = append(mounts, &cdispec.Mount{HostPath: hostShmDir, ContainerPath: devShm, Type: "bind", Options: options})
 	}
+	return &cdispec.ContainerEdits{Env: env, Mounts: mounts}
 }

@@ -25,6 +25,21 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
 
+// TestClientEditsGiveTheDaemonsSharedMemory: a share's containers have its
+// daemon's shared-memory directory as /dev/shm, through which MPS clients
+// and their server exchange memory.
+func TestClientEditsGiveTheDaemonsSharedMemory(t *testing.T) {
+	const pipe, shm = "/var/lib/prism/mps/c-gpu-0/pipe", "/var/lib/prism/mps/c-gpu-0/shm"
+	options := []string{"rw", "nosuid", "nodev", "noexec", "bind"}
+	want := []*cdispec.Mount{
+		{HostPath: pipe, ContainerPath: "/tmp/nvidia-mps", Type: "bind", Options: options},
+		{HostPath: shm, ContainerPath: "/dev/shm", Type: "bind", Options: options},
+	}
+	if diff := cmp.Diff(want, ClientEdits(pipe, shm, gpuv1alpha1.Share{ComputePercent: 40}).Mounts); diff != "" {
+		t.Errorf("mounts (-want +got):\n%s", diff)
+	}
+}
+
 func TestClientEdits(t *testing.T) {
 	const pipe = "/var/lib/prism/mps/GPU-1/pipe"
 	mount := []*cdispec.Mount{{HostPath: pipe, ContainerPath: "/tmp/nvidia-mps", Type: "bind", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}}}
@@ -66,7 +81,7 @@ func TestClientEdits(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := &cdispec.ContainerEdits{Env: tc.wantEnv, Mounts: mount}
-			if diff := cmp.Diff(want, ClientEdits(pipe, tc.share)); diff != "" {
+			if diff := cmp.Diff(want, ClientEdits(pipe, "", tc.share)); diff != "" {
 				t.Errorf("edits (-want +got):\n%s", diff)
 			}
 		})

@@ -34,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 )
 
@@ -49,9 +50,9 @@ type Options struct {
 	// DriverRoot is where the NVIDIA driver is installed, as the plugin
 	// sees it; the control binary is <DriverRoot>/usr/bin/nvidia-cuda-mps-control.
 	DriverRoot string
-	// Root holds a directory per GPU for its daemon's pipe and log
-	// directories. It must be the same path on the host as in the plugin,
-	// because containers mount the pipe directory from the host.
+	// Root holds a directory per daemon for its pipe, shared-memory and
+	// log directories. It must be the same path on the host as in the
+	// plugin, because containers mount the first two from the host.
 	Root string
 	// Checkpoint records the daemons.
 	Checkpoint *checkpoint.Store
@@ -64,9 +65,25 @@ type Options struct {
 	ProcRoot string
 }
 
-// Manager runs one MPS control daemon per GPU. Its methods may be called
-// concurrently, but the caller must not start and stop a GPU's daemon at
-// the same time: it decides from its prepared claims which GPUs need one.
+// Daemon is one MPS control daemon that a caller needs.
+type Daemon struct {
+	// Key names the daemon and its directories: a share's own, or a GPU's
+	// UUID for the daemon that a whole GPU's shares used before each share
+	// had one of its own.
+	Key string
+	// UUID is the GPU it serves.
+	UUID string
+	// Limits are what the daemon gives each MPS server it starts, before
+	// any client connects, so that a client cannot go beyond them: MPS
+	// lets a client's environment lower a server's limits, never raise
+	// them.
+	Limits gpuv1alpha1.Share
+}
+
+// Manager runs MPS control daemons, each for one share of a GPU. Its
+// methods may be called concurrently, but the caller must not start and
+// stop a daemon at the same time: it decides from its prepared claims
+// which daemons it needs.
 type Manager struct {
 	binary      string
 	libDirs     []string
@@ -117,6 +134,8 @@ func New(opts Options) *Manager {
 		m.unavailable = errors.New("no driver root was given to find " + ControlBinary + " in")
 	} else if info, err := os.Stat(binary); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
 		m.unavailable = fmt.Errorf("no executable %s in the driver root %s", ControlBinary, opts.DriverRoot)
+	} else if err := checkNamespaces(m.root); err != nil {
+		m.unavailable = err
 	} else {
 		m.binary = binary
 		m.metrics.available.Set(1)
@@ -147,20 +166,24 @@ func (m *Manager) Unbounded() error {
 	return m.unbounded
 }
 
-// PipeDir is the host path of a GPU's pipe directory. It depends on the
-// UUID alone, so that a CDI spec written again from the checkpoint names
-// the same directory.
-func (m *Manager) PipeDir(uuid string) string { return filepath.Join(m.root, uuid, "pipe") }
+// PipeDir is the host path of a daemon's pipe directory. It depends on
+// the daemon's key alone, so that a CDI spec written again from the
+// checkpoint names the same directory.
+func (m *Manager) PipeDir(key string) string { return filepath.Join(m.root, key, "pipe") }
 
-func (m *Manager) logDir(uuid string) string { return filepath.Join(m.root, uuid, "log") }
+// ShmDir is the host path of the directory that a daemon and its share's
+// containers have as /dev/shm.
+func (m *Manager) ShmDir(key string) string { return filepath.Join(m.root, key, "shm") }
 
-// ReplacedError is what Ensure returns when it found the GPU's daemon dead,
-// or alive but out of reach of its control pipe, and started a fresh one.
-// The share is served; but containers of the GPU's other shares that used
-// the old daemon have lost their MPS server and must be restarted, which
-// their owners should hear of.
+func (m *Manager) logDir(key string) string { return filepath.Join(m.root, key, "log") }
+
+// ReplacedError is what Ensure returns when it found a daemon dead, or
+// alive but out of reach of its control pipe, and started a fresh one. The
+// share is served; but containers that used the old daemon have lost their
+// MPS server and must be restarted, which their owners should hear of.
 type ReplacedError struct {
-	UUID string
+	// Key names the daemon, UUID its GPU.
+	Key, UUID string
 	// PID is the old daemon's.
 	PID int
 	// Reason is what was wrong with it.
@@ -168,23 +191,23 @@ type ReplacedError struct {
 }
 
 func (e *ReplacedError) Error() string {
-	return fmt.Sprintf("the MPS control daemon %d of GPU %s was replaced: %s", e.PID, e.UUID, e.Reason)
+	return fmt.Sprintf("the MPS control daemon %d of %s on GPU %s was replaced: %s", e.PID, e.Key, e.UUID, e.Reason)
 }
 
-// Ensure makes sure a daemon serves the GPU: it starts one if none is
-// recorded, and a fresh one if the recorded one has died or can no longer
-// be reached through its control pipe (which it kills first). A replaced
-// daemon that had served shares is reported as a *ReplacedError.
-func (m *Manager) Ensure(ctx context.Context, uuid string) error {
+// Ensure makes sure the daemon runs: it starts it if none is recorded
+// under its key, and a fresh one if the recorded one has died or can no
+// longer be reached through its control pipe (which it kills first). A
+// replaced daemon that had served shares is reported as a *ReplacedError.
+func (m *Manager) Ensure(ctx context.Context, d Daemon) error {
 	if m.unavailable != nil {
 		return m.unavailable
 	}
 	logger := klog.FromContext(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rec, ok := m.store.MPSDaemons()[uuid]
+	rec, ok := m.store.MPSDaemons()[d.Key]
 	if !ok {
-		return m.start(ctx, uuid, ResultStarted)
+		return m.start(ctx, d, ResultStarted)
 	}
 	state, why := m.check(rec)
 	switch state {
@@ -192,51 +215,52 @@ func (m *Manager) Ensure(ctx context.Context, uuid string) error {
 		return nil
 	case unreachable:
 		logger.Info("MPS control daemon cannot be reached; killing it and starting a fresh one. Containers that used it must be restarted to use the new one",
-			"uuid", uuid, "pid", rec.PID, "reason", why)
+			"daemon", d.Key, "uuid", d.UUID, "pid", rec.PID, "reason", why)
 		if err := m.kill(ctx, rec, StopUnreachable); err != nil {
 			return err
 		}
 	case gone:
 		logger.Info("MPS control daemon is gone; starting a fresh one. Containers that used it must be restarted to use the new one",
-			"uuid", uuid, "pid", rec.PID, "reason", why)
+			"daemon", d.Key, "uuid", d.UUID, "pid", rec.PID, "reason", why)
 	}
-	if err := m.start(ctx, uuid, ResultRestarted); err != nil {
+	if err := m.start(ctx, d, ResultRestarted); err != nil {
 		return err
 	}
 	if rec.PID <= 0 {
 		// Its start was cut short: no share used it.
 		return nil
 	}
-	return &ReplacedError{UUID: uuid, PID: rec.PID, Reason: why}
+	return &ReplacedError{Key: d.Key, UUID: d.UUID, PID: rec.PID, Reason: why}
 }
 
-// Stop stops the GPU's daemon, if one is recorded, and removes its
+// Stop stops the daemon, if one is recorded under key, and removes its
 // directories and its record.
-func (m *Manager) Stop(ctx context.Context, uuid string) error {
+func (m *Manager) Stop(ctx context.Context, key string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rec, ok := m.store.MPSDaemons()[uuid]
+	rec, ok := m.store.MPSDaemons()[key]
 	if !ok {
 		return nil
 	}
-	return m.stopDaemon(ctx, rec)
+	return m.stopDaemon(ctx, key, rec)
 }
 
-// Recover brings the recorded daemons in line with need, the GPUs whose
-// prepared shares are enforced by MPS: a live daemon that is needed is
-// adopted, a dead one replaced, one no longer needed stopped, and a needed
-// GPU without a record gets a daemon. It runs at start-up, once the claims
-// are reconciled.
-func (m *Manager) Recover(ctx context.Context, need map[string]bool) error {
+// Recover brings the recorded daemons in line with need, the daemons of
+// the prepared shares that MPS enforces, by key: a live daemon that is
+// needed is adopted, a dead one replaced, one no longer needed stopped,
+// and a needed one without a record started. It runs at start-up, once the
+// claims are reconciled.
+func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) error {
 	logger := klog.FromContext(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
 	recorded := m.store.MPSDaemons()
-	for _, uuid := range slices.Sorted(maps.Keys(recorded)) {
-		rec := recorded[uuid]
-		if !need[uuid] {
-			if err := m.stopDaemon(ctx, rec); err != nil {
+	for _, key := range slices.Sorted(maps.Keys(recorded)) {
+		rec := recorded[key]
+		d, needed := need[key]
+		if !needed {
+			if err := m.stopDaemon(ctx, key, rec); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -244,30 +268,30 @@ func (m *Manager) Recover(ctx context.Context, need map[string]bool) error {
 		state, why := m.check(rec)
 		if state == serving {
 			m.metrics.starts.WithLabelValues(ResultAdopted).Inc()
-			logger.Info("Adopted MPS control daemon", "uuid", uuid, "pid", rec.PID, "pipeDir", rec.PipeDir)
+			logger.Info("Adopted MPS control daemon", "daemon", key, "uuid", rec.UUID, "pid", rec.PID, "pipeDir", rec.PipeDir)
 			continue
 		}
 		if state == unreachable {
-			logger.Info("MPS control daemon cannot be reached while shares of its GPU remain; killing it. Containers that used it have lost their MPS server and must be restarted",
-				"uuid", uuid, "pid", rec.PID, "reason", why)
+			logger.Info("MPS control daemon cannot be reached while its shares remain; killing it. Containers that used it have lost their MPS server and must be restarted",
+				"daemon", key, "uuid", rec.UUID, "pid", rec.PID, "reason", why)
 			if err := m.kill(ctx, rec, StopUnreachable); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 		} else {
-			logger.Info("MPS control daemon died while shares of its GPU remain. Containers that used it have lost their MPS server and must be restarted",
-				"uuid", uuid, "pid", rec.PID, "reason", why)
+			logger.Info("MPS control daemon died while its shares remain. Containers that used it have lost their MPS server and must be restarted",
+				"daemon", key, "uuid", rec.UUID, "pid", rec.PID, "reason", why)
 		}
 		if m.unavailable == nil {
-			if err := m.start(ctx, uuid, ResultRestarted); err != nil {
+			if err := m.start(ctx, d, ResultRestarted); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	if m.unavailable == nil {
-		for _, uuid := range slices.Sorted(maps.Keys(need)) {
-			if _, ok := recorded[uuid]; need[uuid] && !ok {
-				if err := m.start(ctx, uuid, ResultStarted); err != nil {
+		for _, key := range slices.Sorted(maps.Keys(need)) {
+			if _, ok := recorded[key]; !ok {
+				if err := m.start(ctx, need[key], ResultStarted); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -313,18 +337,18 @@ func (m *Manager) running(rec checkpoint.MPSDaemon) (bool, string) {
 	return running(m.procRoot, ControlBinary, rec)
 }
 
-// start starts a daemon for the GPU and records it, before and after.
-func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
+// start starts a daemon and records it, before and after.
+func (m *Manager) start(ctx context.Context, d Daemon, result string) (err error) {
 	logger := klog.FromContext(ctx)
 	defer func() {
 		if err != nil {
 			m.metrics.starts.WithLabelValues(ResultFailed).Inc()
-			err = fmt.Errorf("start MPS control daemon for GPU %s: %w", uuid, err)
+			err = fmt.Errorf("start MPS control daemon %s for GPU %s: %w", d.Key, d.UUID, err)
 		}
 		m.updateGauge()
 	}()
-	rec := checkpoint.MPSDaemon{UUID: uuid, PipeDir: m.PipeDir(uuid), LogDir: m.logDir(uuid)}
-	prev, recorded := m.store.MPSDaemons()[uuid]
+	rec := checkpoint.MPSDaemon{UUID: d.UUID, PipeDir: m.PipeDir(d.Key), LogDir: m.logDir(d.Key), ShmDir: m.ShmDir(d.Key), Limits: d.Limits}
+	prev, recorded := m.store.MPSDaemons()[d.Key]
 	if recorded && prev.PID == 0 {
 		// A start cut short may have left a daemon whose PID was never
 		// recorded; it listens on the same pipe directory.
@@ -333,10 +357,13 @@ func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
 	if err := preparePipeDir(rec.PipeDir, !recorded, m.unbounded); err != nil {
 		return err
 	}
+	if err := prepareShmDir(rec.ShmDir, !recorded || prev.ShmDir == "", m.unbounded); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(rec.LogDir, 0o755); err != nil {
 		return err
 	}
-	if err := m.record(ctx, rec); err != nil {
+	if err := m.record(ctx, d.Key, rec); err != nil {
 		return err
 	}
 	out, err := os.OpenFile(filepath.Join(rec.LogDir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -344,11 +371,13 @@ func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
 		return err
 	}
 	defer out.Close()
-	// -f keeps the daemon in the foreground, so the PID is the daemon's;
-	// a session of its own keeps it out of the plugin's process group.
-	// Not CommandContext: the daemon outlives the call that starts it.
-	cmd := exec.Command(m.binary, "-f")
-	cmd.Env = m.env(rec)
+	// The launcher (see RunLauncher) gives the daemon its /dev/shm and
+	// execs it, keeping the PID. -f keeps the daemon in the foreground, so
+	// the PID is the daemon's; a session of its own keeps it out of the
+	// plugin's process group. Not CommandContext: the daemon outlives the
+	// call that starts it.
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{launcherName, m.binary, "-f"}}
+	cmd.Env = append(m.env(rec), envLaunchShm+"="+rec.ShmDir)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -370,14 +399,18 @@ func (m *Manager) start(ctx context.Context, uuid, result string) (err error) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
+	if err := m.limit(ctx, rec); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return err
+	}
 	rec.PID, rec.StartTicks, rec.Started = pid, ticks, time.Now().UTC().Truncate(time.Second)
-	if err := m.record(ctx, rec); err != nil {
+	if err := m.record(ctx, d.Key, rec); err != nil {
 		// Unrecorded, it would be left behind by the next restart.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return err
 	}
 	m.metrics.starts.WithLabelValues(result).Inc()
-	logger.Info("Started MPS control daemon", "uuid", uuid, "pid", pid, "pipeDir", rec.PipeDir, "result", result)
+	logger.Info("Started MPS control daemon", "daemon", d.Key, "uuid", d.UUID, "pid", pid, "pipeDir", rec.PipeDir, "limits", rec.Limits.String(), "result", result)
 	return nil
 }
 
@@ -402,7 +435,7 @@ func (m *Manager) waitListening(ctx context.Context, pipeDir string, exited <-ch
 // pipe is asked and waited for, StopTimeout at most for both; one that
 // cannot be reached is killed at once, so that a tenant who removed the
 // pipe cannot make the caller, which holds the driver lock, wait.
-func (m *Manager) stopDaemon(ctx context.Context, rec checkpoint.MPSDaemon) error {
+func (m *Manager) stopDaemon(ctx context.Context, key string, rec checkpoint.MPSDaemon) error {
 	logger := klog.FromContext(ctx)
 	switch state, why := m.check(rec); {
 	case state == serving:
@@ -422,18 +455,18 @@ func (m *Manager) stopDaemon(ctx context.Context, rec checkpoint.MPSDaemon) erro
 	case rec.PID == 0:
 		m.quit(ctx, rec)
 	}
-	if err := removeDaemonDirs(rec.PipeDir); err != nil {
-		return fmt.Errorf("remove MPS directories of GPU %s: %w", rec.UUID, err)
+	if err := removeDaemonDirs(filepath.Dir(rec.PipeDir), rec.PipeDir, rec.ShmDir); err != nil {
+		return fmt.Errorf("remove the directories of MPS control daemon %s: %w", key, err)
 	}
 	if err := m.store.Update(ctx, func(d *checkpoint.Data) error {
-		delete(d.MPSDaemons, rec.UUID)
+		delete(d.MPSDaemons, key)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("forget MPS control daemon of GPU %s: %w", rec.UUID, err)
+		return fmt.Errorf("forget MPS control daemon %s: %w", key, err)
 	}
 	delete(m.exited, rec.PID)
 	m.updateGauge()
-	logger.Info("Stopped MPS control daemon", "uuid", rec.UUID, "pid", rec.PID)
+	logger.Info("Stopped MPS control daemon", "daemon", key, "uuid", rec.UUID, "pid", rec.PID)
 	return nil
 }
 
@@ -468,14 +501,25 @@ func (m *Manager) quit(ctx context.Context, rec checkpoint.MPSDaemon) {
 	if checkControl(rec.PipeDir) != nil {
 		return
 	}
+	if _, err := m.control(ctx, rec, "quit"); err != nil {
+		klog.FromContext(ctx).Info("Sending quit to the MPS control daemon failed", "uuid", rec.UUID, "pid", rec.PID, "err", err.Error())
+	}
+}
+
+// control sends the daemon one command through the control client, within
+// StopTimeout, and returns what the client printed.
+func (m *Manager) control(ctx context.Context, rec checkpoint.MPSDaemon, command string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.stop)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, m.binary)
 	cmd.Env = m.env(rec)
-	cmd.Stdin = strings.NewReader("quit\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		klog.FromContext(ctx).Info("Sending quit to the MPS control daemon failed", "uuid", rec.UUID, "pid", rec.PID, "err", err.Error(), "output", strings.TrimSpace(string(out)))
+	cmd.Stdin = strings.NewReader(command + "\n")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(stdout.String()+" "+stderr.String()))
 	}
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 func (m *Manager) waitGone(ctx context.Context, rec checkpoint.MPSDaemon) bool {
@@ -486,12 +530,12 @@ func (m *Manager) waitGone(ctx context.Context, rec checkpoint.MPSDaemon) bool {
 	return err == nil
 }
 
-func (m *Manager) record(ctx context.Context, rec checkpoint.MPSDaemon) error {
+func (m *Manager) record(ctx context.Context, key string, rec checkpoint.MPSDaemon) error {
 	return m.store.Update(ctx, func(d *checkpoint.Data) error {
 		if d.MPSDaemons == nil {
 			d.MPSDaemons = map[string]checkpoint.MPSDaemon{}
 		}
-		d.MPSDaemons[rec.UUID] = rec
+		d.MPSDaemons[key] = rec
 		return nil
 	})
 }

@@ -84,11 +84,24 @@ func (e *env) start(t *testing.T) (*Manager, *prometheus.Registry) {
 	return New(Options{DriverRoot: e.driverRoot, Root: filepath.Join(e.state, "mps"), Checkpoint: store, Registerer: reg}), reg
 }
 
+// daemonFor is the daemon of a test's share, named by its GPU's UUID: one
+// daemon per GPU, without limits.
+func daemonFor(uuid string) Daemon { return Daemon{Key: uuid, UUID: uuid} }
+
+// need is what a restarted plugin needs: the daemons of these GPUs.
+func need(uuids ...string) map[string]Daemon {
+	out := map[string]Daemon{}
+	for _, uuid := range uuids {
+		out[uuid] = daemonFor(uuid)
+	}
+	return out
+}
+
 // ensure has m ensure a daemon for each share, named by its GPU's UUID.
 func ensure(t *testing.T, m *Manager, uuids ...string) {
 	t.Helper()
 	for _, uuid := range uuids {
-		if err := m.Ensure(t.Context(), uuid); err != nil {
+		if err := m.Ensure(t.Context(), daemonFor(uuid)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +109,7 @@ func ensure(t *testing.T, m *Manager, uuids ...string) {
 
 // restart starts the manager again, as a restarted plugin does, and
 // recovers with the GPUs that still have shares.
-func (e *env) restart(t *testing.T, shared map[string]bool) *Manager {
+func (e *env) restart(t *testing.T, shared map[string]Daemon) *Manager {
 	t.Helper()
 	m, _ := e.start(t)
 	if err := m.Recover(t.Context(), shared); err != nil {
@@ -148,7 +161,8 @@ func TestDaemonStartsOnceAndStopsWithItsDirectories(t *testing.T) {
 	// Two shares of one GPU, one of another.
 	ensure(t, m, gpuA, gpuA, gpuB)
 	a := e.daemon(t, gpuA)
-	want := checkpoint.MPSDaemon{UUID: gpuA, PipeDir: filepath.Join(e.state, "mps", gpuA, "pipe"), LogDir: filepath.Join(e.state, "mps", gpuA, "log")}
+	dir := filepath.Join(e.state, "mps", gpuA)
+	want := checkpoint.MPSDaemon{UUID: gpuA, PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
 	if diff := cmp.Diff(want, a, cmpopts.IgnoreFields(checkpoint.MPSDaemon{}, "PID", "StartTicks", "Started")); diff != "" {
 		t.Errorf("daemon record (-want +got):\n%s", diff)
 	}
@@ -202,7 +216,7 @@ func TestRestartedPluginAdoptsARunningDaemon(t *testing.T) {
 	ensure(t, m, gpuA)
 	before := e.daemon(t, gpuA)
 
-	m = e.restart(t, map[string]bool{gpuA: true})
+	m = e.restart(t, need(gpuA))
 	if diff := cmp.Diff(before, e.daemon(t, gpuA)); diff != "" {
 		t.Errorf("adopted daemon's record changed (-before +after):\n%s", diff)
 	}
@@ -234,9 +248,9 @@ func TestDeadDaemonIsReplacedWhileSharesRemain(t *testing.T) {
 			}
 			waitExit(dead.PID)
 			if restart {
-				m = e.restart(t, map[string]bool{gpuA: true})
+				m = e.restart(t, need(gpuA))
 			} else {
-				err := m.Ensure(t.Context(), gpuA)
+				err := m.Ensure(t.Context(), daemonFor(gpuA))
 				var replaced *ReplacedError
 				if !errors.As(err, &replaced) || replaced.PID != dead.PID {
 					t.Errorf("Ensure = %v, want a ReplacedError for the dead daemon %d", err, dead.PID)
@@ -261,7 +275,7 @@ func TestRecoverStopsDaemonsWithoutShares(t *testing.T) {
 	m, _ := e.start(t)
 	ensure(t, m, gpuA, gpuB)
 	a := e.daemon(t, gpuA)
-	e.restart(t, map[string]bool{gpuB: true})
+	e.restart(t, need(gpuB))
 	waitExit(a.PID)
 	if diff := cmp.Diff([]string{gpuB}, mapKeys(e.store.MPSDaemons())); diff != "" {
 		t.Errorf("daemons recorded after recovery (-want +got):\n%s", diff)
@@ -280,7 +294,7 @@ func TestInterruptedStartIsCleanedUp(t *testing.T) {
 	if err := emptyDir(rec.PipeDir); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.record(t.Context(), rec); err != nil {
+	if err := m.record(t.Context(), gpuA, rec); err != nil {
 		t.Fatal(err)
 	}
 	e.restart(t, nil)
@@ -302,7 +316,7 @@ func TestWithoutControlBinaryMPSIsUnavailable(t *testing.T) {
 	if m.Unavailable() == nil {
 		t.Fatal("a driver root without nvidia-cuda-mps-control reported MPS available")
 	}
-	if err := m.Ensure(t.Context(), gpuA); err == nil {
+	if err := m.Ensure(t.Context(), daemonFor(gpuA)); err == nil {
 		t.Error("Ensure started a daemon without a control binary")
 	}
 	if got := testutil.ToFloat64(m.metrics.available); got != 0 {

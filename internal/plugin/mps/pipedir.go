@@ -58,6 +58,11 @@ const (
 	pipeDirInodes = 4096
 	pipeDirFlags  = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	probeDir      = ".bound-probe"
+	// ShmDirSize bounds what a share's MPS server and clients can put in
+	// their /dev/shm. MPS keeps small per-client segments there; how much
+	// a busy server uses has not been measured on a GPU yet, so the bound
+	// is generous.
+	ShmDirSize = 256 << 20
 )
 
 // Replaced in tests: mount plays a plugin that may not mount, propagates
@@ -170,12 +175,23 @@ func unescapeMountInfo(s string) string {
 	return b.String()
 }
 
-// preparePipeDir makes a GPU's pipe directory ready for a daemon: there,
-// mode 01777, empty. A new one (fresh: no daemon is recorded for the GPU,
+// preparePipeDir makes a daemon's pipe directory ready for it: there,
+// mode 01777, empty. A new one (fresh: no daemon is recorded under its key,
 // so no container has it mounted) gets a tmpfs of its own when bound is
 // nil. One that containers may have mounted is emptied, not replaced: they
 // would not see a new directory or a new mount.
 func preparePipeDir(dir string, fresh bool, bound error) error {
+	return prepareDir(dir, "prism-mps", PipeDirSize, fresh, bound)
+}
+
+// prepareShmDir makes a daemon's shared-memory directory ready, as
+// preparePipeDir its pipe directory: it is written by the share's MPS
+// server and clients, whatever their UIDs, and by nobody else.
+func prepareShmDir(dir string, fresh bool, bound error) error {
+	return prepareDir(dir, "prism-mps-shm", ShmDirSize, fresh, bound)
+}
+
+func prepareDir(dir, source string, size int, fresh bool, bound error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -185,9 +201,9 @@ func preparePipeDir(dir string, fresh bool, bound error) error {
 			return err
 		}
 		if !mounted {
-			data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=%o", PipeDirSize, pipeDirInodes, pipeDirMode)
-			if err := mount("prism-mps", dir, "tmpfs", pipeDirFlags, data); err != nil {
-				return fmt.Errorf("mounting a %d-byte tmpfs on the pipe directory %s: %w", PipeDirSize, dir, err)
+			data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=%o", size, pipeDirInodes, pipeDirMode)
+			if err := mount(source, dir, "tmpfs", pipeDirFlags, data); err != nil {
+				return fmt.Errorf("mounting a %d-byte tmpfs on %s: %w", size, dir, err)
 			}
 		}
 	}
@@ -216,14 +232,19 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// removeDaemonDirs removes a GPU's directory, pipe and log directories
-// and all, after unmounting the pipe directory's tmpfs: RemoveAll would
-// empty the tmpfs, then fail on the mount point.
-func removeDaemonDirs(pipeDir string) error {
-	if err := mountpoint.Unmount(pipeDir); err != nil {
-		return err
+// removeDaemonDirs removes a daemon's directory, and all in it, after
+// unmounting the tmpfs of its pipe and shared-memory directories:
+// RemoveAll would empty a tmpfs, then fail on the mount point.
+func removeDaemonDirs(dir string, mounts ...string) error {
+	for _, m := range mounts {
+		if m == "" {
+			continue
+		}
+		if err := mountpoint.Unmount(m); err != nil {
+			return err
+		}
 	}
-	return os.RemoveAll(filepath.Dir(pipeDir))
+	return os.RemoveAll(dir)
 }
 
 // checkControl says why the daemon cannot be reached through the control

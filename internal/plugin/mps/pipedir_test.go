@@ -80,15 +80,18 @@ func lstat(t *testing.T, path string) file {
 	return file{UID: st.Uid, Type: types[st.Mode&unix.S_IFMT]}
 }
 
-// daemonsControl is what a listening daemon's control pipe looks like.
-func daemonsControl() file { return file{UID: uint32(os.Geteuid()), Type: "pipe"} }
+// daemonsControl is what a listening daemon's control pipe looks like: the
+// stand-in's is a socket.
+func daemonsControl() file { return file{UID: uint32(os.Geteuid()), Type: "socket"} }
 
 // asTenant runs a shell script as uid, in dir, as a container of a share
-// runs in the pipe directory it mounts.
-func asTenant(t *testing.T, uid int, dir, script string) error {
+// runs in the pipe directory it mounts, with the control client as
+// $CONTROL and the pipe directory as CUDA_MPS_PIPE_DIRECTORY.
+func asTenant(t *testing.T, e *env, uid int, dir, script string) error {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CONTROL="+filepath.Join(e.driverRoot, "usr", "bin", ControlBinary), EnvPipeDirectory+"="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
 	out, err := cmd.CombinedOutput()
 	t.Logf("as UID %d: %s: %v %s", uid, script, err, strings.TrimSpace(string(out)))
@@ -116,7 +119,7 @@ func TestTenantsCannotTakeTheDaemonsPipes(t *testing.T) {
 		{name: "put a file of its own in its place", script: "echo x >mine && mv -f mine control", wantErr: true},
 		{name: "remove another tenant's file", script: "rm -f theirs", wantErr: true},
 		{name: "create a file of its own", script: "echo x >mine"},
-		{name: "reach the daemon", script: "echo get_server_list >control", wantCommand: "get_server_list"},
+		{name: "reach the daemon", script: "echo get_server_list | $CONTROL", wantCommand: "get_server_list"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -135,15 +138,15 @@ func TestTenantsCannotTakeTheDaemonsPipes(t *testing.T) {
 			}
 			// A container reaches the directory through its bind mount; the
 			// tenants here, through the test's directories above it.
-			for _, dir := range []string{filepath.Dir(e.state), e.state} {
+			for _, dir := range []string{filepath.Dir(e.state), e.state, filepath.Dir(e.driverRoot), e.driverRoot} {
 				if err := os.Chmod(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := asTenant(t, otherTenant, pipe, "echo x >theirs"); err != nil {
+			if err := asTenant(t, e, otherTenant, pipe, "echo x >theirs"); err != nil {
 				t.Fatalf("a tenant cannot create a file in the pipe directory: %v", err)
 			}
-			err = asTenant(t, tenant, pipe, tc.script)
+			err = asTenant(t, e, tenant, pipe, tc.script)
 			if gotErr := err != nil; gotErr != tc.wantErr {
 				t.Errorf("tenant's %q: error %v, want an error: %v", tc.script, err, tc.wantErr)
 			}
@@ -214,11 +217,11 @@ func TestUnreachableDaemonIsReplaced(t *testing.T) {
 
 				if restart {
 					m, reg = e.start(t)
-					if err := m.Recover(t.Context(), map[string]bool{gpuA: true}); err != nil {
+					if err := m.Recover(t.Context(), need(gpuA)); err != nil {
 						t.Fatal(err)
 					}
 				} else {
-					err := m.Ensure(t.Context(), gpuA)
+					err := m.Ensure(t.Context(), daemonFor(gpuA))
 					var replaced *ReplacedError
 					if !errors.As(err, &replaced) || replaced.PID != old.PID || !strings.Contains(replaced.Reason, "control pipe") {
 						t.Errorf("Ensure = %v, want a ReplacedError for daemon %d that names its control pipe", err, old.PID)
@@ -348,7 +351,7 @@ func TestPipeDirIsABoundedTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var replaced *ReplacedError
-	if err := m.Ensure(t.Context(), gpuA); !errors.As(err, &replaced) {
+	if err := m.Ensure(t.Context(), daemonFor(gpuA)); !errors.As(err, &replaced) {
 		t.Fatalf("Ensure = %v, want the daemon replaced", err)
 	}
 	var after unix.Stat_t

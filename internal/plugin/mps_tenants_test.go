@@ -1,0 +1,194 @@
+/*
+Copyright The Prism Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/prismgpu/prism/internal/plugin/mps"
+	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
+)
+
+// shareContainer plays a container of a prepared claim's share, as the
+// container runtime would start it from the claim's CDI spec: its
+// environment, with the mounts of the pipe directory and /dev/shm standing
+// for what the container sees there.
+type shareContainer struct {
+	env []string
+	// pipeDir and shmDir are the host directories mounted at the
+	// container's /tmp/nvidia-mps and /dev/shm.
+	pipeDir, shmDir string
+}
+
+func containerOf(t *testing.T, m *mpsDriver, uid string) shareContainer {
+	t.Helper()
+	edits := deviceEdits(t, m.state, uid)
+	c := shareContainer{env: slices.Clone(edits.Env)}
+	for _, mnt := range edits.Mounts {
+		switch mnt.ContainerPath {
+		case mps.ContainerPipeDir:
+			c.pipeDir = mnt.HostPath
+		case "/dev/shm":
+			c.shmDir = mnt.HostPath
+		}
+	}
+	if c.shmDir == "" {
+		// The container's own /dev/shm, which no daemon sees.
+		c.shmDir = t.TempDir()
+	}
+	return c
+}
+
+// client runs the stand-in CUDA program in the container: with its
+// environment (changed by edit), as the user cred.
+func (c shareContainer) client(t *testing.T, m *mpsDriver, edit func([]string) []string, cred *syscall.Credential, args ...string) *mpstest.Client {
+	t.Helper()
+	env := slices.Clone(c.env)
+	if edit != nil {
+		env = edit(env)
+	}
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, mps.EnvPipeDirectory+"=") })
+	env = append(env, mps.EnvPipeDirectory+"="+c.pipeDir, "FAKE_MPS_SHM_DIR="+c.shmDir, "FAKE_MPS_CONTROL_RECORD="+m.record)
+	return mpstest.StartClient(t, filepath.Join(m.driverRoot, "usr", "bin", mps.ControlBinary), env, cred, args...)
+}
+
+func unset(names ...string) func([]string) []string {
+	return func(env []string) []string {
+		return slices.DeleteFunc(env, func(kv string) bool {
+			name, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(names, name)
+		})
+	}
+}
+
+func set(kvs ...string) func([]string) []string {
+	return func(env []string) []string {
+		for _, kv := range kvs {
+			name, _, _ := strings.Cut(kv, "=")
+			env = append(unset(name)(env), kv)
+		}
+		return env
+	}
+}
+
+// openToAll lets every user reach path, as the state directory and driver
+// root of a node are, though the test's temporary directories are 0700.
+func openToAll(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		for dir := p; strings.HasPrefix(dir, os.TempDir()+"/"); dir = filepath.Dir(dir) {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestAShareHoldsWhateverItsWorkloadDoes: two tenants' shares of one GPU,
+// each run by the stand-in MPS, which holds a client to what the daemon
+// says and lets its environment only lower it, serves one UID at a time,
+// and needs the server's /dev/shm. A share's workload cannot drop or raise
+// its limits, reach the other tenant's daemon, or make it wait.
+func TestAShareHoldsWhateverItsWorkloadDoes(t *testing.T) {
+	const gi = int64(1) << 30
+	const (
+		thread = mps.EnvActiveThreadPercentage
+		pinned = mps.EnvPinnedDeviceMemLimit
+	)
+	limitsOfA := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 40, PinnedMemLimitBytes: 8 * gi}
+	for _, tc := range []struct {
+		name string
+		// env changes a's container's environment.
+		env  func([]string) []string
+		want mpstest.ClientResult
+	}{
+		{"as prepared", nil, limitsOfA},
+		{"limits unset", unset(thread, pinned), limitsOfA},
+		{"limits raised", set(thread+"=100", pinned+"=0=81920M"), limitsOfA},
+		{"limits lowered", set(thread+"=10", pinned+"=0=1024M"), mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 10, PinnedMemLimitBytes: gi}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMPSDriver(t)
+			d := m.start(t)
+			for _, c := range []*resourceapi.ResourceClaim{computeShare("a", 40, "8Gi"), computeShare("b", 20, "4Gi")} {
+				if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+					t.Fatal(r.Err)
+				}
+			}
+			got := containerOf(t, m, "a").client(t, m, tc.env, nil).Release(t)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(mpstest.ClientResult{}, "ServerUID", "Server")); diff != "" {
+				t.Errorf("what a's workload got (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTenantsOfOneGPUKeepApart: tenants of one GPU run as different users
+// and do not wait for each other, and what one tenant does to its daemon
+// does not reach the other's.
+func TestTenantsOfOneGPUKeepApart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("playing tenants of other users needs root")
+	}
+	m := newMPSDriver(t)
+	d := m.start(t)
+	for _, c := range []*resourceapi.ResourceClaim{computeShare("a", 40, "8Gi"), computeShare("b", 20, "4Gi")} {
+		if r := prepare(t, d, c)[c.UID]; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	openToAll(t, m.state, m.driverRoot)
+	a, b := containerOf(t, m, "a"), containerOf(t, m, "b")
+	if strings.HasPrefix(b.pipeDir, filepath.Dir(a.pipeDir)) || a.shmDir == b.shmDir {
+		t.Fatalf("the tenants share directories: a %+v, b %+v", a, b)
+	}
+
+	// a's workload runs as one user, and stays; b's, as another, starts
+	// at once beside it, in a server of its own with its own limits.
+	held := a.client(t, m, nil, &syscall.Credential{Uid: 1000, Gid: 1000}, "--hold=30s")
+	if r := held.Result(t); !r.MPS || r.Error != "" {
+		t.Fatalf("a's workload: %+v", r)
+	}
+	got := b.client(t, m, nil, &syscall.Credential{Uid: 2000, Gid: 2000}, "--wait=2s").Release(t)
+	want := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 20, PinnedMemLimitBytes: 4 << 30}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(mpstest.ClientResult{}, "ServerUID", "Server")); diff != "" {
+		t.Errorf("b's workload beside a's, as another user (-want +got):\n%s", diff)
+	}
+	held.Release(t)
+
+	// a's workload tells what it reaches to quit: its own daemon.
+	quit := exec.Command(filepath.Join(m.driverRoot, "usr", "bin", mps.ControlBinary))
+	quit.Env = []string{mps.EnvPipeDirectory + "=" + a.pipeDir, "FAKE_MPS_CONTROL_RECORD=" + m.record}
+	quit.Stdin = strings.NewReader("quit\n")
+	quit.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	if out, err := quit.CombinedOutput(); err != nil {
+		t.Fatalf("a's quit: %v %s", err, out)
+	}
+	if r := b.client(t, m, nil, nil).Release(t); !r.MPS || r.Error != "" || r.ActiveThreadPercentage != 20 {
+		t.Errorf("b's workload after a's quit: %+v, want its own daemon still serving it", r)
+	}
+}
