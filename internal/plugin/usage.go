@@ -73,7 +73,14 @@ func (s *deviceState) usageClaim(rec checkpoint.Claim) sampler.Claim {
 		// where GPUs are published shareable) has the GPU alone: its
 		// figures are the claim's, and it is no share to outgrow.
 		partial, _ := s.sharedDevice([]checkpoint.Device{dev})
-		c.GPUs = append(c.GPUs, sampler.GPU{UUID: g.UUID, Shared: partial != "", MPS: dev.Sharing != nil && dev.Sharing.MPS})
+		gpu := sampler.GPU{UUID: g.UUID, Shared: partial != "", MPS: dev.Sharing != nil && dev.Sharing.MPS}
+		if gpu.MPS && dev.Sharing.MPSDaemon != "" {
+			// The share's daemon's server serves the share alone. Without
+			// the daemon's record it stays empty, and the server is taken
+			// for any MPS share's, as a GPU-wide daemon's is.
+			gpu.MPSPipeDir = s.checkpoint.MPSDaemons()[dev.Sharing.MPSDaemon].PipeDir
+		}
+		c.GPUs = append(c.GPUs, gpu)
 		if partial != "" && dev.ShareID != "" && c.Share == nil && dev.Sharing != nil {
 			// A copy: rec may be the checkpoint's own.
 			share := dev.Sharing.Share

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/usage"
 )
 
@@ -36,9 +37,13 @@ import (
 type tenant struct {
 	uid  string
 	pods map[types.UID]bool
-	// mps: the GPU's MPS daemon enforces the claim's share, so that the
-	// claim's processes are clients of the GPU's MPS server.
+	// mps: an MPS daemon enforces the claim's share, so that the claim's
+	// processes are clients of an MPS server.
 	mps bool
+	// mpsPipeDir is the pipe directory of the share's own MPS daemon, whose
+	// server serves the claim alone; "" where a daemon of the whole GPU
+	// serves all its MPS shares, or the share's is not recorded.
+	mpsPipeDir string
 }
 
 // share is what attribution gives a claim of a shared GPU's reading.
@@ -108,15 +113,19 @@ func (s *share) sample(procUtil bool) usage.Sample {
 //     not see the host's PIDs). For every claim here it makes the
 //     utilisation unknown if it has any, and the memory if it holds any;
 //     an exited process's empty sample costs nothing.
-//   - The MPS server (nvidia-cuda-mps-server outside the claims' pods)
-//     stands for its clients, which are the claims whose shares the GPU's
-//     MPS daemon enforces, and never for the others. NVML may list a
-//     client's work under the client's PID or under the server's. The
-//     server runs no kernel of its own, so any utilisation under its PID is
-//     its clients'. Its memory is its own context where a client shows
-//     memory under its own PID, and its clients' where none does. With one
-//     client claim, both are that claim's; with several, how they split is
-//     unknown, and the figure is left unknown for each.
+//   - An MPS server (nvidia-cuda-mps-server outside the claims' pods)
+//     stands for its clients, and never for the others. The server of a
+//     share's own MPS daemon has the daemon's pipe directory in its
+//     environment, and its one client claim is that share's claim. A server
+//     whose environment names no share's pipe directory (it is the GPU's
+//     daemon's, or its environment cannot be read) may stand for any claim
+//     whose share an MPS daemon enforces. NVML may list a client's work
+//     under the client's PID or under the server's. The server runs no
+//     kernel of its own, so any utilisation under its PID is its clients'.
+//     Its memory is its own context where a client shows memory under its
+//     own PID, and its clients' where none does. With one client claim,
+//     both are that claim's; with several, how they split is unknown, and
+//     the figure is left unknown for each.
 func (r *deviceReading) attribute(tenants []tenant, owners *podOwners) map[string]*share {
 	out := make(map[string]*share, len(tenants))
 	for _, t := range tenants {
@@ -127,8 +136,16 @@ func (r *deviceReading) attribute(tenants []tenant, owners *podOwners) map[strin
 		remembered = r.reader.owners
 	}
 	seen := make(map[uint32]procOwner, len(r.procs))
-	var servers, unreadable []*procUsage
-	clientMemory := false
+	type server struct {
+		*procUsage
+		pipeDir string
+	}
+	var servers []server
+	var unreadable []*procUsage
+	// clientMemory: an MPS client shows memory under its own PID;
+	// pipeMemory, by pipe directory: a client of the share whose own
+	// daemon has it does.
+	clientMemory, pipeMemory := false, map[string]bool{}
 	for pid, p := range r.procs {
 		var o procOwner
 		if uid, err := owners.of(pid); err == nil {
@@ -145,13 +162,15 @@ func (r *deviceReading) attribute(tenants []tenant, owners *podOwners) map[strin
 				out[t.uid].add(p)
 				claimed = true
 				if t.mps && p.memory != 0 {
-					clientMemory = true
+					clientMemory, pipeMemory[t.mpsPipeDir] = true, true
 				}
 			}
 		}
 		if !claimed && (o.mpsServer || owners.mpsServer(pid)) {
-			o.mpsServer = true
-			servers = append(servers, p)
+			if !o.mpsServer {
+				o.mpsServer, o.mpsPipeDir = true, owners.mpsPipeDir(pid)
+			}
+			servers = append(servers, server{p, o.mpsPipeDir})
 		}
 		seen[pid] = o
 	}
@@ -160,22 +179,30 @@ func (r *deviceReading) attribute(tenants []tenant, owners *podOwners) map[strin
 	}
 
 	var clients []*share
+	byPipeDir := map[string]*share{}
 	for _, t := range tenants {
 		if t.mps {
 			clients = append(clients, out[t.uid])
+			if t.mpsPipeDir != "" {
+				byPipeDir[t.mpsPipeDir] = out[t.uid]
+			}
 		}
 	}
-	for _, p := range servers {
-		held := *p
-		if clientMemory {
+	for _, sv := range servers {
+		served, shown := clients, clientMemory
+		if own, ok := byPipeDir[sv.pipeDir]; ok {
+			served, shown = []*share{own}, pipeMemory[sv.pipeDir]
+		}
+		held := *sv.procUsage
+		if shown {
 			held.memory = 0
 		}
-		switch len(clients) {
+		switch len(served) {
 		case 0:
 		case 1:
-			clients[0].add(&held)
+			served[0].add(&held)
 		default:
-			for _, s := range clients {
+			for _, s := range served {
 				if s.hide(&held) {
 					s.mpsServer = true
 				}
@@ -218,14 +245,24 @@ type procOwner struct {
 	pod types.UID
 	// mpsServer: the process is an MPS server outside the claims' pods.
 	mpsServer bool
+	// mpsPipeDir is the pipe directory in the MPS server's environment,
+	// its control daemon's; "" where it names none or cannot be read.
+	mpsPipeDir string
 }
 
 // podOwners tells which pod a GPU process belongs to, from its cgroup,
-// and whether it is an MPS server, once per process per cycle.
+// whether it is an MPS server, and which daemon's, once per process per
+// cycle.
 type podOwners struct {
-	root    string
-	byPID   map[uint32]podOwner
-	servers map[uint32]bool
+	root     string
+	byPID    map[uint32]podOwner
+	servers  map[uint32]bool
+	pipeDirs map[uint32]string
+}
+
+// newPodOwners reads GPU processes from the /proc at root, "" for none.
+func newPodOwners(root string) *podOwners {
+	return &podOwners{root: root, byPID: map[uint32]podOwner{}, servers: map[uint32]bool{}, pipeDirs: map[uint32]string{}}
 }
 
 type podOwner struct {
@@ -281,4 +318,26 @@ func (o *podOwners) mpsServer(pid uint32) bool {
 	is := err == nil && filepath.Base(string(argv0)) == mpsServerCommand
 	o.servers[pid] = is
 	return is
+}
+
+// mpsPipeDir is the pipe directory in the environment of the MPS server
+// pid, which it has from the control daemon that started it; "" where its
+// environment cannot be read or names none. The PID is the host's, as
+// NVML gives it, so the server is read in the proc root and not by its
+// parent, which may be in another PID namespace.
+func (o *podOwners) mpsPipeDir(pid uint32) string {
+	if dir, ok := o.pipeDirs[pid]; ok {
+		return dir
+	}
+	// An unreadable environment is an empty one.
+	environ, _ := os.ReadFile(filepath.Join(o.root, fmt.Sprint(pid), "environ"))
+	dir := ""
+	for _, v := range strings.Split(string(environ), "\x00") {
+		if value, ok := strings.CutPrefix(v, mps.EnvPipeDirectory+"="); ok {
+			dir = value
+			break
+		}
+	}
+	o.pipeDirs[pid] = dir
+	return dir
 }

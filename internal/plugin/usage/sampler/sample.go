@@ -58,7 +58,7 @@ func (s *Sampler) Sample(ctx context.Context) {
 			n := needs[g.UUID]
 			if g.Shared {
 				n.procs = true
-				tenants[g.UUID] = append(tenants[g.UUID], tenant{uid: uid, pods: c.pods, mps: g.MPS})
+				tenants[g.UUID] = append(tenants[g.UUID], tenant{uid: uid, pods: c.pods, mps: g.MPS, mpsPipeDir: g.MPSPipeDir})
 			} else {
 				n.whole = true
 			}
@@ -80,7 +80,7 @@ func (s *Sampler) Sample(ctx context.Context) {
 	for uuid, n := range needs {
 		readings[uuid] = s.read(ctx, uuid, n)
 	}
-	owners := &podOwners{root: s.cfg.ProcRoot, byPID: map[uint32]podOwner{}, servers: map[uint32]bool{}}
+	owners := newPodOwners(s.cfg.ProcRoot)
 	shares := make(map[string]map[string]*share, len(tenants))
 	for uuid, ts := range tenants {
 		if r := readings[uuid]; r != nil {

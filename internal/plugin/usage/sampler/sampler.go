@@ -126,9 +126,14 @@ type GPU struct {
 	UUID string
 	// Shared: others may use the GPU, so only the claim's processes count.
 	Shared bool
-	// MPS: the GPU's MPS daemon enforces the claim's share, so that the
-	// claim's processes are clients of the GPU's MPS server.
+	// MPS: an MPS daemon enforces the claim's share, so that the claim's
+	// processes are clients of an MPS server.
 	MPS bool
+	// MPSPipeDir is the host path of the pipe directory of the share's own
+	// MPS daemon, which the daemon's server has in its environment; "" for
+	// a share of a daemon of the whole GPU, which serves all its MPS
+	// shares, or of a daemon not recorded.
+	MPSPipeDir string
 }
 
 // Pod is a pod that reserved a claim.
