@@ -104,12 +104,14 @@ SOAK_MINUTES ?= 30
 SOAK_SEED ?= 1
 
 .PHONY: soak
-soak: testbed build-simulation ## Chaos soak on the test bed (root): pods churn while the plugin, a controller replica, kube-apiserver, etcd and a kubelet are killed or restarted and hostile reports are written; prints faults, recovery times and invariant violations (SOAK_MINUTES, SOAK_SEED; JSON in _output/soak/).
+soak: testbed build-simulation ## Chaos soak on the test bed (root): pods, whose shares run under a stand-in MPS, churn while the plugin (process or container), a controller replica, kube-apiserver, etcd and a kubelet are killed or restarted and hostile reports are written; prints faults, recovery times and invariant violations (SOAK_MINUTES, SOAK_SEED; JSON in _output/soak/).
 	bin=$(TESTBED_BIN); \
 	$(GO) build -o $(CURDIR)/_output/soak/prism-soak ./test/soak/cmd/prism-soak && \
 	$(GO) build -o $(CURDIR)/_output/soak/ncu/ncu ./test/tools/fake-ncu && \
+	$(GO) build -o $(CURDIR)/_output/soak/mps/nvidia-cuda-mps-control ./test/tools/fake-mps-control && \
 	PRISM_TESTBED_BIN=$$bin $(CURDIR)/_output/soak/prism-soak --repo=$(CURDIR) --bin=$(SIM_BIN) \
-		--ncu-dir=$(CURDIR)/_output/soak/ncu --minutes=$(SOAK_MINUTES) --seed=$(SOAK_SEED) \
+		--ncu-dir=$(CURDIR)/_output/soak/ncu --mps-control=$(CURDIR)/_output/soak/mps/nvidia-cuda-mps-control \
+		--minutes=$(SOAK_MINUTES) --seed=$(SOAK_SEED) \
 		--out=$(CURDIR)/_output/soak/soak.json $(SOAK_FLAGS)
 
 .PHONY: bench-sim

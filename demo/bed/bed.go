@@ -36,6 +36,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -243,6 +244,26 @@ func (b *Bed) KillPlugin(ctx context.Context, node string) error {
 		return fmt.Errorf("no prism-kubelet-plugin on node %q", node)
 	}
 	p.proc.Kill()
+	return p.start(ctx)
+}
+
+// RestartPluginContainer SIGKILLs node's prism-kubelet-plugin with every
+// process a container of it would hold, as a container restart or a
+// helm upgrade does: the MPS control daemons it started and their servers.
+// Then it starts the plugin again, as KillPlugin does.
+func (b *Bed) RestartPluginContainer(ctx context.Context, node string) error {
+	p, ok := b.plugins[node]
+	if !ok {
+		return fmt.Errorf("no prism-kubelet-plugin on node %q", node)
+	}
+	p.proc.Kill()
+	daemons, err := MPSProcesses(b.StateDirs[node])
+	if err != nil {
+		return err
+	}
+	for _, pid := range daemons {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 	return p.start(ctx)
 }
 

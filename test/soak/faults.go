@@ -37,6 +37,7 @@ import (
 // per round, so that a short soak still sees every kind.
 var FaultKinds = []string{
 	"plugin-sigkill",    // the kubelet plugin crashes and its DaemonSet restarts it
+	"plugin-restart",    // the plugin's container restarts, taking the MPS daemons it runs with it
 	"controller-kill",   // the controller replica serving admission crashes
 	"apiserver-restart", // kube-apiserver restarts
 	"etcd-restart",      // etcd restarts under kube-apiserver
@@ -92,6 +93,8 @@ func (s *soak) injectOne(ctx context.Context, kind, node string) error {
 	switch kind {
 	case "plugin-sigkill":
 		return s.bed.KillPlugin(ctx, node)
+	case "plugin-restart":
+		return s.bed.RestartPluginContainer(ctx, node)
 	case "controller-kill":
 		return s.bed.KillServingController(ctx)
 	case "apiserver-restart":

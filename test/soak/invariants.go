@@ -23,7 +23,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,7 @@ import (
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/demo/bed"
 	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 	"github.com/prismgpu/prism/internal/plugin/profiling"
@@ -147,14 +150,17 @@ func (s *soak) checkLeftovers(ctx context.Context, after string, final bool) {
 		}
 		left = left[:0]
 		for _, n := range s.cluster.Nodes() {
-			held := preparedUIDs(filepath.Join(n.Dir, "cdi"), s.bed.StateDirs[n.Name])
+			held := slices.Concat(preparedUIDs(filepath.Join(n.Dir, "cdi"), s.bed.StateDirs[n.Name]), mpsHeld(s.bed.StateDirs[n.Name]))
 			if final {
-				claims, err := readCheckpoint(ctx, s.bed.StateDirs[n.Name])
+				claims, daemons, err := readCheckpoint(ctx, s.bed.StateDirs[n.Name])
 				if err != nil {
 					left = append(left, fmt.Sprintf("unreadable checkpoint on %s: %v", n.Name, err))
 				}
 				for _, c := range claims {
 					held = append(held, prepared{"checkpoint entry " + c.Namespace + "/" + c.Name, c.UID})
+				}
+				for key := range daemons {
+					held = append(held, prepared{"checkpoint record of MPS daemon " + key, shareDaemonClaim(key)})
 				}
 			}
 			for _, p := range held {
@@ -223,6 +229,43 @@ func preparedUIDs(cdiRoot, stateDir string) []prepared {
 	return out
 }
 
+// mpsHeld are the claims whose shares' MPS daemons a node still has: a
+// daemon directory under the plugin's state directory, or a daemon or
+// server process whose pipe directory is one.
+func mpsHeld(stateDir string) []prepared {
+	var out []prepared
+	dirs, _ := os.ReadDir(filepath.Join(stateDir, "mps"))
+	for _, e := range dirs {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, prepared{"MPS daemon directory " + e.Name(), shareDaemonClaim(e.Name())})
+		}
+	}
+	pids, _ := bed.MPSProcesses(stateDir)
+	for _, pid := range pids {
+		environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+		if err != nil {
+			continue // it has exited
+		}
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if dir, ok := strings.CutPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY="); ok {
+				key := filepath.Base(filepath.Dir(dir))
+				out = append(out, prepared{fmt.Sprintf("MPS process %d of daemon %s", pid, key), shareDaemonClaim(key)})
+			}
+		}
+	}
+	return out
+}
+
+// shareDaemonClaim is the UID of the claim whose share an MPS daemon key
+// (<claim UID>-<device>) names; "none" for a key that names no claim, so
+// that it is always left over.
+func shareDaemonClaim(key string) string {
+	if len(key) > 36 && claimUID.MatchString(key[:36]) && key[36] == '-' {
+		return key[:36]
+	}
+	return "none"
+}
+
 // checkProfiles: every profiled run that finished at least publishWithin
 // ago (every one, waiting up to publishWithin, when final) has its
 // WorkloadProfile, carrying its report's digest.
@@ -275,33 +318,35 @@ func (s *soak) checkProfiles(ctx context.Context, after string, final bool) {
 	}
 }
 
-func readCheckpoint(ctx context.Context, stateDir string) ([]checkpoint.Claim, error) {
+// readCheckpoint reads a copy of the plugin's checkpoint: its claims and
+// its MPS daemons.
+func readCheckpoint(ctx context.Context, stateDir string) ([]checkpoint.Claim, map[string]checkpoint.MPSDaemon, error) {
 	tmp, err := os.MkdirTemp("", "prism-soak-checkpoint-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	entries, err := os.ReadDir(stateDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
 		}
 		if err := copyFile(filepath.Join(stateDir, e.Name()), filepath.Join(tmp, e.Name())); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	store, rec, err := checkpoint.Open(ctx, tmp, checkpoint.Options{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer store.Close()
 	if rec.Corruption != nil || rec.BootIDChanged {
-		return nil, fmt.Errorf("the checkpoint needed recovery: %+v", rec)
+		return nil, nil, fmt.Errorf("the checkpoint needed recovery: %+v", rec)
 	}
-	return store.List(), nil
+	return store.List(), store.MPSDaemons(), nil
 }
 
 func copyFile(from, to string) error {

@@ -97,3 +97,21 @@ func TestPreparedUIDs(t *testing.T) {
 		t.Errorf("preparedUIDs (-want +got):\n%s", diff)
 	}
 }
+
+// TestShareDaemonClaim: an MPS daemon's key names its share's claim; any
+// other key names none, so that its daemon is always left over.
+func TestShareDaemonClaim(t *testing.T) {
+	const uid = "0b6d3f2e-1c4a-4e8b-9f00-1234567890ab"
+	for key, want := range map[string]string{
+		uid + "-gpu-0":  uid,
+		uid + "-gpu-10": uid,
+		"GPU-360dbf39-7803-d831-7b55-f6826f9857d7": "none",
+		uid:                 "none",
+		uid + "gpu-0":       "none",
+		"not-a-claim-gpu-0": "none",
+	} {
+		if got := shareDaemonClaim(key); got != want {
+			t.Errorf("shareDaemonClaim(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

@@ -57,8 +57,9 @@ type Options struct {
 	// RepoRoot holds deployments/ and demo/fleets.
 	RepoRoot string
 	// PluginBin and ControllerBin are the Prism binaries under test; NCUDir
-	// holds the stand-in ncu.
-	PluginBin, ControllerBin, NCUDir string
+	// holds the stand-in ncu, MPSControl is the stand-in
+	// nvidia-cuda-mps-control, so that shares run under MPS.
+	PluginBin, ControllerBin, NCUDir, MPSControl string
 	// WorkDir receives the test bed's state and logs.
 	WorkDir string
 	// Duration is how long pods churn and faults are injected.
@@ -170,7 +171,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	defer cluster.Stop(context.WithoutCancel(ctx))
 	b, err := bed.Setup(ctx, cluster, bed.Options{
 		RepoRoot: opts.RepoRoot, PluginBin: opts.PluginBin, ControllerBin: opts.ControllerBin, NCUDir: opts.NCUDir,
-		Nodes: nodes, ControllerReplicas: 2, Log: opts.Log,
+		MPSControl: opts.MPSControl, Nodes: nodes, ControllerReplicas: 2, Log: opts.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -39,6 +39,7 @@ func main() {
 		repo       = flag.String("repo", ".", "repository root")
 		binDir     = flag.String("bin", "_output/bin-simulation", "directory with prism-kubelet-plugin (a test build: make build-simulation) and prism-controller")
 		ncuDir     = flag.String("ncu-dir", "", "directory with the stand-in ncu (go build ./test/tools/fake-ncu)")
+		mpsControl = flag.String("mps-control", "", "the stand-in nvidia-cuda-mps-control (go build ./test/tools/fake-mps-control), so that shares run under MPS; empty: they run time-sliced")
 		out        = flag.String("out", "_output/soak/soak.json", "JSON output")
 		minutes    = flag.Float64("minutes", 10, "how long pods churn and faults are injected")
 		seed       = flag.Uint64("seed", 1, "seed of the churn and the fault schedule; the same seed gives the same schedule")
@@ -66,7 +67,7 @@ func main() {
 	}
 	res, err := soak.Run(ctx, soak.Options{
 		RepoRoot: abs(*repo), PluginBin: filepath.Join(abs(*binDir), "prism-kubelet-plugin"),
-		ControllerBin: filepath.Join(abs(*binDir), "prism-controller"), NCUDir: abs(*ncuDir),
+		ControllerBin: filepath.Join(abs(*binDir), "prism-controller"), NCUDir: abs(*ncuDir), MPSControl: absOrEmpty(*mpsControl),
 		WorkDir: work, Duration: time.Duration(*minutes * float64(time.Minute)), Seed: *seed,
 		Workers: *workers, FaultEvery: *faultEvery, Faults: kinds, Log: os.Stdout,
 	})
@@ -92,6 +93,17 @@ func main() {
 	if len(res.Violations) > 0 {
 		os.Exit(1)
 	}
+}
+
+func absOrEmpty(p string) string {
+	if p == "" {
+		return ""
+	}
+	a, err := filepath.Abs(p)
+	if err != nil {
+		fail(err)
+	}
+	return a
 }
 
 func fail(err error) {
