@@ -418,17 +418,18 @@ func (d *Driver) newUsageSampler(ctx context.Context, cfg sampler.Config) *sampl
 		},
 	})
 	var prepared []sampler.Claim
-	d.state.checkpoint.Range(func(c *checkpoint.Claim) bool {
+	// List, not Range: usageClaim reads the checkpoint's MPS daemons, and a
+	// read lock taken again under Range can deadlock behind a writer.
+	for _, c := range d.state.checkpoint.List() {
 		if c.State != checkpoint.PrepareCompleted {
-			return true
+			continue
 		}
-		uc := d.state.usageClaim(*c)
+		uc := d.state.usageClaim(c)
 		if c.Profiling != nil {
 			uc.Profile = c.Profiling.Profile
 		}
 		prepared = append(prepared, uc)
-		return true
-	})
+	}
 	s.Load(ctx, prepared)
 	return s
 }
