@@ -19,11 +19,14 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
 )
 
 // BenchmarkPrepareUnprepare is the plugin's own share of a kubelet call, on
@@ -36,6 +39,35 @@ func BenchmarkPrepareUnprepare(b *testing.B) {
 		res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{allocatedClaim(uid, []string{"gpu-0"})})
 		if err != nil || res[types.UID(uid)].Err != nil {
 			b.Fatal(err, res[types.UID(uid)].Err)
+		}
+		if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPrepareUnprepareMPSShare is BenchmarkPrepareUnprepare for a share
+// that MPS enforces, under the stand-in nvidia-cuda-mps-control: each
+// prepare starts the share's own daemon and sets and reads back its two
+// limits, each unprepare tells the daemon to quit and waits for it. Read
+// it against BenchmarkPrepareUnprepare from the same run; a real daemon's
+// start may take longer than the stand-in's.
+func BenchmarkPrepareUnprepareMPSShare(b *testing.B) {
+	root := b.TempDir()
+	if err := mpstest.Build(mpstest.Binary(root)); err != nil {
+		b.Fatal(err)
+	}
+	b.Setenv("FAKE_MPS_CONTROL_RECORD", filepath.Join(b.TempDir(), "record"))
+	d := newTestDriverWith(b, "h100-sxm-8.yaml", b.TempDir(), func(c *Config) { c.MPSDriverRoot = root })
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		uid := fmt.Sprintf("bench-%d", i)
+		res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{computeShare(uid, 40, "8Gi")})
+		if err != nil || res[types.UID(uid)].Err != nil {
+			b.Fatal(err, res[types.UID(uid)].Err)
+		}
+		if n := len(d.state.checkpoint.MPSDaemons()); n != 1 {
+			b.Fatalf("%d MPS daemons after the share's prepare, want its own", n)
 		}
 		if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
 			b.Fatal(err)
