@@ -185,6 +185,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Health != nil {
 		go d.health.watch(ctx)
 	}
+	if d.state.shares.daemons.Unavailable() == nil {
+		go d.repairMPSLoop(ctx)
+	}
 	go d.pool.republishWithdrawnSlices(ctx)
 	d.state.profiler.start(ctx)
 	if d.state.usage != nil {
@@ -232,7 +235,7 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 		partitions: d.state.partitions, recorder: d.recorder, node: d.node, metrics: cfg.Metrics, clock: d.clock}
 	d.state.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.state.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
-	d.state.shares = &mpsShares{gpus: &d.state.gpus, checkpoint: store, recorder: d.recorder, claimErrors: cfg.Metrics.claimErrors, node: d.node}
+	d.state.shares = &mpsShares{gpus: &d.state.gpus, checkpoint: store, recorder: d.recorder, kube: cfg.KubeClient, claimErrors: cfg.Metrics.claimErrors, node: d.node}
 	d.state.shares.open(ctx, cfg.MPSDriverRoot, cfg.StateDir, cfg.Metrics.Registry)
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
@@ -362,6 +365,24 @@ func (d *Driver) rediscoverLoop(ctx context.Context) {
 		}
 		if published {
 			logger.Info("GPUs changed, republished", "before", before, "after", len(d.pool.publishedDevices()))
+		}
+	})
+}
+
+// mpsRepairInterval is how often the shares' MPS daemons are checked: a
+// daemon that died leaves its share's new processes without MPS, and
+// without its limits, until the next check.
+const mpsRepairInterval = 10 * time.Second
+
+// repairMPSLoop replaces the shares' MPS daemons that died, under the
+// driver lock, as a kubelet call would.
+func (d *Driver) repairMPSLoop(ctx context.Context) {
+	d.every(ctx, mpsRepairInterval, func() {
+		if err := d.state.guard.exclusive(ctx, func() error {
+			d.state.shares.repair(ctx)
+			return nil
+		}); err != nil {
+			klog.FromContext(ctx).Error(err, "Checking the shares' MPS daemons")
 		}
 	})
 }

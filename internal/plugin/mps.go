@@ -19,13 +19,17 @@ package plugin
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -46,6 +50,8 @@ type mpsShares struct {
 	gpus       *nodeGPUs
 	checkpoint *checkpoint.Store
 	recorder   record.EventRecorder
+	// kube reads the claims whose pods hear of a replaced daemon.
+	kube kubernetes.Interface
 	// claimErrors is the plugin's claim_errors_total.
 	claimErrors *prometheus.CounterVec
 	node        *corev1.ObjectReference
@@ -170,7 +176,7 @@ func (m *mpsShares) start(ctx context.Context, claim *resourceapi.ResourceClaim,
 		err := m.daemons.Ensure(ctx, d)
 		var replaced *mps.ReplacedError
 		if errors.As(err, &replaced) {
-			m.replaced(replaced)
+			m.replaced(ctx, replaced)
 		} else if err != nil {
 			klog.FromContext(ctx).Error(err, "Starting the MPS control daemon; the share runs time-sliced", "claim", klog.KObj(claim), "uuid", d.UUID)
 			m.claimErrors.WithLabelValues("prepare", "mps-daemon").Inc()
@@ -181,23 +187,74 @@ func (m *mpsShares) start(ctx context.Context, claim *resourceapi.ResourceClaim,
 }
 
 // replaced tells those whose containers lost their MPS server when a
-// daemon was replaced: the node, and each prepared claim whose share used
-// it (the claim being prepared again, for a daemon of its own).
-func (m *mpsShares) replaced(replaced *mps.ReplacedError) {
+// daemon was replaced: the node, each prepared claim whose share used it,
+// and the pods that the API server says reserve such a claim.
+func (m *mpsShares) replaced(ctx context.Context, replaced *mps.ReplacedError) {
 	m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonReplaced",
 		"On node %s, %v; containers of its shares that used it have lost their MPS server and must be restarted", m.node.Name, replaced)
-	m.checkpoint.Range(func(c *checkpoint.Claim) bool {
+	for _, c := range m.checkpoint.List() {
 		if !slices.ContainsFunc(c.Devices, func(dev checkpoint.Device) bool {
 			d, ok := m.daemon(dev)
 			return ok && d.Key == replaced.Key
 		}) {
-			return true
+			continue
 		}
 		ref := &corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: resourceapi.SchemeGroupVersion.String(), Namespace: c.Namespace, Name: c.Name, UID: types.UID(c.UID)}
 		m.recorder.Eventf(ref, corev1.EventTypeWarning, "MPSDaemonReplaced",
 			"On node %s, %v; this claim's containers that used it have lost their MPS server and must be restarted", m.node.Name, replaced)
-		return true
-	})
+		for _, pod := range m.reservingPods(ctx, c) {
+			m.recorder.Eventf(pod, corev1.EventTypeWarning, "MPSDaemonReplaced",
+				"On node %s, the MPS control daemon of this pod's GPU share (claim %s) was replaced: %s; restart the pod's containers that use the GPU, or they run without their MPS server", m.node.Name, c.Name, replaced.Reason)
+		}
+	}
+}
+
+// reservingPods are the pods that the API server says reserve the claim;
+// none where it cannot be read, which the log says.
+func (m *mpsShares) reservingPods(ctx context.Context, c checkpoint.Claim) []*corev1.ObjectReference {
+	if m.kube == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	claim, err := m.kube.ResourceV1().ResourceClaims(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil || string(claim.UID) != c.UID {
+		klog.FromContext(ctx).Info("Cannot tell the pods of a claim whose MPS daemon was replaced; the claim's Event names it", "claim", klog.KRef(c.Namespace, c.Name), "err", err)
+		return nil
+	}
+	var out []*corev1.ObjectReference
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			out = append(out, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: c.Namespace, Name: r.Name, UID: r.UID})
+		}
+	}
+	return out
+}
+
+// repair replaces each share's daemon that has died, or that its
+// containers can no longer reach, since it served: the share's running
+// clients have lost their server, and a new process in its containers
+// would run without MPS, so without the share's limits, until a daemon is
+// back. It runs under the driver lock, every mpsRepairInterval.
+func (m *mpsShares) repair(ctx context.Context) {
+	recorded := m.checkpoint.MPSDaemons()
+	need := m.needed()
+	for _, key := range slices.Sorted(maps.Keys(need)) {
+		if rec, ok := recorded[key]; !ok || rec.PID <= 0 {
+			// Never started, or its start was cut short: nothing served.
+			continue
+		}
+		err := m.daemons.Ensure(ctx, need[key])
+		var replaced *mps.ReplacedError
+		switch {
+		case errors.As(err, &replaced):
+			m.replaced(ctx, replaced)
+		case err != nil:
+			klog.FromContext(ctx).Error(err, "Replacing an MPS control daemon that died; its share runs without MPS until the next try", "daemon", key)
+			m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonFailed",
+				"On node %s, the MPS control daemon %s died and a fresh one did not start; its share runs without MPS until the next try: %v", m.node.Name, key, err)
+		}
+	}
 }
 
 // needed lists the daemons, by key, that the prepared claims' MPS shares

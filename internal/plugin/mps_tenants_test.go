@@ -17,6 +17,7 @@ limitations under the License.
 package plugin
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +25,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
@@ -190,5 +194,50 @@ func TestTenantsOfOneGPUKeepApart(t *testing.T) {
 	}
 	if r := b.client(t, m, nil, nil).Release(t); !r.MPS || r.Error != "" || r.ActiveThreadPercentage != 20 {
 		t.Errorf("b's workload after a's quit: %+v, want its own daemon still serving it", r)
+	}
+}
+
+// TestADeadShareDaemonIsReplacedAndItsPodsTold: a share's daemon that dies
+// while its share is prepared is replaced by the next check, with the
+// share's limits, and the node, the claim and the pod that reserves it
+// hear that the pod's containers lost their MPS server. A daemon that
+// serves is left alone.
+func TestADeadShareDaemonIsReplacedAndItsPodsTold(t *testing.T) {
+	m := newMPSDriver(t)
+	d := m.start(t)
+	claim := computeShare("a", 40, "8Gi")
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-a", UID: "pod-a-uid"}}
+	if _, err := d.cfg.KubeClient.ResourceV1().ResourceClaims(claim.Namespace).Create(t.Context(), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := prepare(t, d, claim)["a"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	key := shareDaemon("a")
+	d.state.shares.repair(t.Context())
+	old := d.state.checkpoint.MPSDaemons()[key]
+	if diff := cmp.Diff(map[string][]string{key: limited(40, 8192)}, m.daemonEvents(t)); diff != "" {
+		t.Fatalf("a check of a serving daemon started or stopped one (-want +got):\n%s", diff)
+	}
+
+	if err := syscall.Kill(-old.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return syscall.Kill(old.PID, 0) != nil, nil
+	}); err != nil {
+		t.Fatalf("the killed daemon %d still runs", old.PID)
+	}
+	d.state.shares.repair(t.Context())
+	fresh := d.state.checkpoint.MPSDaemons()[key]
+	if fresh.PID == 0 || fresh.PID == old.PID || syscall.Kill(fresh.PID, 0) != nil {
+		t.Errorf("daemon after the check: %+v, want a fresh one running in place of %d", fresh, old.PID)
+	}
+	if diff := cmp.Diff(map[string][]string{key: slices.Concat(limited(40, 8192), limited(40, 8192))}, m.daemonEvents(t)); diff != "" {
+		t.Errorf("daemons after the check (-want +got):\n%s", diff)
+	}
+	want := []string{"Node/" + testNode, "Pod/pod-a", "ResourceClaim/claim-a"}
+	if diff := cmp.Diff(want, eventTargets(t, d, "MPSDaemonReplaced", len(want))); diff != "" {
+		t.Errorf("MPSDaemonReplaced Events (-want +got):\n%s", diff)
 	}
 }
