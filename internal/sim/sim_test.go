@@ -18,11 +18,14 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 )
@@ -452,5 +455,37 @@ func TestVerdictComparesBestPrismWithBestProfileFree(t *testing.T) {
 	}
 	if v := Verdict(rows, 0.8); len(v) != 0 {
 		t.Errorf("no load >= 80%%, yet %v", v)
+	}
+}
+
+// The verdict's ratios are printed so that they never contradict it: one
+// that two decimals would round across its goal gets the decimals it takes,
+// and the goal is 1.3x, not 1.3x less a tolerance the line does not show.
+func TestVerdictPrintsTheRatioItJudges(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		free, prism20   float64
+		ratio, gain     string
+		holds, gainHold string
+	}{
+		{name: "just below the goal", free: 1.299, prism20: 1.299, ratio: "1.299", gain: "1.00", holds: "fails", gainHold: "holds"},
+		{name: "below the goal within half a per cent", free: 1.294, prism20: 1.294, ratio: "1.29", gain: "1.00", holds: "fails", gainHold: "holds"},
+		{name: "at the goal", free: 1.3, prism20: 1.3, ratio: "1.30", gain: "1.00", holds: "holds", gainHold: "holds"},
+		{name: "20% wrong labels just worse", free: 1.5, prism20: 1.5 / 0.99501, ratio: "1.50", gain: "0.995", holds: "holds", gainHold: "fails"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			row := func(p Policy, noise, median float64) *Result {
+				return &Result{Run: Run{Policy: p, Load: 0.7, Noise: noise}, MedianSlowdown: median, P99Slowdown: 1, MultiGPUWait: 1}
+			}
+			rows := Summarise([]*Result{row(Blind, 0, 3), row(FastestFree, 0, tc.free), row(PrismPerformance, 0, 1), row(PrismPerformance, 0.2, tc.prism20)})
+			got := Verdict(rows, 0.7)
+			want := []string{fmt.Sprintf("load 70%%: best Prism prism-performance median 1.00 vs best profile-free fastest-free %s: %sx (goal >= 1.3x: %s)"+
+				"; p99 1.00 vs blind 1.00 (holds); multi-GPU wait 1.00 vs blind 1.00 (holds)"+
+				"; at 20%% wrong labels prism-performance median %s, gain over best profile-free %sx (%s)",
+				num(tc.free), tc.ratio, tc.holds, num(tc.prism20), tc.gain, tc.gainHold)}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
