@@ -55,7 +55,8 @@ type MeasuredJob struct {
 
 // PairSpeed is what two job types did when they shared one GPU, each as a
 // fraction of its throughput alone, at most 1. Both 0 means the pair did
-// not fit in memory. Only the judge reads it.
+// not fit in memory; both NaN (empty cells) that nobody measured it, as
+// if it had no row. Only the judge reads it.
 type PairSpeed struct {
 	JobA, JobB, GPU string
 	SpeedA, SpeedB  float64
@@ -66,8 +67,9 @@ type PairSpeed struct {
 }
 
 // SliceSpeed is a job type's speed on a MIG slice as a fraction of the
-// whole GPU, at most 1; 0 means the job did not fit in the slice's memory.
-// A slice with no row was not measured. Only the judge reads it.
+// whole GPU, at most 1; 0 means the job did not fit in the slice's memory,
+// and NaN (an empty cell) that nobody measured it, as if it had no row.
+// Only the judge reads it.
 type SliceSpeed struct {
 	Job, GPU, Slice string
 	Speed           float64
@@ -171,28 +173,37 @@ func ParseJobs(r io.Reader, name string) ([]MeasuredJob, error) {
 }
 
 // ParsePairs reads pairs.csv. A pair is unordered: (a, b) and (b, a) on one
-// GPU model may not both appear.
+// GPU model may not both appear. A pair not measured has both speeds empty
+// or no row; one speed empty is refused, since the judge needs both.
 func ParsePairs(r io.Reader, name string) ([]PairSpeed, error) {
 	return parseKeyedCSV(r, name, pairsHeader, func(c *cells) (PairSpeed, [3]string, string) {
 		p := PairSpeed{JobA: c.text(0), JobB: c.text(1), GPU: c.text(2), Line: c.line}
+		c.row = fmt.Sprintf("pair %q, %q on gpu %q", p.JobA, p.JobB, p.GPU)
 		const why = "a job beside another cannot run faster than alone"
 		p.SpeedA = c.speed(3, why, &p.Clamped)
 		p.SpeedB = c.speed(4, why, &p.Clamped)
+		switch {
+		case Known(p.SpeedA) && !Known(p.SpeedB):
+			c.fail(4, "is empty and speed_a is not: a pair is measured for both jobs or not at all (both empty)")
+		case !Known(p.SpeedA) && Known(p.SpeedB):
+			c.fail(3, "is empty and speed_b is not: a pair is measured for both jobs or not at all (both empty)")
+		}
 		a, b := p.JobA, p.JobB
 		if b < a {
 			a, b = b, a
 		}
-		return p, [3]string{a, b, p.GPU}, fmt.Sprintf("pair %q, %q on gpu %q", p.JobA, p.JobB, p.GPU)
+		return p, [3]string{a, b, p.GPU}, c.row
 	})
 }
 
 // ParseSlices reads slices.csv: a speed of 0 says the job did not fit in
-// the slice; a slice without a row was not measured.
+// the slice; an empty speed, or no row, that nobody measured it.
 func ParseSlices(r io.Reader, name string) ([]SliceSpeed, error) {
 	return parseKeyedCSV(r, name, slicesHeader, func(c *cells) (SliceSpeed, [3]string, string) {
 		s := SliceSpeed{Job: c.text(0), GPU: c.text(1), Slice: c.text(2), Line: c.line}
+		c.row = fmt.Sprintf("job %q on gpu %q slice %q", s.Job, s.GPU, s.Slice)
 		s.Speed = c.speed(3, "a job on a slice cannot run faster than on the whole GPU", &s.Clamped)
-		return s, [3]string{s.Job, s.GPU, s.Slice}, fmt.Sprintf("job %q on gpu %q slice %q", s.Job, s.GPU, s.Slice)
+		return s, [3]string{s.Job, s.GPU, s.Slice}, c.row
 	})
 }
 
@@ -202,7 +213,10 @@ type cells struct {
 	header []string
 	rec    []string
 	line   int
-	err    error
+	// row names what the record is about, once its key cells are read, so
+	// that an error in a figure says whose figure it is.
+	row string
+	err error
 }
 
 // parseKeyedCSV reads a CSV file whose rows each have a key that may
@@ -224,9 +238,14 @@ func parseKeyedCSV[T any, K comparable](r io.Reader, name string, header []strin
 }
 
 func (c *cells) fail(col int, format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%s:%d: column %s: %q %s", c.name, c.line, c.header[col], c.rec[col], fmt.Sprintf(format, args...))
+	if c.err != nil {
+		return
 	}
+	where := fmt.Sprintf("%s:%d", c.name, c.line)
+	if c.row != "" {
+		where += ": " + c.row
+	}
+	c.err = fmt.Errorf("%s: column %s: %q %s", where, c.header[col], c.rec[col], fmt.Sprintf(format, args...))
 }
 
 func (c *cells) text(col int) string {
@@ -253,14 +272,15 @@ func (c *cells) number(col int, optional bool, lo, hi float64) float64 {
 	return v
 }
 
-// speed parses a speed cell, a fraction of a reference speed within [0, 1].
-// A figure above 1 by at most SpeedTolerance is noise: it reads as 1 and
-// is named in clamped. A figure further above is refused, with why.
+// speed parses a speed cell, a fraction of a reference speed within [0, 1],
+// or NaN where it is empty: not measured. A figure above 1 by at most
+// SpeedTolerance is noise: it reads as 1 and is named in clamped. A figure
+// further above is refused, with why.
 func (c *cells) speed(col int, why string, clamped *[]string) float64 {
 	const most = 1 + SpeedTolerance
-	v := c.number(col, false, math.Inf(-1), math.Inf(1))
+	v := c.number(col, true, math.Inf(-1), math.Inf(1))
 	switch {
-	case c.err != nil:
+	case c.err != nil || !Known(v):
 	case v < 0:
 		c.fail(col, "is outside [0, 1]")
 	case v > most:

@@ -58,6 +58,7 @@ func TestReadMeasuredKeepsEveryFigureAndMarksTheUnknown(t *testing.T) {
 		Slices: []SliceSpeed{
 			{Job: "light", GPU: "t1", Slice: "1g.5gb", Speed: 0.8, Line: 2},
 			{Job: "heavy", GPU: "t1", Slice: "1g.5gb", Speed: 0.15, Line: 3},
+			{Job: "medium", GPU: "t1", Slice: "1g.5gb", Speed: nan, Line: 5},
 		},
 	}
 	if diff := cmp.Diff(want, m, cmpopts.EquateNaNs()); diff != "" {
@@ -67,21 +68,21 @@ func TestReadMeasuredKeepsEveryFigureAndMarksTheUnknown(t *testing.T) {
 
 func TestMalformedFilesAreNamedByFileLineAndColumn(t *testing.T) {
 	for file, want := range map[string]string{
-		"jobs-throughput-nan.csv":  `jobs-throughput-nan.csv:2: column throughput: "x" is not a number`,
-		"jobs-util-range.csv":      `jobs-util-range.csv:3: column util_pct: "120" is outside [0, 100]`,
-		"jobs-throughput-zero.csv": `jobs-throughput-zero.csv:2: column throughput: "0" is not a throughput above 0`,
-		"jobs-empty-name.csv":      `jobs-empty-name.csv:2: column job: "" is empty`,
-		"jobs-header.csv":          `jobs-header.csv:1: header is job,gpu,throughput,util_pct,sm_pct,dram_pct, want job,gpu,throughput,util_pct,sm_pct,dram_pct,mem_mib`,
-		"jobs-short-row.csv":       `jobs-short-row.csv:2: 6 columns, want 7`,
-		"jobs-duplicate.csv":       `jobs-duplicate.csv:4: job "a" on gpu "t1" repeats line 2`,
-		"jobs-empty.csv":           `jobs-empty.csv: empty, want the header`,
-		"pairs-speed-nan.csv":      `pairs-speed-nan.csv:5: column speed_b: "x" is not a number`,
-		"pairs-duplicate.csv":      `pairs-duplicate.csv:3: pair "b", "a" on gpu "t1" repeats line 2`,
-		"pairs-negative.csv":       `pairs-negative.csv:2: column speed_a: "-0.1" is outside [0, 1]`,
-		"pairs-above-one.csv":      `pairs-above-one.csv:2: column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone (up to 1.01 is taken as measurement noise and read as 1)`,
-		"slices-above-one.csv":     `slices-above-one.csv:2: column speed: "1.02" is above 1: a job on a slice cannot run faster than on the whole GPU (up to 1.01 is taken as measurement noise and read as 1)`,
-		"pairs-quote.csv":          `pairs-quote.csv:2: extraneous or missing " in quoted-field`,
-		"slices-speed-empty.csv":   `slices-speed-empty.csv:2: column speed: "" is not a number`,
+		"jobs-throughput-nan.csv":    `jobs-throughput-nan.csv:2: column throughput: "x" is not a number`,
+		"jobs-util-range.csv":        `jobs-util-range.csv:3: column util_pct: "120" is outside [0, 100]`,
+		"jobs-throughput-zero.csv":   `jobs-throughput-zero.csv:2: column throughput: "0" is not a throughput above 0`,
+		"jobs-empty-name.csv":        `jobs-empty-name.csv:2: column job: "" is empty`,
+		"jobs-header.csv":            `jobs-header.csv:1: header is job,gpu,throughput,util_pct,sm_pct,dram_pct, want job,gpu,throughput,util_pct,sm_pct,dram_pct,mem_mib`,
+		"jobs-short-row.csv":         `jobs-short-row.csv:2: 6 columns, want 7`,
+		"jobs-duplicate.csv":         `jobs-duplicate.csv:4: job "a" on gpu "t1" repeats line 2`,
+		"jobs-empty.csv":             `jobs-empty.csv: empty, want the header`,
+		"pairs-speed-nan.csv":        `pairs-speed-nan.csv:5: pair "b", "a" on gpu "t1": column speed_b: "x" is not a number`,
+		"pairs-duplicate.csv":        `pairs-duplicate.csv:3: pair "b", "a" on gpu "t1" repeats line 2`,
+		"pairs-negative.csv":         `pairs-negative.csv:2: pair "a", "b" on gpu "t1": column speed_a: "-0.1" is outside [0, 1]`,
+		"pairs-above-one.csv":        `pairs-above-one.csv:2: pair "light", "medium" on gpu "t1": column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone (up to 1.01 is taken as measurement noise and read as 1)`,
+		"slices-above-one.csv":       `slices-above-one.csv:2: job "a" on gpu "t1" slice "1g.5gb": column speed: "1.02" is above 1: a job on a slice cannot run faster than on the whole GPU (up to 1.01 is taken as measurement noise and read as 1)`,
+		"pairs-quote.csv":            `pairs-quote.csv:2: extraneous or missing " in quoted-field`,
+		"pairs-speed-half-empty.csv": `pairs-speed-half-empty.csv:2: pair "light", "medium" on gpu "t1": column speed_b: "" is empty and speed_a is not: a pair is measured for both jobs or not at all (both empty)`,
 	} {
 		t.Run(file, func(t *testing.T) {
 			f, err := os.Open(filepath.Join("testdata", "measured", "bad", file))
@@ -113,6 +114,78 @@ func TestAPairOfAJobNeverMeasuredAloneIsRejected(t *testing.T) {
 	_, err := ReadMeasured(jobs, pairs, "")
 	if want := `pairs.csv:2: job "b" on gpu "t1" has no row in the jobs file`; err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// A speed cell is a figure, 0 (the job did not fit), or empty: nobody
+// measured it, which the judge tells apart from did not fit. A figure above
+// 1 + SpeedTolerance is refused, naming the file, the line, the pair or
+// slice and the figure.
+func TestSpeedCellsTellNotMeasuredFromDidNotFit(t *testing.T) {
+	nan := math.NaN()
+	type speeds struct {
+		Speeds []float64
+		Err    string
+	}
+	for _, tc := range []struct {
+		name, pairs, slices string
+		want                speeds
+	}{{
+		name:  "a pair not measured",
+		pairs: "a,b,t1,,",
+		want:  speeds{Speeds: []float64{nan, nan}},
+	}, {
+		name:  "a pair that did not fit",
+		pairs: "a,b,t1,0,0",
+		want:  speeds{Speeds: []float64{0, 0}},
+	}, {
+		name:  "a pair half measured",
+		pairs: "a,b,t1,,0.5",
+		want:  speeds{Err: `pairs.csv:2: pair "a", "b" on gpu "t1": column speed_a: "" is empty and speed_b is not: a pair is measured for both jobs or not at all (both empty)`},
+	}, {
+		name:  "a pair at the tolerance",
+		pairs: "a,b,t1,1.01,0.5",
+		want:  speeds{Speeds: []float64{1, 0.5}},
+	}, {
+		name:  "a pair just above the tolerance",
+		pairs: "a,b,t1,0.5,1.0101",
+		want:  speeds{Err: `pairs.csv:2: pair "a", "b" on gpu "t1": column speed_b: "1.0101" is above 1: a job beside another cannot run faster than alone (up to 1.01 is taken as measurement noise and read as 1)`},
+	}, {
+		name:   "a slice not measured",
+		slices: "a,t1,1g.5gb,",
+		want:   speeds{Speeds: []float64{nan}},
+	}, {
+		name:   "a slice the job did not fit",
+		slices: "a,t1,1g.5gb,0",
+		want:   speeds{Speeds: []float64{0}},
+	}, {
+		name:   "a slice just above the tolerance",
+		slices: "a,t1,1g.5gb,1.0101",
+		want:   speeds{Err: `slices.csv:2: job "a" on gpu "t1" slice "1g.5gb": column speed: "1.0101" is above 1: a job on a slice cannot run faster than on the whole GPU (up to 1.01 is taken as measurement noise and read as 1)`},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got speeds
+			var err error
+			if tc.pairs != "" {
+				var ps []PairSpeed
+				ps, err = ParsePairs(strings.NewReader("job_a,job_b,gpu,speed_a,speed_b\n"+tc.pairs+"\n"), "pairs.csv")
+				for _, p := range ps {
+					got.Speeds = append(got.Speeds, p.SpeedA, p.SpeedB)
+				}
+			} else {
+				var ss []SliceSpeed
+				ss, err = ParseSlices(strings.NewReader("job,gpu,slice,speed\n"+tc.slices+"\n"), "slices.csv")
+				for _, s := range ss {
+					got.Speeds = append(got.Speeds, s.Speed)
+				}
+			}
+			if err != nil {
+				got = speeds{Err: err.Error()}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateNaNs()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

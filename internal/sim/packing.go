@@ -156,8 +156,8 @@ func GPUMemoryModels() []string {
 // ForGPU picks one GPU model's job types and pairs. Every pair of its job
 // types, self-pairs included, must be in the pair table: the judge has no
 // way to rate one that is not, and leaving such pairs out of the policies'
-// reach would tell them what the judge knows. The error lists the missing
-// pairs.
+// reach would tell them what the judge knows. The error counts the missing
+// pairs and names the first MissingPairsNamed.
 func (m *Measured) ForGPU(gpu string, memMiB float64) (*PackingData, error) {
 	return m.forGPU(gpu, memMiB, false)
 }
@@ -194,7 +194,8 @@ func (m *Measured) forGPU(gpu string, memMiB float64, skipIncomplete bool) (*Pac
 	}
 	pairs := 0
 	for _, p := range m.Pairs {
-		if p.GPU != gpu {
+		// A pair with empty speeds was not measured: it stays missing.
+		if p.GPU != gpu || !Known(p.SpeedA) {
 			continue
 		}
 		pairs++
@@ -239,7 +240,7 @@ func (m *Measured) forGPU(gpu string, memMiB float64, skipIncomplete bool) (*Pac
 		}
 		if len(missing) > 0 {
 			return nil, fmt.Errorf("gpu %q: the pair table lacks %d of the %d pairs of its job types (--skip-incomplete leaves out job types until none is missing): %s",
-				gpu, len(missing), n*(n+1)/2, strings.Join(missing, "; "))
+				gpu, len(missing), n*(n+1)/2, firstFew(missing, MissingPairsNamed, "; "))
 		}
 	}
 	for {
@@ -272,6 +273,21 @@ func (m *Measured) forGPU(gpu string, memMiB float64, skipIncomplete bool) (*Pac
 		return nil, fmt.Errorf("gpu %q: its memory is needed to check memory fits (--gpu-memory; built in for %s)", gpu, strings.Join(GPUMemoryModels(), ", "))
 	}
 	return d, nil
+}
+
+// MissingPairsNamed is how many missing pairs ForGPU's error, and the
+// report for each job type left out, name: a table measured for part of
+// the job types lacks hundreds, and the first few with the count say what
+// is wrong.
+const MissingPairsNamed = 5
+
+// firstFew joins the first n of list with sep and says how many more
+// there are.
+func firstFew(list []string, n int, sep string) string {
+	if len(list) <= n {
+		return strings.Join(list, sep)
+	}
+	return fmt.Sprintf("%s%sand %d more", strings.Join(list[:n], sep), sep, len(list)-n)
 }
 
 // GPUs lists the GPU models the jobs file covers.

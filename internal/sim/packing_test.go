@@ -18,6 +18,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -119,7 +120,7 @@ func TestPrismDoesNotSeeTheJudgesTable(t *testing.T) {
 }
 
 // Every pair of a GPU model's job types must be judged: by default a
-// missing one is refused, and the error lists them all; with
+// missing one is refused, and the error names it; with
 // --skip-incomplete, job types are left out until none is missing, the one
 // lacking the most pairs first, the later in the jobs file on a tie.
 func TestForGPUWantsEveryPairJudged(t *testing.T) {
@@ -214,6 +215,68 @@ func TestForGPUWantsEveryPairJudged(t *testing.T) {
 	}
 }
 
+// The refusal counts the missing pairs and names the first
+// MissingPairsNamed of them; a pair whose speeds are empty was not
+// measured, so it is missing too.
+func TestTheRefusalNamesTheFirstMissingPairsAndCounts(t *testing.T) {
+	const hint = "(--skip-incomplete leaves out job types until none is missing)"
+	// Four job types, j0 to j3: ten pairs, in the order the error names
+	// them.
+	var jobs []MeasuredJob
+	for i := range 4 {
+		jobs = append(jobs, MeasuredJob{Job: fmt.Sprintf("j%d", i), GPU: "t1", Throughput: 1, UtilPct: 50, MemMiB: 1000})
+	}
+	var all []PairSpeed
+	for i := range jobs {
+		for _, k := range jobs[i:] {
+			all = append(all, PairSpeed{JobA: jobs[i].Job, JobB: k.Job, GPU: "t1", SpeedA: 0.9, SpeedB: 0.9})
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		// without are the pairs left out, by index into all; empty are
+		// those kept with empty speeds.
+		without, empty []int
+		want           string
+	}{{
+		name:    "as many as it names",
+		without: []int{0, 1, 2, 3, 4},
+		want:    `gpu "t1": the pair table lacks 5 of the 10 pairs of its job types ` + hint + `: j0 + j0; j0 + j1; j0 + j2; j0 + j3; j1 + j1`,
+	}, {
+		name:    "one more than it names",
+		without: []int{0, 1, 2, 3, 4, 9},
+		want:    `gpu "t1": the pair table lacks 6 of the 10 pairs of its job types ` + hint + `: j0 + j0; j0 + j1; j0 + j2; j0 + j3; j1 + j1; and 1 more`,
+	}, {
+		name:    "all but one",
+		without: []int{1, 2, 3, 4, 5, 6, 7, 8, 9},
+		want:    `gpu "t1": the pair table lacks 9 of the 10 pairs of its job types ` + hint + `: j0 + j1; j0 + j2; j0 + j3; j1 + j1; j1 + j2; and 4 more`,
+	}, {
+		name:  "empty speeds",
+		empty: []int{7},
+		want:  `gpu "t1": the pair table lacks 1 of the 10 pairs of its job types ` + hint + `: j2 + j2`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Measured{Jobs: jobs}
+			for i, p := range all {
+				switch {
+				case slices.Contains(tc.without, i):
+					continue
+				case slices.Contains(tc.empty, i):
+					p.SpeedA, p.SpeedB = math.NaN(), math.NaN()
+				}
+				m.Pairs = append(m.Pairs, p)
+			}
+			var got string
+			if _, err := m.ForGPU("t1", 16<<10); err != nil {
+				got = err.Error()
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // The report names the job types left out and the speeds read as 1.
 func TestPackingReportNamesWhatWasLeftOutOrReadAsOne(t *testing.T) {
 	m := readHandMade(t)
@@ -235,8 +298,8 @@ func TestPackingReportNamesWhatWasLeftOutOrReadAsOne(t *testing.T) {
 	got := strings.Split(b.String(), "\n")[:3]
 	want := []string{
 		"Packing on t1: 2 job types (2 with a utilisation figure, 0 of those heavy at no noise; the rest keep a whole GPU under prism), 3 pairs judged.",
-		"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks heavy + heavy).",
-		"Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to 1% above 1 is taken as noise): pairs.csv:4: speed_a 1.004.",
+		"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks 1 pair: heavy + heavy).",
+		"Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to 1% above 1 is taken as noise): 1 speed, pairs.csv:4: speed_a 1.004.",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)

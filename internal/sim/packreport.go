@@ -41,7 +41,7 @@ func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRo
 	if len(d.Dropped) > 0 {
 		left := make([]string, len(d.Dropped))
 		for i, j := range d.Dropped {
-			left[i] = fmt.Sprintf("%s (lacks %s)", j.Job, strings.Join(j.Lacks, ", "))
+			left[i] = fmt.Sprintf("%s (lacks %s: %s)", j.Job, count(len(j.Lacks), "pair"), firstFew(j.Lacks, MissingPairsNamed, ", "))
 		}
 		fmt.Fprintf(w, "Left out (--skip-incomplete), as the pair table lacks a pair of them: %s.\n", strings.Join(left, "; "))
 	}
@@ -60,8 +60,16 @@ func WritePackingReport(w io.Writer, d *PackingData, s PackSweep, rows []*PackRo
 	return writeTableVerdict(w, rows, WritePackingTable, PackingVerdict)
 }
 
-// clampedLine says which speeds above 1 were read as 1.
+// clampedLine says how many speeds above 1 were read as 1, and which.
 func clampedLine(clamped []string) string {
-	return fmt.Sprintf("Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to %.0f%% above 1 is taken as noise): %s.",
-		100*SpeedTolerance, strings.Join(clamped, "; "))
+	return fmt.Sprintf("Read as 1, as measurement noise (a job runs no faster beside another than alone, nor on a slice than on the whole GPU; up to %.0f%% above 1 is taken as noise): %s, %s.",
+		100*SpeedTolerance, count(len(clamped), "speed"), strings.Join(clamped, "; "))
+}
+
+// count says n things, as "1 speed" or "2 speeds".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

@@ -135,14 +135,16 @@ func WriteSlicingReport(w io.Writer, d *SlicingData, s SliceSweep, rows []*Slice
 	fmt.Fprintf(w, "Stream: %d jobs a run (middle 60%% measured) on %d GPUs, each cut as jobs come (best fit); %d seeds; 95%% intervals. A slice the judge lists as did not fit (speed 0) runs out of memory: the job reruns on a whole GPU.\n",
 		s.Jobs, s.GPUs, s.Seeds)
 	var unmeasured []string
+	var notMeasured int
 	for i, profiles := range d.Unmeasured() {
 		if len(profiles) > 0 {
 			unmeasured = append(unmeasured, fmt.Sprintf("%s on %s", d.Jobs[i].Job, strings.Join(profiles, ", ")))
+			notMeasured += len(profiles)
 		}
 	}
 	if len(unmeasured) > 0 {
-		fmt.Fprintf(w, "Not measured (no row in the slices file; no policy chooses these, a job whose rule picks one gets the next larger slice it was measured on): %s.\n",
-			strings.Join(unmeasured, "; "))
+		fmt.Fprintf(w, "Not measured: %s of %s (no row or an empty speed in the slices file; no policy chooses one, a job whose rule picks one gets the next larger slice it was measured on): %s.\n",
+			count(notMeasured, "slice"), count(len(unmeasured), "job type"), strings.Join(unmeasured, "; "))
 	}
 	if len(d.Clamped) > 0 {
 		fmt.Fprintln(w, clampedLine(d.Clamped))

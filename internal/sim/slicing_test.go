@@ -20,6 +20,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 
@@ -240,10 +241,11 @@ func slicesIndex(rows []*SliceRow, p SlicePolicy, load float64) int {
 	return -1
 }
 
-// A slice with no row was not measured: no policy chooses it (a rule that
-// picks it moves up to the next slice the job was measured on), and it is
-// never taken as a job that did not fit. fat's 1g.5gb is "did not fit" (0)
-// in slices.csv and has no row in slices-unmeasured.csv.
+// A slice with no row or an empty speed was not measured: no policy
+// chooses it (a rule that picks it moves up to the next slice the job was
+// measured on), and it is never taken as a job that did not fit. fat's
+// 1g.5gb is "did not fit" (0) in slices.csv, has no row in
+// slices-unmeasured.csv and an empty speed in slices-empty-speed.csv.
 func TestAnUnmeasuredSliceIsNotChosenNorAFitFailure(t *testing.T) {
 	for _, tc := range []struct {
 		file string
@@ -255,6 +257,7 @@ func TestAnUnmeasuredSliceIsNotChosenNorAFitFailure(t *testing.T) {
 	}{
 		{"slices.csv", map[SlicePolicy]string{SliceWhole: "7g.40gb", SliceMemory: "1g.5gb", SlicePrism: "2g.10gb", SliceOracle: "3g.20gb"}, 150, 350},
 		{"slices-unmeasured.csv", map[SlicePolicy]string{SliceWhole: "7g.40gb", SliceMemory: "2g.10gb", SlicePrism: "2g.10gb", SliceOracle: "3g.20gb"}, 0, 0},
+		{"slices-empty-speed.csv", map[SlicePolicy]string{SliceWhole: "7g.40gb", SliceMemory: "2g.10gb", SlicePrism: "2g.10gb", SliceOracle: "3g.20gb"}, 0, 0},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			d := readSlicing(t, tc.file)
@@ -273,13 +276,50 @@ func TestAnUnmeasuredSliceIsNotChosenNorAFitFailure(t *testing.T) {
 	}
 }
 
-// The report names the slices not measured and the choices moved past
-// them.
+// The report counts and names the slices not measured and the choices
+// moved past them.
 func TestSlicingReportNamesTheUnmeasuredSlices(t *testing.T) {
-	d := readSlicing(t, "slices-unmeasured.csv")
-	if diff := cmp.Diff([][]string{nil, nil, nil, {"1g.5gb"}}, d.Unmeasured()); diff != "" {
-		t.Errorf("unmeasured (-want +got):\n%s", diff)
+	for _, tc := range []struct {
+		name       string
+		unmeasured [][]string
+		want       []string
+	}{{
+		name:       "one",
+		unmeasured: [][]string{nil, nil, nil, {"1g.5gb"}},
+		want: []string{
+			"Not measured: 1 slice of 1 job type (no row or an empty speed in the slices file; no policy chooses one, a job whose rule picks one gets the next larger slice it was measured on): fat on 1g.5gb.",
+			"fat 10.0 4000 2g.10gb (1g.5gb not measured) 2g.10gb 3g.20gb 0.70 0.70",
+		},
+	}, {
+		name:       "three of two job types",
+		unmeasured: [][]string{{"1g.5gb", "2g.10gb"}, nil, nil, {"1g.5gb"}},
+		want: []string{
+			"Not measured: 3 slices of 2 job types (no row or an empty speed in the slices file; no policy chooses one, a job whose rule picks one gets the next larger slice it was measured on): light on 1g.5gb, 2g.10gb; fat on 1g.5gb.",
+			"fat 10.0 4000 2g.10gb (1g.5gb not measured) 2g.10gb 3g.20gb 0.70 0.70",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := readSlicing(t, "slices-unmeasured.csv")
+			// Take the case's slices out of the table, as if they had no row.
+			for i, profiles := range tc.unmeasured {
+				for _, p := range profiles {
+					d.speed[i][slices.IndexFunc(d.Model.Profiles, func(m MIGProfile) bool { return m.Name == p })] = math.NaN()
+				}
+			}
+			if diff := cmp.Diff(tc.unmeasured, d.Unmeasured()); diff != "" {
+				t.Errorf("unmeasured (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.want, slicingReportLines(t, d, "Not measured", "fat ")); diff != "" {
+				t.Errorf("report (-want +got):\n%s", diff)
+			}
+		})
 	}
+}
+
+// slicingReportLines runs a small sweep on d and returns the lines of its
+// report that start with one of prefixes, runs of spaces made one.
+func slicingReportLines(t *testing.T, d *SlicingData, prefixes ...string) []string {
+	t.Helper()
 	s := SliceSweep{Policies: []SlicePolicy{SliceWhole}, Loads: []float64{0.5}, Seeds: 1, GPUs: 4, Jobs: 100, Workers: 1}
 	outs, err := d.Execute(context.Background(), s)
 	if err != nil {
@@ -291,17 +331,13 @@ func TestSlicingReportNamesTheUnmeasuredSlices(t *testing.T) {
 	}
 	var got []string
 	for _, l := range strings.Split(b.String(), "\n") {
-		if strings.HasPrefix(l, "Not measured") || strings.HasPrefix(l, "fat ") {
-			got = append(got, strings.Join(strings.Fields(l), " "))
+		for _, p := range prefixes {
+			if strings.HasPrefix(l, p) {
+				got = append(got, strings.Join(strings.Fields(l), " "))
+			}
 		}
 	}
-	want := []string{
-		"Not measured (no row in the slices file; no policy chooses these, a job whose rule picks one gets the next larger slice it was measured on): fat on 1g.5gb.",
-		"fat 10.0 4000 2g.10gb (1g.5gb not measured) 2g.10gb 3g.20gb 0.70 0.70",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("report (-want +got):\n%s", diff)
-	}
+	return got
 }
 
 // The GPUs-needed comparison says "the same number" for equal counts and

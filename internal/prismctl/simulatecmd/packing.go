@@ -115,9 +115,12 @@ func evaluate[Out, Row, Metric any](out io.Writer, svgDir string, execute func()
 
 func slicesSummary(ss []sim.SliceSpeed) string {
 	var jobs, gpus, profiles []string
-	var didNotFit int
+	var didNotFit, notMeasured int
 	for _, s := range ss {
-		if s.Speed == 0 {
+		switch {
+		case !sim.Known(s.Speed):
+			notMeasured++
+		case s.Speed == 0:
 			didNotFit++
 		}
 		for _, x := range []struct {
@@ -129,6 +132,6 @@ func slicesSummary(ss []sim.SliceSpeed) string {
 			}
 		}
 	}
-	return fmt.Sprintf("Slices: %d speeds and %d did not fit, of %d job types on %s, slices %s (not used by packing; the MIG sizing evaluation reads them).",
-		len(ss)-didNotFit, didNotFit, len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
+	return fmt.Sprintf("Slices: %d speeds, %d did not fit and %d not measured (empty), of %d job types on %s, slices %s (not used by packing; the MIG sizing evaluation reads them).",
+		len(ss)-didNotFit-notMeasured, didNotFit, notMeasured, len(jobs), strings.Join(gpus, ", "), strings.Join(profiles, ", "))
 }

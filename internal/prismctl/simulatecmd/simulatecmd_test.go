@@ -19,11 +19,14 @@ package simulatecmd
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 
 	"github.com/prismgpu/prism/internal/explain/explaintest"
 	"github.com/prismgpu/prism/internal/sim"
@@ -79,7 +82,7 @@ func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
 			"--seeds", "3", "--loads", "0.5,0.9", "--noise", "0,0.2",
 		},
 		want: []string{
-			"Slices: 2 speeds and 0 did not fit, of 2 job types on t1",
+			"Slices: 2 speeds, 0 did not fit and 1 not measured (empty), of 3 job types on t1",
 			"MIG sizing: no MIG model for t1 (models: a100-40gb); not evaluated.",
 			"Packing on t1: 3 job types",
 			// 4 policies without noise and prism at 2 levels, 2 loads, 3 seeds.
@@ -95,7 +98,7 @@ func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
 		},
 		want: []string{
 			"Packing on t1: 2 job types",
-			"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks heavy + heavy).",
+			"Left out (--skip-incomplete), as the pair table lacks a pair of them: heavy (lacks 1 pair: heavy + heavy).",
 		},
 	}, {
 		name: "packing on the shipped H100 pairs under MPS reads two speeds as 1",
@@ -103,7 +106,7 @@ func TestSimulateRunsOnTheHandMadeData(t *testing.T) {
 			"--jobs", throughputs, "--pairs", shippedPairs, "--gpu", "h100-mps",
 			"--gpus", "4", "--stream", "100", "--seeds", "1", "--loads", "0.5", "--noise", "0", "--gpus-needed=false",
 		},
-		want: []string{"Read as 1, as measurement noise", "speed_a 1.0004", "speed_b 1.0039"},
+		want: []string{"Read as 1, as measurement noise", "2 speeds, ", "speed_a 1.0004", "speed_b 1.0039"},
 	}, {
 		name: "MIG sizing on the shipped slices: every slice measured or did not fit",
 		args: []string{
@@ -176,7 +179,7 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs}, "--throughputs and --job-types are required"},
 		{[]string{"--nodes", nodes, "--pods", pods, "--throughputs", throughputs, "--job-types", "../../sim/testdata/jobtypes/bad/job-types-nan.csv"},
 			`job-types-nan.csv:2: column sm_pct: "ten" is not a number`},
-		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "bad/pairs-speed-nan.csv"}, `pairs-speed-nan.csv:5: column speed_b: "x" is not a number`},
+		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "bad/pairs-speed-nan.csv"}, `pairs-speed-nan.csv:5: pair "b", "a" on gpu "t1": column speed_b: "x" is not a number`},
 		{[]string{"--jobs", measured + "bad/jobs-util-range.csv", "--pairs", measured + "pairs.csv"}, `jobs-util-range.csv:3: column util_pct: "120" is outside [0, 100]`},
 		{[]string{"--jobs", measured + "jobs.csv"}, "--jobs needs --pairs (the packing evaluation), --slices (the MIG sizing evaluation) or both"},
 		{[]string{"--jobs", measured + "jobs.csv", "--slices", measured + "slices.csv"}, "slices.csv: no GPU model with a MIG model (models: a100-40gb)"},
@@ -187,7 +190,7 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "pairs-incomplete.csv", "--gpu", "t1", "--gpu-memory", "16384"},
 			`gpu "t1": the pair table lacks 1 of the 6 pairs of its job types (--skip-incomplete leaves out job types until none is missing): heavy + heavy`},
 		{[]string{"--jobs", measured + "jobs.csv", "--pairs", measured + "bad/pairs-above-one.csv", "--gpu", "t1", "--gpu-memory", "16384"},
-			`pairs-above-one.csv:2: column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone`},
+			`pairs-above-one.csv:2: pair "light", "medium" on gpu "t1": column speed_a: "1.2" is above 1: a job beside another cannot run faster than alone`},
 	} {
 		if _, err := explaintest.Execute(NewCommand(), tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want it to contain %q", tc.args, err, tc.want)
@@ -197,7 +200,7 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 
 // The help of the flags the evaluations on measured data share with the
 // trace replay says what they do there, and --gpu-memory lists the models
-// it has a figure for from the table that holds them.
+// it has a figure for from the table that holds them, as the docs do.
 func TestFlagHelpSaysWhatTheCodeDoes(t *testing.T) {
 	fl := NewCommand().Flags()
 	usage := fl.Lookup("gpu-memory").Usage
@@ -209,9 +212,41 @@ func TestFlagHelpSaysWhatTheCodeDoes(t *testing.T) {
 	if diff := cmp.Diff(sim.GPUMemoryModels(), strings.Split(list, ", ")); diff != "" {
 		t.Errorf("--gpu-memory lists (-want +got):\n%s", diff)
 	}
+	doc, err := os.ReadFile("../../../docs/simulator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, row, _ := strings.Cut(string(doc), "| `--gpu-memory` |")
+	_, list, _ = strings.Cut(row, "`sim.GPUMemoryMiB`: ")
+	list, _, _ = strings.Cut(list, ";")
+	if diff := cmp.Diff(sim.GPUMemoryModels(), strings.Split(list, ", ")); diff != "" {
+		t.Errorf("docs/simulator.md's --gpu-memory lists (-want +got):\n%s", diff)
+	}
 	for _, want := range []string{"wrong classifier labels", "util_pct", "mem_mib", "1 ± noise"} {
 		if usage := fl.Lookup("noise").Usage; !strings.Contains(usage, want) {
 			t.Errorf("--noise: %q does not say %q", usage, want)
 		}
+	}
+}
+
+// Every flag's help is a sentence, and docs/simulator.md names the flag,
+// where it says when to change it.
+func TestEveryFlagIsASentenceTheDocsName(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/simulator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type flag struct{ Sentence, Documented bool }
+	want, got := map[string]flag{}, map[string]flag{}
+	NewCommand().Flags().VisitAll(func(f *pflag.Flag) {
+		want[f.Name] = flag{true, true}
+		named := regexp.MustCompile("--" + regexp.QuoteMeta(f.Name) + "([^a-z0-9-]|$)")
+		got[f.Name] = flag{
+			Sentence:   f.Usage != "" && unicode.IsUpper([]rune(f.Usage)[0]) && strings.HasSuffix(f.Usage, "."),
+			Documented: named.Match(doc),
+		}
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("flags (-want +got):\n%s", diff)
 	}
 }
