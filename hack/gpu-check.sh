@@ -18,14 +18,17 @@
 #
 #   hack/gpu-check.sh OUT [STEP...]
 #
-# With STEPs (discovery, cdi, ncu, usage, pairs) it runs only those, to
-# repeat a failed check without the rest.
+# With STEPs (discovery, cdi, ncu, usage, pairs, mps-shares) it runs only
+# those, to repeat a failed check without the rest.
 #
 # 1. discovery: the published device, datasheet figures, MIG profiles (read-only)
 # 2. cdi: nvcdi's edits on the real driver root
 # 3. ncu: the CUDA kernels profiled under the preload shim by the real ncu
 # 4. usage: the plugin's NVML/GPM sampler against kernels of known shape
 # 5. pairs: each job alone, then every pair time-sliced and under MPS
+# 6. mps-shares: two shares of GPU 0, each with the plugin's MPS control
+#    daemon of its own, played by a CUDA client as their containers
+#    (mps-shares/results.json)
 #
 # It needs nvcc, ncu and the NVIDIA driver. The Go tests behind the gpu
 # build tag are built here when go is installed; on a machine without Go,
@@ -34,13 +37,13 @@
 #
 # It changes no setting of the GPU (MIG mode, clocks, compute and
 # persistence mode): ncu runs with --clock-control none, and the MPS control
-# daemon is an ordinary process under a private pipe directory. The
+# daemons are ordinary processes under private pipe directories. The
 # settings are recorded before and after, and a difference fails the run.
 
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PACKAGES=(pkg/gpu/nvml internal/plugin/cdi internal/plugin/profiling internal/plugin internal/plugin/usage/sampler)
+PACKAGES=(pkg/gpu/nvml internal/plugin/cdi internal/plugin/profiling internal/plugin internal/plugin/usage/sampler internal/plugin/mps)
 JOBS=(vectoradd fmaloop tinygrid gemm-2048 gemm-8192 copy-16m copy-2g)
 PAIR_SECONDS=${PRISM_GPU_PAIR_SECONDS:-1}
 
@@ -63,7 +66,7 @@ fi
 OUT=$(realpath -m "$1")
 shift
 STEPS=("$@")
-((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs)
+((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs mps-shares)
 wanted() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 mkdir -p "$OUT"/{logs,bin}
 SUMMARY=$OUT/summary.txt
@@ -140,6 +143,11 @@ CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
 step build-kernels 180 nvcc -O3 -std=c++17 -arch=native -o "$KERNELS" "$ROOT/hack/gpu-check/kernels.cu" \
   -lcublas -Xlinker -rpath -Xlinker "$(realpath -m "$CUDA_LIB")"
 export PRISM_GPU_KERNELS=$KERNELS PRISM_GPU_OUT=$OUT
+# The share's workload for mps-shares: CUDA alone, no cuBLAS.
+if wanted mps-shares; then
+  export PRISM_GPU_MPS_CLIENT=$OUT/bin/prism-mps-client
+  step build-mps-client 180 nvcc -O3 -std=c++17 -arch=native -o "$PRISM_GPU_MPS_CLIENT" "$ROOT/hack/gpu-check/mps-client.cu"
+fi
 
 TESTBINS=$OUT/bin/tests
 if [[ -n ${PRISM_GPU_TESTBINS:-} ]]; then
@@ -271,6 +279,12 @@ if wanted pairs; then
     failed=1
   fi
 fi
+
+# ---- 6: a daemon per share ----------------------------------------------
+# After pairs, whose daemon has quit. The test starts and stops its own
+# daemons, through the plugin's Manager, and records what MPS did in
+# mps-shares/results.json; within 2 minutes even where a client hangs.
+wanted mps-shares && gotest mps-shares internal/plugin/mps '^TestRealMPSPerShareDaemons$' 120
 
 # ---- the settings are as found -------------------------------------------
 settings >"$OUT/settings-after.csv" 2>&1

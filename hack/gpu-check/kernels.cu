@@ -41,6 +41,8 @@ limitations under the License.
 #include <string>
 #include <vector>
 
+#include "fmaloop.cuh"
+
 #define CHECK(call)                                                                  \
   do {                                                                               \
     cudaError_t err_ = (call);                                                       \
@@ -92,25 +94,6 @@ __global__ void vectorAdd(const float *a, const float *b, float *c, int n) {
   if (i < n) c[i] = a[i] + b[i];
 }
 
-// fmaLoop keeps eight independent dependency chains per thread so that the
-// FMA pipes, not latency, limit it.
-constexpr int kFMAIters = 2048;
-constexpr int kFMAChains = 8;
-__global__ void fmaLoop(const float *in, float *out) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  float x = in[i];
-  float acc[kFMAChains];
-#pragma unroll
-  for (int c = 0; c < kFMAChains; c++) acc[c] = x + c;
-  for (int k = 0; k < kFMAIters; k++) {
-#pragma unroll
-    for (int c = 0; c < kFMAChains; c++) acc[c] = fmaf(acc[c], 0.999f, 0.001f);
-  }
-  float s = 0;
-#pragma unroll
-  for (int c = 0; c < kFMAChains; c++) s += acc[c];
-  out[i] = s;
-}
 
 // tinyKernel is too small to fill the GPU: 32 blocks on a GPU of 100+ SMs,
 // one dependent chain per thread.
