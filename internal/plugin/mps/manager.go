@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -360,8 +361,13 @@ func (m *Manager) start(ctx context.Context, d Daemon, result string) (err error
 	if err := prepareShmDir(rec.ShmDir, !recorded || prev.ShmDir == "", m.unbounded); err != nil {
 		return err
 	}
+	// The servers, which run as their clients' users, may write their logs
+	// here too; no container mounts it.
 	if err := os.MkdirAll(rec.LogDir, 0o755); err != nil {
 		return err
+	}
+	if err := unix.Chmod(rec.LogDir, pipeDirMode); err != nil {
+		return fmt.Errorf("chmod %s: %w", rec.LogDir, err)
 	}
 	if err := m.record(ctx, d.Key, rec); err != nil {
 		return err

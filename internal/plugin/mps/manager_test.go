@@ -169,6 +169,16 @@ func TestDaemonStartsOnceAndStopsWithItsDirectories(t *testing.T) {
 	if !alive(a.PID) {
 		t.Errorf("daemon %d of %s is not running", a.PID, gpuA)
 	}
+	// The pipe and shared-memory directories are the share's clients', the
+	// log directory their servers', whatever their users.
+	for _, dir := range []string{a.PipeDir, a.ShmDir, a.LogDir} {
+		info, err := os.Stat(dir)
+		if err != nil {
+			t.Error(err)
+		} else if info.Mode() != os.ModeDir|os.ModeSticky|0o777 {
+			t.Errorf("%s has mode %v, want a directory of mode 1777", dir, info.Mode())
+		}
+	}
 	var starts []mpstest.Entry
 	for _, entry := range mpstest.Read(t, e.record) {
 		if entry.Event == "start" {
