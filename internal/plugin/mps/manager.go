@@ -49,7 +49,8 @@ const controlPipe = "control"
 // Options configure a Manager.
 type Options struct {
 	// DriverRoot is where the NVIDIA driver is installed, as the plugin
-	// sees it; the control binary is <DriverRoot>/usr/bin/nvidia-cuda-mps-control.
+	// sees it; the control binary is nvidia-cuda-mps-control in its
+	// usr/bin or bin (see binaryDirs).
 	DriverRoot string
 	// Root holds a directory per daemon for its pipe, shared-memory and
 	// log directories. It must be the same path on the host as in the
@@ -104,6 +105,26 @@ type Manager struct {
 	exited map[int]chan struct{}
 }
 
+// binaryDirs are where driver packages (usr/bin) and driver roots laid out
+// as on GKE (bin, under /home/kubernetes/bin/nvidia) install the driver's
+// programs, relative to the driver root.
+var binaryDirs = []string{"usr/bin", "bin"}
+
+// findControl is the control binary in the driver root; "" if there is
+// none.
+func findControl(driverRoot string) string {
+	if driverRoot == "" {
+		return ""
+	}
+	for _, dir := range binaryDirs {
+		binary := filepath.Join(driverRoot, dir, ControlBinary)
+		if info, err := os.Stat(binary); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return binary
+		}
+	}
+	return ""
+}
+
 // libraryDirs are where driver packages and the GPU operator's driver
 // container install libcuda, relative to the driver root; the MPS server
 // loads it and the plugin's image has none.
@@ -130,11 +151,11 @@ func New(opts Options) *Manager {
 	if m.stop <= 0 {
 		m.stop = 10 * time.Second
 	}
-	binary := filepath.Join(opts.DriverRoot, "usr", "bin", ControlBinary)
+	binary := findControl(opts.DriverRoot)
 	if opts.DriverRoot == "" {
 		m.unavailable = errors.New("no driver root was given to find " + ControlBinary + " in")
-	} else if info, err := os.Stat(binary); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
-		m.unavailable = fmt.Errorf("no executable %s in the driver root %s", ControlBinary, opts.DriverRoot)
+	} else if binary == "" {
+		m.unavailable = fmt.Errorf("no executable %s in %s of the driver root %s", ControlBinary, strings.Join(binaryDirs, " or "), opts.DriverRoot)
 	} else if err := checkNamespaces(m.root); err != nil {
 		m.unavailable = err
 	} else {

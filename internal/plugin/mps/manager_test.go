@@ -362,3 +362,43 @@ func mapKeys(m map[string]checkpoint.MPSDaemon) []string {
 	}
 	return out
 }
+
+// TestFindControl: the control binary is found where driver packages and
+// GKE-style driver roots put it, and only as an executable file.
+func TestFindControl(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// path is where the test puts something named like the binary,
+		// relative to the driver root; mode its mode, 0 a directory.
+		path string
+		mode os.FileMode
+		want string
+	}{
+		{name: "driver package", path: "usr/bin", mode: 0o755, want: "usr/bin"},
+		{name: "GKE-style root", path: "bin", mode: 0o755, want: "bin"},
+		{name: "elsewhere", path: "sbin", mode: 0o755},
+		{name: "not executable", path: "usr/bin", mode: 0o644},
+		{name: "a directory", path: "usr/bin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			p := filepath.Join(root, tc.path, ControlBinary)
+			var err error
+			if tc.mode == 0 {
+				err = os.MkdirAll(p, 0o755)
+			} else if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+				err = os.WriteFile(p, nil, tc.mode)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if tc.want != "" {
+				want = filepath.Join(root, tc.want, ControlBinary)
+			}
+			if got := findControl(root); got != want {
+				t.Errorf("findControl = %q, want %q", got, want)
+			}
+		})
+	}
+}
