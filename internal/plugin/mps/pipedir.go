@@ -58,11 +58,14 @@ const (
 	pipeDirInodes = 4096
 	pipeDirFlags  = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	probeDir      = ".bound-probe"
-	// ShmDirSize bounds what a share's MPS server and clients can put in
-	// their /dev/shm. MPS keeps small per-client segments there; how much
-	// a busy server uses has not been measured on a GPU yet, so the bound
-	// is generous.
-	ShmDirSize = 256 << 20
+	// ShmDirSize bounds a share's /dev/shm: its MPS server's and clients'
+	// segments, and whatever else the workload keeps there, since the
+	// directory replaces the pod's /dev/shm in the share's containers
+	// (data loaders pass batches through it). Pages are charged to the
+	// memory of the container that writes them, so the bound is generous.
+	ShmDirSize = 8 << 30
+	// shmDirInodes: data loaders keep a file per batch in flight.
+	shmDirInodes = 65536
 )
 
 // Replaced in tests: mount plays a plugin that may not mount, propagates
@@ -181,17 +184,17 @@ func unescapeMountInfo(s string) string {
 // nil. One that containers may have mounted is emptied, not replaced: they
 // would not see a new directory or a new mount.
 func preparePipeDir(dir string, fresh bool, bound error) error {
-	return prepareDir(dir, "prism-mps", PipeDirSize, fresh, bound)
+	return prepareDir(dir, "prism-mps", PipeDirSize, pipeDirInodes, fresh, bound)
 }
 
 // prepareShmDir makes a daemon's shared-memory directory ready, as
 // preparePipeDir its pipe directory: it is written by the share's MPS
 // server and clients, whatever their UIDs, and by nobody else.
 func prepareShmDir(dir string, fresh bool, bound error) error {
-	return prepareDir(dir, "prism-mps-shm", ShmDirSize, fresh, bound)
+	return prepareDir(dir, "prism-mps-shm", ShmDirSize, shmDirInodes, fresh, bound)
 }
 
-func prepareDir(dir, source string, size int, fresh bool, bound error) error {
+func prepareDir(dir, source string, size, inodes int, fresh bool, bound error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -201,7 +204,7 @@ func prepareDir(dir, source string, size int, fresh bool, bound error) error {
 			return err
 		}
 		if !mounted {
-			data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=%o", size, pipeDirInodes, pipeDirMode)
+			data := fmt.Sprintf("size=%d,nr_inodes=%d,mode=%o", size, inodes, pipeDirMode)
 			if err := mount(source, dir, "tmpfs", pipeDirFlags, data); err != nil {
 				return fmt.Errorf("mounting a %d-byte tmpfs on %s: %w", size, dir, err)
 			}

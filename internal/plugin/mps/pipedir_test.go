@@ -325,6 +325,15 @@ func TestPipeDirIsABoundedTmpfs(t *testing.T) {
 	if got, want := uint64(fs.Blocks)*uint64(fs.Bsize), uint64(16<<20); got != want {
 		t.Errorf("pipe directory's tmpfs holds %d bytes, want %d", got, want)
 	}
+	// The share's /dev/shm: room for a data loader's batches, charged to
+	// the container that writes them.
+	var shm unix.Statfs_t
+	if err := unix.Statfs(m.ShmDir(gpuA), &shm); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := [3]uint64{uint64(shm.Type), uint64(shm.Blocks) * uint64(shm.Bsize), shm.Files}, [3]uint64{unix.TMPFS_MAGIC, 8 << 30, 65536}; got != want {
+		t.Errorf("shared-memory directory's file system (type, bytes, files) = %#x, want %#x", got, want)
+	}
 	info, err := os.Lstat(pipe)
 	if err != nil {
 		t.Fatal(err)
