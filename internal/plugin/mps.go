@@ -292,9 +292,15 @@ func (m *mpsShares) stopUnneeded(ctx context.Context) {
 }
 
 // recoverDaemons adopts, replaces or stops the recorded daemons at start-up,
-// once the claims are reconciled.
+// once the claims are reconciled, and tells the claims and pods of each
+// daemon it replaced (after a plugin container restart, every daemon)
+// that their containers lost their MPS server.
 func (m *mpsShares) recoverDaemons(ctx context.Context) {
-	if err := m.daemons.Recover(ctx, m.needed()); err != nil {
+	replaced, err := m.daemons.Recover(ctx, m.needed())
+	for _, r := range replaced {
+		m.replaced(ctx, r)
+	}
+	if err != nil {
 		klog.FromContext(ctx).Error(err, "Recovering MPS control daemons was incomplete; shares of the GPUs concerned run time-sliced")
 		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSDaemonFailed",
 			"Prism could not recover every MPS control daemon on node %s; shares of the GPUs concerned run time-sliced: %v", m.node.Name, err)

@@ -32,6 +32,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
@@ -235,6 +236,44 @@ func TestADeadShareDaemonIsReplacedAndItsPodsTold(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string][]string{key: slices.Concat(limited(40, 8192), limited(40, 8192))}, m.daemonEvents(t)); diff != "" {
 		t.Errorf("daemons after the check (-want +got):\n%s", diff)
+	}
+	want := []string{"Node/" + testNode, "Pod/pod-a", "ResourceClaim/claim-a"}
+	if diff := cmp.Diff(want, eventTargets(t, d, "MPSDaemonReplaced", len(want))); diff != "" {
+		t.Errorf("MPSDaemonReplaced Events (-want +got):\n%s", diff)
+	}
+}
+
+// TestARestartedPluginTellsWhoseDaemonItReplaced: after a plugin container
+// restart every share's daemon is gone with it; the next plugin starts
+// fresh ones with the shares' limits, and the node, the claims and their
+// pods hear that the pods' containers lost their MPS server.
+func TestARestartedPluginTellsWhoseDaemonItReplaced(t *testing.T) {
+	m := newMPSDriver(t)
+	claim := computeShare("a", 40, "8Gi")
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "pod-a", UID: "pod-a-uid"}}
+	d := m.start(t)
+	if r := prepare(t, d, claim)["a"]; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	old := d.state.checkpoint.MPSDaemons()[shareDaemon("a")]
+	d.state.checkpoint.Close()
+	// The container's processes go with it: the daemon too.
+	if err := syscall.Kill(-old.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return syscall.Kill(old.PID, 0) != nil, nil
+	}); err != nil {
+		t.Fatalf("the killed daemon %d still runs", old.PID)
+	}
+
+	d = newTestDriverWith(t, "h100-sxm-8.yaml", m.state, func(c *Config) {
+		c.MPSDriverRoot = m.driverRoot
+		c.KubeClient = fake.NewClientset(claim)
+	})
+	t.Cleanup(d.state.checkpoint.Close)
+	if fresh := d.state.checkpoint.MPSDaemons()[shareDaemon("a")]; fresh.PID == 0 || fresh.PID == old.PID || fresh.Limits != old.Limits {
+		t.Errorf("daemon after the restart: %+v, want a fresh one with the limits of %+v", fresh, old)
 	}
 	want := []string{"Node/" + testNode, "Pod/pod-a", "ResourceClaim/claim-a"}
 	if diff := cmp.Diff(want, eventTargets(t, d, "MPSDaemonReplaced", len(want))); diff != "" {

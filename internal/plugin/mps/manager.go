@@ -271,12 +271,14 @@ func (m *Manager) Stop(ctx context.Context, key string) error {
 // the prepared shares that MPS enforces, by key: a live daemon that is
 // needed is adopted, a dead one replaced, one no longer needed stopped,
 // and a needed one without a record started. It runs at start-up, once the
-// claims are reconciled.
-func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) error {
+// claims are reconciled. It returns the daemons it replaced, whose shares'
+// containers lost their MPS server, which their owners should hear of.
+func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) ([]*ReplacedError, error) {
 	logger := klog.FromContext(ctx)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var errs []error
+	var replaced []*ReplacedError
 	recorded := m.store.MPSDaemons()
 	for _, key := range slices.Sorted(maps.Keys(recorded)) {
 		rec := recorded[key]
@@ -307,7 +309,11 @@ func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) error {
 		if m.unavailable == nil {
 			if err := m.start(ctx, d, ResultRestarted); err != nil {
 				errs = append(errs, err)
+				continue
 			}
+		}
+		if rec.PID > 0 {
+			replaced = append(replaced, &ReplacedError{Key: key, UUID: rec.UUID, PID: rec.PID, Reason: why})
 		}
 	}
 	if m.unavailable == nil {
@@ -320,7 +326,7 @@ func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) error {
 		}
 	}
 	m.updateGauge()
-	return errors.Join(errs...)
+	return replaced, errors.Join(errs...)
 }
 
 // daemonState is what became of a recorded daemon.

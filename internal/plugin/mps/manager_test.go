@@ -112,7 +112,7 @@ func ensure(t *testing.T, m *Manager, uuids ...string) {
 func (e *env) restart(t *testing.T, shared map[string]Daemon) *Manager {
 	t.Helper()
 	m, _ := e.start(t)
-	if err := m.Recover(t.Context(), shared); err != nil {
+	if _, err := m.Recover(t.Context(), shared); err != nil {
 		t.Fatal(err)
 	}
 	return m
@@ -258,7 +258,11 @@ func TestDeadDaemonIsReplacedWhileSharesRemain(t *testing.T) {
 			}
 			waitExit(dead.PID)
 			if restart {
-				m = e.restart(t, need(gpuA))
+				m, _ = e.start(t)
+				replaced, err := m.Recover(t.Context(), need(gpuA))
+				if err != nil || len(replaced) != 1 || replaced[0].PID != dead.PID || replaced[0].Key != gpuA {
+					t.Errorf("Recover = %v, %v; want the dead daemon %d replaced", replaced, err, dead.PID)
+				}
 			} else {
 				err := m.Ensure(t.Context(), daemonFor(gpuA))
 				var replaced *ReplacedError

@@ -217,7 +217,7 @@ func TestUnreachableDaemonIsReplaced(t *testing.T) {
 
 				if restart {
 					m, reg = e.start(t)
-					if err := m.Recover(t.Context(), need(gpuA)); err != nil {
+					if _, err := m.Recover(t.Context(), need(gpuA)); err != nil {
 						t.Fatal(err)
 					}
 				} else {
