@@ -23,6 +23,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 // MIGProfile is one MIG slice size as the sizing evaluation models it.
@@ -33,7 +36,10 @@ type MIGProfile struct {
 	// MemSlices is the memory slices its placement covers, from Start.
 	MemSlices int
 	// MemMiB is the memory a job on it may use.
-	MemMiB float64
+	MemMiB int64
+	// SMs are its streaming multiprocessors, which the admission
+	// controller's partition step weighs against the whole GPU's.
+	SMs    int64
 	Starts []int
 }
 
@@ -41,24 +47,43 @@ type MIGProfile struct {
 // the last being the whole GPU.
 type MIGModel struct {
 	ComputeSlices, MemorySlices int
-	Profiles                    []MIGProfile
+	// SMs are the whole GPU's, as the kubelet plugin publishes them, in
+	// MIG mode too: more than its largest profile's, as MIG leaves some
+	// unused.
+	SMs      int64
+	Profiles []MIGProfile
 }
 
 // MIGModels are the GPU models the sizing evaluation can cut. A100-40GB's
-// profiles, memory and placements are the ones the simulated NVML answers
-// with (pkg/gpu/nvml/simulated_mig.go, after NVIDIA's MIG User Guide),
-// less 1g.10gb, which slices.csv never measured. A placement covers the
-// memory slices [start, start+MemSlices); two instances fit on one GPU when
-// their placements do not overlap. That is NVML's rule, so fragmentation is
-// modelled: a 4g.20gb needs slices 0-3 free, whatever else is free.
+// profiles, SMs, memory and placements are the ones the simulated NVML
+// answers with (pkg/gpu/nvml/simulated_mig.go, after NVIDIA's MIG User
+// Guide), less 1g.10gb, which slices.csv never measured; its 108 SMs are
+// the A100's datasheet figure (pkg/gpu's spec table). A placement covers
+// the memory slices [start, start+MemSlices); two instances fit on one GPU
+// when their placements do not overlap. That is NVML's rule, so
+// fragmentation is modelled: a 4g.20gb needs slices 0-3 free, whatever else
+// is free. TestSlicingChoosesWhatProductionChooses checks these figures
+// against what the kubelet plugin publishes.
 var MIGModels = map[string]MIGModel{
-	"a100-40gb": {ComputeSlices: 7, MemorySlices: 8, Profiles: []MIGProfile{
-		{Name: "1g.5gb", Compute: 1, MemSlices: 1, MemMiB: 4864, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
-		{Name: "2g.10gb", Compute: 2, MemSlices: 2, MemMiB: 9856, Starts: []int{0, 2, 4}},
-		{Name: "3g.20gb", Compute: 3, MemSlices: 4, MemMiB: 19968, Starts: []int{0, 4}},
-		{Name: "4g.20gb", Compute: 4, MemSlices: 4, MemMiB: 19968, Starts: []int{0}},
-		{Name: "7g.40gb", Compute: 7, MemSlices: 8, MemMiB: 40192, Starts: []int{0}},
+	"a100-40gb": {ComputeSlices: 7, MemorySlices: 8, SMs: 108, Profiles: []MIGProfile{
+		{Name: "1g.5gb", Compute: 1, MemSlices: 1, MemMiB: 4864, SMs: 14, Starts: []int{0, 1, 2, 3, 4, 5, 6}},
+		{Name: "2g.10gb", Compute: 2, MemSlices: 2, MemMiB: 9856, SMs: 28, Starts: []int{0, 2, 4}},
+		{Name: "3g.20gb", Compute: 3, MemSlices: 4, MemMiB: 19968, SMs: 42, Starts: []int{0, 4}},
+		{Name: "4g.20gb", Compute: 4, MemSlices: 4, MemMiB: 19968, SMs: 56, Starts: []int{0}},
+		{Name: "7g.40gb", Compute: 7, MemSlices: 8, MemMiB: 40192, SMs: 98, Starts: []int{0}},
 	}},
+}
+
+// fleet is the model as prism-controller sees a cluster of it whose
+// kubelet plugins publish exactly its profiles: what the partition step
+// chooses from.
+func (m MIGModel) fleet(gpu string) *rewrite.Fleet {
+	f := &rewrite.Fleet{Models: []rewrite.Model{{Name: gpu, Multiprocessors: m.SMs}}}
+	for _, p := range m.Profiles {
+		f.Partitions = append(f.Partitions, rewrite.PartitionModel{Model: gpu, Profile: p.Name, Devices: len(p.Starts),
+			MemoryBytes: p.MemMiB << 20, Multiprocessors: p.SMs})
+	}
+	return f
 }
 
 // SliceSpeedTarget is the oracle's bar: the smallest slice keeping a job at
@@ -77,8 +102,11 @@ const (
 	SliceMemory SlicePolicy = "by-memory"
 	// SlicePrism sizes a share with the admission controller's rule
 	// (SizeShare: peak × 1.2 + 512 MiB, p95 + max(10, p95/4) per cent of
-	// compute) and asks for the smallest slice covering both; a heavy job
-	// keeps the whole GPU.
+	// compute) and asks for the partition its partition step would choose
+	// (rewrite.Fleet.SmallestPartitions: the smallest whose memory holds
+	// the share and whose SMs are at least its compute share of the whole
+	// GPU's, never the largest profile); a heavy job, or a share no smaller
+	// profile holds, keeps the whole GPU.
 	SlicePrism SlicePolicy = "prism"
 	// SliceOracle reads the judge's table: the smallest slice at or above
 	// SliceSpeedTarget of the whole-GPU speed.
@@ -96,6 +124,12 @@ type SlicingData struct {
 	GPU   string
 	Model MIGModel
 	Jobs  []MeasuredJob
+	// fleet is Model as the admission controller sees it.
+	fleet *rewrite.Fleet
+	// chosen memoises smallest by its arguments: the partition step's
+	// choice takes microseconds, and a sweep asks it millions of times
+	// about some thousands of distinct shares and memories.
+	chosen sync.Map
 	// Clamped names the slice speeds on this GPU model read as 1 (see
 	// SpeedTolerance).
 	Clamped []string
@@ -113,7 +147,7 @@ func (m *Measured) ForSlicing(gpu string) (*SlicingData, error) {
 	if !ok {
 		return nil, fmt.Errorf("no MIG model for gpu %q (models: %s)", gpu, strings.Join(SlicingGPUs(), ", "))
 	}
-	d := &SlicingData{GPU: gpu, Model: model}
+	d := &SlicingData{GPU: gpu, Model: model, fleet: model.fleet(gpu)}
 	index := map[string]int{}
 	for _, s := range m.Slices {
 		if s.GPU != gpu {
@@ -190,11 +224,13 @@ func (d *SlicingData) choose(p SlicePolicy, typ int, factor float64) (k, unmeasu
 	switch p {
 	case SliceMemory:
 		if Known(j.MemMiB) {
-			rule = d.smallest(j.MemMiB*factor, 0)
+			// Rounded up to a whole MiB, as every profile's memory is,
+			// which changes no choice and bounds the memo.
+			rule = d.smallest(0, int64(math.Ceil(j.MemMiB*factor))<<20)
 		}
 	case SlicePrism:
 		if share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true); ok {
-			rule = d.smallest(float64(share.MemoryBytes)/(1<<20), float64(share.ComputePercent))
+			rule = d.smallest(int64(share.ComputePercent), share.MemoryBytes)
 		}
 	case SliceOracle:
 		for k, s := range d.speed[typ] {
@@ -229,15 +265,21 @@ func (d *SlicingData) Unmeasured() [][]string {
 	return out
 }
 
-// smallest is the first profile with at least memMiB of memory and
-// computePct per cent of the GPU's compute slices.
-func (d *SlicingData) smallest(memMiB, computePct float64) int {
-	for k, p := range d.Model.Profiles {
-		if p.MemMiB >= memMiB && 100*float64(p.Compute)/float64(d.Model.ComputeSlices) >= computePct-1e-9 {
-			return k
-		}
+// smallest is the profile the admission controller's partition step
+// chooses for computePercent of the GPU and memory bytes, or the whole GPU
+// where it chooses none. The evaluation thus judges the rule that ships,
+// not a copy of it.
+func (d *SlicingData) smallest(computePercent, memory int64) int {
+	key := [2]int64{computePercent, memory}
+	if k, ok := d.chosen.Load(key); ok {
+		return k.(int)
 	}
-	return d.whole()
+	k := d.whole()
+	if names, _ := d.fleet.SmallestPartitions(computePercent, memory); len(names) > 0 {
+		k = slices.IndexFunc(d.Model.Profiles, func(p MIGProfile) bool { return p.Name == names[0] })
+	}
+	d.chosen.Store(key, k)
+	return k
 }
 
 // SliceRun is one simulation of the sizing evaluation.

@@ -18,6 +18,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
@@ -25,6 +26,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
+	"github.com/prismgpu/prism/internal/controller/fleet"
+	"github.com/prismgpu/prism/internal/explain/explaintest"
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 const slicing = "testdata/slicing/"
@@ -61,9 +70,10 @@ func TestSliceChoicesFollowEachPolicysRule(t *testing.T) {
 		SliceWhole: {"7g.40gb", "7g.40gb", "7g.40gb", "7g.40gb"},
 		// 2000, 6000, 12000 and 4000 MiB: nothing else is read.
 		SliceMemory: {"1g.5gb", "2g.10gb", "3g.20gb", "1g.5gb"},
-		// light 15 % → 25 % compute (2g is 28.6 %), 3 GiB; medium 40 % →
-		// 50 % (4g is 57.1 %), 8 GiB; heavy kept whole; fat 10 % → 20 %,
-		// 4000 × 1.2 + 512 → 6 GiB, more than 1g.5gb holds.
+		// light 15 % → 25 % compute (2g's 28 of 108 SMs are 25.9 %),
+		// 3 GiB; medium 40 % → 50 % (4g's 56 SMs are 51.9 %), 8 GiB; heavy
+		// kept whole; fat 10 % → 20 %, 4000 × 1.2 + 512 → 6 GiB, more than
+		// 1g.5gb holds.
 		SlicePrism: {"2g.10gb", "4g.20gb", "7g.40gb", "2g.10gb"},
 		// The first slice at 80 % or more of the whole GPU.
 		SliceOracle: {"1g.5gb", "3g.20gb", "7g.40gb", "3g.20gb"},
@@ -367,5 +377,66 @@ func TestSlicingVerdictComparesGPUsNeeded(t *testing.T) {
 				t.Errorf("verdict (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// productionFleet is what prism-controller's fleet view makes of an
+// A100-SXM4-40GB node as the kubelet plugin publishes it (the simulated
+// NVML's answers, discovered and laid out by the plugin's code), with the
+// partitions of the profiles the evaluation models only: the cluster the
+// evaluation stands for publishes those (the plugin's MIG profile list).
+func productionFleet(t *testing.T, profiles []MIGProfile) *rewrite.Fleet {
+	t.Helper()
+	modelled := func(d resourceapi.Device) bool {
+		a, ok := d.Attributes[gpuv1alpha1.MIGProfileAttribute.Qualified()]
+		return !ok || slices.ContainsFunc(profiles, func(p MIGProfile) bool { return p.Name == ptr.Deref(a.StringValue, "") })
+	}
+	v := fleet.NewView()
+	for _, s := range explaintest.MIGSlices(t) {
+		s.Spec.Devices = slices.DeleteFunc(s.Spec.Devices, func(d resourceapi.Device) bool { return !modelled(d) })
+		v.OnAdd(&s, false)
+	}
+	f := v.Fleet()
+	if len(f.Partitions) != len(profiles) {
+		t.Fatalf("the published fleet has partitions %+v, want one per modelled profile", f.Partitions)
+	}
+	return f
+}
+
+// The evaluation's prism policy asks for the partition prism-controller
+// would give the same share on the same GPU model, at every compute share
+// and at every memory around the profiles' sizes: a rule of its own
+// (compute slices out of 7, where production counts SMs out of the
+// parent's 108, and never takes the whole GPU as a partition) would judge
+// a rule that does not ship.
+func TestSlicingChoosesWhatProductionChooses(t *testing.T) {
+	d := readSlicing(t, "slices.csv")
+	prod := productionFleet(t, d.Model.Profiles)
+	memories := []int64{0}
+	for gib := int64(1); gib <= 41; gib++ {
+		memories = append(memories, gib<<30)
+	}
+	for _, p := range d.Model.Profiles {
+		memories = append(memories, p.MemMiB<<20, p.MemMiB<<20+1)
+	}
+	want, got := map[string]string{}, map[string]string{}
+	for compute := int64(0); compute <= 100; compute++ {
+		for _, memory := range memories {
+			share := fmt.Sprintf("%d%% compute, %s", compute, resource.NewQuantity(memory, resource.BinarySI))
+			want[share] = d.Model.Profiles[d.whole()].Name
+			if names, _ := prod.SmallestPartitions(compute, memory); len(names) > 0 {
+				want[share] = names[0]
+			}
+			got[share] = d.Model.Profiles[d.smallest(compute, memory)].Name
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		differ := 0
+		for share, p := range want {
+			if got[share] != p {
+				differ++
+			}
+		}
+		t.Errorf("profile chosen for %d of %d shares differs, production (-) against the evaluation (+):\n%s", differ, len(want), diff)
 	}
 }

@@ -193,7 +193,7 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 		}
 	}
 	plan.ComputePercent, plan.MemoryBytes = int64(size.Share.ComputePercent), memory
-	names, fits := c.Fleet.smallestPartitions(int64(size.Share.ComputePercent), memory)
+	names, fits := c.Fleet.SmallestPartitions(int64(size.Share.ComputePercent), memory)
 	if len(names) == 0 {
 		plan.Verdict, plan.Reason = PartitionNoneFits.String(), why+"; but "+fits
 		return nil, plan
@@ -214,14 +214,18 @@ func profileToken(name string) string {
 	return strings.ReplaceAll(name, ".", "")
 }
 
-// smallestPartitions returns, for each GPU model that publishes partitions,
+// SmallestPartitions returns, for each GPU model that publishes partitions,
 // the smallest profile below the whole GPU that the catalogue can select,
 // whose memory is at least memory bytes and whose SMs are at least
 // computePercent of the parent's; the distinct names, smallest first. A
 // name qualifies only if it does so on every model that publishes it, so
 // that a selector on the name alone is honest in a mixed fleet. The string
 // says which profiles were chosen, or why none was.
-func (f *Fleet) smallestPartitions(computePercent, memory int64) ([]string, string) {
+//
+// It is the partition step's choice, exported so that prismctl simulate's
+// MIG sizing asks the same question of a fleet of one model instead of
+// keeping a rule of its own.
+func (f *Fleet) SmallestPartitions(computePercent, memory int64) ([]string, string) {
 	byName := map[string][]PartitionModel{}
 	byModel := map[string][]PartitionModel{}
 	for _, p := range f.Partitions {
