@@ -52,6 +52,8 @@ func main() {
 		schedNodes  = flag.Int("sched-nodes", 500, "nodes for the scheduling phase")
 		schedPods   = flag.Int("sched-pods", 200, "pods for each claim kind")
 		schedProf   = flag.String("sched-profile", "MemoryBound-performance", "profile of the rewritten claims")
+		shareShares = flag.Int("share-packing-shares", 16, "pods of each stream of the share-packing phase, on 8 shareable H100s")
+		shareSeed   = flag.Uint64("share-packing-seed", 1, "seed of the shares the share-packing phase's churn stream deletes")
 		schedFigs   = flag.Bool("sched-figures-as-capacity", bench.ShippedFiguresAsCapacity, "publish the scheduling phase's slices with the figures as capacities, as the chart's plugin does, and measure the ladder the controller writes by default (capacity floor and tier bounds) beside the CEL form; false measures the CEL form alone, on slices without them")
 		prepCalls   = flag.Int("prepare-calls", 300, "prepare+unprepare calls per claim size")
 		refPlugin   = flag.String("reference-plugin", "", "dra-example-kubeletplugin binary of kubernetes-sigs/dra-example-driver, built outside this repo; when set, the prepare phase also runs against it")
@@ -68,7 +70,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,prepare,admission,admission-flood,startup,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,share-packing,prepare,admission,admission-flood,startup,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	ctx, stop := toolmain.Start()
@@ -76,7 +78,7 @@ func main() {
 
 	rep := &bench.Report{Started: time.Now(), Host: bench.Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Load1Start: bench.Load1()}}
 	alloc := allocatorFlags{sizes: *sizes, passes: *passes, migRounds: *migRounds}
-	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, FiguresAsCapacity: *schedFigs}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, bench.FloodOptions{FloodRate: *floodRate, AdmissionOptions: bench.AdmissionOptions{Rate: floodLegitRate, Duration: *floodFor}}, *scaleNodes, *scalePer, *starts, *only, *keep)
+	err := run(ctx, rep, *repo, *binDir, alloc, bench.SchedulingOptions{Nodes: *schedNodes, Pods: *schedPods, Warmup: 10, Profile: *schedProf, FiguresAsCapacity: *schedFigs}, bench.SharePackingOptions{Shares: *shareShares, Seed: *shareSeed}, bench.PrepareOptions{Calls: *prepCalls, Warmup: 10, ReferenceBin: *refPlugin, KubeAPIQPS: *prepQPS, KubeAPIBurst: *prepBurst, TraceCalls: *prepTrace}, *prepScale, *floorPlugin, *floorClaims, *admRate, *admDuration, bench.FloodOptions{FloodRate: *floodRate, AdmissionOptions: bench.AdmissionOptions{Rate: floodLegitRate, Duration: *floodFor}}, *scaleNodes, *scalePer, *starts, *only, *keep)
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -112,7 +114,7 @@ type allocatorFlags struct {
 	passes, migRounds int
 }
 
-func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions,
+func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allocatorFlags, sched bench.SchedulingOptions, share bench.SharePackingOptions,
 	prep bench.PrepareOptions, prepScale, floorBin string, floorClaims int, admRate int, admDuration time.Duration, flood bench.FloodOptions, scaleNodes string, scalePer, starts int, only string, keep bool) (retErr error) {
 	logger := klog.FromContext(ctx)
 	want := func(phase string) bool {
@@ -184,7 +186,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return err
 		}
 	}
-	if !want("scheduling") && !want("prepare") && !want("admission") && !want("admission-flood") && !want("startup") && !want("usage") && !want("controller-scale") {
+	if !want("scheduling") && !want("share-packing") && !want("prepare") && !want("admission") && !want("admission-flood") && !want("startup") && !want("usage") && !want("controller-scale") {
 		return nil
 	}
 
@@ -238,6 +240,10 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 	var errs []error
 	errs = append(errs, rowsPhase("scheduling", func() ([]bench.Row, error) {
 		return bench.Scheduling(ctx, c, client, sched)
+	}))
+	errs = append(errs, rowsPhase("share-packing", func() ([]bench.Row, error) {
+		share.Fleet = fleet
+		return bench.SharePacking(ctx, c, client, share)
 	}))
 	var footprint []bench.Row
 	if want("prepare") {
