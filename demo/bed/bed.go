@@ -261,7 +261,7 @@ func (b *Bed) RestartPluginContainer(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	for _, pid := range daemons {
+	for pid := range daemons {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	return p.start(ctx)

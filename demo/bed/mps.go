@@ -25,16 +25,18 @@ import (
 
 // MPSProcesses are the running processes of the MPS daemons whose pipe
 // directories are under stateDir, the plugin's state directory, with the
-// servers they started: what a container of the plugin holds besides the
-// plugin. They are told by CUDA_MPS_PIPE_DIRECTORY in their environment,
-// which the servers inherit from their daemon.
-func MPSProcesses(stateDir string) ([]int, error) {
+// servers they started, each with its pipe directory: what a container of
+// the plugin holds besides the plugin. They are told by
+// CUDA_MPS_PIPE_DIRECTORY in their environment, which the servers inherit
+// from their daemon.
+func MPSProcesses(stateDir string) (map[int]string, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	prefix := []byte("CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(stateDir, "mps") + "/")
-	var out []int
+	const name = "CUDA_MPS_PIPE_DIRECTORY="
+	prefix := []byte(name + filepath.Join(stateDir, "mps") + "/")
+	out := map[int]string{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -48,7 +50,7 @@ func MPSProcesses(stateDir string) ([]int, error) {
 		}
 		for _, kv := range bytes.Split(environ, []byte{0}) {
 			if bytes.HasPrefix(kv, prefix) {
-				out = append(out, pid)
+				out[pid] = string(kv[len(name):])
 				break
 			}
 		}

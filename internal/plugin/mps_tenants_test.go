@@ -81,25 +81,6 @@ func (c shareContainer) client(t *testing.T, m *mpsDriver, edit func([]string) [
 	return mpstest.StartClient(t, filepath.Join(m.driverRoot, "usr", "bin", mps.ControlBinary), env, cred, args...)
 }
 
-func unset(names ...string) func([]string) []string {
-	return func(env []string) []string {
-		return slices.DeleteFunc(env, func(kv string) bool {
-			name, _, _ := strings.Cut(kv, "=")
-			return slices.Contains(names, name)
-		})
-	}
-}
-
-func set(kvs ...string) func([]string) []string {
-	return func(env []string) []string {
-		for _, kv := range kvs {
-			name, _, _ := strings.Cut(kv, "=")
-			env = append(unset(name)(env), kv)
-		}
-		return env
-	}
-}
-
 // openToAll lets every user reach path, as the state directory and driver
 // root of a node are, though the test's temporary directories are 0700.
 func openToAll(t *testing.T, paths ...string) {
@@ -132,9 +113,9 @@ func TestAShareHoldsWhateverItsWorkloadDoes(t *testing.T) {
 		want mpstest.ClientResult
 	}{
 		{"as prepared", nil, limitsOfA},
-		{"limits unset", unset(thread, pinned), limitsOfA},
-		{"limits raised", set(thread+"=100", pinned+"=0=81920M"), limitsOfA},
-		{"limits lowered", set(thread+"=10", pinned+"=0=1024M"), mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 10, PinnedMemLimitBytes: gi}},
+		{"limits unset", mpstest.UnsetEnv(thread, pinned), limitsOfA},
+		{"limits raised", mpstest.SetEnv(thread+"=100", pinned+"=0=81920M"), limitsOfA},
+		{"limits lowered", mpstest.SetEnv(thread+"=10", pinned+"=0=1024M"), mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 10, PinnedMemLimitBytes: gi}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMPSDriver(t)

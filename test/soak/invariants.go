@@ -25,7 +25,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -240,18 +239,10 @@ func mpsHeld(stateDir string) []prepared {
 			out = append(out, prepared{"MPS daemon directory " + e.Name(), shareDaemonClaim(e.Name())})
 		}
 	}
-	pids, _ := bed.MPSProcesses(stateDir)
-	for _, pid := range pids {
-		environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
-		if err != nil {
-			continue // it has exited
-		}
-		for _, kv := range strings.Split(string(environ), "\x00") {
-			if dir, ok := strings.CutPrefix(kv, "CUDA_MPS_PIPE_DIRECTORY="); ok {
-				key := filepath.Base(filepath.Dir(dir))
-				out = append(out, prepared{fmt.Sprintf("MPS process %d of daemon %s", pid, key), shareDaemonClaim(key)})
-			}
-		}
+	procs, _ := bed.MPSProcesses(stateDir)
+	for pid, pipeDir := range procs {
+		key := filepath.Base(filepath.Dir(pipeDir))
+		out = append(out, prepared{fmt.Sprintf("MPS process %d of daemon %s", pid, key), shareDaemonClaim(key)})
 	}
 	return out
 }

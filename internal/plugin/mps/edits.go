@@ -53,7 +53,7 @@ func ClientEdits(hostPipeDir, hostShmDir string, s gpuv1alpha1.Share) *cdispec.C
 		env = append(env, EnvActiveThreadPercentage+"="+strconv.Itoa(int(s.ComputePercent)))
 	}
 	if s.LimitsMemory() {
-		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, s.MemoryBytes>>pinnedLimitMi))
+		env = append(env, fmt.Sprintf("%s=0=%dM", EnvPinnedDeviceMemLimit, s.MemoryBytes>>mibShift))
 	}
 	options := []string{"rw", "nosuid", "nodev", "noexec", "bind"}
 	mounts := []*cdispec.Mount{{HostPath: hostPipeDir, ContainerPath: ContainerPipeDir, Type: "bind", Options: options}}

@@ -32,11 +32,11 @@ import (
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT can only lower them. Device 0 is the
 // share's GPU: the daemon sees it alone.
 const (
-	setThreads    = "set_default_active_thread_percentage %d"
-	getThreads    = "get_default_active_thread_percentage"
-	setPinned     = "set_default_device_pinned_mem_limit 0 %dM"
-	getPinned     = "get_default_device_pinned_mem_limit 0"
-	pinnedLimitMi = 20 // a limit is given in whole MiB
+	setThreads = "set_default_active_thread_percentage %d"
+	getThreads = "get_default_active_thread_percentage"
+	setPinned  = "set_default_device_pinned_mem_limit 0 %dM"
+	getPinned  = "get_default_device_pinned_mem_limit 0"
+	mibShift   = 20 // limits are given in whole MiB: bytes >> mibShift
 )
 
 // limit sets the new daemon's defaults to its share's limits and reads
@@ -50,8 +50,8 @@ func (m *Manager) limit(ctx context.Context, rec checkpoint.MPSDaemon) error {
 		}
 	}
 	if rec.Limits.LimitsMemory() {
-		mib := rec.Limits.MemoryBytes >> pinnedLimitMi
-		if err := m.setAndCheck(ctx, rec, fmt.Sprintf(setPinned, mib), getPinned, float64(mib<<pinnedLimitMi), parseBytes); err != nil {
+		mib := rec.Limits.MemoryBytes >> mibShift
+		if err := m.setAndCheck(ctx, rec, fmt.Sprintf(setPinned, mib), getPinned, float64(mib<<mibShift), parseBytes); err != nil {
 			return err
 		}
 	}

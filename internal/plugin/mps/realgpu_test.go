@@ -318,9 +318,9 @@ func (r *rig) limitsBind(t *testing.T) {
 		check bool
 	}{
 		{"as prepared", nil, false},
-		{"limits unset", unsetEnv(threads, pinned), true},
-		{"limits raised", setEnv(threads+"=100", pinned+"=0=81920M"), true},
-		{"limits lowered", setEnv(threads+"=10", pinned+"=0=512M"), false},
+		{"limits unset", mpstest.UnsetEnv(threads, pinned), true},
+		{"limits raised", mpstest.SetEnv(threads+"=100", pinned+"=0=81920M"), true},
+		{"limits lowered", mpstest.SetEnv(threads+"=10", pinned+"=0=512M"), false},
 	} {
 		run := r.run(t, r.container(a, 0, tc.edit), "--alloc", fmt.Sprintf("%d,%d", below, above))
 		lc := limitCase{Name: tc.name, Run: run}
@@ -554,7 +554,7 @@ func (r *rig) container(s share, uid int, edit func([]string) []string) containe
 	if edit != nil {
 		env = edit(env)
 	}
-	env = setEnv(EnvPipeDirectory + "=" + s.rec.PipeDir)(env)
+	env = mpstest.SetEnv(EnvPipeDirectory + "=" + s.rec.PipeDir)(env)
 	return container{share: s.name, env: r.withLibraries(env), shm: s.rec.ShmDir, uid: uid}
 }
 
@@ -565,25 +565,6 @@ func (r *rig) withLibraries(env []string) []string {
 		return env
 	}
 	return append(env, "LD_LIBRARY_PATH="+strings.Join(r.m.libDirs, ":"))
-}
-
-func setEnv(kvs ...string) func([]string) []string {
-	return func(env []string) []string {
-		for _, kv := range kvs {
-			name, _, _ := strings.Cut(kv, "=")
-			env = append(unsetEnv(name)(env), kv)
-		}
-		return env
-	}
-}
-
-func unsetEnv(names ...string) func([]string) []string {
-	return func(env []string) []string {
-		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
-			name, _, _ := strings.Cut(kv, "=")
-			return slices.Contains(names, name)
-		})
-	}
 }
 
 // clientReport is the line prism-mps-client prints

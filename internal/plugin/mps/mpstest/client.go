@@ -22,6 +22,8 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -170,4 +172,28 @@ type testWriter struct{ t *testing.T }
 func (w *testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("stand-in CUDA client: %s", p)
 	return len(p), nil
+}
+
+// SetEnv returns an edit of a client's environment that sets each
+// NAME=value of kvs, replacing what it had of that name: a container's
+// workload that raises or lowers its MPS limits.
+func SetEnv(kvs ...string) func([]string) []string {
+	return func(env []string) []string {
+		for _, kv := range kvs {
+			name, _, _ := strings.Cut(kv, "=")
+			env = append(UnsetEnv(name)(env), kv)
+		}
+		return env
+	}
+}
+
+// UnsetEnv returns an edit of a client's environment that drops the
+// variables named: a workload that unsets its MPS limits.
+func UnsetEnv(names ...string) func([]string) []string {
+	return func(env []string) []string {
+		return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+			name, _, _ := strings.Cut(kv, "=")
+			return slices.Contains(names, name)
+		})
+	}
 }
