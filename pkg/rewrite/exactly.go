@@ -23,7 +23,7 @@ import (
 )
 
 // exactlyOnly writes the claim of a pod whose scheduler counts a claim's
-// GPUs only from its exactly requests. KAI-Scheduler, as read at commit
+// GPUs only from its exactly requests. KAI-Scheduler at commit
 // 72de64fc8eca10fa8cca26a20156178f3edbe092 (docs/kai.md):
 //
 //   - pkg/common/resources/dra.go, countGPUDevicesFromClaim, counts Count
@@ -32,10 +32,12 @@ import (
 //     GPU against the queue's quota or the node's GPUs (the TODO in
 //     pkg/scheduler/api/node_info/node_info.go, setAcceptedResources;
 //     NVIDIA/KAI-Scheduler#900);
-//   - pkg/scheduler/plugins/dynamicresources/dynamicresources.go,
-//     allocateResourceClaim, allocates with structured.Features{}, whose
-//     allocator refuses firstAvailable requests and checks no capacity
-//     request.
+//   - run beside Prism by hack/kai-check.sh, its scheduler places a pod
+//     whose claim has a ladder, and its binder then fails ("empty status
+//     for claim gpu in bind request") and retries for ever: the pod stays
+//     Pending. It refuses a capacity request ("has capacity requests, but
+//     the DRAConsumableCapacity feature is disabled"); with that gate on,
+//     it gives a share a whole GPU and records no consumed capacity.
 //
 // So the claim gets no ladder, no share or partition ahead of one (Rewrite
 // offers neither), and no capacity request: each eligible request keeps its
