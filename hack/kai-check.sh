@@ -3,7 +3,8 @@
 #
 #   hack/kai-check.sh KAI_SOURCE_DIR [OUTPUT_DIR]
 #
-# KAI_SOURCE_DIR is a checkout of https://github.com/NVIDIA/KAI-Scheduler.
+# KAI_SOURCE_DIR is a checkout of https://github.com/kai-scheduler/KAI-Scheduler
+# (formerly github.com/NVIDIA/KAI-Scheduler).
 # The Go module proxy refuses KAI-Scheduler's module, so it is not a
 # dependency of this repository and no code of it is copied here: this script
 # builds KAI's scheduler, binder, queue controller and pod-group controller
@@ -33,8 +34,9 @@ out=$(mkdir -p "${2:-$root/_output/kai}" && cd "${2:-$root/_output/kai}" && pwd)
 bin="$out/bin"
 log="$out/kai-check.log"
 
-if [ ! -f "$src/go.mod" ] || ! grep -q '^module github.com/NVIDIA/KAI-scheduler' "$src/go.mod"; then
-	echo "$src is not a KAI-Scheduler checkout (no go.mod of github.com/NVIDIA/KAI-scheduler)" >&2
+# The module moved from github.com/NVIDIA to github.com/kai-scheduler in 2026.
+if [ ! -f "$src/go.mod" ] || ! grep -Eq '^module github.com/(NVIDIA|kai-scheduler)/KAI-scheduler$' "$src/go.mod"; then
+	echo "$src is not a KAI-Scheduler checkout (no go.mod of github.com/kai-scheduler/KAI-scheduler)" >&2
 	exit 2
 fi
 kai_commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo "${KAI_COMMIT:-unknown}")
