@@ -24,7 +24,7 @@ import (
 
 // exactlyOnly writes the claim of a pod whose scheduler counts a claim's
 // GPUs only from its exactly requests. KAI-Scheduler at commit
-// 72de64fc8eca10fa8cca26a20156178f3edbe092 (docs/kai.md):
+// 72de64fc8eca10fa8cca26a20156178f3edbe092 and at v0.17.0 (docs/kai.md):
 //
 //   - pkg/common/resources/dra.go, countGPUDevicesFromClaim, counts Count
 //     GPUs for an exactly request of a class whose name holds "gpu" and
@@ -32,12 +32,14 @@ import (
 //     GPU against the queue's quota or the node's GPUs (the TODO in
 //     pkg/scheduler/api/node_info/node_info.go, setAcceptedResources;
 //     NVIDIA/KAI-Scheduler#900);
-//   - run beside Prism by hack/kai-check.sh, its scheduler places a pod
-//     whose claim has a ladder, and its binder then fails ("empty status
-//     for claim gpu in bind request") and retries for ever: the pod stays
-//     Pending. It refuses a capacity request ("has capacity requests, but
-//     the DRAConsumableCapacity feature is disabled"); with that gate on,
-//     it gives a share a whole GPU and records no consumed capacity.
+//   - run beside Prism by hack/kai-check.sh, neither runs a pod whose
+//     claim has a ladder: v0.17.0's scheduler refuses it ("has
+//     subrequests, but the DRAPrioritizedList feature is disabled"), the
+//     older one places it and its binder fails ("empty status for claim
+//     gpu in bind request") for ever. Both give a share a whole GPU and
+//     record no consumed capacity (the older one only with its
+//     DRAConsumableCapacity gate on; it refuses capacity requests
+//     otherwise).
 //
 // So the claim gets no ladder, no share or partition ahead of one (Rewrite
 // offers neither), and no capacity request: each eligible request keeps its
