@@ -39,7 +39,13 @@ if [ ! -f "$src/go.mod" ] || ! grep -Eq '^module github.com/(NVIDIA|kai-schedule
 	echo "$src is not a KAI-Scheduler checkout (no go.mod of github.com/kai-scheduler/KAI-scheduler)" >&2
 	exit 2
 fi
-kai_commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo "${KAI_COMMIT:-unknown}")
+# Only a checkout of its own: a source folder inside another repository
+# (this one's _output, say) must not report that repository's commit.
+if [ -e "$src/.git" ]; then
+	kai_commit=$(git -C "$src" rev-parse HEAD)
+else
+	kai_commit=${KAI_COMMIT:-unknown}
+fi
 prism_commit=$(git -C "$root" rev-parse HEAD)
 
 echo "==> building KAI-Scheduler $kai_commit into $bin" >&2
