@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,8 +122,11 @@ type Driver struct {
 	// health keeps the GPUs and their taints current.
 	health *healthWatch
 
-	// ready is closed once the plugin is registered and its slice published.
-	ready chan struct{}
+	// ready is closed once the plugin serves its sockets and its slice is
+	// published; kubeletRegistered is set once the kubelet has registered
+	// it. Readiness needs both.
+	ready             chan struct{}
+	kubeletRegistered atomic.Bool
 	// staleSince records when each prepared claim was first seen missing
 	// from the API.
 	staleSince sync.Map
@@ -152,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		// it is watched.
 		kubeletplugin.HealthService(cfg.Health != nil),
 		kubeletplugin.GRPCInterceptor(TraceInterceptor(klog.FromContext(ctx))),
+		kubeletplugin.GRPCInterceptor(d.watchRegistration(klog.FromContext(ctx))),
 	}
 	if cfg.RegistrarDir != "" {
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir))

@@ -17,11 +17,16 @@ limitations under the License.
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // DefaultStuckAfter is how long one prepare or unprepare may hold the
@@ -57,10 +62,11 @@ func (p *Probes) Live() error {
 	return nil
 }
 
-// Ready succeeds once the plugin serves its registration and DRA sockets
-// and has published its slice. The kubelet's plugin watcher registers it on
-// its next pass, about a second later; a prepare in between fails and the
-// kubelet retries it.
+// Ready succeeds once the plugin has published its slice and the kubelet
+// has registered it, so that a pod's prepare reaches it. The kubelet's
+// plugin watcher registers a new socket on its next pass, about a second
+// after the plugin serves it; a pod whose prepare came before that would
+// wait out the kubelet's 10-15 s retry.
 func (p *Probes) Ready() error {
 	d := p.driver.Load()
 	if d == nil {
@@ -68,9 +74,28 @@ func (p *Probes) Ready() error {
 	}
 	select {
 	case <-d.ready:
-		return nil
 	default:
-		return errors.New("not registered and published yet")
+		return errors.New("slice not published yet")
+	}
+	if !d.kubeletRegistered.Load() {
+		return errors.New("not registered by the kubelet yet")
+	}
+	return nil
+}
+
+// watchRegistration is a gRPC interceptor that notes the kubelet's answer
+// to the plugin's registration, which the DRA helper keeps to itself: Ready
+// waits for it, and a refusal is logged with the kubelet's reason.
+func (d *Driver) watchRegistration(logger klog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if status, ok := req.(*registerapi.RegistrationStatus); ok {
+			if !status.PluginRegistered {
+				logger.Error(nil, "The kubelet refused to register the plugin", "reason", status.Error)
+			} else if !d.kubeletRegistered.Swap(true) {
+				logger.Info("The kubelet registered the plugin")
+			}
+		}
+		return handler(ctx, req)
 	}
 }
 

@@ -17,10 +17,15 @@ limitations under the License.
 package plugin
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 func probe(t *testing.T, mux *http.ServeMux, path string) int {
@@ -50,8 +55,24 @@ func TestProbes(t *testing.T) {
 		t.Errorf("/readyz before registration = %d, want 503", code)
 	}
 	close(d.ready)
+	if code := probe(t, mux, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz once published, before the kubelet registered the plugin = %d, want 503", code)
+	}
+	watch := d.watchRegistration(klog.Background())
+	notify := func(registered bool) {
+		t.Helper()
+		status := &registerapi.RegistrationStatus{PluginRegistered: registered, Error: "refused for the test"}
+		if _, err := watch(context.Background(), status, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notify(false)
+	if code := probe(t, mux, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after the kubelet refused the registration = %d, want 503", code)
+	}
+	notify(true)
 	if code := probe(t, mux, "/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz once published = %d, want 200", code)
+		t.Errorf("/readyz once published and registered = %d, want 200", code)
 	}
 
 	d.state.guard.mu.Lock()

@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/internal/plugin/residency"
@@ -98,11 +99,13 @@ func DropPageCache(path string) error {
 }
 
 // PluginProc is one prism-kubelet-plugin process with no kubelet: its
-// registration socket sits in a directory nobody watches.
+// registration socket sits in a directory nobody watches, and WaitReady
+// registers it as the kubelet would.
 type PluginProc struct {
 	*testbed.Process
 	Node, Dir, HTTPAddr string
 	Started             time.Time
+	registered          bool
 }
 
 // Socket is the DRA gRPC socket.
@@ -146,6 +149,9 @@ func (p *PluginProc) WaitReady(ctx context.Context, timeout time.Duration) (time
 		if exited, err := p.Exited(); exited {
 			return time.Time{}, fmt.Errorf("plugin exited: %v (log %s)", err, p.LogPath)
 		}
+		if !p.registered {
+			p.registered = p.register(ctx)
+		}
 		resp, err := hc.Get("http://" + p.HTTPAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
@@ -160,6 +166,30 @@ func (p *PluginProc) WaitReady(ctx context.Context, timeout time.Duration) (time
 		}
 	}
 	return time.Time{}, fmt.Errorf("plugin on %s not ready after %s (log %s)", p.Node, timeout, p.LogPath)
+}
+
+// register plays the kubelet's plugin watcher: once the registration
+// socket exists it asks the plugin for its info and tells it that it is
+// registered, which the plugin's readiness waits for. It reports whether
+// it did.
+func (p *PluginProc) register(ctx context.Context) bool {
+	sockets, _ := filepath.Glob(filepath.Join(p.Dir, "registry", "*-reg.sock"))
+	if len(sockets) == 0 {
+		return false
+	}
+	conn, err := grpc.NewClient("unix://"+sockets[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	reg := registerapi.NewRegistrationClient(conn)
+	if _, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		return false
+	}
+	_, err = reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+	return err == nil
 }
 
 // PrepareOptions bound the prepare phase.
