@@ -36,9 +36,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -122,6 +124,9 @@ type Bed struct {
 	// what nvml.WriteUsage writes there is what NVML shows the plugin.
 	UsageFiles map[string]string
 	log        io.Writer
+	// mu guards the maps and the log while Setup starts the nodes
+	// concurrently.
+	mu sync.Mutex
 	// plugins and controllers keep what it takes to start each again.
 	plugins     map[string]*component
 	controllers []*component
@@ -161,6 +166,8 @@ func CRDDirs(repoRoot string) []string {
 }
 
 func (b *Bed) logf(format string, args ...any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	fmt.Fprintf(b.log, "[prism-demo] "+format+"\n", args...)
 }
 
@@ -186,20 +193,29 @@ func Setup(ctx context.Context, c *testbed.Cluster, opts Options) (_ *Bed, err e
 	if err := b.installManifests(ctx, opts.RepoRoot, docs, slices.ContainsFunc(opts.Nodes, func(n NodeSpec) bool { return n.MIGPartitions })); err != nil {
 		return nil, err
 	}
+	// The nodes are independent, and each waits mostly on its kubelet and
+	// plugin becoming ready, so they start side by side.
+	var nodes errgroup.Group
 	for _, n := range opts.Nodes {
-		start := time.Now()
-		node, err := c.AddNode(ctx, testbed.NodeOptions{Name: n.Name})
-		if err != nil {
-			return nil, err
-		}
-		fleet, err := b.nodeFleet(node, filepath.Join(opts.RepoRoot, "demo", "fleets", n.Fleet))
-		if err != nil {
-			return nil, err
-		}
-		if err := b.startPlugin(ctx, node, fleet, n.MIGPartitions, opts); err != nil {
-			return nil, err
-		}
-		b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
+		nodes.Go(func() error {
+			start := time.Now()
+			node, err := c.AddNode(ctx, testbed.NodeOptions{Name: n.Name})
+			if err != nil {
+				return err
+			}
+			fleet, err := b.nodeFleet(node, filepath.Join(opts.RepoRoot, "demo", "fleets", n.Fleet))
+			if err != nil {
+				return err
+			}
+			if err := b.startPlugin(ctx, node, fleet, n.MIGPartitions, opts); err != nil {
+				return err
+			}
+			b.logf("node %-9s ready with prism-kubelet-plugin on fleet %s (%s)", n.Name, n.Fleet, time.Since(start).Round(100*time.Millisecond))
+			return nil
+		})
+	}
+	if err := nodes.Wait(); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	if err := b.startController(ctx, opts, docs); err != nil {
@@ -528,7 +544,9 @@ func (b *Bed) nodeFleet(node *testbed.Node, demoFleet string) (string, error) {
 	if err := os.WriteFile(fleet, data, 0o644); err != nil {
 		return "", err
 	}
+	b.mu.Lock()
 	b.UsageFiles[node.Name] = usage
+	b.mu.Unlock()
 	return fleet, nil
 }
 
@@ -586,8 +604,10 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 	if len(opts.PluginFlags) > 0 {
 		args = append(args, opts.PluginFlags...)
 	}
+	b.mu.Lock()
 	b.StateDirs[node.Name] = stateDir
 	b.FaultsFiles[node.Name] = faults
+	b.mu.Unlock()
 	p := &component{
 		name: "prism-plugin-" + node.Name, bin: opts.PluginBin, dir: node.Dir, args: args,
 		logPath: filepath.Join(b.Cluster.WorkDir(), "logs", "prism-plugin-"+node.Name+".log"),
@@ -610,7 +630,9 @@ func (b *Bed) startPlugin(ctx context.Context, node *testbed.Node, fleet string,
 			return err == nil && slices.ContainsFunc(list.Items, func(s resourceapi.ResourceSlice) bool { return len(s.Spec.Devices) > 0 }), nil
 		},
 	}
+	b.mu.Lock()
 	b.plugins[node.Name] = p
+	b.mu.Unlock()
 	return p.start(ctx)
 }
 

@@ -24,6 +24,7 @@ import (
 	"testing"
 
 	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/test/testbed"
 )
 
 // pluginBinary is prism-kubelet-plugin built once for the whole package, as
@@ -58,6 +59,9 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 	}
+	// Each test's cluster stops while the next test runs.
+	wait := testbed.StopInBackground()
+	defer wait()
 	return m.Run()
 }
 

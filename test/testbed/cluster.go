@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,8 +78,10 @@ type Cluster struct {
 	Client         kubernetes.Interface
 	KubeconfigPath string
 	procs          []*Process
-	nodes          []*Node
-	hostDirs       *hostDirs
+
+	mu            sync.Mutex // nodes may be added concurrently
+	nodes         []*Node
+	holdsHostDirs bool
 }
 
 // BinDir resolves the test-bed binary directory or says how to build it.
@@ -272,7 +275,11 @@ func (c *Cluster) restart(ctx context.Context, name string, p interface {
 }
 
 // Nodes are the nodes added so far, oldest first.
-func (c *Cluster) Nodes() []*Node { return slices.Clone(c.nodes) }
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.nodes)
+}
 
 // BinPath is the path of a test-bed binary such as kubectl.
 func (c *Cluster) BinPath(name string) string { return filepath.Join(c.opts.BinDir, name) }
@@ -290,10 +297,13 @@ func (c *Cluster) LogFiles() []string {
 // Stop stops the nodes, then the control plane. It is safe to call twice.
 func (c *Cluster) Stop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	for i := len(c.nodes) - 1; i >= 0; i-- {
-		c.nodes[i].Stop(ctx)
-	}
+	c.mu.Lock()
+	nodes := c.nodes
 	c.nodes = nil
+	c.mu.Unlock()
+	for i := len(nodes) - 1; i >= 0; i-- {
+		nodes[i].Stop(ctx)
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		_ = c.procs[i].Stop(10 * time.Second)
 	}
@@ -304,7 +314,13 @@ func (c *Cluster) Stop(ctx context.Context) {
 		}
 		c.env = nil
 	}
-	c.hostDirs.cleanup(ctx)
+	c.mu.Lock()
+	holds := c.holdsHostDirs
+	c.holdsHostDirs = false
+	c.mu.Unlock()
+	if holds {
+		hostDirs.release(ctx)
+	}
 }
 
 func featureGateFlag(gates map[string]bool) string {

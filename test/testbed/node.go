@@ -84,10 +84,13 @@ func (c *Cluster) AddNode(ctx context.Context, opts NodeOptions) (*Node, error) 
 	if opts.Containerd != nil {
 		private = append(slices.Clone(private), containerdPrivateDirs...)
 	}
-	if c.hostDirs == nil {
-		c.hostDirs = &hostDirs{}
+	c.mu.Lock()
+	if !c.holdsHostDirs {
+		hostDirs.hold()
+		c.holdsHostDirs = true
 	}
-	if err := c.hostDirs.prepare(private); err != nil {
+	c.mu.Unlock()
+	if err := hostDirs.prepare(private); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", opts.Name, err)
 	}
 	n := &Node{Name: opts.Name, cluster: c, Dir: filepath.Join(c.opts.WorkDir, "nodes", opts.Name)}
@@ -121,7 +124,9 @@ func (c *Cluster) AddNode(ctx context.Context, opts NodeOptions) (*Node, error) 
 		n.Stop(ctx)
 		return nil, err
 	}
+	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
 	if err := n.WaitReady(ctx, 2*time.Minute); err != nil {
 		return nil, err
 	}
@@ -286,10 +291,29 @@ func (n *Node) Stop(ctx context.Context) {
 }
 
 // hostDirs records which of the kubelet's hard-coded host directories the test
-// bed had to create as mount points, so that it removes exactly those.
-type hostDirs struct{ created []string }
+// bed had to create as mount points, so that it removes exactly those. It
+// is shared by every cluster of the process and removes them only when the
+// last cluster holding them stops: a kubelet's private mount on a directory
+// goes with the directory, and one cluster may still be stopping while the
+// next one runs.
+var hostDirs hostDirRegistry
 
-func (hd *hostDirs) prepare(dirs []string) error {
+type hostDirRegistry struct {
+	mu      sync.Mutex
+	holders int
+	created []string
+}
+
+// hold counts a cluster that uses the directories until it calls release.
+func (hd *hostDirRegistry) hold() {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	hd.holders++
+}
+
+func (hd *hostDirRegistry) prepare(dirs []string) error {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err == nil {
 			continue
@@ -310,8 +334,11 @@ func (hd *hostDirs) prepare(dirs []string) error {
 	return nil
 }
 
-func (hd *hostDirs) cleanup(ctx context.Context) {
-	if hd == nil {
+// release ends a hold; the last one removes the directories created.
+func (hd *hostDirRegistry) release(ctx context.Context) {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.holders--; hd.holders > 0 {
 		return
 	}
 	for i := len(hd.created) - 1; i >= 0; i-- {

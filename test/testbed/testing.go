@@ -21,8 +21,10 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 )
 
@@ -59,11 +61,16 @@ func ForTest(t *testing.T, opts Options) (context.Context, *Cluster) {
 	opts.WorkDir = dir
 	c, err := Start(ctx, opts)
 	t.Cleanup(func() {
+		keep := t.Failed() || os.Getenv("PRISM_KEEP_TESTBED") == "1"
+		if c != nil && !keep && background.stop(c, dir) {
+			cancel()
+			return
+		}
 		if c != nil {
 			c.Stop(context.WithoutCancel(ctx))
 		}
 		cancel()
-		if t.Failed() || os.Getenv("PRISM_KEEP_TESTBED") == "1" {
+		if keep {
 			dumpLogs(t, dir)
 			return
 		}
@@ -75,6 +82,55 @@ func ForTest(t *testing.T, opts Options) (context.Context, *Cluster) {
 		t.Fatalf("start test bed: %v", err)
 	}
 	return ctx, c
+}
+
+// background stops the clusters of passing tests after the tests have
+// returned, when StopInBackground turned it on.
+var background backgroundStops
+
+type backgroundStops struct {
+	mu      sync.Mutex
+	on      bool
+	stopped sync.WaitGroup
+}
+
+// StopInBackground makes ForTest stop the cluster of a passing test, and
+// remove its directory, after the test has returned, so that the next test
+// starts while it stops. A failing test's cluster is stopped before the test
+// ends, as without it, so that its logs are complete when printed. Call it
+// from TestMain before m.Run, and the function it returns after: it waits
+// for every stop, so that no component outlives the test binary.
+func StopInBackground() (wait func()) {
+	background.mu.Lock()
+	background.on = true
+	background.mu.Unlock()
+	return func() {
+		background.mu.Lock()
+		background.on = false
+		background.mu.Unlock()
+		background.stopped.Wait()
+	}
+}
+
+// stop stops c and removes dir in the background and returns true, or
+// returns false when stops are not in the background. Its log lines go to
+// klog, not to the test, which has returned by then.
+func (b *backgroundStops) stop(c *Cluster, dir string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.on {
+		return false
+	}
+	b.stopped.Add(1)
+	go func() {
+		defer b.stopped.Done()
+		ctx := klog.NewContext(context.Background(), klog.Background())
+		c.Stop(ctx)
+		if err := os.RemoveAll(dir); err != nil {
+			klog.Background().Error(err, "Removing a test-bed directory")
+		}
+	}()
+	return true
 }
 
 func dumpLogs(t *testing.T, dir string) {
