@@ -85,6 +85,7 @@ func TestGPUAndNICAlignedByPCIeRoot(t *testing.T) {
 		t.Fatalf("start the NIC driver: %v", err)
 	}
 	t.Cleanup(helper.Stop)
+	waitRegistered(t, helper)
 	nic := func(name, root string) resourceapi.Device {
 		return resourceapi.Device{Name: name, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			deviceattribute.StandardDeviceAttributePCIeRoot: {StringValue: ptr.To(root)},

@@ -208,7 +208,7 @@ func (e *controllerEnv) runPod(t *testing.T, name, template string) (string, *re
 // so that a failing subtest cannot leave GPUs taken for the next one.
 func (e *controllerEnv) runPodUntilEnd(t *testing.T, name, template string) (string, *resourceapi.ResourceClaim) {
 	t.Helper()
-	t.Cleanup(func() { deletePod(e.ctx, t, e.cluster.Client, name) })
+	t.Cleanup(func() { deletePod(e.ctx, t, e.cluster, name) })
 	return e.runPod(t, name, template)
 }
 

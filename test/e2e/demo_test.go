@@ -36,6 +36,9 @@ func TestDemo(t *testing.T) {
 	var log bytes.Buffer
 	b, err := bed.Setup(ctx, cluster, bed.Options{
 		RepoRoot: repoRoot, PluginBin: pluginBinary, ControllerBin: controllerBinary, NCUDir: ncuDir, Nodes: bed.DemoNodes, Log: &log,
+		// Scenario 12 needs the taint only while it places one pod, and then
+		// waits for it to lift; the last flag wins over the demo's 20 s.
+		PluginFlags: []string{"--health-recover-after=10s"},
 	})
 	t.Log(strings.TrimSpace(log.String()))
 	if err != nil {

@@ -90,7 +90,7 @@ func TestExtendedResourceGetsAPrismGPU(t *testing.T) {
 		t.Fatalf("the plugin wrote no CDI spec for the claim: %v", err)
 	}
 
-	deletePod(ctx, t, cluster.Client, pod.Name)
+	deletePod(ctx, t, cluster, pod.Name)
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, err := os.Stat(spec)
 		return os.IsNotExist(err), nil

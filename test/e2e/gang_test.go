@@ -209,7 +209,7 @@ func TestGangStartsWholeOrNotAtAll(t *testing.T) {
 	})
 
 	t.Run("once a second GPU is free both members run", func(t *testing.T) {
-		deletePod(ctx, t, client, "blocker")
+		deletePod(ctx, t, cluster, "blocker")
 		claims := map[string]*resourceapi.ResourceClaim{}
 		for name := range members {
 			pod, err := testbed.WaitForPod(ctx, client, "default", name, 2*time.Minute, testbed.PodRunning)

@@ -710,7 +710,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 
 	// The new plugin, alone on the node since the old one's socket went,
 	// unprepares the claim the old one prepared, then its own.
-	deletePod(ctx, t, client, "inventory")
+	deletePod(ctx, t, cluster, "inventory")
 	waitFor(t, "the first workload's CDI spec removed", func() bool { return !slices.Contains(specFiles(t, cdiRoot), specsBefore[0]) })
 	// The spec goes inside the unprepare call; the counter rises when the
 	// call returns, a moment later.
@@ -718,7 +718,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	if got := promValue(t, httpAddress, unprepared); got != unpreparedBefore+1 {
 		t.Errorf("the new plugin counts %v successful unprepares after the first workload ended, want %v", got, unpreparedBefore+1)
 	}
-	deletePod(ctx, t, client, "after-upgrade")
+	deletePod(ctx, t, cluster, "after-upgrade")
 	waitFor(t, "every CDI spec removed", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
 	// The spec goes first inside the unprepare call, the checkpoint entry
 	// last, a moment later.

@@ -351,7 +351,7 @@ func (e *kaiEnv) waitQueueGPUs(t *testing.T, queue, want string) {
 func (e *kaiEnv) deletePods(t *testing.T, pods ...string) {
 	t.Helper()
 	for _, p := range pods {
-		deletePod(e.ctx, t, e.cluster.Client, p)
+		deletePod(e.ctx, t, e.cluster, p)
 	}
 }
 

@@ -64,8 +64,8 @@ func TestLoadAwareYieldsToPendingMultiGPU(t *testing.T) {
 	}
 	createPod(e.ctx, t, e.cluster.Client, podWithClaim("wants-eight", "eight-h100", ""))
 	t.Cleanup(func() {
-		deletePod(e.ctx, t, e.cluster.Client, "wants-eight")
-		deletePod(e.ctx, t, e.cluster.Client, "hog-one")
+		deletePod(e.ctx, t, e.cluster, "wants-eight")
+		deletePod(e.ctx, t, e.cluster, "hog-one")
 	})
 	waitFor(t, "the controller to see the 8-GPU claim pending", func() bool {
 		return strings.HasPrefix(e.dryRunLoadDecision(t, "stream-la"), "yields")

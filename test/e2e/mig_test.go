@@ -110,7 +110,7 @@ func TestMIGPartitionsCreatedAtPrepare(t *testing.T) {
 	}
 
 	for _, pod := range []string{"mig-a", "mig-b", "whole"} {
-		deletePod(ctx, t, cluster.Client, pod)
+		deletePod(ctx, t, cluster, pod)
 	}
 	// The kubelet unprepares after the pod object is gone.
 	waitFor(t, "both GPU instances destroyed", func() bool {
@@ -192,6 +192,7 @@ func TestMIGCrashLeavesNoOrphan(t *testing.T) {
 			orphan, atCrash := live[0], len(readMIGRecords(t, m.record))
 
 			m.plugin.restart(m.ctx, t)
+			nudgePod(m.ctx, t, m.cluster.Client, pod)
 			if _, err := testbed.WaitForPod(m.ctx, m.cluster.Client, "default", pod, 2*time.Minute, testbed.PodRunning); err != nil {
 				t.Fatal(err)
 			}
@@ -205,7 +206,7 @@ func TestMIGCrashLeavesNoOrphan(t *testing.T) {
 				t.Errorf("the instance left by the crash, %s, was not destroyed after the restart: %+v", orphan, since)
 			}
 
-			deletePod(m.ctx, t, m.cluster.Client, pod)
+			deletePod(m.ctx, t, m.cluster, pod)
 			waitFor(t, "no GPU instance left after the pod", func() bool { return len(liveGPUInstances(t, m.record)) == 0 })
 		})
 	}

@@ -94,7 +94,7 @@ func TestPartitionSizedByMeasuredUse(t *testing.T) {
 		t.Errorf("heavy job's claim was rewritten: %s", heavy.Annotations[rewrite.AnnotationKey])
 	}
 	for _, pod := range []string{"light-1", "heavy-1"} {
-		deletePod(e.ctx, t, e.cluster.Client, pod)
+		deletePod(e.ctx, t, e.cluster, pod)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -41,6 +43,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/demo/bed"
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/pkg/rewrite"
 	"github.com/prismgpu/prism/test/testbed"
 )
@@ -143,10 +146,10 @@ func (p *pluginProc) restart(ctx context.Context, t *testing.T, extraEnv ...stri
 	t.Helper()
 	p.start(ctx, t, extraEnv...)
 	// A process set to crash may die before it is ready; the caller waits
-	// for that instead.
-	if !slices.ContainsFunc(append(slices.Clone(p.env), extraEnv...), func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") }) {
-		p.waitReady(t)
-	}
+	// for that. It must still be registered before the caller creates a pod,
+	// or the kubelet fails the pod's sync and retries only after 10-15 s.
+	crashes := slices.ContainsFunc(append(slices.Clone(p.env), extraEnv...), func(e string) bool { return strings.HasPrefix(e, "PRISM_CRASH_AT=") })
+	p.waitReadyOr(t, crashes)
 }
 
 // start starts the process with the same flags, without waiting for it.
@@ -164,10 +167,17 @@ func (p *pluginProc) start(ctx context.Context, t *testing.T, extraEnv ...string
 
 // waitReady waits for /readyz of the current process: registered with the
 // kubelet, checkpoint reconciled, slice published.
-func (p *pluginProc) waitReady(t *testing.T) {
+func (p *pluginProc) waitReady(t *testing.T) { t.Helper(); p.waitReadyOr(t, false) }
+
+// waitReadyOr is waitReady that, with exitOK, also ends when the process
+// exits.
+func (p *pluginProc) waitReadyOr(t *testing.T, exitOK bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
+			if exitOK {
+				return true, nil
+			}
 			return false, fmt.Errorf("plugin exited: %v (log %s)", err, p.LogPath)
 		}
 		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
@@ -279,20 +289,89 @@ func createPod(ctx context.Context, t *testing.T, client kubernetes.Interface, p
 	}
 }
 
-// deletePod deletes the pod and waits until it is gone, which with a real
-// kubelet means its claims were unprepared.
-func deletePod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
+// deletePod deletes the pod, waits until it is gone, then until the
+// plugins have unprepared each of its claims that no other pod holds. The
+// kubelet removes a terminated pod before it unprepares the pod's claims,
+// so a pod created next could be allocated the same device, have its
+// prepare refused while the old claim still holds it, and wait out the
+// kubelet's 10-15 s retry.
+func deletePod(ctx context.Context, t *testing.T, c *testbed.Cluster, name string) {
 	t.Helper()
-	if err := client.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	kc := c.Client
+	var claims []*resourceapi.ResourceClaim
+	if pod, err := kc.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName == nil {
+				continue
+			}
+			if claim, err := kc.ResourceV1().ResourceClaims("default").Get(ctx, *s.ResourceClaimName, metav1.GetOptions{}); err == nil {
+				claims = append(claims, claim)
+			}
+		}
+		for _, ref := range pod.Spec.ResourceClaims {
+			if ref.ResourceClaimName == nil {
+				continue
+			}
+			if claim, err := kc.ResourceV1().ResourceClaims("default").Get(ctx, *ref.ResourceClaimName, metav1.GetOptions{}); err == nil {
+				claims = append(claims, claim)
+			}
+		}
+	}
+	if err := kc.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		_, err := kc.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
 		t.Fatalf("pod %s was not removed: %v", name, err)
 	}
+	for _, claim := range claims {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			if heldByOthers(ctx, kc, claim, name) {
+				return true, nil
+			}
+			return len(claimSpecs(c, claim.UID)) == 0, nil
+		})
+		if err != nil {
+			t.Fatalf("claim %s of the deleted pod %s is still prepared: %v", claim.Name, name, claimSpecs(c, claim.UID))
+		}
+	}
+}
+
+// nudgePod annotates the pod, which wakes its kubelet pod worker at once.
+// After a failed prepare the kubelet retries only after its 10-15 s
+// pod-sync backoff, and the crash tests check what the plugin does on the
+// retry, not how long the kubelet waits for it.
+func nudgePod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"e2e.prism.dev/nudge":"` + strconv.FormatInt(time.Now().UnixNano(), 10) + `"}}}`)
+	if _, err := client.CoreV1().Pods("default").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// heldByOthers reports whether a pod other than the named one still has the
+// claim reserved, so that it stays prepared.
+func heldByOthers(ctx context.Context, client kubernetes.Interface, claim *resourceapi.ResourceClaim, pod string) bool {
+	now, err := client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+	if err != nil || now.UID != claim.UID {
+		return false
+	}
+	return slices.ContainsFunc(now.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.Name != pod })
+}
+
+// claimSpecs lists the claim's CDI spec files on the cluster's nodes.
+func claimSpecs(c *testbed.Cluster, uid types.UID) []string {
+	var found []string
+	for _, n := range c.Nodes() {
+		spec := filepath.Join(n.Dir, "cdi", cdi.SpecFileName(string(uid)))
+		if _, err := os.Stat(spec); err == nil {
+			found = append(found, spec)
+		}
+	}
+	return found
 }
 
 // podClaim returns the claim generated for the pod's single claim.

@@ -77,7 +77,7 @@ func TestPodGPUMetricsCarryThePodsLabels(t *testing.T) {
 	}
 	waitForPodSeries(t, p.HTTPAddr, "the pod's GPU series", want)
 
-	deletePod(ctx, t, client, "metered")
+	deletePod(ctx, t, cluster, "metered")
 	waitForPodSeries(t, p.HTTPAddr, "the pod's GPU series gone after unprepare", map[string]float64{})
 }
 

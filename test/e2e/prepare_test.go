@@ -151,7 +151,7 @@ func TestPrepareUnprepareLifecycle(t *testing.T) {
 		t.Errorf("injected env %v lacks NVIDIA_VISIBLE_DEVICES with GPU UUIDs", oci.Process.Env)
 	}
 
-	deletePod(env.ctx, t, client, "trainer")
+	deletePod(env.ctx, t, env.cluster, "trainer")
 	waitFor(t, "CDI spec removed after unprepare", func() bool { return len(specFiles(t, env.plugin.CDIRoot)) == 0 })
 	if claims := readCheckpoint(t, env.plugin.StateDir); len(claims) != 0 {
 		t.Errorf("checkpoint still holds %v after unprepare", claims)
@@ -188,13 +188,13 @@ func TestSharedClaimAcrossPods(t *testing.T) {
 		t.Errorf("prepare requests = %v", n)
 	}
 
-	deletePod(env.ctx, t, client, "reader-a")
+	deletePod(env.ctx, t, env.cluster, "reader-a")
 	// Still in use by reader-b: the kubelet must not unprepare yet.
 	time.Sleep(2 * time.Second)
 	if files := specFiles(t, env.plugin.CDIRoot); len(files) != 1 {
 		t.Fatalf("spec removed while reader-b still uses the claim: %v", files)
 	}
-	deletePod(env.ctx, t, client, "reader-b")
+	deletePod(env.ctx, t, env.cluster, "reader-b")
 	waitFor(t, "shared claim released after its last consumer", func() bool { return len(specFiles(t, env.plugin.CDIRoot)) == 0 })
 }
 
@@ -227,9 +227,10 @@ func TestCrashAtEveryStep(t *testing.T) {
 			env.waitForCrash(t, point)
 			assertConsistent(t, env)
 			env.restartPlugin(t)
+			nudgePod(env.ctx, t, client, pod)
 
 			if unprepare {
-				deletePod(env.ctx, t, client, pod)
+				deletePod(env.ctx, t, env.cluster, pod)
 			} else {
 				p, err := testbed.WaitForPod(env.ctx, client, "default", pod, 2*time.Minute, testbed.PodRunning)
 				if err != nil {
@@ -241,7 +242,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 						t.Errorf("after replay the container got %v, want %v", got, expectedIDs(claim))
 					}
 				}
-				deletePod(env.ctx, t, client, pod)
+				deletePod(env.ctx, t, env.cluster, pod)
 			}
 			env.waitDrained(t, "node drained")
 		})
@@ -253,7 +254,6 @@ func TestCrashAtEveryStep(t *testing.T) {
 // the checkpoint or the spec again.
 func TestRestartsKeepPreparedState(t *testing.T) {
 	env := newPrepareEnv(t, "h100-sxm-8.yaml")
-	client := env.cluster.Client
 	env.runOneGPUPod(t, "steady")
 	before := snapshot(t, env)
 
@@ -281,7 +281,7 @@ func TestRestartsKeepPreparedState(t *testing.T) {
 	if claims := readCheckpoint(t, env.plugin.StateDir); len(claims) != 1 {
 		t.Errorf("checkpoint holds %d claims, want 1", len(claims))
 	}
-	deletePod(env.ctx, t, client, "steady")
+	deletePod(env.ctx, t, env.cluster, "steady")
 	env.waitDrained(t, "unprepare after both restarts")
 }
 
@@ -349,7 +349,7 @@ func TestCorruptCheckpointIsMovedAside(t *testing.T) {
 			if claims := readCheckpoint(t, env.plugin.StateDir); len(claims) != 1 || claims[0].Name == "" {
 				t.Errorf("checkpoint not rebuilt with the running claim: %+v", claims)
 			}
-			deletePod(env.ctx, t, client, "victim")
+			deletePod(env.ctx, t, env.cluster, "victim")
 			env.waitDrained(t, "adopted claim unprepared")
 		})
 	}

@@ -91,7 +91,7 @@ func TestProfiledClaimBecomesWorkloadProfile(t *testing.T) {
 	// Stand in for the profiled container: it leaves ncu's report behind.
 	report := mustReadFile(t, filepath.Join(repoRoot, "pkg", "ncu", "testdata", "vectoradd_raw.csv"))
 	writeFile(t, filepath.Join(profiling.ClaimDir(p.StateDir, string(claim.UID)), profiling.ReportFile), report)
-	deletePod(ctx, t, cluster.Client, "vecadd")
+	deletePod(ctx, t, cluster, "vecadd")
 
 	wp := waitForProfile(ctx, t, cluster, "vecadd")
 	if wp.Status.BoundType != prismv1alpha1.BoundTypeMemoryBound {

@@ -86,7 +86,7 @@ func TestProfilingInARealContainer(t *testing.T) {
 		t.Errorf("the workload did not run under ncu; its log: %q", log)
 	}
 
-	deletePod(ctx, t, cluster.Client, "vecadd")
+	deletePod(ctx, t, cluster, "vecadd")
 	wp := waitForProfile(ctx, t, cluster, "vecadd-in-container")
 	if wp.Status.BoundType != prismv1alpha1.BoundTypeMemoryBound {
 		t.Errorf("bound type %s, want MemoryBound from the stand-in's vector-add report", wp.Status.BoundType)

@@ -212,7 +212,7 @@ func TestWorkloadSeesItsGPUInARealContainer(t *testing.T) {
 	if len(specs) != 1 {
 		t.Fatalf("want one CDI spec for the claim, found %v", specs)
 	}
-	deletePod(ctx, t, client, "inventory")
+	deletePod(ctx, t, cluster, "inventory")
 	waitFor(t, "CDI spec removed after unprepare", func() bool { return len(specFiles(t, cdiRoot)) == 0 })
 	if claims := readCheckpoint(t, p.StateDir); len(claims) != 0 {
 		t.Errorf("checkpoint still holds %v after unprepare", claims)

@@ -102,6 +102,7 @@ func TestSmokeDRAPodRunsOnRealKubelet(t *testing.T) {
 		t.Fatalf("start smoke DRA driver: %v", err)
 	}
 	t.Cleanup(helper.Stop)
+	waitRegistered(t, helper)
 
 	client := cluster.Client
 	mustCreate(t, func() error {
@@ -194,4 +195,15 @@ func mustCreate(t *testing.T, create func() error) {
 	if err := create(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitRegistered waits until the kubelet has registered the in-process
+// driver. A pod that reaches the kubelet before that fails its sync and is
+// retried only after 10-15 s.
+func waitRegistered(t *testing.T, helper *kubeletplugin.Helper) {
+	t.Helper()
+	waitFor(t, "the kubelet registered the driver", func() bool {
+		s := helper.RegistrationStatus()
+		return s != nil && s.PluginRegistered
+	})
 }

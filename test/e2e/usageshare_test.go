@@ -68,7 +68,7 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	e := newControllerEnvWith(t, func(o *bed.Options) {
 		o.Nodes = []bed.NodeSpec{{Name: "gpu-h100", Fleet: "h100-sxm-8.yaml"}}
 		o.MPSControl = mpsBin
-		o.PluginFlags = append(o.PluginFlags, "--usage-interval=1s")
+		o.PluginFlags = append(o.PluginFlags, "--usage-interval=250ms")
 	})
 	if e.minor < 36 {
 		t.Skipf("DRAConsumableCapacity is off by default on Kubernetes 1.%d", e.minor)
@@ -94,8 +94,8 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if r := first.Status.Allocation.Devices.Results[0]; r.Request != "gpu" {
 		t.Errorf("first run, with nothing measured, allocated through %s; want the request as written", r.Request)
 	}
-	time.Sleep(6 * time.Second) // a few 1 s samples
-	deletePod(e.ctx, t, e.cluster.Client, "light-1")
+	time.Sleep(2 * time.Second) // about 8 samples; a run needs usage.MinSamples
+	deletePod(e.ctx, t, e.cluster, "light-1")
 	u := e.waitForUsage(t, "light", func(u *prismv1alpha1.UsageProfile) bool { return u.Runs == 1 })
 	if got := [2]int32{deref(u.DutyCycleP95MilliPercent), int32(u.PeakMemory.Value() / gi)}; got != [2]int32{30000, 6} {
 		t.Errorf("first run measured p95 %d m%%, peak %d Gi; want 30000 and 6", got[0], got[1])
@@ -161,7 +161,7 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 		if env := containerEnv(t, e, cdiRoot, tc.pod); slices.ContainsFunc(env, func(s string) bool { return strings.HasPrefix(s, "CUDA_MPS_") }) {
 			t.Errorf("%s holds a whole GPU but was set up for MPS: %v", tc.pod, env)
 		}
-		deletePod(e.ctx, t, e.cluster.Client, tc.pod)
+		deletePod(e.ctx, t, e.cluster, tc.pod)
 	}
 
 	// A plugin that dies leaves the daemon to the next one.
@@ -189,15 +189,15 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 		}
 	}
 	writeUsage(t, usageFile, processes(6*gi))
-	time.Sleep(6 * time.Second)
-	deletePod(e.ctx, t, e.cluster.Client, "light-b")
+	time.Sleep(2 * time.Second)
+	deletePod(e.ctx, t, e.cluster, "light-b")
 	u = e.waitForUsage(t, "light", func(u *prismv1alpha1.UsageProfile) bool { return u.Runs == 2 })
 	if u.Exceeded != nil || u.Share == nil || u.Share.ComputePercent != 40 {
 		t.Errorf("light-b's run within its share recorded share %+v, exceeded %+v; want the 40%% share, not exceeded", u.Share, u.Exceeded)
 	}
 	writeUsage(t, usageFile, processes(10*gi))
-	time.Sleep(6 * time.Second)
-	deletePod(e.ctx, t, e.cluster.Client, "light-a")
+	time.Sleep(2 * time.Second)
+	deletePod(e.ctx, t, e.cluster, "light-a")
 	u = e.waitForUsage(t, "light", func(u *prismv1alpha1.UsageProfile) bool { return u.Runs == 3 })
 	if u.Exceeded == nil || !slices.Contains(u.Exceeded.Resources, prismv1alpha1.ShareResourceMemory) {
 		t.Errorf("light-a held 10Gi of an 8Gi share; its run recorded exceeded %+v", u.Exceeded)
@@ -215,7 +215,7 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if memory := r.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; r.Request != "gpu/"+rewrite.ShareTierName || memory.Value() != 16*gi {
 		t.Errorf("light-c after an exceeded run: allocated through %s consuming %v; want a 16Gi share", r.Request, r.ConsumedCapacity)
 	}
-	deletePod(e.ctx, t, e.cluster.Client, "light-c")
+	deletePod(e.ctx, t, e.cluster, "light-c")
 }
 
 // createUsageProfile creates a profile with the given usage (none: nil).
