@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/test/testbed"
 )
 
@@ -85,7 +86,7 @@ func TestExtendedResourceGetsAPrismGPU(t *testing.T) {
 	if a := claim.Status.Allocation; a == nil || len(a.Devices.Results) != 1 || a.Devices.Results[0].Driver != "gpu.prism.dev" || a.Devices.Results[0].Pool != node.Name {
 		t.Fatalf("claim %s allocation %+v, want one device of gpu.prism.dev on %s", claimName, claim.Status.Allocation, node.Name)
 	}
-	spec := filepath.Join(p.CDIRoot, "k8s.gpu.prism.dev-claim_"+string(claim.UID)+".json")
+	spec := filepath.Join(p.CDIRoot, cdi.SpecFileName(string(claim.UID)))
 	if _, err := os.Stat(spec); err != nil {
 		t.Fatalf("the plugin wrote no CDI spec for the claim: %v", err)
 	}

@@ -298,23 +298,24 @@ func createPod(ctx context.Context, t *testing.T, client kubernetes.Interface, p
 func deletePod(ctx context.Context, t *testing.T, c *testbed.Cluster, name string) {
 	t.Helper()
 	kc := c.Client
-	var claims []*resourceapi.ResourceClaim
+	// Generated claims are named in the status, claims made by hand in the
+	// spec.
+	var names []*string
 	if pod, err := kc.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
 		for _, s := range pod.Status.ResourceClaimStatuses {
-			if s.ResourceClaimName == nil {
-				continue
-			}
-			if claim, err := kc.ResourceV1().ResourceClaims("default").Get(ctx, *s.ResourceClaimName, metav1.GetOptions{}); err == nil {
-				claims = append(claims, claim)
-			}
+			names = append(names, s.ResourceClaimName)
 		}
 		for _, ref := range pod.Spec.ResourceClaims {
-			if ref.ResourceClaimName == nil {
-				continue
-			}
-			if claim, err := kc.ResourceV1().ResourceClaims("default").Get(ctx, *ref.ResourceClaimName, metav1.GetOptions{}); err == nil {
-				claims = append(claims, claim)
-			}
+			names = append(names, ref.ResourceClaimName)
+		}
+	}
+	var claims []*resourceapi.ResourceClaim
+	for _, n := range names {
+		if n == nil {
+			continue
+		}
+		if claim, err := kc.ResourceV1().ResourceClaims("default").Get(ctx, *n, metav1.GetOptions{}); err == nil {
+			claims = append(claims, claim)
 		}
 	}
 	if err := kc.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -274,7 +274,8 @@ func (c *Cluster) restart(ctx context.Context, name string, p interface {
 	return nil
 }
 
-// Nodes are the nodes added so far, oldest first.
+// Nodes are the nodes added so far, in the order they were added; nodes
+// added concurrently come in the order their kubelets started.
 func (c *Cluster) Nodes() []*Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
