@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -233,6 +234,11 @@ func run(ctx context.Context, o options) error {
 		health = &plugin.HealthConfig{NVML: gpus.nvml, IgnoredXIDs: ignored, RecoverAfter: o.healthRecoverAfter}
 	}
 
+	mpsPods, procRoot, err := mpsInPods(ctx, client, gpus.roots.DriverRoot)
+	if err != nil {
+		return err
+	}
+
 	driver, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            o.nodeName,
 		KubeClient:          client,
@@ -252,6 +258,8 @@ func run(ctx context.Context, o options) error {
 		Health:              health,
 		TimeSlicer:          gpus.slicer,
 		MPSDriverRoot:       gpus.roots.ContainerDriverRoot,
+		MPSPods:             mpsPods,
+		MPSProcRoot:         procRoot,
 		CDI:                 writer,
 		RediscoverInterval:  o.rediscover,
 		RollingUpdatePodUID: types.UID(os.Getenv("POD_UID")),
@@ -374,10 +382,35 @@ func setUpProfiling(ctx context.Context, o options, restConfig *rest.Config) (*p
 	}, nil
 }
 
+// mpsInPods says how a plugin in a pod runs its MPS daemons: each in a pod
+// of its own, like the plugin's, so that they outlive its container. The
+// chart gives the plugin its pod's name and namespace; a plugin without
+// them runs on the host and starts its daemons as children.
+func mpsInPods(ctx context.Context, client kubernetes.Interface, hostDriverRoot string) (*mps.Pods, string, error) {
+	name, namespace := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if name == "" || namespace == "" {
+		return nil, "", nil
+	}
+	self, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("read the plugin's own pod %s/%s, to run MPS daemons like it: %w", namespace, name, err)
+	}
+	pods, err := mps.PodsLike(self, client, hostDriverRoot)
+	return pods, hostProcRoot(), err
+}
+
+// hostProcRoot is where the host's processes are: the chart mounts the
+// host's /proc at /host/proc; a plugin running on the host reads its own.
+func hostProcRoot() string {
+	if _, err := os.Stat("/host/proc/self"); err == nil {
+		return "/host/proc"
+	}
+	return "/proc"
+}
+
 // setUpUsage samples the GPUs through the NVML the health watch uses, the
-// simulated one in a test build with --fleet. NVML reports host PIDs, so the processes'
-// cgroups are read from the host's /proc: the chart mounts it at
-// /host/proc; a plugin running on the host reads its own.
+// simulated one in a test build with --fleet. NVML reports host PIDs, so
+// the processes' cgroups are read from the host's /proc.
 func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*sampler.Config, error) {
 	if o.usageInterval <= 0 {
 		return nil, nil
@@ -386,11 +419,7 @@ func setUpUsage(o options, restConfig *rest.Config, lib gonvml.Interface) (*samp
 	if err != nil {
 		return nil, err
 	}
-	procRoot := "/proc"
-	if _, err := os.Stat("/host/proc/self"); err == nil {
-		procRoot = "/host/proc"
-	}
-	return &sampler.Config{NVML: lib, Profiles: c, ProcRoot: procRoot, Interval: o.usageInterval}, nil
+	return &sampler.Config{NVML: lib, Profiles: c, ProcRoot: hostProcRoot(), Interval: o.usageInterval}, nil
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -40,6 +40,7 @@ import (
 	"github.com/prismgpu/prism/internal/plugin/cdi"
 	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 	"github.com/prismgpu/prism/internal/plugin/mig"
+	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/profiling"
 	"github.com/prismgpu/prism/internal/plugin/usage/sampler"
 	"github.com/prismgpu/prism/pkg/gpu"
@@ -90,6 +91,11 @@ type Config struct {
 	// nvidia-cuda-mps-control for enforcing GPU shares; empty, or without
 	// the binary, shares run time-sliced.
 	MPSDriverRoot string
+	// MPSPods, when set, runs each MPS daemon in a pod of its own, so that
+	// it outlives the plugin's container; MPSProcRoot is then where the
+	// host's processes are (see mps.Pods).
+	MPSPods     *mps.Pods
+	MPSProcRoot string
 	// Profiling enables claims that ask for an ncu run; nil refuses them.
 	Profiling *ProfilingConfig
 	// Usage samples prepared claims' GPUs for their usage profile; nil
@@ -241,7 +247,14 @@ func newDriver(ctx context.Context, cfg Config) (*Driver, error) {
 	d.state.timeSlices = &timeSlices{slicer: cfg.TimeSlicer, gpus: &d.state.gpus, checkpoint: store}
 	d.reportRecovery(ctx, recovered)
 	d.state.shares = &mpsShares{gpus: &d.state.gpus, checkpoint: store, recorder: d.recorder, kube: cfg.KubeClient, claimErrors: cfg.Metrics.claimErrors, node: d.node}
-	d.state.shares.open(ctx, cfg.MPSDriverRoot, cfg.StateDir, cfg.Metrics.Registry)
+	d.state.shares.open(ctx, mps.Options{
+		DriverRoot: cfg.MPSDriverRoot,
+		Root:       filepath.Join(cfg.StateDir, "mps"),
+		Checkpoint: store,
+		Registerer: cfg.Metrics.Registry,
+		Pods:       cfg.MPSPods,
+		ProcRoot:   cfg.MPSProcRoot,
+	})
 	// Taints first: a GPU tainted before a restart stays tainted, and one
 	// that cannot be read now is tainted on top.
 	d.health.restoreTaints(ctx)

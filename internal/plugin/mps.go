@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -58,17 +57,10 @@ type mpsShares struct {
 }
 
 // open makes the MPS daemon manager once the checkpoint is open, and says
-// once, in the log and as a Node Event, when shares cannot be enforced:
-// driverRoot holds nvidia-cuda-mps-control, stateDir the pipe
-// directories.
-func (m *mpsShares) open(ctx context.Context, driverRoot, stateDir string, registry prometheus.Registerer) {
-	m.daemons = mps.New(mps.Options{
-		DriverRoot: driverRoot,
-		Root:       filepath.Join(stateDir, "mps"),
-		Checkpoint: m.checkpoint,
-		Registerer: registry,
-	})
-	if driverRoot == "" {
+// once, in the log and as a Node Event, when shares cannot be enforced.
+func (m *mpsShares) open(ctx context.Context, opts mps.Options) {
+	m.daemons = mps.New(opts)
+	if opts.DriverRoot == "" {
 		return
 	}
 	logger := klog.FromContext(ctx)
@@ -78,10 +70,13 @@ func (m *mpsShares) open(ctx context.Context, driverRoot, stateDir string, regis
 			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", m.node.Name, err)
 		return
 	}
+	if opts.Pods != nil {
+		logger.Info("MPS control daemons run in pods of their own, which outlive the plugin's", "namespace", opts.Pods.Namespace, "image", opts.Pods.Image)
+	}
 	if err := m.daemons.Unbounded(); err != nil {
-		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "stateDir", stateDir)
+		logger.Error(err, "MPS pipe directories are not size-limited; a container of a GPU share can fill the state directory's file system", "root", opts.Root)
 		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSPipeDirUnbounded",
-			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", m.node.Name, stateDir, err)
+			"MPS pipe directories on node %s are not size-limited, so a container of a GPU share can fill %s: %v", m.node.Name, opts.Root, err)
 		return
 	}
 	logger.Info("MPS pipe directories are size-limited", "bytes", mps.PipeDirSize)

@@ -80,6 +80,12 @@ type MPSDaemon struct {
 	StartTicks uint64 `json:"startTicks,omitempty"`
 	// Started is when the daemon was started, for people.
 	Started time.Time `json:"started,omitzero"`
+	// Pod is the daemon's pod in the plugin's namespace, for a plugin that
+	// runs its daemons in pods of their own; recorded once created.
+	Pod string `json:"pod,omitempty"`
+	// Container is the ID of the pod's container, which the daemon's
+	// cgroup path names, whatever the kubelet's cgroup driver.
+	Container string `json:"container,omitempty"`
 }
 
 // Taint is a GPU's health taint as published in the ResourceSlice.

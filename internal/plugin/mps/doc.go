@@ -70,24 +70,32 @@ limitations under the License.
 // by a release that ran one daemon per GPU keep that daemon, keyed by the
 // GPU's UUID, until their claims end.
 //
-// NVIDIA's own DRA driver also runs a daemon per claim, as a Deployment of
-// its own, which survives its kubelet plugin but costs an API object, an
-// image and a scheduling round per daemon. Prism runs the daemon as a child
-// of the plugin, started in a session of its own and with -f (foreground)
-// so that its PID is the daemon's. A plugin process that dies leaves the
-// daemon running; the next one adopts it. In a Kubernetes pod, however, the
-// container runtime kills every process of a container that restarts, the
-// daemon included: the next plugin then starts a fresh daemon, and see
-// below for what that means to running clients.
+// # Where a daemon runs
+//
+// A container runtime kills every process of a container that stops, so a
+// daemon that a plugin in a pod started as its child would end with the
+// plugin's container: on a crash, a restart, a helm upgrade. A plugin in a
+// pod (the chart sets POD_NAME and POD_NAMESPACE) therefore runs each
+// daemon in a pod of its own (Pods): in the plugin's namespace, bound to
+// its node by name, from the plugin's image, with the driver root mounted
+// read-only where the plugin has it. The pod is not the plugin's and
+// outlives it; it ends when its share is unprepared. NVIDIA's own DRA
+// driver also runs a daemon per claim, as a Deployment; Prism makes a bare
+// pod, which costs one API object and no scheduling round, and whose
+// start (about half a second) its first prepare waits for.
+//
+// A plugin that runs on the host starts each daemon as its child instead,
+// in a session of its own and with -f (foreground) so that its PID is the
+// daemon's. A plugin process that dies leaves it running.
 //
 // # /dev/shm
 //
-// MPS clients and their server exchange memory through /dev/shm. The
-// plugin starts each daemon through its own program under another name
-// (RunLauncher), which makes a mount namespace for it, mounts the share's
-// shared-memory directory on /dev/shm there, and execs the control binary.
-// A plugin that cannot make mount namespaces (an unprivileged container)
-// cannot run MPS that works, and says so (Unavailable).
+// MPS clients and their server exchange memory through /dev/shm. A daemon
+// pod mounts the share's shared-memory directory there. A child is started
+// through the plugin's own program under another name (RunLauncher), which
+// makes a mount namespace for it, mounts the directory on /dev/shm there,
+// and execs the control binary; a plugin on the host that cannot make
+// mount namespaces cannot run MPS that works, and says so (Unavailable).
 //
 // # The directories tenants write
 //
@@ -116,22 +124,27 @@ limitations under the License.
 // # Crash safety
 //
 // Each daemon is recorded in the plugin's checkpoint before it is started
-// (without a PID) and again once it listens with its limits set (with its
-// PID and its start time in clock ticks after boot). At start-up, after
+// (without a PID), again once its pod is created, and once it listens
+// with its limits set (with its PID, its start time in clock ticks after
+// boot and its pod's container). At start-up, after
 // the claims have been reconciled, Recover looks at every record:
 //
 //   - its share remains and the process is alive: it is adopted. A live
-//     process is one whose /proc entry has the recorded start time (not a
-//     reused PID), runs nvidia-cuda-mps-control, and has the recorded pipe
-//     directory in its environment; and it must still have its control
-//     pipe, or it is killed and replaced as below;
+//     process is one whose /proc entry (the host's, for a daemon pod) has
+//     the recorded start time (not a reused PID), runs
+//     nvidia-cuda-mps-control, and has the recorded pipe directory in its
+//     environment or, in a pod, runs in the recorded container of the pod
+//     the plugin made for that directory; and it must still have its
+//     control pipe, or it is killed and replaced as below;
 //   - its share remains and the daemon died: a fresh one is started on the
 //     same directories, with the share's limits. Containers that were
 //     connected to the dead daemon's MPS server have lost it: their CUDA
 //     calls fail and they must be restarted to connect to the new one;
 //   - its share is gone: it is stopped and its directories removed.
 //
-// A share without a record gets a daemon too.
+// A share without a record gets a daemon too, and a daemon pod on the node
+// that no record names (its plugin died between creating and recording
+// it) is deleted.
 //
 // # Without nvidia-cuda-mps-control
 //

@@ -63,8 +63,13 @@ type Options struct {
 	// ReadyTimeout is how long a new daemon may take to listen, StopTimeout
 	// how long one may take to quit; ten seconds each by default.
 	ReadyTimeout, StopTimeout time.Duration
-	// ProcRoot is where processes are looked up; /proc by default.
+	// ProcRoot is where processes are looked up; /proc by default. With
+	// Pods, it must show the host's processes.
 	ProcRoot string
+	// Pods, when set, run each daemon in a pod of its own instead of as
+	// the plugin's child: for a plugin that runs in a pod, whose
+	// container's end would end its children (see Pods).
+	Pods *Pods
 }
 
 // Daemon is one MPS control daemon that a caller needs.
@@ -87,8 +92,12 @@ type Daemon struct {
 // stop a daemon at the same time: it decides from its prepared claims
 // which daemons it needs.
 type Manager struct {
-	binary      string
+	binary string
+	// driverRoot is where the plugin has the driver root, and where a
+	// daemon pod has it.
+	driverRoot  string
 	libDirs     []string
+	pods        *Pods
 	unavailable error
 	// unbounded says why pipe directories are not tmpfs mounts; nil when
 	// they are.
@@ -141,12 +150,17 @@ func New(opts Options) *Manager {
 		stop:     opts.StopTimeout,
 		metrics:  newMetrics(opts.Registerer),
 		exited:   map[int]chan struct{}{},
+		pods:     opts.Pods,
 	}
 	if m.procRoot == "" {
 		m.procRoot = "/proc"
 	}
 	if m.ready <= 0 {
 		m.ready = 10 * time.Second
+		if m.pods != nil {
+			// The kubelet starts the pod's sandbox and container first.
+			m.ready = 60 * time.Second
+		}
 	}
 	if m.stop <= 0 {
 		m.stop = 10 * time.Second
@@ -156,10 +170,10 @@ func New(opts Options) *Manager {
 		m.unavailable = errors.New("no driver root was given to find " + ControlBinary + " in")
 	} else if binary == "" {
 		m.unavailable = fmt.Errorf("no executable %s in %s of the driver root %s", ControlBinary, strings.Join(binaryDirs, " or "), opts.DriverRoot)
-	} else if err := checkNamespaces(m.root); err != nil {
+	} else if err := m.checkLaunch(); err != nil {
 		m.unavailable = err
 	} else {
-		m.binary = binary
+		m.binary, m.driverRoot = binary, opts.DriverRoot
 		m.metrics.available.Set(1)
 		m.unbounded = checkBound(m.root)
 	}
@@ -171,6 +185,19 @@ func New(opts Options) *Manager {
 	}
 	m.updateGauge()
 	return m
+}
+
+// checkLaunch says why the Manager cannot start daemons that work: a
+// daemon pod gets its /dev/shm from the kubelet, a child from the plugin,
+// which must be able to make mount namespaces.
+func (m *Manager) checkLaunch() error {
+	if m.pods == nil {
+		return checkNamespaces(m.root)
+	}
+	if _, err := os.ReadDir(m.procRoot); err != nil {
+		return fmt.Errorf("the plugin reads its daemon pods' processes in %s, and cannot: %w", m.procRoot, err)
+	}
+	return os.MkdirAll(m.root, 0o755)
 }
 
 // Unavailable says why shares cannot be enforced by MPS on this node; nil
@@ -325,8 +352,34 @@ func (m *Manager) Recover(ctx context.Context, need map[string]Daemon) ([]*Repla
 			}
 		}
 	}
+	if m.pods != nil {
+		errs = append(errs, m.deleteUnrecordedPods(ctx))
+	}
 	m.updateGauge()
 	return replaced, errors.Join(errs...)
+}
+
+// deleteUnrecordedPods deletes the daemon pods on the node that no record
+// names: those of a plugin that died after it created a pod and before it
+// recorded it, or after it forgot a daemon and before it deleted its pod.
+func (m *Manager) deleteUnrecordedPods(ctx context.Context) error {
+	pods, err := m.pods.list(ctx)
+	if err != nil {
+		return err
+	}
+	recorded := map[string]bool{}
+	for _, rec := range m.store.MPSDaemons() {
+		recorded[rec.Pod] = true
+	}
+	var errs []error
+	for _, pod := range pods {
+		if recorded[pod.Name] {
+			continue
+		}
+		klog.FromContext(ctx).Info("Deleting an MPS daemon pod that no record names", "pod", klog.KObj(&pod), "daemon", pod.Annotations[DaemonAnnotation])
+		errs = append(errs, m.pods.delete(ctx, pod.Name))
+	}
+	return errors.Join(errs...)
 }
 
 // daemonState is what became of a recorded daemon.
@@ -382,6 +435,13 @@ func (m *Manager) start(ctx context.Context, d Daemon, result string) (err error
 		// recorded; it listens on the same pipe directory.
 		m.quit(ctx, prev)
 	}
+	if recorded && prev.Pod != "" && m.pods != nil {
+		// The pod of a daemon that died, or was killed, or whose start was
+		// cut short.
+		if err := m.pods.delete(ctx, prev.Pod); err != nil {
+			return err
+		}
+	}
 	if err := preparePipeDir(rec.PipeDir, !recorded, m.unbounded); err != nil {
 		return err
 	}
@@ -399,9 +459,35 @@ func (m *Manager) start(ctx context.Context, d Daemon, result string) (err error
 	if err := m.record(ctx, d.Key, rec); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(filepath.Join(rec.LogDir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	launch := m.launchChild
+	if m.pods != nil {
+		launch = m.launchPod
+	}
+	pid, ticks, kill, err := launch(ctx, d.Key, &rec)
 	if err != nil {
 		return err
+	}
+	if err := m.limit(ctx, rec); err != nil {
+		kill()
+		return err
+	}
+	rec.PID, rec.StartTicks, rec.Started = pid, ticks, time.Now().UTC().Truncate(time.Second)
+	if err := m.record(ctx, d.Key, rec); err != nil {
+		// Unrecorded, it would be left behind by the next restart.
+		kill()
+		return err
+	}
+	m.metrics.starts.WithLabelValues(result).Inc()
+	logger.Info("Started MPS control daemon", "daemon", d.Key, "uuid", d.UUID, "pid", pid, "pod", rec.Pod, "pipeDir", rec.PipeDir, "limits", rec.Limits.String(), "result", result)
+	return nil
+}
+
+// launchChild starts the daemon of rec as a child of the plugin and waits
+// until it listens. It returns its PID and start time, and how to kill it.
+func (m *Manager) launchChild(ctx context.Context, _ string, rec *checkpoint.MPSDaemon) (int, uint64, func(), error) {
+	out, err := os.OpenFile(filepath.Join(rec.LogDir, "daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, 0, nil, err
 	}
 	defer out.Close()
 	// The launcher (see RunLauncher) gives the daemon its /dev/shm and
@@ -410,55 +496,106 @@ func (m *Manager) start(ctx context.Context, d Daemon, result string) (err error
 	// plugin's process group. Not CommandContext: the daemon outlives the
 	// call that starts it.
 	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{launcherName, m.binary, "-f"}}
-	cmd.Env = append(m.env(rec), envLaunchShm+"="+rec.ShmDir)
+	cmd.Env = append(os.Environ(), m.daemonEnv(*rec, os.Getenv("PATH"), os.Getenv("LD_LIBRARY_PATH"))...)
+	cmd.Env = append(cmd.Env, envLaunchShm+"="+rec.ShmDir)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return err
+		return 0, 0, nil, err
 	}
 	pid := cmd.Process.Pid
+	kill := func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }
 	exited := make(chan struct{})
 	m.exited[pid] = exited
 	go func() {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	if err := m.waitListening(ctx, rec.PipeDir, exited); err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return fmt.Errorf("%w (see %s)", err, out.Name())
+	ended := func() (bool, string) {
+		select {
+		case <-exited:
+			return true, "it exited"
+		default:
+			return false, ""
+		}
+	}
+	if err := m.waitListening(ctx, rec.PipeDir, ended); err != nil {
+		kill()
+		return 0, 0, nil, fmt.Errorf("%w (see %s)", err, out.Name())
 	}
 	_, ticks, err := procStat(m.procRoot, pid)
 	if err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return err
+		kill()
+		return 0, 0, nil, err
 	}
-	if err := m.limit(ctx, rec); err != nil {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return err
-	}
-	rec.PID, rec.StartTicks, rec.Started = pid, ticks, time.Now().UTC().Truncate(time.Second)
-	if err := m.record(ctx, d.Key, rec); err != nil {
-		// Unrecorded, it would be left behind by the next restart.
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return err
-	}
-	m.metrics.starts.WithLabelValues(result).Inc()
-	logger.Info("Started MPS control daemon", "daemon", d.Key, "uuid", d.UUID, "pid", pid, "pipeDir", rec.PipeDir, "limits", rec.Limits.String(), "result", result)
-	return nil
+	return pid, ticks, kill, nil
 }
 
-func (m *Manager) waitListening(ctx context.Context, pipeDir string, exited <-chan struct{}) error {
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, m.ready, true, func(context.Context) (bool, error) {
-		select {
-		case <-exited:
-			return false, errors.New("the daemon exited before it listened")
-		default:
+// launchPod starts the daemon of rec in a pod of its own, records the pod,
+// and waits until the daemon listens. It returns the daemon's PID and start
+// time as the host's /proc gives them, and how to kill it.
+func (m *Manager) launchPod(ctx context.Context, key string, rec *checkpoint.MPSDaemon) (int, uint64, func(), error) {
+	env := m.daemonEnv(*rec, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "")
+	pod := m.pods.daemonPod(key, *rec, m.driverRoot, []string{m.binary, "-f"}, env)
+	name, err := m.pods.create(ctx, pod)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	kill := func() { _ = m.pods.delete(context.WithoutCancel(ctx), name) }
+	rec.Pod = name
+	if err := m.record(ctx, key, *rec); err != nil {
+		kill()
+		return 0, 0, nil, err
+	}
+	// The API server is asked at most every quarter second.
+	var last time.Time
+	var why string
+	ended := func() (bool, string) {
+		if time.Since(last) < 250*time.Millisecond {
+			return false, why
 		}
+		last = time.Now()
+		var done bool
+		done, why = m.pods.ended(ctx, name)
+		return done, why
+	}
+	if err := m.waitListening(ctx, rec.PipeDir, ended); err != nil {
+		kill()
+		return 0, 0, nil, fmt.Errorf("%w (kubectl logs -n %s %s)", err, m.pods.Namespace, name)
+	}
+	// The kubelet reports the container's ID a moment after it started.
+	if rec.Container, err = m.pods.waitContainer(ctx, name, m.ready); err != nil {
+		kill()
+		return 0, 0, nil, err
+	}
+	pid, ticks, err := findDaemon(m.procRoot, m.binary, *rec)
+	if err != nil {
+		kill()
+		return 0, 0, nil, err
+	}
+	return pid, ticks, kill, nil
+}
+
+// waitListening waits until the daemon listens on its control pipe in
+// pipeDir, or ended says it has ended, and why.
+func (m *Manager) waitListening(ctx context.Context, pipeDir string, ended func() (bool, string)) error {
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, m.ready, true, func(context.Context) (bool, error) {
 		// The daemon's own pipe: not one a tenant made in its place.
-		return checkControl(pipeDir) == nil, nil
+		if checkControl(pipeDir) == nil {
+			return true, nil
+		}
+		var done bool
+		if done, why = ended(); done {
+			return false, errors.New("the daemon ended before it listened: " + why)
+		}
+		return false, nil
 	})
 	if wait.Interrupted(err) {
-		return fmt.Errorf("no %s in %s after %s", controlPipe, pipeDir, m.ready)
+		if why != "" {
+			why = "; " + why
+		}
+		return fmt.Errorf("no %s in %s after %s%s", controlPipe, pipeDir, m.ready, why)
 	}
 	return err
 }
@@ -488,6 +625,11 @@ func (m *Manager) stopDaemon(ctx context.Context, key string, rec checkpoint.MPS
 	case rec.PID == 0:
 		m.quit(ctx, rec)
 	}
+	if m.pods != nil && rec.Pod != "" {
+		if err := m.pods.delete(ctx, rec.Pod); err != nil {
+			return err
+		}
+	}
 	if err := removeDaemonDirs(filepath.Dir(rec.PipeDir), rec.PipeDir, rec.ShmDir); err != nil {
 		return fmt.Errorf("remove the directories of MPS control daemon %s: %w", key, err)
 	}
@@ -515,7 +657,14 @@ func (m *Manager) quitAndWait(ctx context.Context, rec checkpoint.MPSDaemon) boo
 // kill ends a daemon, its process group (the MPS servers it started) with
 // it, without asking, and counts the stop as result.
 func (m *Manager) kill(ctx context.Context, rec checkpoint.MPSDaemon, result string) error {
-	_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+	if m.pods != nil && rec.Pod != "" {
+		// Not the plugin's to signal: the kubelet kills its pod's container.
+		if err := m.pods.delete(ctx, rec.Pod); err != nil {
+			return err
+		}
+	} else {
+		_ = syscall.Kill(-rec.PID, syscall.SIGKILL)
+	}
 	if !m.waitGone(ctx, rec) {
 		return fmt.Errorf("MPS control daemon %d of GPU %s survived SIGKILL", rec.PID, rec.UUID)
 	}
@@ -573,20 +722,29 @@ func (m *Manager) record(ctx context.Context, key string, rec checkpoint.MPSDaem
 	})
 }
 
-// env is the daemon's and its control client's environment.
+// env is the control client's environment.
 func (m *Manager) env(rec checkpoint.MPSDaemon) []string {
-	env := append(os.Environ(),
-		EnvPipeDirectory+"="+rec.PipeDir,
-		EnvLogDirectory+"="+rec.LogDir,
-		"CUDA_VISIBLE_DEVICES="+rec.UUID,
+	return append(os.Environ(), m.daemonEnv(rec, os.Getenv("PATH"), os.Getenv("LD_LIBRARY_PATH"))...)
+}
+
+// daemonEnv is what a daemon, or its control client, needs in its
+// environment besides what it inherits: its directories and GPU, the
+// driver root's programs in front of path and libraries in front of
+// libraryPath.
+func (m *Manager) daemonEnv(rec checkpoint.MPSDaemon, path, libraryPath string) []string {
+	env := []string{
+		EnvPipeDirectory + "=" + rec.PipeDir,
+		EnvLogDirectory + "=" + rec.LogDir,
+		"CUDA_VISIBLE_DEVICES=" + rec.UUID,
 		// The control daemon starts nvidia-cuda-mps-server from its PATH.
-		"PATH="+filepath.Dir(m.binary)+":"+os.Getenv("PATH"))
+		"PATH=" + filepath.Dir(m.binary) + ":" + path,
+	}
 	if len(m.libDirs) > 0 {
-		path := strings.Join(m.libDirs, ":")
-		if prev := os.Getenv("LD_LIBRARY_PATH"); prev != "" {
-			path += ":" + prev
+		dirs := strings.Join(m.libDirs, ":")
+		if libraryPath != "" {
+			dirs += ":" + libraryPath
 		}
-		env = append(env, "LD_LIBRARY_PATH="+path)
+		env = append(env, "LD_LIBRARY_PATH="+dirs)
 	}
 	return env
 }

@@ -72,6 +72,14 @@ func newEnv(t *testing.T) *env {
 // plugin does.
 func (e *env) start(t *testing.T) (*Manager, *prometheus.Registry) {
 	t.Helper()
+	reg := prometheus.NewRegistry()
+	return New(e.reopen(t, Options{Registerer: reg})), reg
+}
+
+// reopen opens the checkpoint again, as a restarted plugin does, and
+// completes opts with it and the node's driver root and state directory.
+func (e *env) reopen(t *testing.T, opts Options) Options {
+	t.Helper()
 	if e.store != nil {
 		e.store.Close()
 	}
@@ -80,8 +88,8 @@ func (e *env) start(t *testing.T) (*Manager, *prometheus.Registry) {
 		t.Fatal(err)
 	}
 	e.store = store
-	reg := prometheus.NewRegistry()
-	return New(Options{DriverRoot: e.driverRoot, Root: filepath.Join(e.state, "mps"), Checkpoint: store, Registerer: reg}), reg
+	opts.DriverRoot, opts.Root, opts.Checkpoint = e.driverRoot, filepath.Join(e.state, "mps"), store
+	return opts
 }
 
 // daemonFor is the daemon of a test's share, named by its GPU's UUID: one

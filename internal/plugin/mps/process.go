@@ -57,7 +57,10 @@ func procStat(procRoot string, pid int) (state byte, startTicks uint64, err erro
 // PID. It returns why not, for the log. A zombie has exited; a process
 // started at another time is another process that reuses the PID; one that
 // runs another program, or serves another pipe directory, is not this
-// daemon.
+// daemon. The pipe directory of a daemon in a pod is its pod's, which the
+// plugin made: the process must run in that pod's container, as its cgroup
+// says. Its environment may be out of the plugin's reach (reading it takes
+// every capability the daemon has, which starts servers as other users).
 func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
 	if rec.PID <= 0 {
 		return false, "its start was interrupted before its PID was recorded"
@@ -82,6 +85,9 @@ func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
 	if filepath.Base(string(argv0)) != filepath.Base(binary) {
 		return false, fmt.Sprintf("its PID runs %q", argv0)
 	}
+	if rec.Container != "" {
+		return inContainer(dir, rec.Container)
+	}
 	environ, err := os.ReadFile(filepath.Join(dir, "environ"))
 	if err != nil {
 		return false, err.Error()
@@ -93,4 +99,62 @@ func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
 		}
 	}
 	return false, "its PID serves another pipe directory"
+}
+
+// inContainer says whether the process of procDir runs in the container
+// with the ID id, as its cgroup path names it: .../<id> under the
+// kubelet's cgroupfs driver, .../cri-containerd-<id>.scope under its
+// systemd one, /k8s.io/<id> where the kubelet makes no pod cgroups.
+func inContainer(procDir, id string) (bool, string) {
+	data, err := os.ReadFile(filepath.Join(procDir, "cgroup"))
+	if err != nil {
+		return false, err.Error()
+	}
+	if strings.Contains(string(data), id) {
+		return true, ""
+	}
+	return false, "its PID runs outside the daemon's container " + id
+}
+
+// findDaemon finds the PID and start time of the control daemon recorded
+// as rec, but for its PID: a process that runs binary with -f, in rec's
+// container. Control clients (no -f) are not it.
+func findDaemon(procRoot, binary string, rec checkpoint.MPSDaemon) (int, uint64, error) {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return 0, 0, err
+	}
+	var found []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+		if len(argv) != 2 || filepath.Base(argv[0]) != filepath.Base(binary) || argv[1] != "-f" {
+			continue
+		}
+		rec.PID, rec.StartTicks = pid, startTicks(procRoot, pid)
+		if alive, _ := running(procRoot, binary, rec); alive {
+			found = append(found, pid)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return 0, 0, fmt.Errorf("no process in %s runs %s -f in pod %s", procRoot, filepath.Base(binary), rec.Pod)
+	case 1:
+		_, ticks, err := procStat(procRoot, found[0])
+		return found[0], ticks, err
+	}
+	return 0, 0, fmt.Errorf("processes %v in %s all run %s -f in pod %s", found, procRoot, filepath.Base(binary), rec.Pod)
+}
+
+// startTicks is a process's start time, 0 if it cannot be read.
+func startTicks(procRoot string, pid int) uint64 {
+	_, ticks, _ := procStat(procRoot, pid)
+	return ticks
 }
