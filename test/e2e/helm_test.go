@@ -420,17 +420,23 @@ func watchReadyOverlap(ctx context.Context, t *testing.T, client kubernetes.Inte
 	return func() []string { cancel(); return <-result }
 }
 
-// kubeletLogLine is the index of the first line of the kubelet's log that
-// holds every one of the strings, -1 when none does.
-func kubeletLogLine(t *testing.T, c *testbed.Cluster, node string, parts ...string) int {
+// kubeletLogLine is the index of the first line of the kubelet's log from
+// line from on that holds every one of the strings, -1 when none does.
+func kubeletLogLine(t *testing.T, c *testbed.Cluster, node string, from int, parts ...string) int {
 	t.Helper()
 	data := mustReadFile(t, filepath.Join(c.WorkDir(), "logs", "kubelet-"+node+".log"))
 	for i, line := range strings.Split(string(data), "\n") {
-		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
+		if i >= from && !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
 			return i
 		}
 	}
 	return -1
+}
+
+// kubeletLogLines is how many lines the kubelet's log has.
+func kubeletLogLines(t *testing.T, c *testbed.Cluster, node string) int {
+	t.Helper()
+	return strings.Count(string(mustReadFile(t, filepath.Join(c.WorkDir(), "logs", "kubelet-"+node+".log"))), "\n")
 }
 
 // podLog is what a pod's container wrote, as the kubelet keeps it on the
@@ -487,7 +493,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	if out, err := runKubectl(cluster, "label", "node", node.Name, "prism.dev/simulated-gpus=true"); err != nil {
 		t.Fatalf("label node: %v\n%s", err, out)
 	}
-	stage("containerd node ready, images imported")
+	standIn := installStandInMPS(t, stateDir)
+	stage("containerd node ready, images imported, the stand-in MPS in the fake driver root")
 
 	// 2. Install.
 	helm := newHelm(t, cluster)
@@ -496,6 +503,7 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	helm.run(ctx, t, "install", helmRelease, chart, "--namespace", bed.Namespace, "--create-namespace",
 		"--values", filepath.Join(repoRoot, "deployments", "static", "values-demo.yaml"),
 		"--set-file", "simulation.fleet="+fleetPath("mixed.yaml"),
+		"--set", "sharing.consumableCapacity=true",
 		"--values", values)
 	createKubeconfigSecrets(ctx, t, cluster, node.Name)
 	stage("helm install done, kubeconfig Secrets created")
@@ -580,6 +588,34 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	}
 	stage("workload sees its GPU in a real container")
 
+	// Two tenants share the other H100 under MPS, each with a daemon pod
+	// of its own, which outlives the plugin's container: a crash, a
+	// restart, and (below) an upgrade.
+	tenants := mpsTenants()
+	var sharedUUID string
+	for _, d := range waitForSlice(ctx, t, client, node.Name, 8).Spec.Devices {
+		if d.Name != allocatedDevice(ctx, t, client, claim).Name && stringAttr(d, "productName") == "NVIDIA H100 80GB HBM3" {
+			sharedUUID = stringAttr(d, string(gpuv1alpha1.UUIDAttribute))
+		}
+	}
+	startMPSTenants(ctx, t, client, node, stateDir, standIn, images.workload.Ref, sharedUUID, tenants)
+	checkDaemonPods(ctx, t, client, tenants)
+	if tenants[0].claim.Status.Allocation.Devices.Results[0].Device != tenants[1].claim.Status.Allocation.Devices.Results[0].Device {
+		t.Fatalf("the tenants' shares are on different GPUs")
+	}
+	checkPluginPodPolicy(ctx, t, cluster, node, controllerPod)
+	allClaims := claimUIDs(claim.UID, tenants[0].claim.UID, tenants[1].claim.UID)
+	allSpecs := specFiles(t, cdiRoot)
+	stage("two tenants share an H100 under MPS, each with its own daemon pod and limits")
+	for i, signal := range []string{"SIGKILL", "SIGTERM"} {
+		restartPluginContainer(ctx, t, client, node, pluginPod, signal)
+		checkTenantsServed(ctx, t, client, node, tenants, "the plugin's container got "+signal)
+		if got, want := adoptions(t, node, pluginPod), 2*(i+1); got != want {
+			t.Errorf("after the plugin's container got %s, its logs say it adopted %d MPS daemons, want %d", signal, got, want)
+		}
+		stage("the plugin's container restarted after " + signal + "; the tenants kept their servers")
+	}
+
 	// 5. Upgrade to a second tag of the same images while the claim is
 	// prepared.
 	upgradeTag := images.tag + "-retagged"
@@ -596,6 +632,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		t.Fatalf("before the upgrade the registration sockets are %v, want the old plugin's %s", socks, oldReg)
 	}
 	upgradeStart := time.Now()
+	// The restarts above unregistered the old plugin's socket too.
+	upgradeLog := kubeletLogLines(t, cluster, node.Name)
 	// The installed controller has written its path token; the upgrade
 	// must keep it (the chart renders the paths the cluster has).
 	tokenBefore := pathToken(ctx, t, client)
@@ -632,8 +670,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	// kubelet registered the new plugin before it unregistered the old one.
 	newReg := filepath.Join(node.RegistrarDir(), kubeletplugin.RollingUpdateRegistrarSocketFile(node.RegistrarDir(), gpuv1alpha1.DriverName, newPluginPod.UID))
 	ready := readyOverlap()
-	registered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.RegisterPlugin started", newReg)
-	unregistered := kubeletLogLine(t, cluster, node.Name, "OperationExecutor.UnregisterPlugin started", oldReg)
+	registered := kubeletLogLine(t, cluster, node.Name, upgradeLog, "OperationExecutor.RegisterPlugin started", newReg)
+	unregistered := kubeletLogLine(t, cluster, node.Name, upgradeLog, "OperationExecutor.UnregisterPlugin started", oldReg)
 	t.Logf("hand-off: Ready at once %v; registration sockets at once %v; kubelet log: new registered at line %d, old unregistered at line %d", ready, bothSockets, registered, unregistered)
 	want := []string{newReg, oldReg}
 	slices.Sort(want)
@@ -647,8 +685,8 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 		t.Errorf("kubelet log: new plugin registered at line %d, old one unregistered at line %d; want both, the registration first", registered, unregistered)
 	}
 	// While both ran, the claim the old plugin prepared stayed prepared.
-	if !slices.Equal(overlapCheckpoint, []string{string(claim.UID)}) || !slices.Equal(overlapSpecs, specsBefore) {
-		t.Errorf("while both plugins were registered: checkpoint %v, CDI specs %v; want the claim %s and %v", overlapCheckpoint, overlapSpecs, claim.UID, specsBefore)
+	if !slices.Equal(overlapCheckpoint, allClaims) || !slices.Equal(overlapSpecs, allSpecs) {
+		t.Errorf("while both plugins were registered: checkpoint %v, CDI specs %v; want the claims %s and %v", overlapCheckpoint, overlapSpecs, allClaims, allSpecs)
 	}
 	httpAddress := ""
 	for _, e := range newPluginPod.Spec.Containers[0].Env {
@@ -690,11 +728,11 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	if running.UID != pod.UID || running.Status.Phase != corev1.PodRunning || running.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("workload across the upgrade: %s, restarts %d; want the same pod running untouched", podState(running), running.Status.ContainerStatuses[0].RestartCount)
 	}
-	if got := checkpointUIDs(t, stateDir); !slices.Equal(got, []string{string(claim.UID)}) {
-		t.Errorf("after the upgrade the checkpoint holds %v, want the workload's claim %s", got, claim.UID)
+	if got := checkpointUIDs(t, stateDir); !slices.Equal(got, allClaims) {
+		t.Errorf("after the upgrade the checkpoint holds %v, want the claims %s", got, allClaims)
 	}
-	if specs := specFiles(t, cdiRoot); !slices.Equal(specs, specsBefore) {
-		t.Errorf("after the upgrade the CDI specs are %v, want %v", specs, specsBefore)
+	if specs := specFiles(t, cdiRoot); !slices.Equal(specs, allSpecs) {
+		t.Errorf("after the upgrade the CDI specs are %v, want %v", specs, allSpecs)
 	} else if after, err := os.ReadFile(specsBefore[0]); err != nil || string(after) != string(specBefore) {
 		t.Errorf("the workload's CDI spec changed across the upgrade (%v)", err)
 	}
@@ -707,6 +745,16 @@ func TestHelmInstallOnARealRuntime(t *testing.T) {
 	_, claim2, inv2 := runInventoryPod(ctx, t, client, node, "after-upgrade", "one-gpu", images.workload.Ref)
 	checkInventory(ctx, t, client, inv2, claim2, filepath.Join(stateDir, "fake-driver-root"))
 	stage("upgraded plugin prepared a second workload")
+	checkTenantsServed(ctx, t, client, node, tenants, "helm upgrade")
+	if got := adoptions(t, node, newPluginPod); got != len(tenants) {
+		t.Errorf("the upgraded plugin's log says it adopted %d MPS daemons, want %d", got, len(tenants))
+	}
+	stopMPSTenants(ctx, t, client, stateDir, tenants)
+	waitFor(t, "the new plugin to count the tenants' unprepares", func() bool {
+		return promValue(t, httpAddress, unprepared) == unpreparedBefore+float64(len(tenants))
+	})
+	unpreparedBefore += float64(len(tenants))
+	stage("the tenants kept their servers across the upgrade; deleted, their daemon pods and directories went")
 
 	// The new plugin, alone on the node since the old one's socket went,
 	// unprepares the claim the old one prepared, then its own.

@@ -387,7 +387,7 @@ func podClaim(ctx context.Context, t *testing.T, client kubernetes.Interface, po
 	if name == "" {
 		t.Fatalf("pod %s has no claim", pod.Name)
 	}
-	claim, err := client.ResourceV1().ResourceClaims("default").Get(ctx, name, metav1.GetOptions{})
+	claim, err := client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
