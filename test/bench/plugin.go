@@ -117,6 +117,12 @@ func (p *PluginProc) Socket() string {
 // Profiling is off: in a real image the preload shim is installed, while
 // here it would be compiled with gcc on every fresh state dir.
 func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet string, extraArgs ...string) (*PluginProc, error) {
+	return StartPluginWithEnv(ctx, c, bin, node, dir, fleet, nil, extraArgs...)
+}
+
+// StartPluginWithEnv is StartPlugin with env added to the plugin's
+// environment.
+func StartPluginWithEnv(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet string, env []string, extraArgs ...string) (*PluginProc, error) {
 	port, err := testbed.FreePort()
 	if err != nil {
 		return nil, err
@@ -126,7 +132,7 @@ func StartPlugin(ctx context.Context, c *testbed.Cluster, bin, node, dir, fleet 
 		return nil, err
 	}
 	p.Started = time.Now()
-	p.Process, err = testbed.StartProcess(ctx, "prism-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "prism-plugin-"+filepath.Base(dir)+"-"+node+".log"), bin,
+	p.Process, err = testbed.StartProcessWithEnv(ctx, "prism-plugin-"+node, dir, filepath.Join(c.WorkDir(), "logs", "prism-plugin-"+filepath.Base(dir)+"-"+node+".log"), env, bin,
 		append([]string{"--node-name=" + node,
 			"--kubeconfig=" + c.KubeconfigPath,
 			"--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),

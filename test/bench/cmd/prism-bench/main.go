@@ -70,7 +70,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,share-packing,prepare,admission,admission-flood,startup,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,share-packing,prepare,admission,admission-flood,startup,mps-daemons,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	ctx, stop := toolmain.Start()
@@ -186,7 +186,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return err
 		}
 	}
-	if !want("scheduling") && !want("share-packing") && !want("prepare") && !want("admission") && !want("admission-flood") && !want("startup") && !want("usage") && !want("controller-scale") {
+	if !want("scheduling") && !want("share-packing") && !want("prepare") && !want("admission") && !want("admission-flood") && !want("startup") && !want("mps-daemons") && !want("usage") && !want("controller-scale") {
 		return nil
 	}
 
@@ -304,6 +304,9 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 			return nil
 		}))
 	}
+	errs = append(errs, rowsPhase("mps-daemons", func() ([]bench.Row, error) {
+		return bench.MPSDaemons(ctx, c, client, bench.MPSDaemonsOptions{PluginBin: pluginBin, Fleet: fleet, Dir: filepath.Join(dir, "mps"), Repo: repo})
+	}))
 	errs = append(errs, rowsPhase("usage", func() ([]bench.Row, error) {
 		return bench.Usage(ctx, c, client, pluginBin, fleet, filepath.Join(dir, "usage"))
 	}))
