@@ -132,10 +132,12 @@ limitations under the License.
 //   - its share remains and the process is alive: it is adopted. A live
 //     process is one whose /proc entry (the host's, for a daemon pod) has
 //     the recorded start time (not a reused PID), runs
-//     nvidia-cuda-mps-control, and has the recorded pipe directory in its
-//     environment or, in a pod, runs in the recorded container of the pod
-//     the plugin made for that directory; and it must still have its
-//     control pipe, or it is killed and replaced as below;
+//     nvidia-cuda-mps-control, runs in the recorded container if it has a
+//     pod, and has the recorded pipe directory in its environment (a
+//     daemon pod's environment may be out of an unprivileged plugin's
+//     reach; its container, of the pod the plugin made for that
+//     directory, then stands for it); and it must still have its control
+//     pipe, or it is killed and replaced as below;
 //   - its share remains and the daemon died: a fresh one is started on the
 //     same directories, with the share's limits. Containers that were
 //     connected to the dead daemon's MPS server have lost it: their CUDA

@@ -300,7 +300,8 @@ func TestDaemonPodAdoptionIsStrict(t *testing.T) {
 			t.Fatal(err)
 		}
 		stat := fmt.Sprintf("%d (nvidia-cuda-mps) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0", pid, ticks)
-		for name, data := range map[string]string{"stat": stat, "cmdline": argv, "cgroup": cgroup} {
+		environ := EnvPipeDirectory + "=/state/mps/" + cgroup[len(cgroup)-5:len(cgroup)-1] + "/pipe\x00"
+		for name, data := range map[string]string{"stat": stat, "cmdline": argv, "cgroup": cgroup, "environ": environ} {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -311,7 +312,7 @@ func TestDaemonPodAdoptionIsStrict(t *testing.T) {
 	entry(101, binary+"\x00", "0::/kubepods/pod1/aaaa\n")       // a control client in its container
 	entry(102, binary+"\x00-f\x00", "0::/kubepods/pod2/bbbb\n") // another share's daemon
 	entry(103, "/bin/sh\x00-f\x00", "0::/kubepods/pod1/aaaa\n") // another program
-	pid, got, err := findDaemon(proc, binary, checkpoint.MPSDaemon{Pod: "p", Container: "aaaa"})
+	pid, got, err := findDaemon(proc, binary, checkpoint.MPSDaemon{Pod: "p", Container: "aaaa", PipeDir: "/state/mps/aaaa/pipe"})
 	if err != nil || pid != 100 || got != ticks {
 		t.Fatalf("findDaemon: %d, %d, %v; want 100, %d", pid, got, err, ticks)
 	}
@@ -320,10 +321,11 @@ func TestDaemonPodAdoptionIsStrict(t *testing.T) {
 		rec  checkpoint.MPSDaemon
 		want string
 	}{
-		{"the daemon", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "aaaa"}, ""},
-		{"another container", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "cccc"}, "its PID runs outside the daemon's container cccc"},
-		{"a reused PID", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks + 1, Container: "aaaa"}, "its PID belongs to a process started at another time"},
-		{"another program", checkpoint.MPSDaemon{PID: 103, StartTicks: ticks, Container: "aaaa"}, `its PID runs "/bin/sh"`},
+		{"the daemon", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "aaaa", PipeDir: "/state/mps/aaaa/pipe"}, ""},
+		{"another container", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "cccc", PipeDir: "/state/mps/aaaa/pipe"}, "its PID runs outside the daemon's container cccc"},
+		{"another pipe directory", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "aaaa", PipeDir: "/state/mps/cccc/pipe"}, "its PID serves another pipe directory"},
+		{"a reused PID", checkpoint.MPSDaemon{PID: 100, StartTicks: ticks + 1, Container: "aaaa", PipeDir: "/state/mps/aaaa/pipe"}, "its PID belongs to a process started at another time"},
+		{"another program", checkpoint.MPSDaemon{PID: 103, StartTicks: ticks, Container: "aaaa", PipeDir: "/state/mps/aaaa/pipe"}, `its PID runs "/bin/sh"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, why := running(proc, binary, tc.rec)
@@ -331,6 +333,18 @@ func TestDaemonPodAdoptionIsStrict(t *testing.T) {
 				t.Errorf("running (-want +got):\n%s", diff)
 			}
 		})
+	}
+
+	// A plugin that may not read its daemons' environment (an
+	// unprivileged one) has the container alone to go by; one of a child
+	// daemon's is an error.
+	readEnviron = func(string) ([]byte, error) { return nil, os.ErrPermission }
+	t.Cleanup(func() { readEnviron = os.ReadFile })
+	if ok, why := running(proc, binary, checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, Container: "aaaa", PipeDir: "/state/mps/cccc/pipe"}); !ok {
+		t.Errorf("a daemon in its container whose environment is out of reach: not running (%s), want it adopted", why)
+	}
+	if ok, _ := running(proc, binary, checkpoint.MPSDaemon{PID: 100, StartTicks: ticks, PipeDir: "/state/mps/aaaa/pipe"}); ok {
+		t.Error("a child daemon whose environment is out of reach: running, want it not adopted")
 	}
 }
 

@@ -28,6 +28,10 @@ import (
 	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 )
 
+// readEnviron reads a process's environment; a test plays a plugin that
+// may not.
+var readEnviron = os.ReadFile
+
 // procStat reads a process's state letter and start time in clock ticks
 // after boot from /proc/<pid>/stat.
 func procStat(procRoot string, pid int) (state byte, startTicks uint64, err error) {
@@ -57,10 +61,12 @@ func procStat(procRoot string, pid int) (state byte, startTicks uint64, err erro
 // PID. It returns why not, for the log. A zombie has exited; a process
 // started at another time is another process that reuses the PID; one that
 // runs another program, or serves another pipe directory, is not this
-// daemon. The pipe directory of a daemon in a pod is its pod's, which the
-// plugin made: the process must run in that pod's container, as its cgroup
-// says. Its environment may be out of the plugin's reach (reading it takes
-// every capability the daemon has, which starts servers as other users).
+// daemon. A daemon in a pod must also run in that pod's container, as its
+// cgroup says; the plugin made the pod for the daemon's pipe directory, so
+// where the daemon's environment is out of the plugin's reach (reading it
+// takes every capability the daemon has, and an unprivileged plugin's
+// daemons keep the two they need to start servers as other users), the
+// container stands for it.
 func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
 	if rec.PID <= 0 {
 		return false, "its start was interrupted before its PID was recorded"
@@ -86,9 +92,15 @@ func running(procRoot, binary string, rec checkpoint.MPSDaemon) (bool, string) {
 		return false, fmt.Sprintf("its PID runs %q", argv0)
 	}
 	if rec.Container != "" {
-		return inContainer(dir, rec.Container)
+		if ok, why := inContainer(dir, rec.Container); !ok {
+			return false, why
+		}
 	}
-	environ, err := os.ReadFile(filepath.Join(dir, "environ"))
+	environ, err := readEnviron(filepath.Join(dir, "environ"))
+	if rec.Container != "" && errors.Is(err, os.ErrPermission) {
+		// Its container is the one the plugin made for this pipe directory.
+		return true, ""
+	}
 	if err != nil {
 		return false, err.Error()
 	}
