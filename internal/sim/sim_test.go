@@ -248,9 +248,11 @@ func TestPolicyLaddersOnTheGavelFleet(t *testing.T) {
 		want   tiers
 	}{
 		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeMemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
-		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeComputeBound, tiers{K80: 1, P100: 1, V100: 0}},
+		// The K80, which publishes no FP32 figure, comes after every model
+		// that does.
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeComputeBound, tiers{K80: 2, P100: 1, V100: 0}},
 		// Latency-bound ranks by FP32 as compute-bound does.
-		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeLatencyBound, tiers{K80: 1, P100: 1, V100: 0}},
+		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeLatencyBound, tiers{K80: 2, P100: 1, V100: 0}},
 		{prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeBalanced, tiers{}},
 		{prismv1alpha1.PolicyEconomy, prismv1alpha1.BoundTypeMemoryBound, tiers{K80: 1, P100: 0, V100: 0}},
 		{prismv1alpha1.PolicyEconomy, prismv1alpha1.BoundTypeLatencyBound, tiers{K80: 0, P100: 1, V100: 1}},

@@ -304,7 +304,10 @@ func fleetLadder(fleet *Fleet, bound prismv1alpha1.BoundType, policy prismv1alph
 
 // rankedLadder serves workloads that run faster the higher c's figure is.
 // Performance prefers c's top class, and its second class too when the
-// third is more than middleGapRatio behind. Economy prefers the best class
+// third is more than middleGapRatio behind, or when the fleet has models
+// that do not publish the figure (unranked: the plugin cannot compute it
+// for their architecture, which it does not know): every model that
+// publishes it comes before them. Economy prefers the best class
 // outside the top bandwidth class, bandwidth standing in for price (HBM
 // parts cost several times GDDR ones), if that class is adequate; else it
 // has no cheaper choice and prefers what performance does.
@@ -327,6 +330,9 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy prismv1alpha1.Policy) ([]
 		return []tier{top, fits}, c.summary()
 	}
 	ladder := []tier{top}
+	if t, ok := rankedTier(fleet, c); ok {
+		return append(ladder, t, fits), c.summary()
+	}
 	if len(c.classes) == 3 && float64(c.classes[1].low) >= middleGapRatio*float64(c.classes[2].high) {
 		ladder = append(ladder, tier{
 			name:      tierName(c.fig, "second"),
@@ -337,6 +343,39 @@ func rankedLadder(fleet *Fleet, c, bw fleetCut, policy prismv1alpha1.Policy) ([]
 		})
 	}
 	return append(ladder, fits), c.summary()
+}
+
+// rankedTier is the tier of every model that publishes c's figure, for a
+// fleet cut in two classes whose other models publish none: without it,
+// fits would offer the second class and the unranked models alike. The
+// sweep on the Alibaba trace, whose K80s publish no FP32 figure, sent
+// compute-bound jobs to them as often as to the P100s ahead of them
+// (docs/simulator.md).
+func rankedTier(fleet *Fleet, c fleetCut) (tier, bool) {
+	if len(c.classes) != 2 || c.devices == fleetDevices(fleet) {
+		return tier{}, false
+	}
+	g := snap(c.fig, 0, c.classes[1].low)
+	if g < 0 {
+		return tier{}, false
+	}
+	threshold := thresholdGrids[c.fig][g]
+	return tier{
+		name:      tierName(c.fig, "ranked"),
+		selectors: []selectorID{thresholdSelector(c.fig, g, false)},
+		reason:    fmt.Sprintf("%s >= %d %s: %s; ahead of the models that publish no %s", c.fig.attribute(), threshold, c.fig.unit(), c.share(0, 1), c.fig.attribute()),
+		models:    c.modelNames(0, 1),
+		bound:     &lowerBound{c.fig, threshold},
+	}, true
+}
+
+// fleetDevices counts the fleet's devices.
+func fleetDevices(fleet *Fleet) int {
+	n := 0
+	for _, m := range fleet.Models {
+		n += m.Devices
+	}
+	return n
 }
 
 func economyTier(fleet *Fleet, c, bw fleetCut) (tier, bool) {

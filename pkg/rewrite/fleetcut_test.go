@@ -122,6 +122,18 @@ func TestFleetCut(t *testing.T) {
 		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(25000)}}, fits}},
 		{"t4-p100-v100-a10", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"bandwidth-bottom", []string{bwBelow(500)}}, fits}},
 
+		// The placement sweep's fleet: a K80 publishes no FP32 figure (the
+		// plugin does not know Kepler's lanes per SM). V100 15667 | P100
+		// 9525: compute-bound jobs take the P100s before the K80s, which
+		// fits alone would offer alike.
+		{"k80-p100-v100", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(12500)}}, {"fp32-ranked", []string{fpAtLeast(8000)}}, fits}},
+		{"k80-p100-v100", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"fp32-top", []string{fpAtLeast(12500)}}, {"fp32-ranked", []string{fpAtLeast(8000)}}, fits}},
+		// Every model publishes its bandwidth: {V100 898, P100 732} | 630 | K80
+		// 240, no unranked model, no change.
+		{"k80-p100-v100", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, []tierSpec{{"bandwidth-top", []string{bwAtLeast(630)}}, fits}},
+		// Economy's value tier is unchanged by unranked models.
+		{"k80-p100-v100", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, []tierSpec{{"fp32-top", []string{fpAtLeast(12500)}}, fits}},
+
 		{"l4-only", prismv1alpha1.BoundTypeMemoryBound, prismv1alpha1.PolicyPerformance, nil},
 		{"l4-only", prismv1alpha1.BoundTypeComputeBound, prismv1alpha1.PolicyEconomy, nil},
 		{"l4-only", prismv1alpha1.BoundTypeLatencyBound, prismv1alpha1.PolicyPerformance, nil},
