@@ -43,18 +43,18 @@ import (
 // bound to the node by name (no scheduling round). The pod lives until the
 // share is unprepared, whatever happens to the plugin's pod, and the
 // plugin that comes next adopts it from the checkpoint as it would adopt a
-// child: by PID, start time, program and pipe directory, read in the
-// host's /proc.
+// child (by PID, start time, program and pipe directory, read in the
+// host's /proc), and only if it runs in the pod's container.
 const (
 	// ComponentLabel and DaemonComponent mark the daemon pods, so that
 	// `kubectl get pods -l app.kubernetes.io/component=mps-daemon` lists
 	// them.
 	ComponentLabel  = "app.kubernetes.io/component"
 	DaemonComponent = "mps-daemon"
-	// DaemonAnnotation names the daemon a pod runs (its key), GPUAnnotation
-	// the GPU it serves.
+	// DaemonAnnotation names the daemon a pod runs (its key), gpuAnnotation
+	// the GPU it serves, for people.
 	DaemonAnnotation = "gpu.prism.dev/mps-daemon"
-	GPUAnnotation    = "gpu.prism.dev/mps-gpu"
+	gpuAnnotation    = "gpu.prism.dev/mps-gpu"
 	daemonContainer  = "mps-control"
 )
 
@@ -116,7 +116,7 @@ func (p *Pods) daemonPod(key string, rec checkpoint.MPSDaemon, driverRoot string
 			GenerateName: "prism-mps-",
 			Namespace:    p.Namespace,
 			Labels:       p.podLabels(),
-			Annotations:  map[string]string{DaemonAnnotation: key, GPUAnnotation: rec.UUID},
+			Annotations:  map[string]string{DaemonAnnotation: key, gpuAnnotation: rec.UUID},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:      p.Node,

@@ -293,7 +293,10 @@ func TestDaemonsInPods(t *testing.T) {
 func TestDaemonPodAdoptionIsStrict(t *testing.T) {
 	proc := t.TempDir()
 	self := os.Getpid()
-	ticks := startTicks("/proc", self)
+	_, ticks, err := procStat("/proc", self)
+	if err != nil {
+		t.Fatal(err)
+	}
 	entry := func(pid int, argv, cgroup string) {
 		dir := filepath.Join(proc, strconv.Itoa(pid))
 		if err := os.MkdirAll(dir, 0o755); err != nil {

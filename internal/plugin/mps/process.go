@@ -136,7 +136,7 @@ func findDaemon(procRoot, binary string, rec checkpoint.MPSDaemon) (int, uint64,
 	if err != nil {
 		return 0, 0, err
 	}
-	var found []int
+	var found []checkpoint.MPSDaemon
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -150,23 +150,24 @@ func findDaemon(procRoot, binary string, rec checkpoint.MPSDaemon) (int, uint64,
 		if len(argv) != 2 || filepath.Base(argv[0]) != filepath.Base(binary) || argv[1] != "-f" {
 			continue
 		}
-		rec.PID, rec.StartTicks = pid, startTicks(procRoot, pid)
-		if alive, _ := running(procRoot, binary, rec); alive {
-			found = append(found, pid)
+		cand := rec
+		cand.PID = pid
+		if _, cand.StartTicks, err = procStat(procRoot, pid); err != nil {
+			continue
+		}
+		if alive, _ := running(procRoot, binary, cand); alive {
+			found = append(found, cand)
 		}
 	}
 	switch len(found) {
 	case 0:
 		return 0, 0, fmt.Errorf("no process in %s runs %s -f in pod %s", procRoot, filepath.Base(binary), rec.Pod)
 	case 1:
-		_, ticks, err := procStat(procRoot, found[0])
-		return found[0], ticks, err
+		return found[0].PID, found[0].StartTicks, nil
 	}
-	return 0, 0, fmt.Errorf("processes %v in %s all run %s -f in pod %s", found, procRoot, filepath.Base(binary), rec.Pod)
-}
-
-// startTicks is a process's start time, 0 if it cannot be read.
-func startTicks(procRoot string, pid int) uint64 {
-	_, ticks, _ := procStat(procRoot, pid)
-	return ticks
+	pids := make([]int, len(found))
+	for i, f := range found {
+		pids[i] = f.PID
+	}
+	return 0, 0, fmt.Errorf("processes %v in %s all run %s -f in pod %s", pids, procRoot, filepath.Base(binary), rec.Pod)
 }
