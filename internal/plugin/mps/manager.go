@@ -704,7 +704,22 @@ func (m *Manager) control(ctx context.Context, rec checkpoint.MPSDaemon, command
 	return strings.TrimSpace(stdout.String()), nil
 }
 
+// waitGone waits, within StopTimeout, until the daemon has ended. A child
+// of this process has ended once it is reaped: an exiting process drops
+// its environment before it becomes a zombie, so /proc alone would call
+// it another process while it still runs.
 func (m *Manager) waitGone(ctx context.Context, rec checkpoint.MPSDaemon) bool {
+	if ch, ok := m.exited[rec.PID]; ok {
+		timer := time.NewTimer(m.stop)
+		defer timer.Stop()
+		select {
+		case <-ch:
+			return true
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, m.stop, true, func(context.Context) (bool, error) {
 		alive, _ := m.running(rec)
 		return !alive, nil
