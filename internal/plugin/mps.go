@@ -142,7 +142,7 @@ func (m *mpsShares) daemon(dev checkpoint.Device) (mps.Daemon, bool) {
 	if dev.Sharing.MPSDaemon == "" {
 		return mps.Daemon{Key: g.UUID, UUID: g.UUID}, true
 	}
-	return mps.Daemon{Key: dev.Sharing.MPSDaemon, UUID: g.UUID, Limits: dev.Sharing.Share}, true
+	return mps.Daemon{Key: dev.Sharing.MPSDaemon, UUID: g.UUID, Limits: dev.Sharing.Limits()}, true
 }
 
 // clientEdits are the container edits of a device whose share MPS enforces.
@@ -155,7 +155,7 @@ func (m *mpsShares) clientEdits(dev checkpoint.Device) *cdispec.ContainerEdits {
 	if dev.Sharing.MPSDaemon != "" {
 		shm = m.daemons.ShmDir(d.Key)
 	}
-	return mps.ClientEdits(m.daemons.PipeDir(d.Key), shm, dev.Sharing.Share)
+	return mps.ClientEdits(m.daemons.PipeDir(d.Key), shm, dev.Sharing.Limits())
 }
 
 // start makes sure the daemons of the claim's MPS shares run. A daemon

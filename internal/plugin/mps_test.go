@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,6 +43,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	"github.com/prismgpu/prism/internal/metricstest"
 	"github.com/prismgpu/prism/internal/plugin/cdi"
+	"github.com/prismgpu/prism/internal/plugin/mps"
 	"github.com/prismgpu/prism/internal/plugin/mps/mpstest"
 )
 
@@ -235,6 +237,59 @@ func TestMPSShareEnvironment(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string][]string{key: limited(45, 8192)}, m.daemonEvents(t)); diff != "" {
 		t.Errorf("the restart started or stopped a daemon (-want +got):\n%s", diff)
+	}
+}
+
+// TestAShareBurstsToItsComputeLimit: a share whose GpuConfig asks for a
+// compute limit above what the scheduler counted is held to that limit,
+// by its daemon and in its environment, within twice its compute; the
+// limit outlives a plugin restart, and the run is judged against it.
+func TestAShareBurstsToItsComputeLimit(t *testing.T) {
+	limit := func(percent int) resourceapi.DeviceAllocationConfiguration {
+		return opaque(fmt.Sprintf(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":%d}}`, percent))
+	}
+	for _, tc := range []struct {
+		name    string
+		compute int64
+		asked   int
+		want    int // the thread percentage of the daemon and the client
+	}{
+		{"within twice the share", 20, 35, 35},
+		{"twice the share at most", 20, 90, 40},
+		{"below the share: the share", 40, 10, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMPSDriver(t)
+			d := m.start(t)
+			// As the scheduler allocates a rewritten claim: through the
+			// share subrequest, with the limit's config for it alone.
+			claim := computeShare("a", tc.compute, "8Gi")
+			claim.Status.Allocation.Devices.Results[0].Request = "gpu/share"
+			cfg := limit(tc.asked)
+			cfg.Requests = []string{"gpu/share"}
+			claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig"}`), cfg}
+			if r := prepare(t, d, claim)["a"]; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			key := shareDaemon("a")
+			if diff := cmp.Diff(map[string][]string{key: limited(tc.want, 8192)}, m.daemonEvents(t)); diff != "" {
+				t.Errorf("daemon limits (-want +got):\n%s", diff)
+			}
+			thread := mps.EnvActiveThreadPercentage + "=" + strconv.Itoa(tc.want)
+			if env := deviceEdits(t, m.state, "a").Env; !slices.Contains(env, thread) {
+				t.Errorf("container environment %q lacks %s", env, thread)
+			}
+			d.state.checkpoint.Close()
+			d = m.start(t)
+			rec, ok := d.state.checkpoint.Get("a")
+			if !ok {
+				t.Fatal("the restarted plugin lost claim a")
+			}
+			dev := rec.Devices[0]
+			if got := dev.Sharing.Limits().ComputePercent; got != int32(tc.want) || dev.Sharing.Share.ComputePercent != int32(tc.compute) {
+				t.Errorf("after a restart the checkpoint holds %+v, want %d%% counted and a limit of %d%%", *dev.Sharing, tc.compute, tc.want)
+			}
+		})
 	}
 }
 

@@ -320,6 +320,9 @@ func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim
 				dev.Sharing = &checkpoint.Sharing{}
 			}
 			dev.Sharing.Share = gpuv1alpha1.ConsumedShare(result.ConsumedCapacity)
+			if cfg.Sharing != nil {
+				dev.Sharing.ComputeLimitPercent = dev.Sharing.Share.GrantedComputeLimit(cfg.Sharing.ComputeLimitPercent)
+			}
 		}
 		// prism-validate refuses this at admission; a claim created while
 		// it was down, or given the config by its DeviceClass, is refused

@@ -82,8 +82,9 @@ func (s *deviceState) usageClaim(rec checkpoint.Claim) sampler.Claim {
 		}
 		c.GPUs = append(c.GPUs, gpu)
 		if partial != "" && dev.ShareID != "" && c.Share == nil && dev.Sharing != nil {
-			// A copy: rec may be the checkpoint's own.
-			share := dev.Sharing.Share
+			// What the run was held to, so that a run at its limit counts
+			// as outgrowing it; a copy, as rec may be the checkpoint's own.
+			share := dev.Sharing.Limits()
 			c.Share = &share
 		}
 	}

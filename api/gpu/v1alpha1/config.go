@@ -144,6 +144,15 @@ func validateSharing(s *GpuSharing, path *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(tsPath.Child("interval"), s.TimeSlicing.Interval, sets.List(supportedIntervals)))
 		}
 	}
+	if l := s.ComputeLimitPercent; l != nil {
+		limitPath := path.Child("computeLimitPercent")
+		switch {
+		case *l < 1 || *l > MaxComputePercent:
+			errs = append(errs, field.Invalid(limitPath, *l, fmt.Sprintf("must be between 1 and %d", MaxComputePercent)))
+		case s.Strategy.ShareConflict() != nil:
+			errs = append(errs, field.Forbidden(limitPath, fmt.Sprintf("is a share's limit, and a share cannot take strategy %s", s.Strategy)))
+		}
+	}
 	return errs
 }
 

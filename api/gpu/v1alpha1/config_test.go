@@ -71,6 +71,10 @@ func TestDecodeValid(t *testing.T) {
 			}},
 		},
 		{
+			fixture: "compute-limit.json",
+			want:    &GpuConfig{TypeMeta: typeMeta, Sharing: &GpuSharing{Strategy: ExclusiveSharing, ComputeLimitPercent: ptr.To[int32](60)}},
+		},
+		{
 			fixture: "profiling-set.json",
 			want: &GpuConfig{TypeMeta: typeMeta, Sharing: exclusive, Profiling: &GpuProfiling{
 				Enabled: true, Set: RooflineProfilingSet, LaunchCount: ptr.To[int32](5), KernelFilter: "regex:gemm.+tensorop",
@@ -121,6 +125,8 @@ func TestDecodeInvalid(t *testing.T) {
 		{"bad-strategy.json", []string{"sharing.strategy", `"MPS"`, `"TimeSlicing"`}},
 		{"bad-interval.json", []string{"sharing.timeSlicing.interval", `"Forever"`}},
 		{"timeslicing-with-exclusive.json", []string{"sharing.timeSlicing", "may only be set when strategy is TimeSlicing"}},
+		{"compute-limit-above-gpu.json", []string{"sharing.computeLimitPercent", "between 1 and 100"}},
+		{"compute-limit-timesliced.json", []string{"sharing.computeLimitPercent", "a share cannot take strategy TimeSlicing"}},
 		{"set-and-metrics.json", []string{"profiling.metrics", "may not be combined with set"}},
 		{"bad-set.json", []string{"profiling.set", `"everything"`}},
 		{"bad-metric.json", []string{"profiling.metrics[0]", "lower case letters"}},

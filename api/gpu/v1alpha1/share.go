@@ -59,6 +59,29 @@ func (s Share) Validate() error {
 	return nil
 }
 
+// MaxComputeLimitFactor bounds a share's compute limit by its compute, so
+// that the limits of a GPU's shares, whose compute the scheduler keeps
+// within the GPU, never add up past twice the GPU: a tenant may burst into
+// what its neighbours leave idle, but a share counted for 5 % cannot hold
+// every SM.
+const MaxComputeLimitFactor = 2
+
+// GrantedComputeLimit is the compute limit s gets for the limit a
+// GpuConfig asks for (sharing.computeLimitPercent): at least s's compute
+// and at most MaxComputeLimitFactor times it, within the GPU. It is 0,
+// the limit being s's compute, where s limits no compute, nothing is
+// asked, or the bounds leave s's compute.
+func (s Share) GrantedComputeLimit(asked *int32) int32 {
+	if asked == nil || !s.LimitsCompute() {
+		return 0
+	}
+	limit := min(max(*asked, s.ComputePercent), s.ComputePercent*MaxComputeLimitFactor, MaxComputePercent)
+	if limit == s.ComputePercent {
+		return 0
+	}
+	return limit
+}
+
 // LimitsCompute says whether s holds part of the GPU's SMs, the part MPS
 // then limits the share's clients to: 0 and MaxComputePercent are the
 // whole GPU's compute, and so is a figure above it, where MPS is given no

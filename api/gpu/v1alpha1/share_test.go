@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 )
 
 func TestSharedCapacities(t *testing.T) {
@@ -160,6 +161,33 @@ func TestConsumedShare(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, ConsumedShare(tc.consumed)); diff != "" {
 				t.Errorf("consumed share (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestGrantedComputeLimit: a share bursts to what its config asks, but
+// never below its own compute nor past twice it, so that a GPU's limits
+// stay within twice the GPU.
+func TestGrantedComputeLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		share Share
+		asked *int32
+		want  int32
+	}{
+		{"nothing asked", Share{ComputePercent: 30}, nil, 0},
+		{"within twice the share", Share{ComputePercent: 30}, ptr.To[int32](55), 55},
+		{"twice the share at most", Share{ComputePercent: 30}, ptr.To[int32](90), 60},
+		{"the whole GPU at most", Share{ComputePercent: 70}, ptr.To[int32](100), 100},
+		{"below the share: the share", Share{ComputePercent: 30}, ptr.To[int32](10), 0},
+		{"the share itself", Share{ComputePercent: 30}, ptr.To[int32](30), 0},
+		{"a share of no compute has no limit to raise", Share{MemoryBytes: 8 << 30}, ptr.To[int32](50), 0},
+		{"a share of the whole GPU's compute", Share{ComputePercent: MaxComputePercent}, ptr.To[int32](50), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.share.GrantedComputeLimit(tc.asked); got != tc.want {
+				t.Errorf("GrantedComputeLimit(%v) of %v = %d, want %d", tc.asked, tc.share, got, tc.want)
 			}
 		})
 	}

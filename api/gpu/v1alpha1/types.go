@@ -93,6 +93,16 @@ type GpuSharing struct {
 	// strategy.
 	// +optional
 	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+
+	// ComputeLimitPercent is the most of the GPU's SMs a share's clients
+	// may use at once (MPS's active thread percentage), 1 to 100, where
+	// it may burst past the compute the scheduler counted for the share
+	// (its request). The kubelet plugin grants at least the request and at
+	// most twice it, so a GPU's limits never add up past 200 %. It has no
+	// effect on a whole GPU. The admission controller sets it for the
+	// shares it sizes; see docs/sharing.md.
+	// +optional
+	ComputeLimitPercent *int32 `json:"computeLimitPercent,omitempty"`
 }
 
 // TimeSlicingConfig configures time slicing.

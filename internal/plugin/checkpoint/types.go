@@ -157,6 +157,10 @@ type Sharing struct {
 	// Share is the part of the GPU the scheduler counted for the claim,
 	// with no amounts where the allocation named none.
 	Share gpuv1alpha1.Share
+	// ComputeLimitPercent is the share's compute limit where it may burst
+	// past Share's compute (GpuConfig sharing.computeLimitPercent), as
+	// granted at prepare; 0 where the limit is the share's compute.
+	ComputeLimitPercent int32
 	// MPS is set when the share is enforced by an MPS control daemon. It
 	// is decided once, at prepare, so that a CDI spec written again after a
 	// crash is the one the containers were started with.
@@ -176,15 +180,19 @@ type sharingJSON struct {
 	TimeSlice        string `json:"timeSlice,omitempty"`
 	MemoryShareBytes int64  `json:"memoryShareBytes,omitempty"`
 	ComputePercent   int32  `json:"computePercent,omitempty"`
-	MPS              bool   `json:"mps,omitempty"`
-	MPSDaemon        string `json:"mpsDaemon,omitempty"`
+	// ComputeLimitPercent is new with compute limits; a plugin from before
+	// them drops it and holds the share to its computePercent.
+	ComputeLimitPercent int32  `json:"computeLimitPercent,omitempty"`
+	MPS                 bool   `json:"mps,omitempty"`
+	MPSDaemon           string `json:"mpsDaemon,omitempty"`
 }
 
 func (s Sharing) MarshalJSON() ([]byte, error) {
 	return json.Marshal(sharingJSON{
 		Strategy: s.Strategy, TimeSlice: s.TimeSlice,
 		MemoryShareBytes: s.Share.MemoryBytes, ComputePercent: s.Share.ComputePercent,
-		MPS: s.MPS, MPSDaemon: s.MPSDaemon,
+		ComputeLimitPercent: s.ComputeLimitPercent,
+		MPS:                 s.MPS, MPSDaemon: s.MPSDaemon,
 	})
 }
 
@@ -195,10 +203,21 @@ func (s *Sharing) UnmarshalJSON(data []byte) error {
 	}
 	*s = Sharing{
 		Strategy: f.Strategy, TimeSlice: f.TimeSlice,
-		Share: gpuv1alpha1.Share{ComputePercent: f.ComputePercent, MemoryBytes: f.MemoryShareBytes},
-		MPS:   f.MPS, MPSDaemon: f.MPSDaemon,
+		Share:               gpuv1alpha1.Share{ComputePercent: f.ComputePercent, MemoryBytes: f.MemoryShareBytes},
+		ComputeLimitPercent: f.ComputeLimitPercent,
+		MPS:                 f.MPS, MPSDaemon: f.MPSDaemon,
 	}
 	return nil
+}
+
+// Limits is what the share's clients are held to: the share, its compute
+// raised to ComputeLimitPercent where that is set.
+func (s Sharing) Limits() gpuv1alpha1.Share {
+	l := s.Share
+	if s.ComputeLimitPercent > 0 {
+		l.ComputePercent = s.ComputeLimitPercent
+	}
+	return l
 }
 
 // Profiling is the profiling setup of a claim.
