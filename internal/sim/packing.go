@@ -85,21 +85,30 @@ func (p PackPolicy) profileFree() bool { return p == PackWhole || p == PackMemor
 // A job that rule keeps whole (heavy, or unmeasured) gets ok false.
 // memKnown false means no peak memory was measured: production then keeps
 // the whole GPU, and the evaluation, on data without memory, sizes compute
-// alone (the share names no memory).
-func SizeShare(p95Util, peakMiB float64, memKnown bool) (gpuv1alpha1.Share, bool) {
-	if !Known(p95Util) || (memKnown && !Known(peakMiB)) {
+// alone (the share names no memory). util, a job's one utilisation figure
+// (a mean over its run in the shipped data), is read as both its p50 and
+// its p95 duty cycle: the data has no spread, so the share's request is
+// its limit, and the evaluation judges requests alone.
+func SizeShare(util, peakMiB float64, memKnown bool) (gpuv1alpha1.Share, bool) {
+	return sizeShareWith(rewrite.DefaultShareRule, util, peakMiB, memKnown)
+}
+
+func sizeShareWith(rule rewrite.ShareRule, util, peakMiB float64, memKnown bool) (gpuv1alpha1.Share, bool) {
+	if !Known(util) || (memKnown && !Known(peakMiB)) {
 		return gpuv1alpha1.Share{}, false
 	}
 	peak := int64(1 << 20) // a stand-in when memory is not in the data
 	if memKnown {
 		peak = int64(math.Ceil(peakMiB * (1 << 20)))
 	}
+	duty := ptr.To(int32(math.Round(min(max(util, 0), 100) * 1000)))
 	u := &prismv1alpha1.UsageProfile{
 		Runs:                     1,
-		DutyCycleP95MilliPercent: ptr.To(int32(math.Round(min(max(p95Util, 0), 100) * 1000))),
+		DutyCycleP50MilliPercent: duty,
+		DutyCycleP95MilliPercent: duty,
 		PeakMemory:               resource.NewQuantity(peak, resource.BinarySI),
 	}
-	size := rewrite.SizeShare(u)
+	size := rule.Size(u)
 	if size.Verdict != rewrite.ShareSized {
 		return gpuv1alpha1.Share{}, false
 	}
@@ -128,6 +137,24 @@ type PackingData struct {
 	Clamped []string
 	// speed[i][j] is job type i's speed beside j, a fraction of alone.
 	speed [][]float64
+	// rule sizes prism's shares; nil is rewrite.DefaultShareRule.
+	rule *rewrite.ShareRule
+}
+
+// WithShareRule is d with prism's shares sized by rule instead of the rule
+// that ships: for measuring how the evaluation depends on its parameters.
+func (d *PackingData) WithShareRule(rule rewrite.ShareRule) *PackingData {
+	c := *d
+	c.rule = &rule
+	return &c
+}
+
+// sizeShare sizes a job's share under d's rule (SizeShare).
+func (d *PackingData) sizeShare(util, peakMiB float64) (gpuv1alpha1.Share, bool) {
+	if d.rule == nil {
+		return SizeShare(util, peakMiB, d.MemoryKnown)
+	}
+	return sizeShareWith(*d.rule, util, peakMiB, d.MemoryKnown)
 }
 
 // DroppedJob is a job type left out of the packing evaluation and the
@@ -496,7 +523,7 @@ func (d *PackingData) simulate(r PackRun, jobs []streamJob) PackResult {
 			if r.Policy == PackPrism {
 				t := d.Jobs[sj.typ]
 				f := 1 + r.Noise*sj.noise
-				share, ok := SizeShare(math.Min(100, t.UtilPct*f), t.MemMiB*f, d.MemoryKnown)
+				share, ok := d.sizeShare(math.Min(100, t.UtilPct*f), t.MemMiB*f)
 				j.share, j.exclusive = share, !ok
 			}
 			queue = append(queue, j)

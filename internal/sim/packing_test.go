@@ -38,15 +38,15 @@ func TestSizeShareFollowsTheAgreedRule(t *testing.T) {
 		want          gpuv1alpha1.Share
 		ok            bool
 	}{
-		// 20 + max(10, 5) = 30; 2000 × 1.2 + 512 = 2912 → 3 GiB.
+		// 20 + max(10, 6.7) = 30; 2000 × 1.2 + 512 = 2912 → 3 GiB.
 		{"light", 20, 2000, true, gpuv1alpha1.Share{ComputePercent: 30, MemoryBytes: 3072 << 20}, true},
-		// 50 + 12.5 = 62.5 → 65; 6000 × 1.2 + 512 = 7712 → 8 GiB.
-		{"medium", 50, 6000, true, gpuv1alpha1.Share{ComputePercent: 65, MemoryBytes: 8192 << 20}, true},
+		// 50 + 16.7 = 66.7 → 70; 6000 × 1.2 + 512 = 7712 → 8 GiB.
+		{"medium", 50, 6000, true, gpuv1alpha1.Share{ComputePercent: 70, MemoryBytes: 8192 << 20}, true},
 		// 4 + 10 = 14 → 15; 100 MiB → 632 → floor 1 GiB.
 		{"tiny", 4, 100, true, gpuv1alpha1.Share{ComputePercent: 15, MemoryBytes: 1024 << 20}, true},
 		{"idle keeps the floor", 0, 100, true, gpuv1alpha1.Share{ComputePercent: 10, MemoryBytes: 1024 << 20}, true},
-		// 63 + 15.75 = 78.75 → 80: heavy.
-		{"heavy at 80", 63, 1000, true, gpuv1alpha1.Share{}, false},
+		// 60 + 20 = 80: heavy.
+		{"heavy at 80", 60, 1000, true, gpuv1alpha1.Share{}, false},
 		{"unprofiled", nan, 1000, true, gpuv1alpha1.Share{}, false},
 		{"no peak memory", 20, nan, true, gpuv1alpha1.Share{}, false},
 		{"data without memory sizes compute alone", 20, nan, false, gpuv1alpha1.Share{ComputePercent: 30}, true},

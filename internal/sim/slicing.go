@@ -101,7 +101,7 @@ const (
 	// measured memory: what a user sizing by memory alone would ask for.
 	SliceMemory SlicePolicy = "by-memory"
 	// SlicePrism sizes a share with the admission controller's rule
-	// (SizeShare: peak × 1.2 + 512 MiB, p95 + max(10, p95/4) per cent of
+	// (SizeShare: peak × 1.2 + 512 MiB, p95 + max(10, p95/3) per cent of
 	// compute) and asks for the partition its partition step would choose
 	// (rewrite.Fleet.SmallestPartitions: the smallest whose memory holds
 	// the share and whose SMs are at least its compute share of the whole

@@ -71,10 +71,11 @@ func TestSliceChoicesFollowEachPolicysRule(t *testing.T) {
 		// 2000, 6000, 12000 and 4000 MiB: nothing else is read.
 		SliceMemory: {"1g.5gb", "2g.10gb", "3g.20gb", "1g.5gb"},
 		// light 15 % → 25 % compute (2g's 28 of 108 SMs are 25.9 %),
-		// 3 GiB; medium 40 % → 50 % (4g's 56 SMs are 51.9 %), 8 GiB; heavy
-		// kept whole; fat 10 % → 20 %, 4000 × 1.2 + 512 → 6 GiB, more than
+		// 3 GiB; medium 40 % → 55 % (more than 4g's 56 SMs, 51.9 %, and
+		// the whole GPU is never a partition): kept whole; heavy kept
+		// whole; fat 10 % → 20 %, 4000 × 1.2 + 512 → 6 GiB, more than
 		// 1g.5gb holds.
-		SlicePrism: {"2g.10gb", "4g.20gb", "7g.40gb", "2g.10gb"},
+		SlicePrism: {"2g.10gb", "7g.40gb", "7g.40gb", "2g.10gb"},
 		// The first slice at 80 % or more of the whole GPU.
 		SliceOracle: {"1g.5gb", "3g.20gb", "7g.40gb", "3g.20gb"},
 	}

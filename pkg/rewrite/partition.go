@@ -170,8 +170,14 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
 		return nil, plan
 	}
+	peak := size.Peak()
 	switch size.Verdict {
 	case ShareSized:
+		if peak.ComputePercent >= HeavyComputePercent {
+			// A partition cannot burst: it must hold the share's limit.
+			plan.Verdict, plan.Reason = PartitionHeavy.String(), fmt.Sprintf("%s; a partition holds the limit, and %d%% or more of a GPU keeps a whole one", size.Reason, HeavyComputePercent)
+			return nil, plan
+		}
 	case ShareNoUsage:
 		plan.Verdict, plan.Reason = PartitionNoUsage.String(), size.Reason
 		return nil, plan
@@ -182,7 +188,7 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 		plan.Verdict, plan.Reason = PartitionHeavy.String(), size.Reason
 		return nil, plan
 	}
-	memory := size.Share.MemoryBytes
+	memory := peak.MemoryBytes
 	why := size.Reason
 	if p.MinMemory != nil {
 		// needs() has bounded it already, where a bound type asked for it;
@@ -192,8 +198,8 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 			why += "; memory at least the profile's minMemory " + bytesText(v)
 		}
 	}
-	plan.ComputePercent, plan.MemoryBytes = int64(size.Share.ComputePercent), memory
-	names, fits := c.Fleet.SmallestPartitions(int64(size.Share.ComputePercent), memory)
+	plan.ComputePercent, plan.MemoryBytes = int64(peak.ComputePercent), memory
+	names, fits := c.Fleet.SmallestPartitions(int64(peak.ComputePercent), memory)
 	if len(names) == 0 {
 		plan.Verdict, plan.Reason = PartitionNoneFits.String(), why+"; but "+fits
 		return nil, plan
@@ -203,7 +209,7 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 	for i, n := range names {
 		id, _ := migProfileSelector(n)
 		tiers[i] = tier{name: PartitionTierPrefix + profileToken(n), selectors: []selectorID{id}, partition: n,
-			reason: fmt.Sprintf("MIG partition %s, the smallest published that holds %d%% compute and %s memory", n, size.Share.ComputePercent, bytesText(memory))}
+			reason: fmt.Sprintf("MIG partition %s, the smallest published that holds %d%% compute and %s memory", n, peak.ComputePercent, bytesText(memory))}
 	}
 	return tiers, plan
 }

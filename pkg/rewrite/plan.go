@@ -99,9 +99,14 @@ type SharePlan struct {
 	// Verdict is a ShareVerdict's String: "sized", or why there is no
 	// share.
 	Verdict string `json:"verdict"`
-	// ComputePercent and Memory are the share, for "sized".
+	// ComputePercent and Memory are the share, for "sized", as the
+	// scheduler counts it: ComputePercent is its compute request.
 	ComputePercent int64              `json:"computePercent,omitempty"`
 	Memory         *resource.Quantity `json:"memory,omitempty"`
+	// ComputeLimitPercent is the compute the share may burst to, where
+	// that is above its request: the claim gets a GpuConfig for the share
+	// subrequest that says so (sharing.computeLimitPercent).
+	ComputeLimitPercent int64 `json:"computeLimitPercent,omitempty"`
 	// Usage is the measured use the decision came from (UsageSummary).
 	Usage string `json:"usage,omitempty"`
 	// Reason is how the figures gave the share, or why there is none.

@@ -22,8 +22,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -35,9 +37,15 @@ import (
 
 // usage is a profile measured over three runs with the given p95 duty
 // cycle (per cent) and peak memory ("" for unknown).
+// usage is a steady job's: its p50 duty cycle is its p95, so its share's
+// request is its limit. bursty gives a p50 of its own.
 func usage(p95 float64, peak string) *prismv1alpha1.UsageProfile {
+	return bursty(p95, p95, peak)
+}
+
+func bursty(p50, p95 float64, peak string) *prismv1alpha1.UsageProfile {
 	u := &prismv1alpha1.UsageProfile{
-		DutyCycleP50MilliPercent: ptr.To(int32(p95 * 500)),
+		DutyCycleP50MilliPercent: ptr.To(int32(p50 * 1000)),
 		DutyCycleP95MilliPercent: ptr.To(int32(p95 * 1000)),
 		Runs:                     3,
 		Samples:                  600,
@@ -54,7 +62,8 @@ func exceeded(u *prismv1alpha1.UsageProfile, computePercent int32, memory string
 	return u
 }
 
-// The sizing rule, worked by hand for each case.
+// The sizing rule, worked by hand for each case. A steady job (usage) has
+// its request at its limit; a bursty one's request comes from its p50.
 func TestSizeShare(t *testing.T) {
 	sized := func(computePercent int32, memoryBytes int64) gpuv1alpha1.Share {
 		return gpuv1alpha1.Share{ComputePercent: computePercent, MemoryBytes: memoryBytes}
@@ -62,6 +71,7 @@ func TestSizeShare(t *testing.T) {
 	type want struct {
 		Verdict ShareVerdict
 		Share   gpuv1alpha1.Share
+		Limit   int32
 		Raised  []prismv1alpha1.ShareResource
 	}
 	const gi = 1 << 30
@@ -70,50 +80,65 @@ func TestSizeShare(t *testing.T) {
 		usage *prismv1alpha1.UsageProfile
 		want  want
 	}{
-		// 32 + max(10, 8) = 42 -> 45 %; 6Gi x 1.2 + 0.5Gi = 7.7Gi -> 8Gi.
-		{"hand-worked", usage(32, "6Gi"), want{ShareSized, sized(45, 8*gi), nil}},
-		// 48 + max(10, 12) = 60 %; 20Gi x 1.2 + 0.5Gi = 24.5Gi -> 25Gi.
-		{"a quarter of the p95 is the headroom above 40 %", usage(48, "20Gi"), want{ShareSized, sized(60, 25*gi), nil}},
-		// 32.5 + 10 = 42.5 -> 45 %.
-		{"fractions of a per cent round up", usage(32.5, "6Gi"), want{ShareSized, sized(45, 8*gi), nil}},
+		// 32 + max(10, 10.7) = 42.7 -> 45 %; 6Gi x 1.2 + 0.5Gi = 7.7Gi -> 8Gi.
+		{"hand-worked", usage(32, "6Gi"), want{ShareSized, sized(45, 8*gi), 45, nil}},
+		// 48 + max(10, 16) = 64 -> 65 %; 20Gi x 1.2 + 0.5Gi = 24.5Gi -> 25Gi.
+		{"a third of the p95 is the headroom above 30 %", usage(48, "20Gi"), want{ShareSized, sized(65, 25*gi), 65, nil}},
+		// 32.5 + 10.8 = 43.3 -> 45 %.
+		{"fractions of a per cent round up", usage(32.5, "6Gi"), want{ShareSized, sized(45, 8*gi), 45, nil}},
 		// 0 + 10 = 10 %; 1Mi x 1.2 + 0.5Gi -> 1Gi.
-		{"floors", usage(0, "1Mi"), want{ShareSized, sized(10, 1*gi), nil}},
+		{"floors", usage(0, "1Mi"), want{ShareSized, sized(10, 1*gi), 10, nil}},
 		// A peak in bytes, as NVML reports it: 7000000000 x 1.2 + 512Mi
 		// = 8936870912 -> 9Gi.
-		{"a peak that is not round", usage(20, "7000000000"), want{ShareSized, sized(30, 9*gi), nil}},
-		// 63 + 15.75 = 78.75 -> 80 %: heavy.
-		{"heavy", usage(63, "6Gi"), want{ShareHeavy, sized(80, 8*gi), nil}},
-		// 60 + 15 = 75 %: the largest share.
-		{"just below heavy", usage(60, "6Gi"), want{ShareSized, sized(75, 8*gi), nil}},
-		{"heavy without a peak is heavy", usage(90, ""), want{ShareHeavy, gpuv1alpha1.Share{ComputePercent: 100}, nil}},
-		{"no peak memory", usage(32, ""), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
-		{"a zero peak is no peak", usage(32, "0"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
-		{"a peak out of range", usage(32, "1E30"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, nil}},
+		{"a peak that is not round", usage(20, "7000000000"), want{ShareSized, sized(30, 9*gi), 30, nil}},
+		// 60 + 20 = 80 %: heavy.
+		{"heavy", usage(60, "6Gi"), want{ShareHeavy, sized(80, 8*gi), 80, nil}},
+		// 56 + 18.7 = 74.7 -> 75 %: the largest share.
+		{"just below heavy", usage(56, "6Gi"), want{ShareSized, sized(75, 8*gi), 75, nil}},
+		{"heavy without a peak is heavy", usage(90, ""), want{ShareHeavy, gpuv1alpha1.Share{ComputePercent: 100}, 100, nil}},
+		{"no peak memory", usage(32, ""), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, 45, nil}},
+		{"a zero peak is no peak", usage(32, "0"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, 45, nil}},
+		{"a peak out of range", usage(32, "1E30"), want{ShareNoPeakMemory, gpuv1alpha1.Share{ComputePercent: 45}, 45, nil}},
 		{"nil usage", nil, want{Verdict: ShareNoUsage}},
 		{"no runs", &prismv1alpha1.UsageProfile{DutyCycleP95MilliPercent: ptr.To(int32(32000)), PeakMemory: ptr.To(resource.MustParse("6Gi"))}, want{Verdict: ShareNoUsage}},
 		{"no p95", &prismv1alpha1.UsageProfile{Runs: 2, PeakMemory: ptr.To(resource.MustParse("6Gi"))}, want{Verdict: ShareNoUsage}},
+		// Request 16 + 10 = 26 -> 30 %, limit 32 + 10 = 42 -> 45 %.
+		{"bursty: the request from the p50, the limit from the p95", bursty(16, 32, "6Gi"), want{ShareSized, sized(30, 8*gi), 45, nil}},
+		// Request 10 + 10 = 20 %, limit 70 + 23.3 -> 95 %: the request is
+		// raised to half the limit, 47.5 -> 50 %.
+		{"a limit past twice the request raises the request", bursty(10, 70, "6Gi"), want{ShareSized, sized(50, 8*gi), 95, nil}},
+		// Request 70 + 23.3 -> 95 %: heavy, whatever the limit (100 %).
+		{"a heavy request", bursty(70, 90, "6Gi"), want{ShareHeavy, sized(95, 8*gi), 100, nil}},
+		// A p50 above the p95 (a status written by hand) is read as the p95.
+		{"a p50 above the p95", bursty(40, 30, "6Gi"), want{ShareSized, sized(40, 8*gi), 40, nil}},
+		{"no p50: steady", func() *prismv1alpha1.UsageProfile {
+			u := usage(32, "6Gi")
+			u.DutyCycleP50MilliPercent = nil
+			return u
+		}(), want{ShareSized, sized(45, 8*gi), 45, nil}},
 		// The last run had 20 % and 6Gi and outgrew its memory: 12Gi beats
 		// the 8Gi the figures give; compute stays 45 %.
 		{"exceeded memory doubles it", exceeded(usage(32, "6Gi"), 20, "6Gi", prismv1alpha1.ShareResourceMemory),
-			want{ShareSized, sized(45, 12*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
-		// Twice 30 % is 60 %, above the 45 % of the figures.
-		{"exceeded compute doubles it", exceeded(usage(32, "6Gi"), 30, "8Gi", prismv1alpha1.ShareResourceCompute),
-			want{ShareSized, sized(60, 8*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute}}},
-		// Twice 45 % is 90 %: the next run gets a whole GPU.
-		{"exceeded compute past heavy", exceeded(usage(32, "6Gi"), 45, "8Gi", prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory),
-			want{ShareHeavy, sized(90, 16*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory}}},
+			want{ShareSized, sized(45, 12*gi), 45, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
+		// The last run was held to a limit of 30 %: twice it is 60 %, above
+		// the 45 % of the figures; the request stays 45 %.
+		{"exceeded compute doubles the limit", exceeded(usage(32, "6Gi"), 30, "8Gi", prismv1alpha1.ShareResourceCompute),
+			want{ShareSized, sized(45, 8*gi), 60, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute}}},
+		// Twice 45 % is a limit of 90 %, which raises the request to 45 %.
+		{"exceeded compute of a bursty job", exceeded(bursty(10, 32, "6Gi"), 45, "8Gi", prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory),
+			want{ShareSized, sized(45, 16*gi), 90, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceCompute, prismv1alpha1.ShareResourceMemory}}},
 		// The figures already give more than twice the grant.
 		{"the figures beat the doubling", exceeded(usage(32, "20Gi"), 10, "4Gi", prismv1alpha1.ShareResourceMemory),
-			want{ShareSized, sized(45, 25*gi), []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
+			want{ShareSized, sized(45, 25*gi), 45, []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}},
 		{"exceeded without a grant", func() *prismv1alpha1.UsageProfile {
 			u := usage(32, "6Gi")
 			u.Exceeded = &prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory}}
 			return u
-		}(), want{ShareSized, sized(45, 8*gi), nil}},
+		}(), want{ShareSized, sized(45, 8*gi), 45, nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := SizeShare(tc.usage)
-			if diff := cmp.Diff(tc.want, want{s.Verdict, s.Share, s.Raised}); diff != "" {
+			if diff := cmp.Diff(tc.want, want{s.Verdict, s.Share, s.ComputeLimitPercent, s.Raised}); diff != "" {
 				t.Errorf("SizeShare (-want +got):\n%s", diff)
 			}
 			if s.Reason == "" {
@@ -124,9 +149,9 @@ func TestSizeShare(t *testing.T) {
 }
 
 func TestShareReasonsAndSummary(t *testing.T) {
-	u := exceeded(usage(32, "6Gi"), 20, "6Gi", prismv1alpha1.ShareResourceMemory)
+	u := exceeded(bursty(16, 32, "6Gi"), 20, "6Gi", prismv1alpha1.ShareResourceMemory)
 	u.ProductName = "NVIDIA L4"
-	if diff := cmp.Diff("compute 45% from a p95 duty cycle of 32%; memory 8Gi from a peak of 6Gi; memory at least twice the 6Gi the last run outgrew",
+	if diff := cmp.Diff("compute 30% from a p50 duty cycle of 16%, limit 45% from a p95 of 32%; memory 8Gi from a peak of 6Gi; memory at least twice the 6Gi the last run outgrew",
 		SizeShare(u).Reason); diff != "" {
 		t.Errorf("reason (-want +got):\n%s", diff)
 	}
@@ -134,11 +159,11 @@ func TestShareReasonsAndSummary(t *testing.T) {
 		UsageSummary(u)); diff != "" {
 		t.Errorf("summary (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff("compute 80% from a p95 duty cycle of 63%; memory 8Gi from a peak of 6Gi; 80% or more of a GPU keeps a whole one",
-		SizeShare(usage(63, "6Gi")).Reason); diff != "" {
+	if diff := cmp.Diff("compute 80% from a p95 duty cycle of 60%; memory 8Gi from a peak of 6Gi; 80% or more of a GPU keeps a whole one",
+		SizeShare(usage(60, "6Gi")).Reason); diff != "" {
 		t.Errorf("heavy reason (-want +got):\n%s", diff)
 	}
-	if got := UsageSummary(usage(32.5, "7000000000")); got != "duty cycle p50 16.2% p95 32.5%, peak memory 6676Mi, 3 runs" {
+	if got := UsageSummary(bursty(16.25, 32.5, "7000000000")); got != "duty cycle p50 16.2% p95 32.5%, peak memory 6676Mi, 3 runs" {
 		t.Errorf("summary of odd figures = %q", got)
 	}
 }
@@ -355,5 +380,79 @@ func TestAllocatorGrantsTheShare(t *testing.T) {
 	}
 	if len(res) != 0 {
 		t.Errorf("three 45%% shares allocated on one GPU: %+v", res)
+	}
+}
+
+// TestABurstyShareGetsItsLimit: a share whose limit is above its request
+// is counted at its request and given its limit in a GpuConfig for the
+// share subrequest alone, which keeps whatever the author's own config for
+// the request says; a steady share needs no config.
+func TestABurstyShareGetsItsLimit(t *testing.T) {
+	opaque := func(requests []string, raw string) resourceapi.DeviceClaimConfiguration {
+		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)},
+		}}}
+	}
+	profiling := opaque(nil, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
+	other := opaque([]string{"other"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)
+	for _, tc := range []struct {
+		name    string
+		usage   *prismv1alpha1.UsageProfile
+		configs []resourceapi.DeviceClaimConfiguration
+		// compute is the share's request; added, the configs Rewrite adds.
+		compute string
+		added   []resourceapi.DeviceClaimConfiguration
+	}{
+		{"steady: no config", usage(32, "6Gi"), nil, "45", nil},
+		{"bursty: the limit for the share alone", bursty(16, 32, "6Gi"), nil, "30",
+			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":45}}`)}},
+		{"the author's config is kept", bursty(16, 32, "6Gi"), []resourceapi.DeviceClaimConfiguration{profiling, other}, "30",
+			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true},"sharing":{"computeLimitPercent":45}}`)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			spec := gpuSpec(exactGPU("gpu", 1))
+			spec.Devices.Config = tc.configs
+			out, plan, err := Rewrite(ctx, spec, Profile{Name: "p", Usage: tc.usage}, ShareFromUsage())
+			if err != nil {
+				t.Fatalf("Rewrite: %v", err)
+			}
+			if got := summarize(out.Devices.Requests[0])[0].Capacity["gpu.prism.dev/compute"]; got != tc.compute {
+				t.Errorf("the share requests %s compute, want %s", got, tc.compute)
+			}
+			if diff := cmp.Diff(tc.added, out.Devices.Config[len(tc.configs):], cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("configs added (-want +got):\n%s", diff)
+			}
+			var limit int64
+			if len(tc.added) > 0 {
+				limit = 45
+			}
+			if plan.Share.ComputeLimitPercent != limit {
+				t.Errorf("plan's limit %d, want %d", plan.Share.ComputeLimitPercent, limit)
+			}
+			// What Rewrite adds must be a config the kubelet plugin takes.
+			for _, c := range tc.added {
+				if _, err := gpuv1alpha1.Decode(out.Devices.Config[len(out.Devices.Config)-1].Opaque.Parameters.Raw); err != nil || c.Opaque == nil {
+					t.Errorf("the added config does not decode: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestShareRuleString: the sensitivity table names each rule by its
+// parameters.
+func TestShareRuleString(t *testing.T) {
+	for _, tc := range []struct {
+		rule ShareRule
+		want string
+	}{
+		{DefaultShareRule, "request p50+max(10,p50/3), limit p95+max(10,p95/3), heavy 80"},
+		{ShareRule{RequestHeadroom: Headroom{MinMilli: 5_000}, LimitHeadroom: Headroom{MinMilli: 12_500, Divisor: 2}, HeavyPercent: 60},
+			"request p50+5, limit p95+max(12.5,p95/2), heavy 60"},
+	} {
+		if got := tc.rule.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ package claimrewrite
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,8 +41,9 @@ import (
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
-// measured is a profile NVML measured at a p95 duty cycle of 32 % and a
-// 6Gi peak over three runs: a share of 45 % and 8Gi.
+// measured is a profile NVML measured at a p50 duty cycle of 20 %, a p95
+// of 32 % and a 6Gi peak over three runs: a share of 30 % (limit 45 %) and
+// 8Gi.
 func measured(mutate func(*prismv1alpha1.WorkloadProfile)) *prismv1alpha1.WorkloadProfile {
 	return webhooktest.Profile("train", func(wp *prismv1alpha1.WorkloadProfile) {
 		wp.Status.Usage = &prismv1alpha1.UsageProfile{
@@ -96,6 +98,7 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 		{"measured by NVML only", measured(func(*prismv1alpha1.WorkloadProfile) {}), nil, true,
 			[]string{"share", "fits"}, EventReasonShared, "sized"},
 		{"measured by NVML only, heavy: profiled as before", measured(func(wp *prismv1alpha1.WorkloadProfile) {
+			wp.Status.Usage.DutyCycleP50MilliPercent = ptr.To(int32(70_000))
 			wp.Status.Usage.DutyCycleP95MilliPercent = ptr.To(int32(90_000))
 		}), nil, true, nil, EventReasonProfiling, ""},
 		{"the profile says Exclusive", measured(func(wp *prismv1alpha1.WorkloadProfile) {
@@ -163,13 +166,21 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 			for k, q := range share.Requests {
 				got[string(k)] = q.String()
 			}
-			if diff := cmp.Diff(map[string]string{"gpu.prism.dev/compute": "45", "gpu.prism.dev/memory": "8Gi"}, got); diff != "" {
+			if diff := cmp.Diff(map[string]string{"gpu.prism.dev/compute": "30", "gpu.prism.dev/memory": "8Gi"}, got); diff != "" {
 				t.Errorf("share (-want +got):\n%s", diff)
 			}
-			want := "gpu gets 45% compute, 8Gi memory of a shareable GPU first (duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after"
+			want := "gpu gets 30% compute (limit 45%), 8Gi memory of a shareable GPU first (duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after"
 			if !strings.Contains(event, want) {
 				t.Errorf("event %q does not say %q", event, want)
 			}
+			// The limit reaches the kubelet plugin in a GpuConfig for the
+			// share, which prism-validate admits.
+			configs := claim.Spec.Devices.Config
+			if n := len(configs); n == 0 || !slices.Equal(configs[n-1].Requests, []string{"gpu/share"}) ||
+				!strings.Contains(string(configs[n-1].Opaque.Parameters.Raw), `"computeLimitPercent":45`) {
+				t.Errorf("configs %+v, want the last to give gpu/share a limit of 45%%", configs)
+			}
+			validateAdmits(t, claim)
 		})
 	}
 }
@@ -223,21 +234,7 @@ func TestTimeSlicedClaimIsNeverAShare(t *testing.T) {
 				}
 			}
 
-			vm, err := webhook.NewMetrics(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := validate.New(vm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rewritten, err := json.Marshal(claim)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp := webhooktest.Call(t, v, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, rewritten)); !resp.Allowed {
-				t.Errorf("prism-validate refuses the rewritten claim: %s", resp.Result.Message)
-			}
+			validateAdmits(t, claim)
 		})
 	}
 }
@@ -322,5 +319,26 @@ func checkVerdicts[V fmt.Stringer](t *testing.T, name string, vec *prometheus.Co
 		if got := testutil.ToFloat64(vec.WithLabelValues(v.String())); got != n {
 			t.Errorf("%s{verdict=%q} = %v, want %v", name, v, got, n)
 		}
+	}
+}
+
+// validateAdmits fails t if prism-validate refuses claim, as the rewrite
+// wrote it, at create.
+func validateAdmits(t *testing.T, claim *resourceapi.ResourceClaim) {
+	t.Helper()
+	vm, err := webhook.NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(vm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewritten, err := json.Marshal(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := webhooktest.Call(t, v, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, rewritten)); !resp.Allowed {
+		t.Errorf("prism-validate refuses the rewritten claim: %s", resp.Result.Message)
 	}
 }

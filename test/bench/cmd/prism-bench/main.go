@@ -70,7 +70,7 @@ func main() {
 		scaleNodes  = flag.String("scale-nodes", "50,5000", "comma-separated fleet sizes (nodes of 8 GPUs) of the controller-scale phase, smallest first; the largest a multiple of 4")
 		scalePer    = flag.Int("scale-claims-per-node", 10, "ResourceClaims per node in the controller-scale phase's informers, half allocated")
 		starts      = flag.Int("starts", 5, "plugin starts for the start-up time")
-		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,mig-sizing,scheduling,share-packing,prepare,admission,admission-flood,startup,mps-daemons,usage,controller-scale); empty: all")
+		only        = flag.String("only", "", "comma-separated phases to run (allocator,mig-alloc,packing,share-rule,mig-sizing,scheduling,share-packing,prepare,admission,admission-flood,startup,mps-daemons,usage,controller-scale); empty: all")
 		keep        = flag.Bool("keep", false, "keep the test-bed directory")
 	)
 	ctx, stop := toolmain.Start()
@@ -177,6 +177,7 @@ func run(ctx context.Context, rep *bench.Report, repo, binDir string, alloc allo
 		rows         func(ctx context.Context, repo string, w io.Writer) ([]bench.Row, error)
 	}{
 		{"packing", "Packing on measured co-location data", bench.Packing},
+		{"share-rule", "The share-sizing rule's parameters, fitted on one GPU model and judged on the others", bench.ShareRule},
 		{"mig-sizing", "MIG sizing on measured slice speeds", bench.MIGSizing},
 	} {
 		if err := rowsPhase(table.phase, func() ([]bench.Row, error) {
