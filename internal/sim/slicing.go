@@ -25,6 +25,10 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -100,13 +104,14 @@ const (
 	// SliceMemory asks for the smallest slice whose memory holds the job's
 	// measured memory: what a user sizing by memory alone would ask for.
 	SliceMemory SlicePolicy = "by-memory"
-	// SlicePrism sizes a share with the admission controller's rule
-	// (SizeShare: peak × 1.2 + 512 MiB, p95 + max(10, p95/3) per cent of
-	// compute) and asks for the partition its partition step would choose
-	// (rewrite.Fleet.SmallestPartitions: the smallest whose memory holds
-	// the share and whose SMs are at least its compute share of the whole
-	// GPU's, never the largest profile); a heavy job, or a share no smaller
-	// profile holds, keeps the whole GPU.
+	// SlicePrism sizes what a partition must hold with the admission
+	// controller's rule (rewrite.SizePartition: peak × 1.2 + 512 MiB; SM
+	// or DRAM activity plus headroom where the data has SM activity, p95
+	// duty cycle + max(10, p95/3) per cent where not) and asks for the
+	// partition its partition step would choose
+	// (rewrite.Fleet.SmallestPartitions: the smallest whose memory and SMs
+	// hold that, never the largest profile); a heavy job, or one no
+	// smaller profile holds, keeps the whole GPU.
 	SlicePrism SlicePolicy = "prism"
 	// SliceOracle reads the judge's table: the smallest slice at or above
 	// SliceSpeedTarget of the whole-GPU speed.
@@ -229,8 +234,8 @@ func (d *SlicingData) choose(p SlicePolicy, typ int, factor float64) (k, unmeasu
 			rule = d.smallest(0, int64(math.Ceil(j.MemMiB*factor))<<20)
 		}
 	case SlicePrism:
-		if share, ok := SizeShare(math.Min(100, j.UtilPct*factor), j.MemMiB*factor, true); ok {
-			rule = d.smallest(int64(share.ComputePercent), share.MemoryBytes)
+		if need := sizePartition(j, factor); need.Verdict == rewrite.PartitionSized {
+			rule = d.smallest(need.ComputePercent, need.MemoryBytes)
 		}
 	case SliceOracle:
 		for k, s := range d.speed[typ] {
@@ -485,4 +490,30 @@ func ParseSlicePolicy(s string) (SlicePolicy, error) {
 		names[i] = string(p)
 	}
 	return "", fmt.Errorf("unknown MIG sizing policy %q (want one of %s)", s, strings.Join(names, ", "))
+}
+
+// sizePartition is what the admission controller's rule,
+// rewrite.SizePartition, asks a partition to hold for a job whose measured
+// figures are scaled by factor: its utilisation read as both its p50 and
+// p95 duty cycle (see SizeShare), its SM and DRAM activity where the data
+// has them (the H100 rows; MISO's have none, so their partitions are sized
+// from the duty cycle), its memory as the peak.
+func sizePartition(j MeasuredJob, factor float64) rewrite.PartitionNeed {
+	if !Known(j.UtilPct) || !Known(j.MemMiB) {
+		return rewrite.PartitionNeed{Verdict: rewrite.PartitionNoUsage}
+	}
+	milli := func(pct float64) *int32 { return ptr.To(int32(math.Round(min(max(pct*factor, 0), 100) * 1000))) }
+	u := &prismv1alpha1.UsageProfile{
+		Runs:                     1,
+		DutyCycleP50MilliPercent: milli(j.UtilPct),
+		DutyCycleP95MilliPercent: milli(j.UtilPct),
+		PeakMemory:               resource.NewQuantity(int64(math.Ceil(j.MemMiB*factor*(1<<20))), resource.BinarySI),
+	}
+	if Known(j.SMPct) {
+		u.SMActivityMilliPercent = milli(j.SMPct)
+		if Known(j.DRAMPct) {
+			u.DRAMActivityMilliPercent = milli(j.DRAMPct)
+		}
+	}
+	return rewrite.SizePartition(u)
 }

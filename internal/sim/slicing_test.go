@@ -441,3 +441,32 @@ func TestSlicingChoosesWhatProductionChooses(t *testing.T) {
 		t.Errorf("profile chosen for %d of %d shares differs, production (-) against the evaluation (+):\n%s", differ, len(want), diff)
 	}
 }
+
+// TestSlicesAreSizedByWhatAJobKeepsBusy: the evaluation sizes a partition
+// with production's rule, SM activity first where the data has it, the
+// duty cycle where not.
+func TestSlicesAreSizedByWhatAJobKeepsBusy(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name    string
+		job     MeasuredJob
+		verdict rewrite.PartitionVerdict
+		compute int64
+	}{
+		// 5 + 10 = 15 %, whatever its 90 % duty cycle.
+		{"busy small-batch inference", MeasuredJob{UtilPct: 90, SMPct: 5, DRAMPct: 2, MemMiB: 3000}, rewrite.PartitionSized, 15},
+		// 90 + 30 = 120 -> 100 %.
+		{"the same without SM activity", MeasuredJob{UtilPct: 90, SMPct: nan, DRAMPct: 2, MemMiB: 3000}, rewrite.PartitionHeavy, 100},
+		// MISO's DRAM figure, the memory controller's duty cycle, is not
+		// read without SM activity: 20 + 10 = 30 %.
+		{"DRAM without SM activity", MeasuredJob{UtilPct: 20, SMPct: nan, DRAMPct: 70, MemMiB: 3000}, rewrite.PartitionSized, 30},
+		{"no utilisation", MeasuredJob{UtilPct: nan, SMPct: 5, DRAMPct: 2, MemMiB: 3000}, rewrite.PartitionNoUsage, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sizePartition(tc.job, 1)
+			if got.Verdict != tc.verdict || got.ComputePercent != tc.compute {
+				t.Errorf("sizePartition = %v %d%% (%s), want %v %d%%", got.Verdict, got.ComputePercent, got.Reason, tc.verdict, tc.compute)
+			}
+		})
+	}
+}

@@ -148,6 +148,7 @@ func (d Device) ResourceDevice(ctx context.Context, opts PublishOptions) (resour
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &MemoryShareStep, Step: &MemoryShareStep},
 			}
 			shareable = ptr.To(true)
+			attrs.add(gpuv1alpha1.ComputeLimitsAttribute.Qualified(), resourceapi.DeviceAttribute{BoolValue: ptr.To(true)})
 			// A claim that names no compute reserves none. A claim
 			// written for a whole GPU still gets one, because it takes all
 			// the memory; and a claim that names only memory shares the

@@ -70,6 +70,10 @@ type Model struct {
 	// (allowMultipleAllocations). On such a device a capacity request is
 	// what a claim consumes, not a floor (see MemoryFloorAsCapacity).
 	SharedDevices int `json:"sharedDevices,omitempty"`
+	// ComputeLimitDevices is how many of the shared devices say that their
+	// kubelet plugin grants a share's compute limit
+	// (gpuv1alpha1.ComputeLimitsAttribute).
+	ComputeLimitDevices int `json:"computeLimitDevices,omitempty"`
 	// FigureCapacityDevices is how many of the devices also publish their
 	// figures as capacities (the plugin's --figures-as-capacity), which a
 	// tier bound written as a capacity request needs (see

@@ -53,7 +53,8 @@ const (
 	// PartitionNoPeakMemory: the duty cycle is known, the peak memory is
 	// not; a partition's memory is fixed, so it is not guessed.
 	PartitionNoPeakMemory
-	// PartitionHeavy: the share would be 80 % of a GPU or more.
+	// PartitionHeavy: the partition would have to hold 80 % of a GPU or
+	// more (SizePartition).
 	PartitionHeavy
 	// PartitionOptedOut: the profile's spec.sharing is Exclusive (whole GPUs
 	// only), or every request that could take one says so in its GpuConfig.
@@ -86,7 +87,8 @@ type PartitionPlan struct {
 	// profiles differ.
 	Profiles []string `json:"profiles,omitempty"`
 	// ComputePercent and MemoryBytes are what a partition had to hold
-	// (SizeShare on the usage, memory at least the profile's minMemory).
+	// (SizePartition on the usage, memory at least the profile's
+	// minMemory).
 	ComputePercent int64 `json:"computePercent,omitempty"`
 	MemoryBytes    int64 `json:"memoryBytes,omitempty"`
 	// Usage is the measured use the decision came from (UsageSummary).
@@ -102,9 +104,8 @@ type PartitionPlan struct {
 
 // PartitionsFromUsage lets Rewrite offer a request for one whole GPU a MIG
 // partition first, where the fleet (WithFleet) publishes partitions: the
-// smallest published profile whose memory holds the share SizeShare gives
-// the profile's usage and whose SMs are at least its compute share of the
-// parent GPU's. The whole-GPU ladder follows and ends in fits, so the pod
+// smallest published profile whose memory and SMs hold what SizePartition
+// gives the profile's usage. The whole-GPU ladder follows and ends in fits, so the pod
 // is never less schedulable. A heavy job, or one without usage, gets no
 // partition; where the fleet publishes no partition, the plan says
 // nothing of them. See docs/mig.md, "How sizing works".
@@ -154,11 +155,91 @@ func migProfileSelector(name string) (selectorID, bool) {
 	return selMIGFirst + selectorID(i), true
 }
 
+// PartitionNeed is what a MIG partition must hold for a profile's usage
+// (SizePartition).
+type PartitionNeed struct {
+	// Verdict is PartitionSized, PartitionNoUsage, PartitionNoPeakMemory or
+	// PartitionHeavy.
+	Verdict PartitionVerdict
+	// ComputePercent and MemoryBytes are what the partition must hold: a
+	// share of the parent GPU's SMs and bytes of memory.
+	ComputePercent, MemoryBytes int64
+	// Reason says which figures gave them, or why there is no partition.
+	Reason string
+}
+
+// SizePartition is what a MIG partition must hold for a WorkloadProfile's
+// status.usage. It is the one place the rule lives: the admission webhook
+// and prismctl simulate's MIG evaluation both call it.
+//
+// A partition's SMs and memory bandwidth are its own, and it cannot burst,
+// so its compute is what the job keeps busy at its busiest, where that was
+// measured: the larger of its SM activity and its DRAM bandwidth use (GPM,
+// on Hopper and later), each plus the share's limit headroom. Busy
+// small-batch inference, whose kernels run most of the time on a few SMs,
+// reads a high duty cycle and a low SM activity, and gets a small slice.
+// Where neither was measured, the compute is the share's limit, from the
+// p95 duty cycle, which says how often a kernel runs, not how many SMs it
+// fills; such jobs mostly keep whole GPUs. Memory is the share's, from the
+// peak. A compute of HeavyComputePercent or more keeps a whole GPU.
+func SizePartition(u *prismv1alpha1.UsageProfile) PartitionNeed {
+	size := SizeShare(u)
+	switch {
+	case size.Verdict == ShareNoUsage:
+		return PartitionNeed{Verdict: PartitionNoUsage, Reason: size.Reason}
+	case size.Verdict == ShareNoPeakMemory:
+		return PartitionNeed{Verdict: PartitionNoPeakMemory, Reason: size.Reason}
+	case size.Share.MemoryBytes == 0 && u.SMActivityMilliPercent == nil:
+		return PartitionNeed{Verdict: PartitionHeavy, Reason: size.Reason}
+	case size.Share.MemoryBytes == 0:
+		// Heavy by its duty cycle, a job may not be by its SMs, but a
+		// partition's memory is fixed.
+		return PartitionNeed{Verdict: PartitionNoPeakMemory, Reason: "no peak memory measured: a partition's memory is fixed, so it is not guessed"}
+	}
+	need := PartitionNeed{Verdict: PartitionSized, MemoryBytes: size.Share.MemoryBytes}
+	memoryWhy := fmt.Sprintf("memory %s from a peak of %s", bytesText(size.Share.MemoryBytes), peakText(u))
+	headroom := DefaultShareRule.LimitHeadroom
+	switch {
+	case u.SMActivityMilliPercent != nil:
+		sm := clampMilliPercent(*u.SMActivityMilliPercent)
+		need.ComputePercent = headroom.add(sm)
+		why := fmt.Sprintf("compute %d%% from an SM activity of %s", need.ComputePercent, milliPercent(sm))
+		if u.DRAMActivityMilliPercent != nil {
+			dram := clampMilliPercent(*u.DRAMActivityMilliPercent)
+			if c := headroom.add(dram); c > need.ComputePercent {
+				need.ComputePercent = c
+				why = fmt.Sprintf("compute %d%% from a DRAM bandwidth use of %s (SM activity %s)", c, milliPercent(dram), milliPercent(sm))
+			} else {
+				why += fmt.Sprintf(" (DRAM bandwidth use %s)", milliPercent(dram))
+			}
+		}
+		need.Reason = why + "; " + memoryWhy
+	default:
+		need.ComputePercent = int64(size.Peak().ComputePercent)
+		need.Reason = fmt.Sprintf("compute %d%% from a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",
+			need.ComputePercent, milliPercent(clampMilliPercent(*u.DutyCycleP95MilliPercent)), memoryWhy)
+	}
+	if len(size.Raised) > 0 && slices.Contains(size.Raised, prismv1alpha1.ShareResourceMemory) {
+		need.Reason += "; memory at least twice what the last run outgrew"
+	}
+	if need.ComputePercent >= HeavyComputePercent {
+		need.Verdict = PartitionHeavy
+		need.Reason += fmt.Sprintf("; %d%% or more of a GPU keeps a whole one", HeavyComputePercent)
+	}
+	return need
+}
+
+// peakText is the measured peak memory for a reason; SizePartition calls
+// it only where SizeShare found one.
+func peakText(u *prismv1alpha1.UsageProfile) string {
+	peak, _ := quantityBytes(u.PeakMemory, "peakMemory")
+	return bytesText(peak)
+}
+
 // partitionStep decides the partitions the profile gets, if the caller
 // offers them: the tiers (one per distinct profile, smallest first), or
-// none and why not in the plan. size is the profile's usage sized by
-// SizeShare.
-func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPlan) {
+// none and why not in the plan (SizePartition).
+func (c Cluster) partitionStep(p Profile) ([]tier, *PartitionPlan) {
 	if !c.Partitions {
 		return nil, nil
 	}
@@ -170,26 +251,13 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
 		return nil, plan
 	}
-	peak := size.Peak()
-	switch size.Verdict {
-	case ShareSized:
-		if peak.ComputePercent >= HeavyComputePercent {
-			// A partition cannot burst: it must hold the share's limit.
-			plan.Verdict, plan.Reason = PartitionHeavy.String(), fmt.Sprintf("%s; a partition holds the limit, and %d%% or more of a GPU keeps a whole one", size.Reason, HeavyComputePercent)
-			return nil, plan
-		}
-	case ShareNoUsage:
-		plan.Verdict, plan.Reason = PartitionNoUsage.String(), size.Reason
-		return nil, plan
-	case ShareNoPeakMemory:
-		plan.Verdict, plan.Reason = PartitionNoPeakMemory.String(), size.Reason
-		return nil, plan
-	default:
-		plan.Verdict, plan.Reason = PartitionHeavy.String(), size.Reason
+	need := SizePartition(p.Usage)
+	if need.Verdict != PartitionSized {
+		plan.Verdict, plan.Reason = need.Verdict.String(), need.Reason
 		return nil, plan
 	}
-	memory := peak.MemoryBytes
-	why := size.Reason
+	memory := need.MemoryBytes
+	why := need.Reason
 	if p.MinMemory != nil {
 		// needs() has bounded it already, where a bound type asked for it;
 		// a profile without one is bounded here.
@@ -198,8 +266,8 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 			why += "; memory at least the profile's minMemory " + bytesText(v)
 		}
 	}
-	plan.ComputePercent, plan.MemoryBytes = int64(peak.ComputePercent), memory
-	names, fits := c.Fleet.SmallestPartitions(int64(peak.ComputePercent), memory)
+	plan.ComputePercent, plan.MemoryBytes = need.ComputePercent, memory
+	names, fits := c.Fleet.SmallestPartitions(need.ComputePercent, memory)
 	if len(names) == 0 {
 		plan.Verdict, plan.Reason = PartitionNoneFits.String(), why+"; but "+fits
 		return nil, plan
@@ -209,7 +277,7 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 	for i, n := range names {
 		id, _ := migProfileSelector(n)
 		tiers[i] = tier{name: PartitionTierPrefix + profileToken(n), selectors: []selectorID{id}, partition: n,
-			reason: fmt.Sprintf("MIG partition %s, the smallest published that holds %d%% compute and %s memory", n, peak.ComputePercent, bytesText(memory))}
+			reason: fmt.Sprintf("MIG partition %s, the smallest published that holds %d%% compute and %s memory", n, need.ComputePercent, bytesText(memory))}
 	}
 	return tiers, plan
 }

@@ -26,6 +26,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
@@ -103,8 +104,12 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 	light := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("3Gi"), Usage: usage(5, "3Gi")}
 	// memoryHeavy: p95 20 %, peak 30Gi: 30 % compute, 37Gi memory.
 	memoryHeavy := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("30Gi"), Usage: usage(20, "30Gi")}
-	// heavy: p95 70 %: 90 % compute, a whole GPU.
+	// heavy: p95 70 %: 95 % compute, a whole GPU.
 	heavy := Profile{Name: "p", BoundType: prismv1alpha1.BoundTypeLatencyBound, PeakMemory: qty("6Gi"), Usage: usage(70, "6Gi")}
+	// inference: busy small-batch inference, p95 duty cycle 90 % but 5 %
+	// SM activity and 2 % DRAM use: 15 % compute, 5Gi memory.
+	inference := heavy
+	inference.Usage = withGPM(usage(90, "3Gi"), 5, 2)
 	whole := func(names ...string) []tierSummary {
 		var out []tierSummary
 		for _, n := range names {
@@ -142,6 +147,8 @@ func TestRewriteOffersThePartitionFirst(t *testing.T) {
 		{"too much memory for any slice below the whole A100-40GB", memoryHeavy, a100, gpuSpec(exactGPU("gpu", 1)),
 			whole("fits"), "none-fits", nil},
 		{"heavy: no slice", heavy, h100, gpuSpec(exactGPU("gpu", 1)), ladder, "heavy", nil},
+		{"a busy duty cycle but few SMs busy: a small slice", inference, h100, gpuSpec(exactGPU("gpu", 1)),
+			append([]tierSummary{mig("mig-1g20gb")}, ladder...), "sized", []string{"1g.20gb"}},
 		{"no partitions in the fleet: as before", light, wholeOnly, gpuSpec(exactGPU("gpu", 1)), ladder, "", nil},
 		{"the user's selectors: as before", light, h100, gpuSpec(exactGPU("gpu", 1, userSelector)),
 			[]tierSummary{{"fp32-top", TierDeviceClassName}, {"fits", TierDeviceClassName}}, "no-eligible-request", nil},
@@ -256,5 +263,66 @@ func TestMIGProfileCatalogue(t *testing.T) {
 	}
 	if got := PartitionVerdict(len(partitionVerdicts)).String(); got != "PartitionVerdict(7)" {
 		t.Errorf("an unknown verdict reads %q", got)
+	}
+}
+
+// withGPM gives u the SM activity and DRAM bandwidth use GPM reports on
+// Hopper and later, in per cent.
+func withGPM(u *prismv1alpha1.UsageProfile, sm, dram float64) *prismv1alpha1.UsageProfile {
+	u.SMActivityMilliPercent = ptr.To(int32(sm * 1000))
+	u.DRAMActivityMilliPercent = ptr.To(int32(dram * 1000))
+	return u
+}
+
+// TestSizePartition: a partition holds what the job keeps busy where GPM
+// measured it, the share's limit from the duty cycle where not, worked by
+// hand for each case.
+func TestSizePartition(t *testing.T) {
+	const gi = 1 << 30
+	type want struct {
+		Verdict         PartitionVerdict
+		Compute, Memory int64
+	}
+	for _, tc := range []struct {
+		name   string
+		usage  *prismv1alpha1.UsageProfile
+		want   want
+		reason string
+	}{
+		// 5 + 10 = 15 %; 3Gi x 1.2 + 0.5Gi = 4.1Gi -> 5Gi.
+		{"busy small-batch inference: SM activity sizes it", withGPM(usage(90, "3Gi"), 5, 2), want{PartitionSized, 15, 5 * gi},
+			"compute 15% from an SM activity of 5% (DRAM bandwidth use 2%); memory 5Gi from a peak of 3Gi"},
+		// DRAM 40 + 13.3 = 53.3 -> 55 % beats SM 10 + 10 = 20 %.
+		{"bandwidth-bound: DRAM use sizes it", withGPM(usage(90, "3Gi"), 10, 40), want{PartitionSized, 55, 5 * gi},
+			"compute 55% from a DRAM bandwidth use of 40% (SM activity 10%); memory 5Gi from a peak of 3Gi"},
+		// 60 + 20 = 80 %.
+		{"SMs busy: heavy", withGPM(usage(30, "3Gi"), 60, 10), want{PartitionHeavy, 80, 5 * gi},
+			"compute 80% from an SM activity of 60% (DRAM bandwidth use 10%); memory 5Gi from a peak of 3Gi; 80% or more of a GPU keeps a whole one"},
+		{"SM activity alone", func() *prismv1alpha1.UsageProfile {
+			u := withGPM(usage(90, "3Gi"), 5, 0)
+			u.DRAMActivityMilliPercent = nil
+			return u
+		}(), want{PartitionSized, 15, 5 * gi}, "compute 15% from an SM activity of 5%; memory 5Gi from a peak of 3Gi"},
+		// The limit of a bursty job: p95 32 + 10.7 -> 45 %.
+		{"no GPM: the share's limit", bursty(10, 32, "3Gi"), want{PartitionSized, 45, 5 * gi},
+			"compute 45% from a p95 duty cycle of 32% (no SM activity measured, which Hopper and later GPUs report); memory 5Gi from a peak of 3Gi"},
+		{"no GPM, a busy duty cycle: heavy", usage(70, "3Gi"), want{PartitionHeavy, 95, 5 * gi}, ""},
+		{"no usage", nil, want{Verdict: PartitionNoUsage}, ""},
+		{"no peak memory", withGPM(usage(90, ""), 5, 2), want{Verdict: PartitionNoPeakMemory}, ""},
+		{"no peak memory, light", usage(30, ""), want{Verdict: PartitionNoPeakMemory}, ""},
+		{"no peak memory, heavy by the duty cycle and no GPM: heavy", usage(90, ""), want{Verdict: PartitionHeavy}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SizePartition(tc.usage)
+			if diff := cmp.Diff(tc.want, want{got.Verdict, got.ComputePercent, got.MemoryBytes}); diff != "" {
+				t.Errorf("SizePartition (-want +got):\n%s", diff)
+			}
+			if tc.reason != "" && got.Reason != tc.reason {
+				t.Errorf("reason %q, want %q", got.Reason, tc.reason)
+			}
+			if got.Reason == "" {
+				t.Errorf("no reason given")
+			}
+		})
 	}
 }

@@ -86,8 +86,8 @@ type Plan struct {
 	// Truncated is set when Annotation had to drop entries to fit.
 	Truncated bool `json:"truncated,omitempty"`
 	// SizedFromUsage says that the profile's usage sized a share
-	// (SizeShare) that the claim was offered as a share or a MIG partition,
-	// taken or not: the plan rests on measurements even where nothing
+	// (SizeShare) or a MIG partition (SizePartition) that the claim was
+	// offered, taken or not: the plan rests on measurements even where nothing
 	// measured the bound type. It is the admission webhook's, which
 	// profiles such a claim only where this is false, and not in the
 	// annotation.

@@ -141,8 +141,10 @@ func (w *claimRewrite) result(err error) (*resourceapi.ResourceClaimSpec, *Plan,
 func (w *claimRewrite) usageTiers(p Profile) {
 	size := SizeShare(p.Usage)
 	w.share, w.plan.Share = w.cluster.shareStep(p, size)
-	w.parts, w.plan.Partition = w.cluster.partitionStep(p, size)
-	w.plan.SizedFromUsage = size.Verdict == ShareSized && !p.Exclusive && (w.plan.Share != nil || w.plan.Partition != nil)
+	w.parts, w.plan.Partition = w.cluster.partitionStep(p)
+	// A partition can be sized where the share is heavy: from SM activity.
+	partitionSized := w.plan.Partition != nil && w.plan.Partition.ComputePercent > 0
+	w.plan.SizedFromUsage = !p.Exclusive && (size.Verdict == ShareSized && (w.plan.Share != nil || w.plan.Partition != nil) || partitionSized)
 	if w.share != nil {
 		w.head = append(w.head, *w.share)
 	}

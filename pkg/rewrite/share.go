@@ -371,6 +371,16 @@ func (c Cluster) shareStep(p Profile, size ShareSize) (*tier, *SharePlan) {
 		plan.Verdict, plan.Reason = ShareOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)
 		return nil, plan
 	}
+	if size.Verdict == ShareSized && size.ComputeLimitPercent > size.Share.ComputePercent && !c.limitsGranted() {
+		// Without a limit the share is held to its request, so it is
+		// counted at what its limit would have been, as before limits.
+		size.Share.ComputePercent = size.ComputeLimitPercent
+		size.Reason += fmt.Sprintf("; counted at its limit, %d%%, since not every shareable GPU's kubelet plugin grants compute limits", size.ComputeLimitPercent)
+		if int64(size.Share.ComputePercent) >= HeavyComputePercent {
+			size.Verdict = ShareHeavy
+			size.Reason += fmt.Sprintf("; %d%% or more of a GPU keeps a whole one", HeavyComputePercent)
+		}
+	}
 	plan.Verdict, plan.Reason = size.Verdict.String(), size.Reason
 	if size.Verdict != ShareSized {
 		return nil, plan
@@ -387,6 +397,23 @@ func (c Cluster) shareStep(p Profile, size ShareSize) (*tier, *SharePlan) {
 		plan.ComputeLimitPercent = int64(size.ComputeLimitPercent)
 	}
 	return &tier{name: ShareTierName, share: &size.Share, reason: size.Share.String() + " of a shareable GPU, sized from the profile's usage"}, plan
+}
+
+// limitsGranted says whether a share may be given a compute limit above
+// its request: every GPU the fleet publishes shareable says that its
+// kubelet plugin grants one (gpuv1alpha1.ComputeLimitsAttribute). A plugin
+// from before limits refuses the GpuConfig field, and the share's prepare
+// would fail on its node; without a fleet view nothing is known.
+func (c Cluster) limitsGranted() bool {
+	if !c.FleetKnown || c.Fleet == nil {
+		return false
+	}
+	shared, granted := 0, 0
+	for _, m := range c.Fleet.Models {
+		shared += m.SharedDevices
+		granted += m.ComputeLimitDevices
+	}
+	return shared > 0 && granted >= shared
 }
 
 // shareableFor says why no GPU of the fleet can grant s, or "".

@@ -393,27 +393,38 @@ func TestABurstyShareGetsItsLimit(t *testing.T) {
 			Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)},
 		}}}
 	}
+	granting := &Fleet{Models: []Model{{Name: "NVIDIA L4", Devices: 2, SharedDevices: 2, ComputeLimitDevices: 2, BandwidthGBps: 300, MemoryBytes: 24 << 30}}}
+	older := &Fleet{Models: []Model{{Name: "NVIDIA L4", Devices: 2, SharedDevices: 2, ComputeLimitDevices: 1, BandwidthGBps: 300, MemoryBytes: 24 << 30}}}
 	profiling := opaque(nil, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
 	other := opaque([]string{"other"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)
 	for _, tc := range []struct {
 		name    string
 		usage   *prismv1alpha1.UsageProfile
+		fleet   *Fleet
 		configs []resourceapi.DeviceClaimConfiguration
 		// compute is the share's request; added, the configs Rewrite adds.
 		compute string
 		added   []resourceapi.DeviceClaimConfiguration
 	}{
-		{"steady: no config", usage(32, "6Gi"), nil, "45", nil},
-		{"bursty: the limit for the share alone", bursty(16, 32, "6Gi"), nil, "30",
+		{"steady: no config", usage(32, "6Gi"), granting, nil, "45", nil},
+		{"bursty: the limit for the share alone", bursty(16, 32, "6Gi"), granting, nil, "30",
 			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":45}}`)}},
-		{"the author's config is kept", bursty(16, 32, "6Gi"), []resourceapi.DeviceClaimConfiguration{profiling, other}, "30",
+		{"the author's config is kept", bursty(16, 32, "6Gi"), granting, []resourceapi.DeviceClaimConfiguration{profiling, other}, "30",
 			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true},"sharing":{"computeLimitPercent":45}}`)}},
+		// A plugin from before limits would refuse the config: the share
+		// is counted at its limit, as before limits.
+		{"a plugin that does not grant limits: counted at the limit", bursty(16, 32, "6Gi"), older, nil, "45", nil},
+		{"no fleet view: counted at the limit", bursty(16, 32, "6Gi"), nil, nil, "45", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			spec := gpuSpec(exactGPU("gpu", 1))
 			spec.Devices.Config = tc.configs
-			out, plan, err := Rewrite(ctx, spec, Profile{Name: "p", Usage: tc.usage}, ShareFromUsage())
+			opts := []Option{ShareFromUsage()}
+			if tc.fleet != nil {
+				opts = append(opts, WithFleet(tc.fleet))
+			}
+			out, plan, err := Rewrite(ctx, spec, Profile{Name: "p", Usage: tc.usage}, opts...)
 			if err != nil {
 				t.Fatalf("Rewrite: %v", err)
 			}
@@ -454,5 +465,20 @@ func TestShareRuleString(t *testing.T) {
 		if got := tc.rule.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// TestCountedAtALimitOf80IsHeavy: a share that cannot be given its limit
+// is counted at it, and a limit of 80 % or more then keeps a whole GPU,
+// as it did before limits.
+func TestCountedAtALimitOf80IsHeavy(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	// Request 40 + 13.3 -> 55 %, limit 70 + 23.3 -> 95 %.
+	_, plan, err := Rewrite(ctx, gpuSpec(exactGPU("gpu", 1)), Profile{Name: "p", Usage: bursty(40, 70, "6Gi")}, ShareFromUsage())
+	if err != nil {
+		t.Fatalf("Rewrite: %v", err)
+	}
+	if plan.Share == nil || plan.Share.Verdict != ShareHeavy.String() {
+		t.Errorf("share plan %+v, want heavy", plan.Share)
 	}
 }

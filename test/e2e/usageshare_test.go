@@ -59,7 +59,9 @@ const gi = int64(1) << 30
 //   - a plugin SIGKILL leaves the daemons running and the new plugin
 //     adopts them; each share's end stops its own;
 //   - a run that held 10Gi of its 8Gi share is recorded as exceeding it,
-//     and the job's next share has twice the memory.
+//     and the job's next share has twice the memory;
+//   - with its p50 lowered to 20 %, that share is counted at 30 % and
+//     its daemon limits it to 40 %.
 func TestSharesSizedByMeasuredUse(t *testing.T) {
 	mpsBin := buildStandIn(t, "fake-mps-control", "nvidia-cuda-mps-control")
 	record := filepath.Join(t.TempDir(), "mps.log")
@@ -209,11 +211,33 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	writeUsage(t, usageFile, nil)
 
 	// The next run gets twice the memory it outgrew: 16Gi.
-	e.waitForShare(t, "light", 40, 16*gi)
+	// The job turns bursty: its p50 falls to 20 % while its p95 stays
+	// 30 % (set by hand, since the stand-in NVML reports one figure a
+	// run). Its next share is counted at 30 % and limited to 40 %, and
+	// the limit reaches its daemon through the claim's GpuConfig.
+	var wp prismv1alpha1.WorkloadProfile
+	if err := e.prism.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: "light"}, &wp); err != nil {
+		t.Fatal(err)
+	}
+	wp.Status.Usage.DutyCycleP50MilliPercent = milli(20000)
+	if err := e.prism.Status().Update(e.ctx, &wp); err != nil {
+		t.Fatalf("make profile light bursty: %v", err)
+	}
+	plan := e.waitForShare(t, "light", 40, 16*gi)
+	if plan.ComputePercent != 30 || plan.ComputeLimitPercent != 40 {
+		t.Errorf("light's share after a bursty run: %d%% counted, limit %d%%; want 30%% and 40%%", plan.ComputePercent, plan.ComputeLimitPercent)
+	}
 	_, next := e.runPod(t, "light-c", "light")
 	r := next.Status.Allocation.Devices.Results[0]
 	if memory := r.ConsumedCapacity[gpuv1alpha1.MemoryCapacity.Qualified()]; r.Request != "gpu/"+rewrite.ShareTierName || memory.Value() != 16*gi {
 		t.Errorf("light-c after an exceeded run: allocated through %s consuming %v; want a 16Gi share", r.Request, r.ConsumedCapacity)
+	}
+	if compute := r.ConsumedCapacity[gpuv1alpha1.ComputeCapacity.Qualified()]; compute.Value() != plan.ComputePercent {
+		t.Errorf("light-c consumed %s compute, want the %d%% the controller planned", compute.String(), plan.ComputePercent)
+	}
+	cUUID := stringAttr(allocatedDevice(e.ctx, t, e.cluster.Client, next), string(gpuv1alpha1.UUIDAttribute))
+	if got := daemonEvents(t, record)[shareDaemonKey(next)]; !slices.Contains(got, "set_default_active_thread_percentage 40 "+cUUID) {
+		t.Errorf("light-c's MPS daemon: %q, want its limit of 40%% (plan %+v)", got, plan)
 	}
 	deletePod(e.ctx, t, e.cluster, "light-c")
 }
@@ -250,9 +274,11 @@ func (e *controllerEnv) waitForUsage(t *testing.T, profile string, done func(*pr
 	return got
 }
 
-// waitForShare waits until the controller sizes a claim of the profile to
-// this share: it reads profiles from an informer.
-func (e *controllerEnv) waitForShare(t *testing.T, profile string, compute, memory int64) {
+// waitForShare waits until the controller, which reads profiles from an
+// informer, plans a share for a claim of the profile whose limit (its
+// compute where it has no limit above it) and memory are those given, and
+// returns the plan.
+func (e *controllerEnv) waitForShare(t *testing.T, profile string, limit, memory int64) rewrite.SharePlan {
 	t.Helper()
 	var last rewrite.SharePlan
 	err := waitForCond(func() bool {
@@ -264,11 +290,12 @@ func (e *controllerEnv) waitForShare(t *testing.T, profile string, compute, memo
 			return false
 		}
 		last = sharePlan(t, c)
-		return last.Verdict == rewrite.ShareSized.String() && last.ComputePercent == compute && last.Memory != nil && last.Memory.Value() == memory
+		return last.Verdict == rewrite.ShareSized.String() && max(last.ComputePercent, last.ComputeLimitPercent) == limit && last.Memory != nil && last.Memory.Value() == memory
 	})
 	if err != nil {
-		t.Fatalf("profile %s: want a share of %d%% and %d bytes, the controller plans %+v", profile, compute, memory, last)
+		t.Fatalf("profile %s: want a share limited to %d%% with %d bytes, the controller plans %+v", profile, limit, memory, last)
 	}
+	return last
 }
 
 func waitForCond(cond func() bool) error {

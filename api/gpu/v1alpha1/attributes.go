@@ -55,6 +55,12 @@ const (
 	BrandAttribute               AttributeName = "brand"
 	PCIeGenerationAttribute      AttributeName = "pcieGeneration"
 	PCIeLinkWidthAttribute       AttributeName = "pcieLinkWidth"
+	// ComputeLimitsAttribute is true on a shareable GPU whose kubelet
+	// plugin grants a share the compute limit its GpuConfig asks for
+	// (GpuSharing.ComputeLimitPercent). A plugin from before compute
+	// limits refuses that field, so the controller asks for a limit only
+	// where every shareable GPU says this.
+	ComputeLimitsAttribute AttributeName = "computeLimits"
 	// MIGProfileAttribute is the MIG profile of a partition, as NVIDIA
 	// spells it ("1g.10gb", "1g.10gb+me"). Only partitions carry it, so
 	// a selector that must match whole GPUs only tests that it is absent.
@@ -71,7 +77,7 @@ func Attributes() []AttributeName {
 		MemoryBandwidthGBpsAttribute, BandwidthClassAttribute, MultiprocessorCountAttribute,
 		FP32GFLOPSAttribute, FP16TensorTFLOPSAttribute, NUMANodeAttribute, NVLinkDomainAttribute,
 		MIGCapableAttribute, BrandAttribute, PCIeGenerationAttribute, PCIeLinkWidthAttribute,
-		MIGProfileAttribute, ParentUUIDAttribute,
+		ComputeLimitsAttribute, MIGProfileAttribute, ParentUUIDAttribute,
 	}
 }
 

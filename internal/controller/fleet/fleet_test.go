@@ -60,6 +60,20 @@ func shared(m rewrite.Model, devices int) rewrite.Model {
 	return m
 }
 
+func withComputeLimits(m rewrite.Model, devices int) rewrite.Model {
+	m.ComputeLimitDevices = devices
+	return m
+}
+
+// grantingLimits marks the slice's devices from index first on as a
+// plugin that grants compute limits publishes its shareable GPUs.
+func grantingLimits(s *resourceapi.ResourceSlice, first int) *resourceapi.ResourceSlice {
+	for i := first; i < len(s.Spec.Devices); i++ {
+		s.Spec.Devices[i].Attributes[gpuv1alpha1.ComputeLimitsAttribute.Qualified()] = resourceapi.DeviceAttribute{BoolValue: ptr.To(true)}
+	}
+	return s
+}
+
 func withFigureCapacity(m rewrite.Model, devices int) rewrite.Model {
 	m.FigureCapacityDevices = devices
 	return m
@@ -130,6 +144,13 @@ func TestView(t *testing.T) {
 			v.OnAdd(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), true)
 			v.OnAdd(shareable(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, h100, l4), 1), true)
 		}, []rewrite.Model{mixed(model(h100, 3), 1), shared(mixed(model(l4, 1), 1), 1)}, nil},
+		// A plugin from before compute limits publishes shareable GPUs
+		// without the attribute; a GPU not shareable does not count even
+		// with it.
+		{"shareable GPUs that grant compute limits are counted", func(v *View) {
+			v.OnAdd(grantingLimits(shareable(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 0), 1), true)
+			v.OnAdd(grantingLimits(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, h100), 0), true)
+		}, []rewrite.Model{withComputeLimits(shared(model(h100, 3), 2), 1)}, nil},
 		{"GPUs that publish their figures as capacities are counted", func(v *View) {
 			v.OnAdd(figuresAsCapacity(fleettest.Slice("a", "gpu.prism.dev", "node-a", 1, h100, h100), 1), true)
 			v.OnAdd(figuresAsCapacity(fleettest.Slice("b", "gpu.prism.dev", "node-b", 1, l4), 0), true)

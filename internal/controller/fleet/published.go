@@ -302,14 +302,15 @@ func (v *View) publish() {
 // taken back out of a minimum, so each is kept as how many nodes publish
 // each value.
 type modelTotals struct {
-	devices, mixed, shared, figureCapacity   int
-	bandwidth, fp32, memory, multiprocessors figures
+	devices, mixed, shared, computeLimits, figureCapacity int
+	bandwidth, fp32, memory, multiprocessors              figures
 }
 
 func (t *modelTotals) add(m rewrite.Model, sign int) {
 	t.devices += sign * m.Devices
 	t.mixed += sign * m.MixedDevices
 	t.shared += sign * m.SharedDevices
+	t.computeLimits += sign * m.ComputeLimitDevices
 	t.figureCapacity += sign * m.FigureCapacityDevices
 	t.bandwidth.add(m.BandwidthGBps, sign)
 	t.fp32.add(m.FP32GFLOPS, sign)
@@ -320,7 +321,7 @@ func (t *modelTotals) add(m rewrite.Model, sign int) {
 // model is the model as merge would make it of every node's devices.
 func (t *modelTotals) model(name string) rewrite.Model {
 	return rewrite.Model{Name: name, Devices: t.devices, BandwidthGBps: t.bandwidth.least(), FP32GFLOPS: t.fp32.least(), MemoryBytes: t.memory.most(),
-		Multiprocessors: t.multiprocessors.least(), MixedDevices: t.mixed, SharedDevices: t.shared, FigureCapacityDevices: t.figureCapacity}
+		Multiprocessors: t.multiprocessors.least(), MixedDevices: t.mixed, SharedDevices: t.shared, ComputeLimitDevices: t.computeLimits, FigureCapacityDevices: t.figureCapacity}
 }
 
 // partitionTotals sums the nodes' contributions of one MIG profile of a
@@ -382,6 +383,7 @@ func merge(a, b rewrite.Model) rewrite.Model {
 	a.Devices += b.Devices
 	a.MixedDevices += b.MixedDevices
 	a.SharedDevices += b.SharedDevices
+	a.ComputeLimitDevices += b.ComputeLimitDevices
 	a.FigureCapacityDevices += b.FigureCapacityDevices
 	a.BandwidthGBps = minKnown(a.BandwidthGBps, b.BandwidthGBps)
 	a.FP32GFLOPS = minKnown(a.FP32GFLOPS, b.FP32GFLOPS)

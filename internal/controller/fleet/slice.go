@@ -119,6 +119,9 @@ func summarise(s *resourceapi.ResourceSlice) *Slice {
 		}
 		if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations {
 			m.SharedDevices = 1
+			if a, ok := d.Attributes[gpuv1alpha1.ComputeLimitsAttribute.Qualified()]; ok && a.BoolValue != nil && *a.BoolValue {
+				m.ComputeLimitDevices = 1
+			}
 		}
 		if publishesFiguresAsCapacity(d, m) {
 			m.FigureCapacityDevices = 1

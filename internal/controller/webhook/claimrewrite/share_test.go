@@ -166,19 +166,70 @@ func TestRewriterSharesFromUsage(t *testing.T) {
 			for k, q := range share.Requests {
 				got[string(k)] = q.String()
 			}
-			if diff := cmp.Diff(map[string]string{"gpu.prism.dev/compute": "30", "gpu.prism.dev/memory": "8Gi"}, got); diff != "" {
+			// Without a fleet view no plugin is known to grant a compute
+			// limit: the share is counted at its limit, and has no config.
+			if diff := cmp.Diff(map[string]string{"gpu.prism.dev/compute": "45", "gpu.prism.dev/memory": "8Gi"}, got); diff != "" {
 				t.Errorf("share (-want +got):\n%s", diff)
 			}
-			want := "gpu gets 30% compute (limit 45%), 8Gi memory of a shareable GPU first (duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after"
+			want := "gpu gets 45% compute, 8Gi memory of a shareable GPU first (duty cycle p50 20% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after"
 			if !strings.Contains(event, want) {
 				t.Errorf("event %q does not say %q", event, want)
 			}
-			// The limit reaches the kubelet plugin in a GpuConfig for the
-			// share, which prism-validate admits.
+			for _, c := range claim.Spec.Devices.Config {
+				if strings.Contains(string(c.Opaque.Parameters.Raw), "computeLimitPercent") {
+					t.Errorf("config %s gives a compute limit that no plugin is known to grant", c.Opaque.Parameters.Raw)
+				}
+			}
+		})
+	}
+}
+
+// TestRewriterGivesABurstyShareItsLimit: where every shareable GPU's
+// plugin grants compute limits, a bursty job's share is counted at its
+// request and given its limit in a GpuConfig for the share, which
+// prism-validate admits; where one plugin does not yet (a rolling
+// upgrade), the share is counted at its limit and given no config, which
+// that plugin would refuse.
+func TestRewriterGivesABurstyShareItsLimit(t *testing.T) {
+	h100 := rewrite.Model{Name: "NVIDIA H100 80GB HBM3", Devices: 8, SharedDevices: 8, ComputeLimitDevices: 8, BandwidthGBps: 3352, FP32GFLOPS: 66908, MemoryBytes: 80 << 30}
+	older := h100
+	older.ComputeLimitDevices = 7
+	for _, tc := range []struct {
+		name    string
+		model   rewrite.Model
+		compute string
+		event   string
+		limit   bool
+	}{
+		{"every plugin grants limits", h100, "30", "gpu gets 30% compute (limit 45%), 8Gi memory of a shareable GPU first", true},
+		{"one plugin does not yet", older, "45", "gpu gets 45% compute, 8Gi memory of a shareable GPU first", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := record.NewFakeRecorder(10)
+			fleet := &rewrite.Fleet{Models: []rewrite.Model{tc.model}}
+			h, err := New(Options{Profiles: fakeReader(t, measured(func(*prismv1alpha1.WorkloadProfile) {})), Policy: prismv1alpha1.PolicyPerformance, AutoProfile: true,
+				Recorder: rec, Metrics: m, Capacity: func() rewrite.Capacity { return rewrite.Capacity{Shares: true} }, Fleet: func() *rewrite.Fleet { return fleet }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			object := webhooktest.ReadFixture(t, "claim-profiled.json")
+			claim := applyPatch(t, object, webhooktest.Call(t, h, webhooktest.ReviewBody(t, admissionv1.Create, webhooktest.ClaimGVK, object)))
+			share := claim.Spec.Devices.Requests[0].FirstAvailable[0]
+			if q := share.Capacity.Requests[gpuv1alpha1.ComputeCapacity.Qualified()]; share.Name != rewrite.ShareTierName || q.String() != tc.compute {
+				t.Fatalf("first tier %s requests %s compute, want the share at %s", share.Name, q.String(), tc.compute)
+			}
+			if event := <-rec.Events; !strings.Contains(event, tc.event) {
+				t.Errorf("event %q does not say %q", event, tc.event)
+			}
 			configs := claim.Spec.Devices.Config
-			if n := len(configs); n == 0 || !slices.Equal(configs[n-1].Requests, []string{"gpu/share"}) ||
-				!strings.Contains(string(configs[n-1].Opaque.Parameters.Raw), `"computeLimitPercent":45`) {
-				t.Errorf("configs %+v, want the last to give gpu/share a limit of 45%%", configs)
+			gotLimit := len(configs) > 0 && slices.Equal(configs[len(configs)-1].Requests, []string{"gpu/share"}) &&
+				strings.Contains(string(configs[len(configs)-1].Opaque.Parameters.Raw), `"computeLimitPercent":45`)
+			if gotLimit != tc.limit {
+				t.Errorf("configs %+v: a limit of 45%% for gpu/share is %v, want %v", configs, gotLimit, tc.limit)
 			}
 			validateAdmits(t, claim)
 		})
