@@ -173,9 +173,10 @@ type PartitionNeed struct {
 // and prismctl simulate's MIG evaluation both call it.
 //
 // A partition's SMs and memory bandwidth are its own, and it cannot burst,
-// so its compute is what the job keeps busy at its busiest, where that was
-// measured: the larger of its SM activity and its DRAM bandwidth use (GPM,
-// on Hopper and later), each plus the share's limit headroom. Busy
+// so its compute is what the job keeps busy, where that was measured: the
+// larger of its SM activity and its DRAM bandwidth use (GPM, on Hopper and
+// later; the profile keeps their means), each plus the share's limit
+// headroom for what the mean leaves out. Busy
 // small-batch inference, whose kernels run most of the time on a few SMs,
 // reads a high duty cycle and a low SM activity, and gets a small slice.
 // Where neither was measured, the compute is the share's limit, from the
@@ -219,7 +220,7 @@ func SizePartition(u *prismv1alpha1.UsageProfile) PartitionNeed {
 		need.Reason = fmt.Sprintf("compute %d%% from a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",
 			need.ComputePercent, milliPercent(clampMilliPercent(*u.DutyCycleP95MilliPercent)), memoryWhy)
 	}
-	if len(size.Raised) > 0 && slices.Contains(size.Raised, prismv1alpha1.ShareResourceMemory) {
+	if slices.Contains(size.Raised, prismv1alpha1.ShareResourceMemory) {
 		need.Reason += "; memory at least twice what the last run outgrew"
 	}
 	if need.ComputePercent >= HeavyComputePercent {
