@@ -97,18 +97,10 @@ func sizeShareWith(rule rewrite.ShareRule, util, peakMiB float64, memKnown bool)
 	if !Known(util) || (memKnown && !Known(peakMiB)) {
 		return gpuv1alpha1.Share{}, false
 	}
-	peak := int64(1 << 20) // a stand-in when memory is not in the data
-	if memKnown {
-		peak = int64(math.Ceil(peakMiB * (1 << 20)))
+	if !memKnown {
+		peakMiB = 1 // a stand-in: production keeps a job without a peak whole
 	}
-	duty := ptr.To(int32(math.Round(min(max(util, 0), 100) * 1000)))
-	u := &prismv1alpha1.UsageProfile{
-		Runs:                     1,
-		DutyCycleP50MilliPercent: duty,
-		DutyCycleP95MilliPercent: duty,
-		PeakMemory:               resource.NewQuantity(peak, resource.BinarySI),
-	}
-	size := rule.Size(u)
+	size := rule.Size(measuredUsage(util, peakMiB))
 	if size.Verdict != rewrite.ShareSized {
 		return gpuv1alpha1.Share{}, false
 	}
@@ -117,6 +109,22 @@ func sizeShareWith(rule rewrite.ShareRule, util, peakMiB float64, memKnown bool)
 	}
 	return size.Share, true
 }
+
+// measuredUsage is a job's measured figures as the usage profile the
+// admission controller's rules read: util, its one utilisation figure, as
+// both its p50 and its p95 duty cycle, and peakMiB as its peak memory.
+func measuredUsage(util, peakMiB float64) *prismv1alpha1.UsageProfile {
+	duty := ptr.To(milliPercent(util))
+	return &prismv1alpha1.UsageProfile{
+		Runs:                     1,
+		DutyCycleP50MilliPercent: duty,
+		DutyCycleP95MilliPercent: duty,
+		PeakMemory:               resource.NewQuantity(int64(math.Ceil(peakMiB*(1<<20))), resource.BinarySI),
+	}
+}
+
+// milliPercent is a per cent figure in thousandths, within 0 to 100 %.
+func milliPercent(pct float64) int32 { return int32(math.Round(min(max(pct, 0), 100) * 1000)) }
 
 // PackingData is the measured data for one GPU model: the job types a
 // stream is drawn from and the judge's pair speeds.

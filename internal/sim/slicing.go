@@ -25,10 +25,8 @@ import (
 	"strings"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
@@ -502,17 +500,11 @@ func sizePartition(j MeasuredJob, factor float64) rewrite.PartitionNeed {
 	if !Known(j.UtilPct) || !Known(j.MemMiB) {
 		return rewrite.PartitionNeed{Verdict: rewrite.PartitionNoUsage}
 	}
-	milli := func(pct float64) *int32 { return ptr.To(int32(math.Round(min(max(pct*factor, 0), 100) * 1000))) }
-	u := &prismv1alpha1.UsageProfile{
-		Runs:                     1,
-		DutyCycleP50MilliPercent: milli(j.UtilPct),
-		DutyCycleP95MilliPercent: milli(j.UtilPct),
-		PeakMemory:               resource.NewQuantity(int64(math.Ceil(j.MemMiB*factor*(1<<20))), resource.BinarySI),
-	}
+	u := measuredUsage(j.UtilPct*factor, j.MemMiB*factor)
 	if Known(j.SMPct) {
-		u.SMActivityMilliPercent = milli(j.SMPct)
+		u.SMActivityMilliPercent = ptr.To(milliPercent(j.SMPct * factor))
 		if Known(j.DRAMPct) {
-			u.DRAMActivityMilliPercent = milli(j.DRAMPct)
+			u.DRAMActivityMilliPercent = ptr.To(milliPercent(j.DRAMPct * factor))
 		}
 	}
 	return rewrite.SizePartition(u)

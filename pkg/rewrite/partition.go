@@ -184,7 +184,11 @@ type PartitionNeed struct {
 // fills; such jobs mostly keep whole GPUs. Memory is the share's, from the
 // peak. A compute of HeavyComputePercent or more keeps a whole GPU.
 func SizePartition(u *prismv1alpha1.UsageProfile) PartitionNeed {
-	size := SizeShare(u)
+	return sizePartition(u, SizeShare(u))
+}
+
+// sizePartition is SizePartition for the share SizeShare gave u.
+func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize) PartitionNeed {
 	switch {
 	case size.Verdict == ShareNoUsage:
 		return PartitionNeed{Verdict: PartitionNoUsage, Reason: size.Reason}
@@ -239,8 +243,9 @@ func peakText(u *prismv1alpha1.UsageProfile) string {
 
 // partitionStep decides the partitions the profile gets, if the caller
 // offers them: the tiers (one per distinct profile, smallest first), or
-// none and why not in the plan (SizePartition).
-func (c Cluster) partitionStep(p Profile) ([]tier, *PartitionPlan) {
+// none and why not in the plan (SizePartition). size is the profile's
+// usage sized by SizeShare.
+func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPlan) {
 	if !c.Partitions {
 		return nil, nil
 	}
@@ -252,7 +257,7 @@ func (c Cluster) partitionStep(p Profile) ([]tier, *PartitionPlan) {
 		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
 		return nil, plan
 	}
-	need := SizePartition(p.Usage)
+	need := sizePartition(p.Usage, size)
 	if need.Verdict != PartitionSized {
 		plan.Verdict, plan.Reason = need.Verdict.String(), need.Reason
 		return nil, plan

@@ -141,7 +141,7 @@ func (w *claimRewrite) result(err error) (*resourceapi.ResourceClaimSpec, *Plan,
 func (w *claimRewrite) usageTiers(p Profile) {
 	size := SizeShare(p.Usage)
 	w.share, w.plan.Share = w.cluster.shareStep(p, size)
-	w.parts, w.plan.Partition = w.cluster.partitionStep(p)
+	w.parts, w.plan.Partition = w.cluster.partitionStep(p, size)
 	// A partition can be sized where the share is heavy: from SM activity.
 	partitionSized := w.plan.Partition != nil && w.plan.Partition.ComputePercent > 0
 	w.plan.SizedFromUsage = !p.Exclusive && (size.Verdict == ShareSized && (w.plan.Share != nil || w.plan.Partition != nil) || partitionSized)

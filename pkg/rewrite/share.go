@@ -116,7 +116,7 @@ type Headroom struct {
 // figures; a request of 80 % keeps a whole GPU. Of the rules make bench's
 // share-rule phase judges, it packs the most on the shipped P100 data
 // while keeping every load, with labels right or 20 % wrong, within the
-// interference target; a quarter, the rule before, missed it at 20 %
+// interference target; a quarter packed more but missed it at 20 %
 // (docs/sharing.md links the measurement).
 var DefaultShareRule = ShareRule{
 	RequestHeadroom: Headroom{MinMilli: 10_000, Divisor: 3},
@@ -218,19 +218,19 @@ func (r ShareRule) Size(u *prismv1alpha1.UsageProfile) ShareSize {
 	var raised []prismv1alpha1.ShareResource
 	var raisedWhy []string
 	if u.Exceeded != nil && u.Share != nil && memory > 0 {
-		for _, r := range u.Exceeded.Resources {
-			switch r {
+		for _, res := range u.Exceeded.Resources {
+			switch res {
 			case prismv1alpha1.ShareResourceCompute:
 				if g := int64(u.Share.ComputePercent); g > 0 {
 					limit = min(max(limit, roundUp(g*exceededFactor, computeStepPercent)), gpuv1alpha1.MaxComputePercent)
 					raisedWhy = append(raisedWhy, fmt.Sprintf("compute limit at least twice the %d%% the last run outgrew", g))
-					raised = append(raised, r)
+					raised = append(raised, res)
 				}
 			case prismv1alpha1.ShareResourceMemory:
 				if g, err := quantityBytes(u.Share.Memory, "share.memory"); err == nil && g > 0 {
 					memory = max(memory, roundUp(g*exceededFactor, memoryStep))
 					raisedWhy = append(raisedWhy, fmt.Sprintf("memory at least twice the %s the last run outgrew", bytesText(g)))
-					raised = append(raised, r)
+					raised = append(raised, res)
 				}
 			}
 		}
