@@ -181,10 +181,12 @@ func TestUsageIsSampledAndPublishedAtUnprepare(t *testing.T) {
 	d.state.usage.PublishNext(ctx)
 
 	// GPM needs two samples for its first figure: three samples give two.
+	// Busy: three samples at 40 % of a 5 s interval.
 	wantUsage := &prismv1alpha1.UsageProfile{
 		DutyCycleP50MilliPercent: ptr.To[int32](40000), DutyCycleP95MilliPercent: ptr.To[int32](40000),
 		SMActivityMilliPercent: ptr.To[int32](30000), DRAMActivityMilliPercent: ptr.To[int32](12000),
 		PeakMemory: resource.NewQuantity(10<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+		Models: []prismv1alpha1.ModelUsage{{ProductName: h100Product, Runs: 1, BusyMilliseconds: 6000}},
 	}
 	if diff := cmp.Diff(wantUsage, bed.profile(t, "train")); diff != "" {
 		t.Errorf("status.usage (-want +got):\n%s", diff)
@@ -224,12 +226,13 @@ func TestUsageRunSurvivesARestart(t *testing.T) {
 			},
 			// Samples 20, 20, 60: the median is the second, p95 the third.
 			// The H100's GPM showed an idle GPU (the file gives no GPM
-			// figures).
+			// figures). Busy: (0.2 + 0.2 + 0.6) of a 5 s interval.
 			samplesBeforeStop: 2,
 			want: &prismv1alpha1.UsageProfile{
 				DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](60000),
 				SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
 				PeakMemory: resource.NewQuantity(6<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+				Models: []prismv1alpha1.ModelUsage{{ProductName: h100Product, Runs: 1, BusyMilliseconds: 5000}},
 			},
 		},
 		{
@@ -245,6 +248,7 @@ func TestUsageRunSurvivesARestart(t *testing.T) {
 				DutyCycleP50MilliPercent: ptr.To[int32](20000), DutyCycleP95MilliPercent: ptr.To[int32](20000),
 				SMActivityMilliPercent: ptr.To[int32](0), DRAMActivityMilliPercent: ptr.To[int32](0),
 				PeakMemory: resource.NewQuantity(4<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,
+				Models: []prismv1alpha1.ModelUsage{{ProductName: h100Product, Runs: 1, BusyMilliseconds: 3000}},
 			},
 		},
 	} {

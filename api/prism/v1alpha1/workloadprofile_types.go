@@ -422,6 +422,31 @@ type UsageProfile struct {
 	// observedAt is when the newest run ended.
 	// +optional
 	ObservedAt *metav1.Time `json:"observedAt,omitempty"`
+	// models is how long the workload's runs on whole GPUs kept each GPU
+	// model busy, so that its runs on different models can be compared:
+	// for a workload that does the same work each run, less busy time is
+	// a faster model. Runs on a share or a MIG partition are left out.
+	// +optional
+	// +listType=map
+	// +listMapKey=productName
+	// +kubebuilder:validation:MaxItems=16
+	Models []ModelUsage `json:"models,omitempty"`
+}
+
+// ModelUsage is the workload's GPU time per run on one GPU model.
+type ModelUsage struct {
+	// productName is the GPU model, as NVML names it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	ProductName string `json:"productName"`
+	// runs is how many runs on whole GPUs of the model were merged.
+	// +kubebuilder:validation:Minimum=1
+	Runs int32 `json:"runs"`
+	// busyMilliseconds is the time a kernel of the workload ran in a run,
+	// summed over the run's GPUs: a mean in which the newest run counts one
+	// half.
+	// +kubebuilder:validation:Minimum=0
+	BusyMilliseconds int64 `json:"busyMilliseconds"`
 }
 
 // GrantedShare is the share of one GPU a run was allocated: the status

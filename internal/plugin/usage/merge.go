@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,8 +110,47 @@ func Merge(ctx context.Context, prev *prismv1alpha1.UsageProfile, f Finished) *p
 		out.Share = prismv1alpha1.NewGrantedShare(*f.Share)
 	}
 	out.Exceeded = Exceeded(f.Run, f.Share)
+	out.Models = mergeModel(out.Models, f)
 	out.ObservedAt = ptr.To(metav1.NewTime(f.EndedAt.UTC().Truncate(time.Second)))
 	return out
+}
+
+// MaxModels is how many GPU models a profile keeps busy times for, the
+// bound the CRD sets; a run on one more replaces the model with the fewest
+// runs.
+const MaxModels = 16
+
+// maxBusySeconds bounds a run's busy time at a year of a thousand GPUs, so
+// that a run read back from a damaged record cannot overflow the mean.
+const maxBusySeconds = 1000 * 365 * 24 * 3600
+
+// mergeModel folds a run on whole GPUs into its model's busy time, and
+// returns models, which it may change. A run on a share is left out: what
+// it took says more about its neighbours than about the model.
+func mergeModel(models []prismv1alpha1.ModelUsage, f Finished) []prismv1alpha1.ModelUsage {
+	if f.Share != nil || f.ProductName == "" || !(f.Run.BusySeconds > 0) {
+		return models
+	}
+	busy := int64(math.Round(min(f.Run.BusySeconds, maxBusySeconds) * 1000))
+	i := slices.IndexFunc(models, func(m prismv1alpha1.ModelUsage) bool { return m.ProductName == f.ProductName })
+	if i < 0 {
+		if len(models) >= MaxModels {
+			fewest := 0
+			for j, m := range models {
+				if m.Runs < models[fewest].Runs {
+					fewest = j
+				}
+			}
+			models = slices.Delete(models, fewest, fewest+1)
+		}
+		return append(models, prismv1alpha1.ModelUsage{ProductName: f.ProductName, Runs: 1, BusyMilliseconds: busy})
+	}
+	m := &models[i]
+	m.BusyMilliseconds = halfwayBytes(min(max(m.BusyMilliseconds, 0), maxBusySeconds*1000), busy)
+	if m.Runs < math.MaxInt32 {
+		m.Runs++
+	}
+	return models
 }
 
 // halfway is the exponentially weighted mean with the newest value at one

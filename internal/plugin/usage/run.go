@@ -33,6 +33,9 @@ type Sample struct {
 	// others share it.
 	SMActivityPercent   float64
 	DRAMActivityPercent float64
+	// Seconds is how long the sample stands for: the time since the one
+	// before it. Zero adds no busy time.
+	Seconds float64
 }
 
 // Run is the running aggregate of one claim's samples. It is small and of
@@ -49,13 +52,20 @@ type Run struct {
 	SMActivitySamples   int32   `json:"smActivitySamples,omitempty"`
 	DRAMActivitySum     float64 `json:"dramActivitySum,omitempty"`
 	DRAMActivitySamples int32   `json:"dramActivitySamples,omitempty"`
+	// BusySeconds is how long a kernel of the workload ran, by the duty
+	// cycle of each sample over the time it stands for, summed over GPUs.
+	BusySeconds float64 `json:"busySeconds,omitempty"`
 }
 
 // Add folds one sample into the run. Figures out of range are clamped:
 // NVML has reported over 100 % for a moment on some drivers.
 func (r *Run) Add(s Sample) {
 	if s.DutyCyclePercent != Unknown {
-		r.DutyCycle[min(max(s.DutyCyclePercent, 0), 100)]++
+		duty := min(max(s.DutyCyclePercent, 0), 100)
+		r.DutyCycle[duty]++
+		if s.Seconds > 0 {
+			r.BusySeconds += float64(duty) / 100 * s.Seconds
+		}
 	}
 	if s.MemoryBytes != Unknown {
 		r.MemorySamples++

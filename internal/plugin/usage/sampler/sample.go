@@ -138,6 +138,7 @@ func (s *Sampler) Sample(ctx context.Context) {
 			pod = t.rec.Pods[0].Name
 		}
 		for i, sample := range res.samples {
+			sample.Seconds = s.interval.Seconds()
 			t.rec.Run.Add(sample)
 			t.dirty = true
 			s.env.Metrics.set(t.rec.Claim, pod, res.gpus[i], sample)
