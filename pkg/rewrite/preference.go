@@ -178,7 +178,7 @@ func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node preference for profile %q: %w", truncateName(profile.Name), err)
 	}
-	_, _, _, d := c.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n)
+	_, _, _, d := c.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n, profile.busyByModel())
 	return &d, nil
 }
 
@@ -206,8 +206,8 @@ func (p Profile) policyAndBound() (prismv1alpha1.Policy, prismv1alpha1.BoundType
 // decide is the ladder for the claim and how its preference is expressed.
 // In affinity mode the claim keeps only the fits tier (none without hard
 // needs), and the decision names the models of each preferred tier.
-func (c Cluster) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string, Decision) {
-	ladder, cut, load := c.ladder(bound, policy, spec, n)
+func (c Cluster) decide(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs, busy map[string]int64) ([]tier, string, string, Decision) {
+	ladder, cut, load := c.ladder(bound, policy, spec, n, busy)
 	d := Decision{Mode: PreferLadder}
 	prefer := preferred(ladder)
 	switch {

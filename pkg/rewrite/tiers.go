@@ -113,7 +113,7 @@ var ladders = map[prismv1alpha1.BoundType]map[prismv1alpha1.Policy][]tier{
 // when one is known, else the built-in ladders, which assume a fleet that
 // spans the bandwidth classes the plugin publishes. The strings say which
 // fleet figures chose the cut and what the load-aware policy decided.
-func (c Cluster) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs) ([]tier, string, string) {
+func (c Cluster) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Policy, spec *resourceapi.ResourceClaimSpec, n needs, busy map[string]int64) ([]tier, string, string) {
 	if !c.FleetKnown {
 		if policy == prismv1alpha1.PolicyLoadAware {
 			return ladders[bound][prismv1alpha1.PolicyPerformance], "", "performance: no fleet known"
@@ -127,6 +127,11 @@ func (c Cluster) ladder(bound prismv1alpha1.BoundType, policy prismv1alpha1.Poli
 		t, cut, load = loadAwareLadder(fleet, c.Load, bound, requestedDevices(spec))
 	} else {
 		t, cut = fleetLadder(fleet, bound, policy)
+	}
+	if policy != prismv1alpha1.PolicyEconomy {
+		// Economy keeps the top class free on purpose, however fast the
+		// workload ran there.
+		t = measuredFirst(t, fleet, bound, busy)
 	}
 	if t == nil && n.text != "" && c.Fleet != nil && len(c.Fleet.Models) > 0 {
 		// No preference to express, but hard needs to keep: a claim left
