@@ -315,17 +315,28 @@ func rankModels(ctx context.Context, devices [numModels]resourceapi.Device, out 
 	return t, names, nil
 }
 
-// loadAwareTiers is the claim the admission webhook writes under the
-// load-aware policy for a pod of the given label and GPU count, from the
-// controller's view at that moment. Rankings are memoised per ladder.
-func (e *Env) loadAwareTiers(label prismv1alpha1.BoundType, gpus int, load *rewrite.Load) (tiers, error) {
-	out, _, err := rewrite.Rewrite(e.ctx, GPUClaim(int64(gpus)), rewrite.Profile{Name: "sim", BoundType: label, Policy: prismv1alpha1.PolicyLoadAware}, rewrite.WithFleet(&e.Fleet), rewrite.WithLoad(load))
+// rewriteTiers is the claim the admission webhook writes for a pod of the
+// given label and GPU count under policy, from the controller's view at
+// that moment: the load (nil but for load-aware) and what the job type's
+// finished runs measured (nil before any). Rankings are memoised per
+// ladder.
+func (e *Env) rewriteTiers(policy prismv1alpha1.Policy, label prismv1alpha1.BoundType, gpus int, load *rewrite.Load, usage *prismv1alpha1.UsageProfile) (tiers, error) {
+	opts := []rewrite.Option{rewrite.WithFleet(&e.Fleet)}
+	if load != nil {
+		opts = append(opts, rewrite.WithLoad(load))
+	}
+	out, _, err := rewrite.Rewrite(e.ctx, GPUClaim(int64(gpus)), rewrite.Profile{Name: "sim", BoundType: label, Policy: policy, Usage: usage}, opts...)
 	if err != nil {
 		return tiers{}, err
 	}
 	var key strings.Builder
 	for _, s := range out.Devices.Requests[0].FirstAvailable {
 		key.WriteString(s.Name + "|")
+		for _, sel := range s.Selectors {
+			if sel.CEL != nil {
+				key.WriteString(sel.CEL.Expression + "|")
+			}
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -22,6 +22,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/pkg/rewrite"
@@ -338,6 +339,7 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 		idleGPUs  = e.GPUs // whole free GPUs on entirely idle nodes
 	)
 	want := feasibleToFind(len(nodes))
+	runs := e.newOutcomes(&r)
 	// The measured window, and the busy GPU-seconds integrated over it.
 	from, to := math.Inf(1), math.Inf(-1)
 	for i, p := range e.Pods {
@@ -435,6 +437,9 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 			if n.whole == len(n.free) && n.cpu == n.m.CPU && n.mem == n.m.Memory {
 				idleGPUs += len(n.free)
 			}
+			if p.Milli >= 1000 {
+				runs.finished(a.jobType[c.pod], r.speed(e.jobTypes[a.jobType[c.pod]], n.m.Model), e.ModelNames[n.m.Model], now)
+			}
 			if e.counts(c.pod) {
 				jct := now - p.Arrival*scale
 				sumJCT += jct
@@ -461,17 +466,20 @@ func (e *Env) Simulate(r Run) (*Result, error) {
 		i := next
 		next++
 		now = e.Pods[i].Arrival * scale
+		var load *rewrite.Load
 		if r.Policy == PrismLoadAware {
-			load := &rewrite.Load{Free: map[string]int{}}
+			load = &rewrite.Load{Free: map[string]int{}}
 			for _, n := range nodes {
 				load.Free[e.ModelNames[n.m.Model]] += n.whole
 			}
 			for _, q := range queue {
 				load.Pending = append(load.Pending, rewrite.Pending{Devices: e.Pods[q].GPUs, BoundType: a.label[q]})
 			}
-			t, err := e.loadAwareTiers(a.label[i], e.Pods[i].GPUs, load)
+		}
+		if u := runs.of(a.jobType[i]); load != nil || u != nil {
+			t, err := e.rewriteTiers(prismv1alpha1.Policy(strings.TrimPrefix(string(r.Policy), "prism-")), a.label[i], e.Pods[i].GPUs, load, u)
 			if err != nil {
-				return nil, fmt.Errorf("load-aware rewrite: %w", err)
+				return nil, fmt.Errorf("%s rewrite: %w", r.Policy, err)
 			}
 			ts[i] = pin(t, e.Pods[i])
 		}

@@ -22,12 +22,14 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 func near(t *testing.T, what string, got, want float64) {
@@ -489,5 +491,37 @@ func TestVerdictPrintsTheRatioItJudges(t *testing.T) {
 				t.Errorf("verdict (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestMeasuredRunsPutTheFasterModelOfAClassFirst(t *testing.T) {
+	// CycleGAN is memory-bound and runs at half its V100 speed on a P100,
+	// whose published bandwidth (732 GB/s) puts it in the V100's class.
+	e := env(t, []Machine{machine("k", K80, 1), machine("p", P100, 1), machine("v", V100, 1)}, &Pod{GPUs: 1, Runtime: 1})
+	j := slices.IndexFunc(e.jobTypes, func(t JobType) bool { return t.Name == "CycleGAN" })
+	if j < 0 || e.jobTypes[j].Bound() != prismv1alpha1.BoundTypeMemoryBound {
+		t.Fatalf("CycleGAN is not a memory-bound job type of the shipped data")
+	}
+	if e.newOutcomes(&Run{Policy: PrismEconomy}) != nil {
+		t.Error("economy reads measured runs; it keeps the top class free whatever they say")
+	}
+	o := e.newOutcomes(&Run{Policy: PrismPerformance, Seed: 1})
+	for i, m := range []ModelID{V100, P100, V100} {
+		o.finished(j, e.jobTypes[j].Speed(m), e.ModelNames[m], float64(i))
+		if o.of(j) != nil {
+			t.Fatalf("after %d runs the usage ranks models; it needs %d on each of two", i+1, rewrite.MinMeasuredRuns)
+		}
+	}
+	o.finished(j, e.jobTypes[j].Speed(P100), e.ModelNames[P100], 3)
+	u := o.of(j)
+	if u == nil {
+		t.Fatal("two runs on each of two models do not rank them")
+	}
+	got, err := e.rewriteTiers(prismv1alpha1.PolicyPerformance, prismv1alpha1.BoundTypeMemoryBound, 1, nil, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (tiers{K80: 2, P100: 1, V100: 0}); got != want {
+		t.Errorf("tiers %v, want %v (the published ladder is %v)", got, want, e.prism[prismv1alpha1.PolicyPerformance][prismv1alpha1.BoundTypeMemoryBound])
 	}
 }
