@@ -103,6 +103,12 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if got := [2]int32{deref(u.DutyCycleP95MilliPercent), int32(u.PeakMemory.Value() / gi)}; got != [2]int32{30000, 6} {
 		t.Errorf("first run measured p95 %d m%%, peak %d Gi; want 30000 and 6", got[0], got[1])
 	}
+	// Its busy time: at most every sample at 30 % of 250 ms.
+	wholeRuns := u.Models
+	if len(wholeRuns) != 1 || wholeRuns[0].ProductName != u.ProductName || wholeRuns[0].Runs != 1 ||
+		wholeRuns[0].BusyMilliseconds <= 0 || wholeRuns[0].BusyMilliseconds > int64(u.Samples)*75 {
+		t.Errorf("first run's busy time per model %+v; want one run on %s, busy for up to %d ms", wholeRuns, u.ProductName, int64(u.Samples)*75)
+	}
 	writeUsage(t, usageFile, nil)
 
 	// Two shares of one GPU, each with its MPS limits.
@@ -204,6 +210,9 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	u = e.waitForUsage(t, "light", func(u *prismv1alpha1.UsageProfile) bool { return u.Runs == 3 })
 	if u.Exceeded == nil || !slices.Contains(u.Exceeded.Resources, prismv1alpha1.ShareResourceMemory) {
 		t.Errorf("light-a held 10Gi of an 8Gi share; its run recorded exceeded %+v", u.Exceeded)
+	}
+	if diff := cmp.Diff(wholeRuns, u.Models); diff != "" {
+		t.Errorf("runs on shares changed the busy time per model (-first run +now):\n%s", diff)
 	}
 	stopped := append(slices.Clone(limited), "quit "+uuid, "exit "+uuid)
 	waitFor(t, "each share's MPS daemon stopped after its share", func() bool {
