@@ -48,10 +48,11 @@ func (p Profile) busyByModel() map[string]int64 {
 // workload's own runs were measured faster on. Published figures put
 // models within minGapRatio of each other in one class, where a workload
 // can still run far faster on one (the Gavel throughputs measure
-// memory-bound jobs 1.8x faster on a V100 than on a P100, whose bandwidths
-// are 1.23x apart); only the workload's runs can tell.
-// A fleet of one class has no ladder to put it ahead of: it gets the tier
-// and fits.
+// memory-bound jobs 1.4-2.4x faster on a V100 than on a P100, whose
+// bandwidths are 1.23x apart); only the workload's runs can tell.
+//
+// A fleet of one class has no ladder to put the tier ahead of: it gets the
+// tier and fits.
 func measuredFirst(ladder []tier, fleet *Fleet, bound prismv1alpha1.BoundType, busy map[string]int64) []tier {
 	f := figureOf(bound)
 	if len(busy) < 2 || len(ladder) > 0 && ladder[0].name != tierName(f, "top") && ladder[0].name != fits.name {
@@ -79,19 +80,19 @@ func measuredTier(c fleetCut, busy map[string]int64) (tier, bool) {
 	}
 	top := c.classes[0].models
 	at, grid, ratio := -1, -1, 0.0
-	var above, below string
+	var above, below modelBusy
 	for k := 0; k+1 < len(top); k++ {
-		slow, slowName := slowest(top[:k+1], busy, true)
-		fast, fastName := slowest(top[k+1:], busy, false)
-		if slow == 0 || fast == 0 {
+		_, slowAbove, okAbove := extremes(top[:k+1], busy)
+		fastBelow, _, okBelow := extremes(top[k+1:], busy)
+		if !okAbove || !okBelow {
 			continue
 		}
-		r := float64(fast) / float64(slow)
+		r := float64(fastBelow.busy) / float64(slowAbove.busy)
 		if r < minGapRatio || r <= ratio {
 			continue
 		}
 		if g := snap(c.fig, c.fig.of(top[k+1]), c.fig.of(top[k])); g >= 0 {
-			at, grid, ratio, above, below = k, g, r, slowName, fastName
+			at, grid, ratio, above, below = k, g, r, slowAbove, fastBelow
 		}
 	}
 	if at < 0 {
@@ -103,26 +104,34 @@ func measuredTier(c fleetCut, busy map[string]int64) (tier, bool) {
 		name:      tierName(c.fig, "measured"),
 		selectors: []selectorID{thresholdSelector(c.fig, grid, false)},
 		reason: fmt.Sprintf("%s >= %d %s: %s; the workload's runs took %.1fx less GPU time on %s than on %s",
-			c.fig.attribute(), threshold, c.fig.unit(), strings.Join(names, ", "), ratio, above, below),
+			c.fig.attribute(), threshold, c.fig.unit(), strings.Join(names, ", "), ratio, above.model, below.model),
 		models: names,
 		bound:  &lowerBound{c.fig, threshold},
 	}, true
 }
 
-// slowest is the longest busy time among the measured models (with most)
-// or the shortest (without), and the model's name; 0 when none was
-// measured.
-func slowest(models []Model, busy map[string]int64, most bool) (int64, string) {
-	var at int64
-	var name string
+// modelBusy is a model's busy time per run, in milliseconds.
+type modelBusy struct {
+	model string
+	busy  int64
+}
+
+// extremes are the measured models among models with the shortest and the
+// longest busy time; ok is false where none was measured.
+func extremes(models []Model, busy map[string]int64) (fastest, slowest modelBusy, ok bool) {
 	for _, m := range models {
-		b, ok := busy[m.Name]
-		if !ok {
+		b, measured := busy[m.Name]
+		if !measured {
 			continue
 		}
-		if at == 0 || most && b > at || !most && b < at {
-			at, name = b, m.Name
+		r := modelBusy{m.Name, b}
+		if !ok || b < fastest.busy {
+			fastest = r
 		}
+		if !ok || b > slowest.busy {
+			slowest = r
+		}
+		ok = true
 	}
-	return at, name
+	return fastest, slowest, ok
 }
