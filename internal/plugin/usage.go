@@ -62,7 +62,7 @@ func (s *deviceState) usageClaims(claims []*resourceapi.ResourceClaim, done []ch
 // usageClaim is what the checkpoint says of a claim's GPUs: which are
 // shared, and through MPS, the share and the model.
 func (s *deviceState) usageClaim(rec checkpoint.Claim) sampler.Claim {
-	c := sampler.Claim{Ref: prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name, UID: types.UID(rec.UID)}}
+	c := sampler.Claim{Ref: prismv1alpha1.ClaimReference{Namespace: rec.Namespace, Name: rec.Name, UID: types.UID(rec.UID)}, Profiled: rec.Profiling != nil}
 	for _, dev := range rec.Devices {
 		g, ok := s.gpus.get(dev.Name)
 		if !ok {

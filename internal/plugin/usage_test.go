@@ -39,6 +39,7 @@ import (
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
 	"github.com/prismgpu/prism/internal/metricstest"
+	"github.com/prismgpu/prism/internal/plugin/checkpoint"
 	"github.com/prismgpu/prism/internal/plugin/profiling/profilingtest"
 	"github.com/prismgpu/prism/internal/plugin/usage/sampler"
 	"github.com/prismgpu/prism/pkg/gpu/nvml"
@@ -445,5 +446,18 @@ func TestPerPodSeriesGoWithTheClaim(t *testing.T) {
 				t.Errorf("per-pod GPU series after claim-a was released (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestProfiledClaimsRunIsMarked: the sampler hears that a claim runs under
+// Nsight Compute, whose kernel replays make its busy time say nothing of
+// the GPU model.
+func TestProfiledClaimsRunIsMarked(t *testing.T) {
+	d := newUsageBed(t).driver(t)
+	for _, profiling := range []*checkpoint.Profiling{nil, {Profile: "train"}} {
+		c := d.state.usageClaim(checkpoint.Claim{UID: "a", Namespace: "ns", Name: "claim-a", Profiling: profiling, Devices: []checkpoint.Device{{Name: "gpu-0"}}})
+		if c.Profiled != (profiling != nil) || c.ProductName != h100Product {
+			t.Errorf("claim with profiling %+v: profiled %v on %q, want %v on %q", profiling, c.Profiled, c.ProductName, profiling != nil, h100Product)
+		}
 	}
 }

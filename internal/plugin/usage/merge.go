@@ -57,8 +57,10 @@ type Finished struct {
 	ProductName string
 	// Share is the part of a GPU the run was given, nil for a run on whole
 	// GPUs.
-	Share   *gpuv1alpha1.Share
-	EndedAt time.Time
+	Share *gpuv1alpha1.Share
+	// Profiled is a run under Nsight Compute.
+	Profiled bool
+	EndedAt  time.Time
 }
 
 // Merge folds a finished run into the profile's usage, prev (nil for none),
@@ -126,9 +128,10 @@ const maxBusySeconds = 1000 * 365 * 24 * 3600
 
 // mergeModel folds a run on whole GPUs into its model's busy time, and
 // returns models, which it may change. A run on a share is left out: what
-// it took says more about its neighbours than about the model.
+// it took says more about its neighbours than about the model. So is a
+// profiled run: Nsight Compute replays each kernel it measures.
 func mergeModel(models []prismv1alpha1.ModelUsage, f Finished) []prismv1alpha1.ModelUsage {
-	if f.Share != nil || f.ProductName == "" || !(f.Run.BusySeconds > 0) {
+	if f.Share != nil || f.Profiled || f.ProductName == "" || !(f.Run.BusySeconds > 0) {
 		return models
 	}
 	busy := int64(math.Round(min(f.Run.BusySeconds, maxBusySeconds) * 1000))

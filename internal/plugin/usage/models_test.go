@@ -62,6 +62,10 @@ func TestBusyTimeIsKeptPerModel(t *testing.T) {
 		run:  Finished{Run: busyRun(100, 50), ProductName: a100},
 		want: []prismv1alpha1.ModelUsage{{ProductName: h100, Runs: 2, BusyMilliseconds: 80_000}, {ProductName: a100, Runs: 1, BusyMilliseconds: 200_000}},
 	}, {
+		name: "a run under Nsight Compute says nothing of the model: its kernels were replayed",
+		run:  Finished{Run: busyRun(100, 500), ProductName: h100, Profiled: true},
+		want: []prismv1alpha1.ModelUsage{{ProductName: h100, Runs: 2, BusyMilliseconds: 80_000}, {ProductName: a100, Runs: 1, BusyMilliseconds: 200_000}},
+	}, {
 		name: "a record from a plugin that kept no busy time changes nothing",
 		run:  Finished{Run: run(gi, Unknown, 50, 50, 50), ProductName: h100},
 		want: []prismv1alpha1.ModelUsage{{ProductName: h100, Runs: 2, BusyMilliseconds: 80_000}, {ProductName: a100, Runs: 1, BusyMilliseconds: 200_000}},

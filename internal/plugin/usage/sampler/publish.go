@@ -70,7 +70,7 @@ func (s *Sampler) PublishNext(ctx context.Context) bool {
 			logger.Error(err, "Writing the usage record of an unprepared claim; a restart now would publish it without its last samples")
 		}
 	}
-	finished := usage.Finished{Run: r.Run, ProductName: r.ProductName, Share: r.Share, EndedAt: *r.EndedAt}
+	finished := usage.Finished{Run: r.Run, ProductName: r.ProductName, Share: r.Share, Profiled: r.Profiled, EndedAt: *r.EndedAt}
 	enough := r.Run.Samples() >= usage.MinSamples
 	exceeded := usage.Exceeded(r.Run, r.Share)
 	if enough && exceeded != nil && !r.Signalled {

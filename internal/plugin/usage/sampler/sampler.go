@@ -118,7 +118,10 @@ type Claim struct {
 	// Share is the share of a GPU the claim was given, to hold its run
 	// against; nil for whole GPUs.
 	Share *gpuv1alpha1.Share
-	GPUs  []GPU
+	// Profiled says the workload runs under Nsight Compute, whose kernel
+	// replays stretch its busy time.
+	Profiled bool
+	GPUs     []GPU
 }
 
 // GPU is one of a claim's GPUs.
@@ -150,6 +153,7 @@ type runRecord struct {
 	Pods        []Pod                        `json:"pods,omitempty"`
 	ProductName string                       `json:"productName,omitempty"`
 	Share       *gpuv1alpha1.Share           `json:"share,omitempty"`
+	Profiled    bool                         `json:"profiled,omitempty"`
 	Run         usage.Run                    `json:"run"`
 	// UpdatedAt is when the record was last written.
 	UpdatedAt time.Time `json:"updatedAt"`
@@ -232,6 +236,7 @@ func newTrackedClaim(r runRecord, c Claim) *trackedClaim {
 	if r.Share == nil {
 		r.Share = c.Share
 	}
+	r.Profiled = r.Profiled || c.Profiled
 	return &trackedClaim{rec: r, gpus: c.GPUs, dirty: true}
 }
 
