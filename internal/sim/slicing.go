@@ -507,5 +507,6 @@ func sizePartition(j MeasuredJob, factor float64) rewrite.PartitionNeed {
 			u.DRAMActivityMilliPercent = ptr.To(milliPercent(j.DRAMPct * factor))
 		}
 	}
-	return rewrite.SizePartition(u)
+	// The data has no ncu figures.
+	return rewrite.SizePartition(u, rewrite.KernelShape{})
 }

@@ -24,6 +24,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
@@ -168,9 +169,41 @@ type PartitionNeed struct {
 	Reason string
 }
 
+// KernelShape is how much of a GPU a workload's kernels fill while they
+// run, as Nsight Compute measured them (WorkloadProfile status): the waves
+// of thread blocks per SM on the GPU profiled, below 1 where the grid
+// leaves SMs idle, and the DRAM throughput in thousandths of a per cent
+// of peak. Both are means weighted by kernel duration; nil where ncu did
+// not measure them.
+type KernelShape struct {
+	WavesPerSM                 *resource.Quantity
+	DRAMThroughputMilliPercent *int32
+}
+
+// fill is the share of a GPU, in thousandths of a per cent, that the grid
+// fills (waves per SM, at most 1) and the DRAM throughput, 0 where not
+// measured; ok is false without the grid, or with a figure no ncu reports.
+// The CRD's quantity pattern bounds the waves' digits and exponent, so
+// reading it as a float is cheap.
+func (k KernelShape) fill() (sm, dram int64, ok bool) {
+	if k.WavesPerSM == nil {
+		return 0, 0, false
+	}
+	waves := k.WavesPerSM.AsApproximateFloat64()
+	if !(waves >= 0) {
+		return 0, 0, false
+	}
+	sm = int64(min(waves, 1)*100000 + 0.5)
+	if k.DRAMThroughputMilliPercent != nil {
+		dram = clampMilliPercent(*k.DRAMThroughputMilliPercent)
+	}
+	return sm, dram, true
+}
+
 // SizePartition is what a MIG partition must hold for a WorkloadProfile's
-// status.usage. It is the one place the rule lives: the admission webhook
-// and prismctl simulate's MIG evaluation both call it.
+// status.usage and the kernel shape ncu measured. It is the one place the
+// rule lives: the admission webhook and prismctl simulate's MIG evaluation
+// both call it.
 //
 // A partition's SMs and memory bandwidth are its own, and it cannot burst,
 // so its compute is what the job keeps busy, where that was measured: the
@@ -179,22 +212,28 @@ type PartitionNeed struct {
 // headroom for what the mean leaves out. Busy
 // small-batch inference, whose kernels run most of the time on a few SMs,
 // reads a high duty cycle and a low SM activity, and gets a small slice.
-// Where neither was measured, the compute is the share's limit, from the
-// p95 duty cycle, which says how often a kernel runs, not how many SMs it
-// fills; such jobs mostly keep whole GPUs. Memory is the share's, from the
-// peak. A compute of HeavyComputePercent or more keeps a whole GPU.
-func SizePartition(u *prismv1alpha1.UsageProfile) PartitionNeed {
-	return sizePartition(u, SizeShare(u))
+// Where GPM measured nothing but ncu measured the kernels' grid (an A100,
+// the other MIG GPU, has no GPM), the same activity is estimated: the
+// share of the GPU the kernels fill while they run (the larger of the SMs
+// their grid fills and their DRAM throughput) times the p95 duty cycle,
+// plus the headroom. Where neither was measured, the compute is the
+// share's limit, from the p95 duty cycle, which says how often a kernel
+// runs, not how many SMs it fills; such jobs mostly keep whole GPUs.
+// Memory is the share's, from the peak. A compute of HeavyComputePercent
+// or more keeps a whole GPU.
+func SizePartition(u *prismv1alpha1.UsageProfile, k KernelShape) PartitionNeed {
+	return sizePartition(u, SizeShare(u), k)
 }
 
 // sizePartition is SizePartition for the share SizeShare gave u.
-func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize) PartitionNeed {
+func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize, k KernelShape) PartitionNeed {
+	_, _, shaped := k.fill()
 	switch {
 	case size.Verdict == ShareNoUsage:
 		return PartitionNeed{Verdict: PartitionNoUsage, Reason: size.Reason}
 	case size.Verdict == ShareNoPeakMemory:
 		return PartitionNeed{Verdict: PartitionNoPeakMemory, Reason: size.Reason}
-	case size.Share.MemoryBytes == 0 && u.SMActivityMilliPercent == nil:
+	case size.Share.MemoryBytes == 0 && u.SMActivityMilliPercent == nil && !shaped:
 		return PartitionNeed{Verdict: PartitionHeavy, Reason: size.Reason}
 	case size.Share.MemoryBytes == 0:
 		// Heavy by its duty cycle, a job may not be by its SMs, but a
@@ -219,6 +258,16 @@ func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize) PartitionNeed 
 			}
 		}
 		need.Reason = why + "; " + memoryWhy
+	case shaped:
+		sm, dram, _ := k.fill()
+		p95 := clampMilliPercent(*u.DutyCycleP95MilliPercent)
+		need.ComputePercent = headroom.add(max(sm, dram) * p95 / 100000)
+		fills := fmt.Sprintf("a grid of %.2f waves per SM", k.WavesPerSM.AsApproximateFloat64())
+		if k.DRAMThroughputMilliPercent != nil {
+			fills += fmt.Sprintf(" and a DRAM throughput of %s", milliPercent(dram))
+		}
+		need.Reason = fmt.Sprintf("compute %d%% from kernels that fill %s of the GPU while they run (ncu: %s) for a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",
+			need.ComputePercent, milliPercent(max(sm, dram)), fills, milliPercent(p95), memoryWhy)
 	default:
 		need.ComputePercent = int64(size.Peak().ComputePercent)
 		need.Reason = fmt.Sprintf("compute %d%% from a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",
@@ -257,7 +306,7 @@ func (c Cluster) partitionStep(p Profile, size ShareSize) ([]tier, *PartitionPla
 		plan.Verdict, plan.Reason = PartitionOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)+": whole GPUs only"
 		return nil, plan
 	}
-	need := sizePartition(p.Usage, size)
+	need := sizePartition(p.Usage, size, p.Kernels)
 	if need.Verdict != PartitionSized {
 		plan.Verdict, plan.Reason = need.Verdict.String(), need.Reason
 		return nil, plan

@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -274,15 +275,18 @@ func withGPM(u *prismv1alpha1.UsageProfile, sm, dram float64) *prismv1alpha1.Usa
 	return u
 }
 
+// partitionWant is what the SizePartition tests compare.
+type partitionWant struct {
+	Verdict         PartitionVerdict
+	Compute, Memory int64
+}
+
 // TestSizePartition: a partition holds what the job keeps busy where GPM
 // measured it, the share's limit from the duty cycle where not, worked by
 // hand for each case.
 func TestSizePartition(t *testing.T) {
 	const gi = 1 << 30
-	type want struct {
-		Verdict         PartitionVerdict
-		Compute, Memory int64
-	}
+	type want = partitionWant
 	for _, tc := range []struct {
 		name   string
 		usage  *prismv1alpha1.UsageProfile
@@ -313,7 +317,7 @@ func TestSizePartition(t *testing.T) {
 		{"no peak memory, heavy by the duty cycle and no GPM: heavy", usage(90, ""), want{Verdict: PartitionHeavy}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := SizePartition(tc.usage)
+			got := SizePartition(tc.usage, KernelShape{})
 			if diff := cmp.Diff(tc.want, want{got.Verdict, got.ComputePercent, got.MemoryBytes}); diff != "" {
 				t.Errorf("SizePartition (-want +got):\n%s", diff)
 			}
@@ -322,6 +326,69 @@ func TestSizePartition(t *testing.T) {
 			}
 			if got.Reason == "" {
 				t.Errorf("no reason given")
+			}
+		})
+	}
+}
+
+// TestSizePartitionFromKernelShape: where GPM measured nothing, the share of
+// the GPU ncu saw the kernels fill while they run, over the p95 duty cycle,
+// stands in for the SM activity, worked by hand for each case.
+func TestSizePartitionFromKernelShape(t *testing.T) {
+	const gi = 1 << 30
+	shape := func(waves string, dram float64) KernelShape {
+		k := KernelShape{WavesPerSM: ptr.To(resource.MustParse(waves))}
+		if dram >= 0 {
+			k.DRAMThroughputMilliPercent = ptr.To(int32(dram * 1000))
+		}
+		return k
+	}
+	type want = partitionWant
+	for _, tc := range []struct {
+		name    string
+		usage   *prismv1alpha1.UsageProfile
+		kernels KernelShape
+		want    want
+		reason  string
+	}{{
+		// 5 % x 0.9 = 4.5 %, + 10 = 14.5 -> 15 %.
+		name: "busy small-batch inference on an A100: a small grid sizes it", usage: usage(90, "3Gi"), kernels: shape("0.05", 2),
+		want:   want{PartitionSized, 15, 5 * gi},
+		reason: "compute 15% from kernels that fill 5% of the GPU while they run (ncu: a grid of 0.05 waves per SM and a DRAM throughput of 2%) for a p95 duty cycle of 90% (no SM activity measured, which Hopper and later GPUs report); memory 5Gi from a peak of 3Gi",
+	}, {
+		// DRAM 60 % x 0.5 = 30 %, + 10 = 40 %.
+		name: "DRAM throughput beyond the grid sizes it", usage: usage(50, "3Gi"), kernels: shape("0.1", 60),
+		want: want{PartitionSized, 40, 5 * gi},
+	}, {
+		// A grid of 2 waves fills the GPU: 100 % x 0.3, + 10 = 40 %.
+		name: "a full grid, seldom running", usage: usage(30, "3Gi"), kernels: shape("2", -1),
+		want:   want{PartitionSized, 40, 5 * gi},
+		reason: "compute 40% from kernels that fill 100% of the GPU while they run (ncu: a grid of 2.00 waves per SM) for a p95 duty cycle of 30% (no SM activity measured, which Hopper and later GPUs report); memory 5Gi from a peak of 3Gi",
+	}, {
+		name: "a full grid, busy: heavy", usage: usage(90, "3Gi"), kernels: shape("1.5", 10),
+		want: want{PartitionHeavy, 100, 5 * gi},
+	}, {
+		name: "GPM, where measured, comes first", usage: withGPM(usage(90, "3Gi"), 5, 2), kernels: shape("2", 90),
+		want: want{PartitionSized, 15, 5 * gi},
+	}, {
+		name: "no grid measured: the duty cycle", usage: usage(70, "3Gi"), kernels: KernelShape{DRAMThroughputMilliPercent: ptr.To[int32](2000)},
+		want: want{PartitionHeavy, 95, 5 * gi},
+	}, {
+		name: "a figure no ncu reports: the duty cycle", usage: usage(70, "3Gi"), kernels: shape("-1", 2),
+		want: want{PartitionHeavy, 95, 5 * gi},
+	}, {
+		// Heavy by its duty cycle, not by its grid; a partition's memory is
+		// not guessed.
+		name: "no peak memory", usage: usage(90, ""), kernels: shape("0.05", 2),
+		want: want{Verdict: PartitionNoPeakMemory},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := SizePartition(tc.usage, tc.kernels)
+			if diff := cmp.Diff(tc.want, want{got.Verdict, got.ComputePercent, got.MemoryBytes}); diff != "" {
+				t.Errorf("SizePartition (-want +got):\n%s\nreason: %s", diff, got.Reason)
+			}
+			if tc.reason != "" && got.Reason != tc.reason {
+				t.Errorf("reason %q, want %q", got.Reason, tc.reason)
 			}
 		})
 	}

@@ -51,6 +51,10 @@ type Profile struct {
 	Usage *prismv1alpha1.UsageProfile
 	// Exclusive is the profile's spec.sharing: Exclusive: never a share.
 	Exclusive bool
+	// Kernels is what ncu measured of how much of a GPU the workload's
+	// kernels fill; it sizes a MIG partition where GPM measured no SM
+	// activity (SizePartition).
+	Kernels KernelShape
 }
 
 // ErrInvalidProfile is wrapped by every error caused by profile contents.

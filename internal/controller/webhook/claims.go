@@ -84,5 +84,6 @@ func ProfileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy prismv1alpha1.Po
 		ShareMemory:          wp.Spec.Sharing == prismv1alpha1.SharingFractional,
 		Usage:                wp.Status.Usage,
 		Exclusive:            wp.Spec.Sharing == prismv1alpha1.SharingExclusive,
+		Kernels:              rewrite.KernelShape{WavesPerSM: wp.Status.WavesPerSM, DRAMThroughputMilliPercent: wp.Status.DRAMThroughputMilliPercent},
 	}
 }

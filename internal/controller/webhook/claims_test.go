@@ -20,7 +20,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	prismv1alpha1 "github.com/prismgpu/prism/api/prism/v1alpha1"
+	"github.com/prismgpu/prism/pkg/rewrite"
 )
 
 func TestWithinAPILimits(t *testing.T) {
@@ -69,5 +76,28 @@ func TestWithinAPILimits(t *testing.T) {
 				t.Errorf("error %q, want one starting %q", got, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestProfileOfCarriesWhatTheRewriteReads: the measured figures of a
+// WorkloadProfile reach the rewrite, ncu's kernel shape among them.
+func TestProfileOfCarriesWhatTheRewriteReads(t *testing.T) {
+	waves := resource.MustParse("0.05")
+	wp := &prismv1alpha1.WorkloadProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "infer"},
+		Spec:       prismv1alpha1.WorkloadProfileSpec{Sharing: prismv1alpha1.SharingExclusive},
+		Status: prismv1alpha1.WorkloadProfileStatus{
+			BoundType: prismv1alpha1.BoundTypeLatencyBound, WavesPerSM: &waves, DRAMThroughputMilliPercent: ptr.To[int32](2000),
+			Usage: &prismv1alpha1.UsageProfile{Runs: 2},
+		},
+	}
+	got := ProfileOf(wp, prismv1alpha1.PolicyEconomy)
+	want := rewrite.Profile{
+		Name: "infer", BoundType: prismv1alpha1.BoundTypeLatencyBound, Policy: prismv1alpha1.PolicyEconomy,
+		Usage: wp.Status.Usage, Exclusive: true,
+		Kernels: rewrite.KernelShape{WavesPerSM: &waves, DRAMThroughputMilliPercent: ptr.To[int32](2000)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ProfileOf (-want +got):\n%s", diff)
 	}
 }
