@@ -18,7 +18,7 @@
 #
 #   hack/gpu-check.sh OUT [STEP...]
 #
-# With STEPs (discovery, cdi, ncu, usage, pairs, mps-shares) it runs only
+# With STEPs (discovery, cdi, ncu, usage, pairs, mps-shares, pairs-limited) it runs only
 # those, to repeat a failed check without the rest.
 #
 # 1. discovery: the published device, datasheet figures, MIG profiles (read-only)
@@ -29,6 +29,9 @@
 # 6. mps-shares: two shares of GPU 0, each with the plugin's MPS control
 #    daemon of its own, played by a CUDA client as their containers
 #    (mps-shares/results.json)
+# 7. pairs-limited: every pair again, each job of a pair in a share of its
+#    own as Prism makes them: a control daemon per share, at 50 % compute
+#    each (pairs/limited.jsonl)
 #
 # It needs nvcc, ncu and the NVIDIA driver. The Go tests behind the gpu
 # build tag are built here when go is installed; on a machine without Go,
@@ -66,7 +69,7 @@ fi
 OUT=$(realpath -m "$1")
 shift
 STEPS=("$@")
-((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs mps-shares)
+((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs mps-shares pairs-limited)
 wanted() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 mkdir -p "$OUT"/{logs,bin}
 SUMMARY=$OUT/summary.txt
@@ -285,6 +288,83 @@ fi
 # daemons, through the plugin's Manager, and records what MPS did in
 # mps-shares/results.json; within 2 minutes even where a client hangs.
 wanted mps-shares && gotest mps-shares internal/plugin/mps '^TestRealMPSPerShareDaemons$' 120
+
+# ---- 7: pairs in shares of their own -------------------------------------
+# Each job of a pair is a client of its own control daemon, both daemons at
+# 50 % active threads by default, as two shares of half a GPU each are; the
+# pairs' speeds against pairs/mps.jsonl (one daemon, no limits) and
+# pairs/timesliced.jsonl say what a daemon per share costs.
+limited_pair() {
+  local sync a=$1 b=$2
+  sync=$(mktemp -d)
+  CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/a/pipe timeout -k 5 60 "$KERNELS" "$a" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.0" 2>"$sync/err.0" &
+  local pa=$!
+  CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/b/pipe timeout -k 5 60 "$KERNELS" "$b" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.1" 2>"$sync/err.1" &
+  local pb=$!
+  local deadline=$((SECONDS + 60))
+  while (($(ls "$sync" | grep -c '^ready\.') < 2)); do
+    kill -0 "$pa" 2>/dev/null && kill -0 "$pb" 2>/dev/null && ((SECONDS <= deadline)) || break
+    sleep 0.01
+  done
+  echo $(($(date +%s%N) + 50000000)) >"$sync/go.tmp" && mv "$sync/go.tmp" "$sync/go"
+  wait "$pa"
+  local ra=$?
+  wait "$pb"
+  local rb=$?
+  local out=() i rc
+  for i in 0 1; do
+    rc=$ra
+    ((i == 1)) && rc=$rb
+    if ((rc == 0)); then
+      out+=("$(cat "$sync/out.$i")")
+    else
+      out+=("{\"job\":\"$([[ $i == 0 ]] && echo "$a" || echo "$b")\",\"error\":$(tr -d '"\\' <"$sync/err.$i" | tr '\n' ' ' | sed 's/.*/"&"/')}")
+    fi
+  done
+  echo "{\"mode\":\"limited\",\"activeThreadPercentage\":50,\"jobs\":[${out[0]},${out[1]}]}"
+  rm -rf "$sync"
+}
+
+limited_pairs() {
+  local share jobs i j
+  for share in a b; do
+    mkdir -p "$LIMITED_DIR/$share/pipe" "$LIMITED_DIR/$share/log"
+    CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/$share/pipe CUDA_MPS_LOG_DIRECTORY=$LIMITED_DIR/$share/log nvidia-cuda-mps-control -d || return 1
+    echo "set_default_active_thread_percentage 50" | CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/$share/pipe nvidia-cuda-mps-control || return 1
+  done
+  read -ra jobs <<<"$PAIR_JOBS"
+  for ((i = 0; i < ${#jobs[@]}; i++)); do
+    for ((j = i; j < ${#jobs[@]}; j++)); do
+      limited_pair "${jobs[i]}" "${jobs[j]}"
+    done
+  done
+}
+
+limited_quit() {
+  local share
+  for share in a b; do
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/$share/pipe nvidia-cuda-mps-control >/dev/null 2>&1
+  done
+  for _ in $(seq 100); do pgrep -f nvidia-cuda-mps-server >/dev/null || break; sleep 0.1; done
+  for share in a b; do
+    for f in "$LIMITED_DIR/$share"/log/*.log; do
+      [[ -e $f ]] && cp "$f" "$OUT/logs/limited-$share-$(basename "$f")"
+    done
+  done
+}
+
+if wanted pairs-limited; then
+  export KERNELS PAIR_SECONDS PAIR_JOBS="${JOBS[*]}" LIMITED_DIR=$OUT/mps-limited
+  export -f limited_pair limited_pairs
+  mkdir -p "$OUT/pairs"
+  step pairs-limited 240 bash -c 'limited_pairs'
+  limited_quit
+  grep '^{"mode"' "$OUT/logs/pairs-limited.log" >"$OUT/pairs/limited.jsonl"
+  if grep -q '"error"' "$OUT/pairs/limited.jsonl"; then
+    say "FAILED: $(grep -c '"error"' "$OUT/pairs/limited.jsonl") limited pairs had a job fail (pairs/limited.jsonl)"
+    failed=1
+  fi
+fi
 
 # ---- the settings are as found -------------------------------------------
 settings >"$OUT/settings-after.csv" 2>&1
