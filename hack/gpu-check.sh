@@ -191,16 +191,20 @@ wanted usage && gotest usage internal/plugin/usage/sampler '^TestUsageSamplerOnR
 # ---- 5: measured pairs ---------------------------------------------------
 # run_together MODE JOB...: starts the jobs at one instant (a barrier in a
 # private directory) for PAIR_SECONDS and prints one JSON line with each
-# job's own report.
+# job's own report. PAIR_PIPES, where set, names each job's MPS pipe
+# directory in turn, for jobs in shares of their own.
 run_together() {
   local mode=$1
   shift
   local sync
   sync=$(mktemp -d)
-  local pids=() i=0 jobs=("$@")
+  local pids=() i=0 jobs=("$@") pipes run
+  read -ra pipes <<<"${PAIR_PIPES:-}"
   for job in "${jobs[@]}"; do
+    run=("$KERNELS")
+    [[ -n ${pipes[i]:-} ]] && run=(env "CUDA_MPS_PIPE_DIRECTORY=${pipes[i]}" "$KERNELS")
     # A client that cannot reach the GPU (or MPS) must not hold the step.
-    timeout -k 5 60 "$KERNELS" "$job" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.$i" 2>"$sync/err.$i" &
+    timeout -k 5 60 "${run[@]}" "$job" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.$i" 2>"$sync/err.$i" &
     pids+=($!)
     i=$((i + 1))
   done
@@ -294,37 +298,6 @@ wanted mps-shares && gotest mps-shares internal/plugin/mps '^TestRealMPSPerShare
 # 50 % active threads by default, as two shares of half a GPU each are; the
 # pairs' speeds against pairs/mps.jsonl (one daemon, no limits) and
 # pairs/timesliced.jsonl say what a daemon per share costs.
-limited_pair() {
-  local sync a=$1 b=$2
-  sync=$(mktemp -d)
-  CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/a/pipe timeout -k 5 60 "$KERNELS" "$a" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.0" 2>"$sync/err.0" &
-  local pa=$!
-  CUDA_MPS_PIPE_DIRECTORY=$LIMITED_DIR/b/pipe timeout -k 5 60 "$KERNELS" "$b" --seconds "$PAIR_SECONDS" --sync "$sync" >"$sync/out.1" 2>"$sync/err.1" &
-  local pb=$!
-  local deadline=$((SECONDS + 60))
-  while (($(ls "$sync" | grep -c '^ready\.') < 2)); do
-    kill -0 "$pa" 2>/dev/null && kill -0 "$pb" 2>/dev/null && ((SECONDS <= deadline)) || break
-    sleep 0.01
-  done
-  echo $(($(date +%s%N) + 50000000)) >"$sync/go.tmp" && mv "$sync/go.tmp" "$sync/go"
-  wait "$pa"
-  local ra=$?
-  wait "$pb"
-  local rb=$?
-  local out=() i rc
-  for i in 0 1; do
-    rc=$ra
-    ((i == 1)) && rc=$rb
-    if ((rc == 0)); then
-      out+=("$(cat "$sync/out.$i")")
-    else
-      out+=("{\"job\":\"$([[ $i == 0 ]] && echo "$a" || echo "$b")\",\"error\":$(tr -d '"\\' <"$sync/err.$i" | tr '\n' ' ' | sed 's/.*/"&"/')}")
-    fi
-  done
-  echo "{\"mode\":\"limited\",\"activeThreadPercentage\":50,\"jobs\":[${out[0]},${out[1]}]}"
-  rm -rf "$sync"
-}
-
 limited_pairs() {
   local share jobs i j
   for share in a b; do
@@ -335,7 +308,7 @@ limited_pairs() {
   read -ra jobs <<<"$PAIR_JOBS"
   for ((i = 0; i < ${#jobs[@]}; i++)); do
     for ((j = i; j < ${#jobs[@]}; j++)); do
-      limited_pair "${jobs[i]}" "${jobs[j]}"
+      PAIR_PIPES="$LIMITED_DIR/a/pipe $LIMITED_DIR/b/pipe" run_together limited "${jobs[i]}" "${jobs[j]}"
     done
   done
 }
@@ -355,7 +328,7 @@ limited_quit() {
 
 if wanted pairs-limited; then
   export KERNELS PAIR_SECONDS PAIR_JOBS="${JOBS[*]}" LIMITED_DIR=$OUT/mps-limited
-  export -f limited_pair limited_pairs
+  export -f run_together limited_pairs
   mkdir -p "$OUT/pairs"
   step pairs-limited 240 bash -c 'limited_pairs'
   limited_quit
