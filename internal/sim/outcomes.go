@@ -72,19 +72,11 @@ func (o *outcomes) finished(j int, speed float64, product string, end float64) {
 	o.usage[j] = usage.Merge(o.ctx, o.usage[j], usage.Finished{Run: run, ProductName: product, EndedAt: at})
 }
 
-// of is job type j's usage once its runs could rank a model: measured on
-// two models at least, each over rewrite.MinMeasuredRuns runs; nil before.
+// of is job type j's usage once its runs could rank a model
+// (rewrite.RanksModels); nil before, when the ladder is the one NewEnv
+// ranked.
 func (o *outcomes) of(j int) *prismv1alpha1.UsageProfile {
-	if o == nil || o.usage[j] == nil {
-		return nil
-	}
-	n := 0
-	for _, m := range o.usage[j].Models {
-		if m.Runs >= rewrite.MinMeasuredRuns {
-			n++
-		}
-	}
-	if n < 2 {
+	if o == nil || !rewrite.RanksModels(o.usage[j]) {
 		return nil
 	}
 	return o.usage[j]

@@ -28,14 +28,25 @@ import (
 // outlier.
 const MinMeasuredRuns = 2
 
-// busyByModel is the profile's busy time per run, in milliseconds, on each
-// model it ran on at least MinMeasuredRuns times.
-func (p Profile) busyByModel() map[string]int64 {
-	if p.Usage == nil {
+// minMeasuredModels is how many models the workload must have run on
+// before its runs rank one above another.
+const minMeasuredModels = 2
+
+// RanksModels says whether u's runs can rank GPU models: MinMeasuredRuns
+// runs or more on each of minMeasuredModels models. Where it is false, the
+// ladder is the published figures' alone.
+func RanksModels(u *prismv1alpha1.UsageProfile) bool {
+	return len(busyByModel(u)) >= minMeasuredModels
+}
+
+// busyByModel is u's busy time per run, in milliseconds, on each model it
+// ran on at least MinMeasuredRuns times.
+func busyByModel(u *prismv1alpha1.UsageProfile) map[string]int64 {
+	if u == nil {
 		return nil
 	}
 	out := map[string]int64{}
-	for _, m := range p.Usage.Models {
+	for _, m := range u.Models {
 		if m.Runs >= MinMeasuredRuns && m.BusyMilliseconds > 0 {
 			out[m.ProductName] = m.BusyMilliseconds
 		}
@@ -55,7 +66,7 @@ func (p Profile) busyByModel() map[string]int64 {
 // tier and fits.
 func measuredFirst(ladder []tier, fleet *Fleet, bound prismv1alpha1.BoundType, busy map[string]int64) []tier {
 	f := figureOf(bound)
-	if len(busy) < 2 || len(ladder) > 0 && ladder[0].name != tierName(f, "top") && ladder[0].name != fits.name {
+	if len(busy) < minMeasuredModels || len(ladder) > 0 && ladder[0].name != tierName(f, "top") && ladder[0].name != fits.name {
 		return ladder
 	}
 	t, ok := measuredTier(cutFleet(fleet.Models, f), busy)

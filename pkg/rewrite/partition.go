@@ -180,24 +180,32 @@ type KernelShape struct {
 	DRAMThroughputMilliPercent *int32
 }
 
-// fill is the share of a GPU, in thousandths of a per cent, that the grid
-// fills (waves per SM, at most 1) and the DRAM throughput, 0 where not
-// measured; ok is false without the grid, or with a figure no ncu reports.
-// The CRD's quantity pattern bounds the waves' digits and exponent, so
-// reading it as a float is cheap.
-func (k KernelShape) fill() (sm, dram int64, ok bool) {
+// kernelFill is what a KernelShape says of a GPU's share the kernels
+// fill while they run.
+type kernelFill struct {
+	waves float64
+	// sm is the share of the SMs the grid fills (waves per SM, at most 1),
+	// dram the DRAM throughput (0 where not measured), both in thousandths
+	// of a per cent.
+	sm, dram int64
+}
+
+// fill reads k; ok is false without the grid, or with a figure no ncu
+// reports. The CRD's quantity pattern bounds the waves' digits and
+// exponent, so reading it as a float is cheap.
+func (k KernelShape) fill() (f kernelFill, ok bool) {
 	if k.WavesPerSM == nil {
-		return 0, 0, false
+		return f, false
 	}
-	waves := k.WavesPerSM.AsApproximateFloat64()
-	if !(waves >= 0) {
-		return 0, 0, false
+	f.waves = k.WavesPerSM.AsApproximateFloat64()
+	if !(f.waves >= 0) {
+		return f, false
 	}
-	sm = int64(min(waves, 1)*100000 + 0.5)
+	f.sm = int64(min(f.waves, 1)*100000 + 0.5)
 	if k.DRAMThroughputMilliPercent != nil {
-		dram = clampMilliPercent(*k.DRAMThroughputMilliPercent)
+		f.dram = clampMilliPercent(*k.DRAMThroughputMilliPercent)
 	}
-	return sm, dram, true
+	return f, true
 }
 
 // SizePartition is what a MIG partition must hold for a WorkloadProfile's
@@ -227,7 +235,7 @@ func SizePartition(u *prismv1alpha1.UsageProfile, k KernelShape) PartitionNeed {
 
 // sizePartition is SizePartition for the share SizeShare gave u.
 func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize, k KernelShape) PartitionNeed {
-	_, _, shaped := k.fill()
+	kernels, shaped := k.fill()
 	switch {
 	case size.Verdict == ShareNoUsage:
 		return PartitionNeed{Verdict: PartitionNoUsage, Reason: size.Reason}
@@ -259,15 +267,15 @@ func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize, k KernelShape)
 		}
 		need.Reason = why + "; " + memoryWhy
 	case shaped:
-		sm, dram, _ := k.fill()
+		width := max(kernels.sm, kernels.dram)
 		p95 := clampMilliPercent(*u.DutyCycleP95MilliPercent)
-		need.ComputePercent = headroom.add(max(sm, dram) * p95 / 100000)
-		fills := fmt.Sprintf("a grid of %.2f waves per SM", k.WavesPerSM.AsApproximateFloat64())
+		need.ComputePercent = headroom.add(width * p95 / 100000)
+		fills := fmt.Sprintf("a grid of %.2f waves per SM", kernels.waves)
 		if k.DRAMThroughputMilliPercent != nil {
-			fills += fmt.Sprintf(" and a DRAM throughput of %s", milliPercent(dram))
+			fills += fmt.Sprintf(" and a DRAM throughput of %s", milliPercent(kernels.dram))
 		}
 		need.Reason = fmt.Sprintf("compute %d%% from kernels that fill %s of the GPU while they run (ncu: %s) for a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",
-			need.ComputePercent, milliPercent(max(sm, dram)), fills, milliPercent(p95), memoryWhy)
+			need.ComputePercent, milliPercent(width), fills, milliPercent(p95), memoryWhy)
 	default:
 		need.ComputePercent = int64(size.Peak().ComputePercent)
 		need.Reason = fmt.Sprintf("compute %d%% from a p95 duty cycle of %s (no SM activity measured, which Hopper and later GPUs report); %s",

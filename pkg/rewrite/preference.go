@@ -178,7 +178,7 @@ func NodePreference(profile Profile, opts ...Option) (*Decision, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node preference for profile %q: %w", truncateName(profile.Name), err)
 	}
-	_, _, _, d := c.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n, profile.busyByModel())
+	_, _, _, d := c.decide(bound, policy, &resourceapi.ResourceClaimSpec{}, n, busyByModel(profile.Usage))
 	return &d, nil
 }
 

@@ -170,7 +170,7 @@ func (w *claimRewrite) wholeLadder(p Profile, bound prismv1alpha1.BoundType, pol
 	}
 	w.plan.HardNeeds = w.n.text
 	var decision Decision
-	w.ladder, w.plan.Fleet, w.plan.Load, decision = w.cluster.decide(bound, policy, w.spec, w.n, p.busyByModel())
+	w.ladder, w.plan.Fleet, w.plan.Load, decision = w.cluster.decide(bound, policy, w.spec, w.n, busyByModel(p.Usage))
 	if w.cluster.Preference != "" {
 		w.plan.Preference = &decision
 	}

@@ -95,7 +95,7 @@ func Merge(ctx context.Context, prev *prismv1alpha1.UsageProfile, f Finished) *p
 			if old, err := previousPeak(q); err != nil {
 				klog.FromContext(ctx).Info("Leaving the profile's previous peak memory out of the merge", "previous", q.String(), "reason", err.Error())
 			} else {
-				peak = max(peak, halfwayBytes(old, peak))
+				peak = max(peak, halfwayCount(old, peak))
 			}
 		}
 		out.PeakMemory = resource.NewQuantity(peak, resource.BinarySI)
@@ -149,7 +149,7 @@ func mergeModel(models []prismv1alpha1.ModelUsage, f Finished) []prismv1alpha1.M
 		return append(models, prismv1alpha1.ModelUsage{ProductName: f.ProductName, Runs: 1, BusyMilliseconds: busy})
 	}
 	m := &models[i]
-	m.BusyMilliseconds = halfwayBytes(min(max(m.BusyMilliseconds, 0), maxBusySeconds*1000), busy)
+	m.BusyMilliseconds = halfwayCount(min(max(m.BusyMilliseconds, 0), maxBusySeconds*1000), busy)
 	if m.Runs < math.MaxInt32 {
 		m.Runs++
 	}
@@ -184,9 +184,9 @@ func previousPeak(q resource.Quantity) (int64, error) {
 	return v, nil
 }
 
-// halfwayBytes is halfway rounded to the nearest for byte counts, which
-// are not negative, without the overflow of adding them first.
-func halfwayBytes(old, newest int64) int64 {
+// halfwayCount is halfway rounded to the nearest for counts that are not
+// negative (bytes, milliseconds), without the overflow of adding them first.
+func halfwayCount(old, newest int64) int64 {
 	return old/2 + newest/2 + (old%2+newest%2+1)/2
 }
 
