@@ -54,7 +54,9 @@ type JobType struct {
 }
 
 // Bound is what Prism's classifier (profile.Classify, the code the
-// profiling path runs) makes of the job type's SM and memory figures.
+// profiling path runs on each kernel) makes of the job type's SM and
+// memory figures. A job type has one pair of figures, as a workload whose
+// GPU time is all in kernels of one class; its class is then theirs.
 func (t JobType) Bound() v1alpha1.BoundType {
 	return profile.Classify(int32(t.SMPct*1000), int32(t.MemPct*1000))
 }

@@ -82,6 +82,13 @@ func TestKernelNamesAreBounded(t *testing.T) {
 	if got, want := *st.SMThroughputMilliPercent, int32(50_000); got != want {
 		t.Errorf("SM throughput %d milli-percent, want about %d: launches beyond the map must still count", got, want)
 	}
+	// And in the shares of GPU time, classified launch by launch: the
+	// late kernel is compute-bound, the others memory-bound, half the
+	// time each, which the tie rule makes Balanced.
+	wantShares := v1alpha1.BoundTimeShares{ComputeBoundMilliPercent: 50_000, MemoryBoundMilliPercent: 50_000}
+	if diff := cmp.Diff(&wantShares, st.BoundTimeShares); diff != "" || st.BoundType != v1alpha1.BoundTypeBalanced {
+		t.Errorf("class %s, shares (-want +got):\n%s", st.BoundType, diff)
+	}
 	var names []string
 	for _, k := range st.TopKernels {
 		names = append(names, k.Name)

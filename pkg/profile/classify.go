@@ -17,8 +17,11 @@ limitations under the License.
 package profile
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -32,10 +35,13 @@ const (
 	balancedGap  = 10_000 // closer than this (both below high): balanced
 )
 
-// Classify applies NVIDIA's speed-of-light bottleneck rule to a workload's
-// SM and memory throughput, both in milli-percent of peak. It works on the
-// integers stored in the API so that anyone re-classifying a stored
-// status gets the same answer.
+// Classify applies NVIDIA's speed-of-light bottleneck rule to one kernel's
+// SM and memory throughput, both in milli-percent of peak, as a top
+// kernel's are stored. A workload of several kernels is classified by
+// ClassifyShares, on the GPU time each class holds: averaging the
+// throughputs of a memory-bound and a compute-bound kernel first can put
+// both below 60 % and make LatencyBound of a workload none of whose
+// kernels is.
 func Classify(smMilliPercent, memoryMilliPercent int32) v1alpha1.BoundType {
 	c, m := smMilliPercent, memoryMilliPercent
 	switch {
@@ -61,6 +67,80 @@ func larger(c, m int32) v1alpha1.BoundType {
 	default:
 		return v1alpha1.BoundTypeBalanced
 	}
+}
+
+// ClassifyShares gives a workload the class of the kernels that hold the
+// most of its GPU time, from the shares stored in the status, so that
+// anyone re-classifying a stored status gets its boundType. Ties, on the
+// stored integers:
+//   - ComputeBound and MemoryBound holding the same, largest share is
+//     Balanced: each unit bounds as much of the time as the other, as with
+//     equal throughputs in Classify;
+//   - otherwise a class that keeps a unit busy wins over one that does
+//     not: ComputeBound or MemoryBound over Balanced, and Balanced over
+//     LatencyBound. Half the time memory-bound and half latency-bound is
+//     MemoryBound, since the smaller or shared GPU that LatencyBound
+//     invites would slow the memory-bound half.
+//
+// Shares that are all zero (nothing classified) are Unknown.
+func ClassifyShares(s v1alpha1.BoundTimeShares) v1alpha1.BoundType {
+	top := max(s.ComputeBoundMilliPercent, s.MemoryBoundMilliPercent, s.BalancedMilliPercent, s.LatencyBoundMilliPercent)
+	switch {
+	case top <= 0:
+		return v1alpha1.BoundTypeUnknown
+	case s.ComputeBoundMilliPercent == top && s.MemoryBoundMilliPercent == top:
+		return v1alpha1.BoundTypeBalanced
+	case s.ComputeBoundMilliPercent == top:
+		return v1alpha1.BoundTypeComputeBound
+	case s.MemoryBoundMilliPercent == top:
+		return v1alpha1.BoundTypeMemoryBound
+	case s.BalancedMilliPercent == top:
+		return v1alpha1.BoundTypeBalanced
+	default:
+		return v1alpha1.BoundTypeLatencyBound
+	}
+}
+
+// sharesOf gives each class's time as milli-percent of total.
+func sharesOf(byClass map[v1alpha1.BoundType]float64, total float64) v1alpha1.BoundTimeShares {
+	share := func(b v1alpha1.BoundType) int32 {
+		if total <= 0 {
+			return 0
+		}
+		return toMilliPercent(byClass[b] / total * 100)
+	}
+	return v1alpha1.BoundTimeShares{
+		ComputeBoundMilliPercent: share(v1alpha1.BoundTypeComputeBound),
+		MemoryBoundMilliPercent:  share(v1alpha1.BoundTypeMemoryBound),
+		LatencyBoundMilliPercent: share(v1alpha1.BoundTypeLatencyBound),
+		BalancedMilliPercent:     share(v1alpha1.BoundTypeBalanced),
+	}
+}
+
+// describeShares lists the classes that hold GPU time, largest first, for
+// the Profiled message: "MemoryBound 75.9%, ComputeBound 22.6%". It is
+// empty when one class holds all of it, which the class itself says.
+func describeShares(s v1alpha1.BoundTimeShares) string {
+	type share struct {
+		bound v1alpha1.BoundType
+		milli int32
+	}
+	all := []share{
+		{v1alpha1.BoundTypeComputeBound, s.ComputeBoundMilliPercent},
+		{v1alpha1.BoundTypeMemoryBound, s.MemoryBoundMilliPercent},
+		{v1alpha1.BoundTypeBalanced, s.BalancedMilliPercent},
+		{v1alpha1.BoundTypeLatencyBound, s.LatencyBoundMilliPercent},
+	}
+	held := slices.DeleteFunc(all, func(x share) bool { return x.milli <= 0 })
+	if len(held) < 2 {
+		return ""
+	}
+	slices.SortStableFunc(held, func(a, b share) int { return cmp.Compare(b.milli, a.milli) })
+	parts := make([]string, len(held))
+	for i, x := range held {
+		parts[i] = string(x.bound) + " " + FormatMilliPercent(x.milli)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func abs(x int32) int32 {

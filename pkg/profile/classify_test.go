@@ -17,21 +17,27 @@ limitations under the License.
 package profile
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/prismgpu/prism/api/prism/v1alpha1"
 )
 
+// The classes, short, for the tables.
+const (
+	compute  = v1alpha1.BoundTypeComputeBound
+	memory   = v1alpha1.BoundTypeMemoryBound
+	latency  = v1alpha1.BoundTypeLatencyBound
+	balanced = v1alpha1.BoundTypeBalanced
+)
+
 func TestClassify(t *testing.T) {
-	const (
-		compute  = v1alpha1.BoundTypeComputeBound
-		memory   = v1alpha1.BoundTypeMemoryBound
-		latency  = v1alpha1.BoundTypeLatencyBound
-		balanced = v1alpha1.BoundTypeBalanced
-	)
 	tests := []struct {
 		name    string
 		sm, mem int32
@@ -58,6 +64,141 @@ func TestClassify(t *testing.T) {
 		if got := Classify(tc.sm, tc.mem); got != tc.want {
 			t.Errorf("%s: Classify(%d, %d) = %s, want %s", tc.name, tc.sm, tc.mem, got, tc.want)
 		}
+	}
+}
+
+// TestClassifyShares: a workload takes the class that holds the most GPU
+// time; the table is mostly the tie rule.
+func TestClassifyShares(t *testing.T) {
+	type shares = v1alpha1.BoundTimeShares
+	tests := []struct {
+		name   string
+		shares shares
+		want   v1alpha1.BoundType
+	}{
+		{"nothing classified", shares{}, v1alpha1.BoundTypeUnknown},
+		{"all memory-bound", shares{MemoryBoundMilliPercent: 100_000}, memory},
+		{"the H200's mixed job", shares{MemoryBoundMilliPercent: 75_900, ComputeBoundMilliPercent: 22_600, LatencyBoundMilliPercent: 1_500}, memory},
+		{"latency-bound majority", shares{LatencyBoundMilliPercent: 50_001, ComputeBoundMilliPercent: 49_999}, latency},
+		{"balanced majority", shares{BalancedMilliPercent: 40_000, ComputeBoundMilliPercent: 30_000, MemoryBoundMilliPercent: 30_000}, balanced},
+		{"compute and memory tie", shares{ComputeBoundMilliPercent: 50_000, MemoryBoundMilliPercent: 50_000}, balanced},
+		{"compute, memory and latency tie", shares{ComputeBoundMilliPercent: 33_333, MemoryBoundMilliPercent: 33_333, LatencyBoundMilliPercent: 33_333}, balanced},
+		{"all four tie", shares{ComputeBoundMilliPercent: 25_000, MemoryBoundMilliPercent: 25_000, LatencyBoundMilliPercent: 25_000, BalancedMilliPercent: 25_000}, balanced},
+		{"memory and latency tie", shares{MemoryBoundMilliPercent: 50_000, LatencyBoundMilliPercent: 50_000}, memory},
+		{"compute and latency tie", shares{ComputeBoundMilliPercent: 50_000, LatencyBoundMilliPercent: 50_000}, compute},
+		{"compute and balanced tie", shares{ComputeBoundMilliPercent: 45_000, BalancedMilliPercent: 45_000, MemoryBoundMilliPercent: 10_000}, compute},
+		{"memory and balanced tie", shares{MemoryBoundMilliPercent: 45_000, BalancedMilliPercent: 45_000, ComputeBoundMilliPercent: 10_000}, memory},
+		{"balanced and latency tie", shares{BalancedMilliPercent: 50_000, LatencyBoundMilliPercent: 50_000}, balanced},
+		{"compute and memory tie below latency", shares{ComputeBoundMilliPercent: 30_000, MemoryBoundMilliPercent: 30_000, LatencyBoundMilliPercent: 40_000}, latency},
+		// Each share is rounded on its own: the sum may miss 100000.
+		{"rounded shares", shares{MemoryBoundMilliPercent: 66_667, ComputeBoundMilliPercent: 33_333, LatencyBoundMilliPercent: 1}, memory},
+	}
+	for _, tc := range tests {
+		if got := ClassifyShares(tc.shares); got != tc.want {
+			t.Errorf("%s: ClassifyShares(%+v) = %s, want %s", tc.name, tc.shares, got, tc.want)
+		}
+	}
+}
+
+// launch is n rows of a raw report: a kernel name, the duration of each
+// launch and its SM and memory throughput in percent.
+type launch struct {
+	kernel      string
+	n           int
+	ns, sm, mem float64
+}
+
+// rawReport writes launches as ncu's raw page with the three metrics the
+// class is made of.
+func rawReport(launches ...launch) string {
+	var b strings.Builder
+	b.WriteString(`"ID","Kernel Name","gpu__time_duration.sum","sm__throughput.avg.pct_of_peak_sustained_elapsed","gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"` + "\n")
+	b.WriteString(`"","","ns","%","%"` + "\n")
+	id := 0
+	for _, l := range launches {
+		for range l.n {
+			fmt.Fprintf(&b, "\"%d\",\"%s\",\"%g\",\"%g\",\"%g\"\n", id, l.kernel, l.ns, l.sm, l.mem)
+			id++
+		}
+	}
+	return b.String()
+}
+
+// TestClassByGPUTime: each kernel is classified by its own throughputs and
+// the workload takes the class holding the most GPU time, where the
+// averaged throughputs would blur two bounds into neither.
+func TestClassByGPUTime(t *testing.T) {
+	const (
+		vectorAdd = "vectorAdd(const float *, const float *, float *, int)"
+		fmaLoop   = "fmaLoop(const float *, float *)"
+		tiny      = "tinyKernel(const float *, float *)"
+	)
+	type shares = v1alpha1.BoundTimeShares
+	// class is what the test compares: the class and the shares it is
+	// decided on, the averaged throughputs the status keeps beside them,
+	// and, for the record, what Classify makes of those.
+	type class struct {
+		Bound      v1alpha1.BoundType
+		Shares     shares
+		SM, Memory int32
+		Averaged   v1alpha1.BoundType
+	}
+	tests := []struct {
+		name     string
+		launches []launch
+		want     class
+	}{
+		// hack/gpu-check's mixed job as an H200 ran it: vectorAdd 75.9 % of
+		// the time at 41.1 % SM and 69.8 % memory, fmaLoop 22.6 % at 97.5 %
+		// SM, four tiny launches the rest. The means are both under 60 %
+		// (53.3 % and 53.0 % on the H200), which the averaged rule took for
+		// LatencyBound; three quarters of the time is memory-bound.
+		{"H200 mixed", []launch{{vectorAdd, 2, 379_500, 41.1, 69.8}, {fmaLoop, 1, 226_000, 97.5, 0.37}, {tiny, 4, 3_750, 0.16, 10.5}},
+			class{memory, shares{MemoryBoundMilliPercent: 75_900, ComputeBoundMilliPercent: 22_600, LatencyBoundMilliPercent: 1_500}, 53_232, 53_219, latency}},
+		// The same job on an H100, whose slower memory keeps vectorAdd
+		// longer: both rules say MemoryBound.
+		{"H100 mixed", []launch{{vectorAdd, 2, 395_000, 33.4, 82.0}, {fmaLoop, 1, 193_000, 97.3, 0.37}, {tiny, 4, 4_250, 0.16, 10.5}},
+			class{memory, shares{MemoryBoundMilliPercent: 79_000, ComputeBoundMilliPercent: 19_300, LatencyBoundMilliPercent: 1_700}, 45_168, 65_030, memory}},
+		// Small grids of two kernels, neither unit near 60 %:
+		// (0.2*30000 + 5*16000) / 46000 = 1.8696 % SM, (11.5*30000 + 30*16000) / 46000 = 17.9348 % memory.
+		{"latency-bound", []launch{{tiny, 10, 3_000, 0.2, 11.5}, {"smallCopy(float *)", 2, 8_000, 5, 30}},
+			class{latency, shares{LatencyBoundMilliPercent: 100_000}, 1_870, 17_935, latency}},
+		// Half the time each: neither unit is the workload's bottleneck,
+		// though the means make it compute-bound.
+		{"compute and memory tie", []launch{{vectorAdd, 1, 100_000, 33.4, 82.0}, {fmaLoop, 1, 100_000, 97.3, 0.37}},
+			class{balanced, shares{MemoryBoundMilliPercent: 50_000, ComputeBoundMilliPercent: 50_000}, 65_350, 41_185, compute}},
+		// Half the time latency-bound: the memory-bound half decides.
+		{"memory and latency tie", []launch{{vectorAdd, 1, 100_000, 33.4, 82.0}, {tiny, 4, 25_000, 0.2, 11.5}},
+			class{memory, shares{MemoryBoundMilliPercent: 50_000, LatencyBoundMilliPercent: 50_000}, 16_800, 46_750, latency}},
+		// No launch has a duration: the shares and means are of launches,
+		// (3*33.4 + 97.3) / 4 = 49.375 % SM, (3*82.0 + 0.37) / 4 = 61.5925 % memory.
+		{"zero durations", []launch{{vectorAdd, 3, 0, 33.4, 82.0}, {fmaLoop, 1, 0, 97.3, 0.37}},
+			class{memory, shares{MemoryBoundMilliPercent: 75_000, ComputeBoundMilliPercent: 25_000}, 49_375, 61_593, memory}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := FromReport(context.Background(), strings.NewReader(rawReport(tc.launches...)), Options{ObservedAt: observedAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.BoundTimeShares == nil || st.SMThroughputMilliPercent == nil || st.MemoryThroughputMilliPercent == nil {
+				t.Fatalf("status lacks the shares or the throughputs: %+v", st)
+			}
+			got := class{
+				Bound: st.BoundType, Shares: *st.BoundTimeShares,
+				SM: *st.SMThroughputMilliPercent, Memory: *st.MemoryThroughputMilliPercent,
+				Averaged: Classify(*st.SMThroughputMilliPercent, *st.MemoryThroughputMilliPercent),
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("class (-want +got):\n%s", diff)
+			}
+			checkReclassifies(t, st)
+			// The message says where the time went when it is split.
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProfiled)
+			if split := describeShares(*st.BoundTimeShares); c == nil || (split != "") != strings.Contains(c.Message, "GPU time by class: "+split) {
+				t.Errorf("Profiled condition %+v does not say the shares %q", c, split)
+			}
+		})
 	}
 }
 

@@ -16,8 +16,12 @@ limitations under the License.
 
 // Package profile turns Nsight Compute measurements into a
 // WorkloadProfileStatus: it aggregates kernel launches weighted by their
-// GPU time, classifies the workload with NVIDIA's speed-of-light rule and
-// checks the class against the roofline model where the report allows.
+// GPU time, classifies each kernel with NVIDIA's speed-of-light rule,
+// gives the workload the class that holds the most GPU time, and checks
+// that class against the roofline model where the report allows. The
+// status stores what the class is decided on (the share of GPU time of
+// each class), so that ClassifyShares of a stored status gives back its
+// boundType.
 //
 // Everything here is pure: callers (the kubelet plugin, prismctl) own the
 // API writes.

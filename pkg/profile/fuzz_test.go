@@ -71,6 +71,14 @@ func FuzzFromReport(f *testing.F) {
 		}
 		percents := []*int32{st.SMThroughputMilliPercent, st.MemoryThroughputMilliPercent, st.DRAMThroughputMilliPercent,
 			st.L2ThroughputMilliPercent, st.AchievedOccupancyMilliPercent}
+		if sh := st.BoundTimeShares; sh != nil {
+			percents = append(percents, &sh.ComputeBoundMilliPercent, &sh.MemoryBoundMilliPercent, &sh.LatencyBoundMilliPercent, &sh.BalancedMilliPercent)
+			if c := ClassifyShares(*sh); c != st.BoundType {
+				t.Fatalf("ClassifyShares(%+v) = %s, status says %s", *sh, c, st.BoundType)
+			}
+		} else if st.KernelLaunches > 0 {
+			t.Fatalf("no boundTimeShares for %d launches", st.KernelLaunches)
+		}
 		for _, k := range st.TopKernels {
 			percents = append(percents, &k.TimeShareMilliPercent, &k.SMThroughputMilliPercent, &k.MemoryThroughputMilliPercent)
 			if k.Launches < 1 || len(k.Name) > maxKernelName {

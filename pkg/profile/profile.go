@@ -20,8 +20,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,9 +150,26 @@ type summary struct {
 	kernels                                map[string]*kernel
 	untracked                              int // launches of kernels beyond maxKernels
 	firstDevice, firstComputeCapability    string
+
+	// untrackedByClass weighs the launches of kernels beyond maxKernels
+	// by the class of each launch on its own: their names are not kept.
+	untrackedByClass map[v1alpha1.BoundType]weight
 }
 
-func newSummary() *summary { return &summary{kernels: map[string]*kernel{}} }
+// weight is GPU time and launches, of which the class shares count one:
+// launches only when no launch has a duration.
+type weight struct{ time, launches float64 }
+
+func (w weight) of(byTime bool) float64 {
+	if byTime {
+		return w.time
+	}
+	return w.launches
+}
+
+func newSummary() *summary {
+	return &summary{kernels: map[string]*kernel{}, untrackedByClass: map[v1alpha1.BoundType]weight{}}
+}
 
 // add takes one launch; it keeps nothing of l but copies of what it needs.
 func (s *summary) add(l *ncu.Launch) error {
@@ -195,6 +214,9 @@ func (s *summary) add(l *ncu.Launch) error {
 	if k == nil {
 		if len(s.kernels) >= maxKernels {
 			s.untracked++
+			c := Classify(toMilliPercent(l.Metrics[ncu.MetricSMThroughput]), toMilliPercent(l.Metrics[ncu.MetricMemoryThroughput]))
+			w := s.untrackedByClass[c]
+			s.untrackedByClass[c] = weight{w.time + ns, w.launches + 1}
 			return nil
 		}
 		// A copy: the launch's strings share the parser's record.
@@ -270,11 +292,12 @@ func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1a
 	st.KernelLaunches = int32(min(s.launches, math.MaxInt32))
 	st.TotalGPUTimeNanoseconds = clampInt64(s.total)
 	st.TopKernels = topKernels(s.kernels, s.total, s.launches, opts.TopKernels)
-	// Scan passes on only launches with both throughputs.
 	smMilli, memMilli := ptrOrZero(st.SMThroughputMilliPercent), ptrOrZero(st.MemoryThroughputMilliPercent)
-	if st.SMThroughputMilliPercent != nil && st.MemoryThroughputMilliPercent != nil {
-		st.BoundType = Classify(smMilli, memMilli)
-	}
+	// The class is decided on the stored shares, not on the averaged
+	// throughputs above, so that ClassifyShares of the status gives it.
+	shares := s.boundTimeShares(byTime)
+	st.BoundTimeShares = &shares
+	st.BoundType = ClassifyShares(shares)
 
 	kernels := count(len(s.kernels), "kernel", "kernels")
 	if s.untracked > 0 {
@@ -283,6 +306,9 @@ func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1a
 	msg := fmt.Sprintf("%s of %s, %s of GPU time: SM %s, memory %s",
 		count(int(st.KernelLaunches), "launch", "launches"), kernels,
 		time.Duration(st.TotalGPUTimeNanoseconds), FormatMilliPercent(smMilli), FormatMilliPercent(memMilli))
+	if d := describeShares(shares); d != "" {
+		msg += "; GPU time by class: " + d
+	}
 	if haveWaves && waves < 1 {
 		msg += fmt.Sprintf("; %.2f waves per SM, so the grids do not fill the GPU", waves)
 	}
@@ -312,6 +338,29 @@ func (s *summary) status(ctx context.Context, rep *ncu.Report, opts Options) v1a
 	logger.V(2).Info("Summarised ncu report", "boundType", st.BoundType, "launches", st.KernelLaunches,
 		"kernels", len(s.kernels), "roofline", rc.Reason, "rooflineMessage", rc.Message)
 	return st
+}
+
+// boundTimeShares classifies each kernel by its own duration-weighted
+// throughputs, rounded as topKernels stores them, and gives each class's
+// share of the GPU time: of the launches, when no launch has a duration.
+func (s *summary) boundTimeShares(byTime bool) v1alpha1.BoundTimeShares {
+	byClass := map[v1alpha1.BoundType]float64{}
+	for c, w := range s.untrackedByClass {
+		byClass[c] += w.of(byTime)
+	}
+	// In name order: a float sum does not depend on the map's order then.
+	for _, name := range slices.Sorted(maps.Keys(s.kernels)) {
+		k := s.kernels[name]
+		sm, _ := k.sm.value(byTime)
+		memory, _ := k.memory.value(byTime)
+		c := Classify(toMilliPercent(sm), toMilliPercent(memory))
+		byClass[c] += weight{k.gpuTime, k.sm.count}.of(byTime)
+	}
+	total := s.total
+	if !byTime {
+		total = float64(s.launches)
+	}
+	return sharesOf(byClass, total)
 }
 
 // ncuVersion is the version to record: the report's, or else the

@@ -46,12 +46,29 @@ const (
 
 func ptr(v int32) *int32 { return &v }
 
+// allOf is the shares of a workload whose GPU time is all in class b.
+func allOf(b v1alpha1.BoundType) *v1alpha1.BoundTimeShares {
+	s := &v1alpha1.BoundTimeShares{}
+	switch b {
+	case v1alpha1.BoundTypeComputeBound:
+		s.ComputeBoundMilliPercent = 100_000
+	case v1alpha1.BoundTypeMemoryBound:
+		s.MemoryBoundMilliPercent = 100_000
+	case v1alpha1.BoundTypeLatencyBound:
+		s.LatencyBoundMilliPercent = 100_000
+	case v1alpha1.BoundTypeBalanced:
+		s.BalancedMilliPercent = 100_000
+	}
+	return s
+}
+
 // TestFromReportGolden checks the classification and the aggregates of each
 // fixture by hand-computed values, then the whole status against a golden
 // file, so that a change to any field is seen in review.
 func TestFromReportGolden(t *testing.T) {
 	type want struct {
 		Bound                 v1alpha1.BoundType
+		Shares                *v1alpha1.BoundTimeShares
 		Sm, Memory, Dram, Occ *int32
 		Waves                 string
 		Launches              int32
@@ -80,7 +97,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "vectoradd_raw.csv", product: "",
 		want: want{
 			Shown: [3]string{"33.6%", "82.3%", "76.5%"},
-			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(33_550), Memory: ptr(82_280), Dram: ptr(82_280), Occ: ptr(76_460),
+			Bound: v1alpha1.BoundTypeMemoryBound, Shares: allOf(v1alpha1.BoundTypeMemoryBound), Sm: ptr(33_550), Memory: ptr(82_280), Dram: ptr(82_280), Occ: ptr(76_460),
 			Waves: "248240m", Launches: 1, GpuTime: 288_352,
 			// 67108864 FADD over 795293440 bytes: 0.0844 FLOP/byte, far below H100's ridge of 20
 			Flops: "67108864", DramBytes: "795293440", Ai: "84m",
@@ -92,7 +109,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "vectoradd_details.csv", product: h100,
 		want: want{
 			Shown: [3]string{"33.4%", "82.0%", "76.5%"},
-			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(33_440), Memory: ptr(82_040), Dram: ptr(82_040), Occ: ptr(76_480),
+			Bound: v1alpha1.BoundTypeMemoryBound, Shares: allOf(v1alpha1.BoundTypeMemoryBound), Sm: ptr(33_440), Memory: ptr(82_040), Dram: ptr(82_040), Occ: ptr(76_480),
 			Waves: "248240m", Launches: 1, GpuTime: 289_184,
 			Product: h100, ComputeCapability: "9.0",
 		},
@@ -100,7 +117,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "fmaloop_raw.csv", product: "",
 		want: want{
 			Shown: [3]string{"97.4%", "0.4%", "60.7%"},
-			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(97_370), Memory: ptr(400), Dram: ptr(230), Occ: ptr(60_710),
+			Bound: v1alpha1.BoundTypeComputeBound, Shares: allOf(v1alpha1.BoundTypeComputeBound), Sm: ptr(97_370), Memory: ptr(400), Dram: ptr(230), Occ: ptr(60_710),
 			Waves: "1", Launches: 1, GpuTime: 140_832,
 			// 4325376 FADD + 2 * 4429185024 FFMA over 1086464 bytes
 			Flops: "8862695424", DramBytes: "1086464", Ai: "8157376m",
@@ -111,7 +128,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "fmaloop_details.csv", product: h100,
 		want: want{
 			Shown: [3]string{"97.4%", "0.4%", "60.7%"},
-			Bound: v1alpha1.BoundTypeComputeBound, Sm: ptr(97_390), Memory: ptr(370), Dram: ptr(290), Occ: ptr(60_710),
+			Bound: v1alpha1.BoundTypeComputeBound, Shares: allOf(v1alpha1.BoundTypeComputeBound), Sm: ptr(97_390), Memory: ptr(370), Dram: ptr(290), Occ: ptr(60_710),
 			Waves: "1", Launches: 1, GpuTime: 140_704,
 			Product: h100, ComputeCapability: "9.0",
 		},
@@ -119,7 +136,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "tinygrid_raw.csv", product: "",
 		want: want{
 			Shown: [3]string{"0.2%", "11.5%", "3.1%"},
-			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(180), Memory: ptr(11_530), Dram: ptr(130), Occ: ptr(3_120),
+			Bound: v1alpha1.BoundTypeLatencyBound, Shares: allOf(v1alpha1.BoundTypeLatencyBound), Sm: ptr(180), Memory: ptr(11_530), Dram: ptr(130), Occ: ptr(3_120),
 			Waves: "10m", Launches: 1, GpuTime: 2_784,
 			// 2 * 131072 FFMA over 12032 bytes; a latency-bound report
 			// gets no roofline verdict.
@@ -130,7 +147,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "tinygrid_details.csv", product: h100,
 		want: want{
 			Shown: [3]string{"0.2%", "11.7%", "3.1%"},
-			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(180), Memory: ptr(11_700), Dram: ptr(130), Occ: ptr(3_120),
+			Bound: v1alpha1.BoundTypeLatencyBound, Shares: allOf(v1alpha1.BoundTypeLatencyBound), Sm: ptr(180), Memory: ptr(11_700), Dram: ptr(130), Occ: ptr(3_120),
 			Waves: "10m", Launches: 1, GpuTime: 2_784,
 			Product: h100, ComputeCapability: "9.0",
 		},
@@ -140,7 +157,12 @@ func TestFromReportGolden(t *testing.T) {
 		file: "mixed_raw.csv", product: "",
 		want: want{
 			Shown: [3]string{"45.2%", "65.1%", "72.2%"},
-			Bound: v1alpha1.BoundTypeMemoryBound,
+			// Each kernel on its own: vectorAdd MemoryBound (memory 82.0 %
+			// is at least 80), fmaLoop ComputeBound, tinyKernel
+			// LatencyBound; their shares of the time are those of the top
+			// kernels below.
+			Bound:  v1alpha1.BoundTypeMemoryBound,
+			Shares: &v1alpha1.BoundTimeShares{MemoryBoundMilliPercent: 79_042, ComputeBoundMilliPercent: 19_296, LatencyBoundMilliPercent: 1_662},
 			// (33.36*289280 + 33.41*289184 + 97.27*141216 + 0.16*3136 + 0.17*2816 + 0.15*3168 + 0.16*3040) / 731840 = 45.1602
 			Sm: ptr(45_160),
 			// (82.00*289280 + 82.03*289184 + 0.37*141216 + 10.23*3136 + 11.33*2816 + 10.15*3168 + 10.48*3040) / 731840 = 65.0729
@@ -169,8 +191,11 @@ func TestFromReportGolden(t *testing.T) {
 		// fmaLoop, 15 us of tinyKernel; the n/a launch is left out.
 		file: "legacy-metric-names_raw.csv", product: a100,
 		want: want{
-			Shown:  [3]string{"26.2%", "82.2%", "80.9%"},
-			Bound:  v1alpha1.BoundTypeMemoryBound,
+			Shown: [3]string{"26.2%", "82.2%", "80.9%"},
+			Bound: v1alpha1.BoundTypeMemoryBound,
+			// vectorAdd MemoryBound, fmaLoop ComputeBound, tinyKernel
+			// LatencyBound, with the top kernels' shares of the time.
+			Shares: &v1alpha1.BoundTimeShares{MemoryBoundMilliPercent: 90_293, ComputeBoundMilliPercent: 9_029, LatencyBoundMilliPercent: 677},
 			Sm:     ptr(26_205), // (20*2e6 + 90*2e5 + 3*1.5e4) / 2.215e6 = 26.2054
 			Memory: ptr(82_181), // (90*2e6 + 10*2e5 + 2*1.5e4) / 2.215e6 = 82.1806
 			// vectorAdd #2 has no DRAM figure: (88*1e6 + 1*2e5 + 0.5*1.5e4) / 1.215e6 = 72.5988
@@ -190,7 +215,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "per-cycle-fp32_raw.csv", product: h100,
 		want: want{
 			Shown: [3]string{"3.2%", "1.9%", "6.2%"},
-			Bound: v1alpha1.BoundTypeLatencyBound, Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
+			Bound: v1alpha1.BoundTypeLatencyBound, Shares: allOf(v1alpha1.BoundTypeLatencyBound), Sm: ptr(3_210), Memory: ptr(1_870), Dram: ptr(420), Occ: ptr(6_180),
 			Waves: "10m", Launches: 1, GpuTime: 4_256,
 			// (0.3026 + 2*19.3691) inst/cycle * 1.59 GHz * 4256 ns
 			Flops: "264191", DramBytes: "16380", Ai: "16129m",
@@ -201,7 +226,7 @@ func TestFromReportGolden(t *testing.T) {
 		file: "dram-rate_details.csv", product: h100,
 		want: want{
 			Shown: [3]string{"20.4%", "90.1%", "82.3%"},
-			Bound: v1alpha1.BoundTypeMemoryBound, Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
+			Bound: v1alpha1.BoundTypeMemoryBound, Shares: allOf(v1alpha1.BoundTypeMemoryBound), Sm: ptr(20_410), Memory: ptr(90_120), Dram: ptr(90_120), Occ: ptr(82_310),
 			Waves: "992970m", Launches: 1, GpuTime: 1_070_000,
 			DramBytes: "3220700k", // 3.01 Tbyte/s for 1.07 ms
 			Product:   h100, ComputeCapability: "9.0",
@@ -224,7 +249,7 @@ func TestFromReportGolden(t *testing.T) {
 			}
 			w := tc.want
 			got := want{
-				Bound: st.BoundType, Sm: st.SMThroughputMilliPercent, Memory: st.MemoryThroughputMilliPercent,
+				Bound: st.BoundType, Shares: st.BoundTimeShares, Sm: st.SMThroughputMilliPercent, Memory: st.MemoryThroughputMilliPercent,
 				Dram: st.DRAMThroughputMilliPercent, Occ: st.AchievedOccupancyMilliPercent,
 				Waves: qty(st.WavesPerSM), Launches: st.KernelLaunches, GpuTime: st.TotalGPUTimeNanoseconds,
 				Flops: qty(st.FLOPs), DramBytes: qty(st.DRAMBytes), Ai: qty(st.ArithmeticIntensity),
@@ -243,16 +268,39 @@ func TestFromReportGolden(t *testing.T) {
 			if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionProfiled) {
 				t.Errorf("Profiled is not True: %+v", st.Conditions)
 			}
-			// Re-classifying the stored integers gives the stored class.
-			if c := Classify(*st.SMThroughputMilliPercent, *st.MemoryThroughputMilliPercent); c != st.BoundType {
-				t.Errorf("Classify of the stored numbers = %s, status says %s", c, st.BoundType)
-			}
+			checkReclassifies(t, st)
 			golden, err := yaml.Marshal(st)
 			if err != nil {
 				t.Fatal(err)
 			}
 			goldentest.Compare(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".csv")+".golden.yaml"), golden)
 		})
+	}
+}
+
+// checkReclassifies holds a status to the package's invariant: anyone can
+// recompute the stored class from what the status stores. The workload's
+// class comes from its stored shares of GPU time, and each top kernel's
+// class from its stored throughputs; a class that holds no time is not
+// the class of any kernel.
+func checkReclassifies(t *testing.T, st v1alpha1.WorkloadProfileStatus) {
+	t.Helper()
+	if st.BoundTimeShares == nil {
+		t.Fatalf("no boundTimeShares in a status of %d launches", st.KernelLaunches)
+	}
+	if c := ClassifyShares(*st.BoundTimeShares); c != st.BoundType {
+		t.Errorf("ClassifyShares of the stored shares %+v = %s, status says %s", *st.BoundTimeShares, c, st.BoundType)
+	}
+	held := map[v1alpha1.BoundType]int32{
+		v1alpha1.BoundTypeComputeBound: st.BoundTimeShares.ComputeBoundMilliPercent,
+		v1alpha1.BoundTypeMemoryBound:  st.BoundTimeShares.MemoryBoundMilliPercent,
+		v1alpha1.BoundTypeLatencyBound: st.BoundTimeShares.LatencyBoundMilliPercent,
+		v1alpha1.BoundTypeBalanced:     st.BoundTimeShares.BalancedMilliPercent,
+	}
+	for _, k := range st.TopKernels {
+		if c := Classify(k.SMThroughputMilliPercent, k.MemoryThroughputMilliPercent); k.TimeShareMilliPercent > 0 && held[c] < k.TimeShareMilliPercent {
+			t.Errorf("top kernel %s is %s with %d milli-percent of the time, but the status gives %s only %d", k.Name, c, k.TimeShareMilliPercent, c, held[c])
+		}
 	}
 }
 

@@ -91,10 +91,11 @@ func TestCRDValidation(t *testing.T) {
 			},
 			Status: v1alpha1.WorkloadProfileStatus{
 				BoundType: v1alpha1.BoundTypeMemoryBound, SMThroughputMilliPercent: i32(20_410), MemoryThroughputMilliPercent: i32(100_000),
-				WavesPerSM: resource.NewMilliQuantity(10, resource.DecimalSI),
-				TopKernels: []v1alpha1.KernelSummary{{Name: "k", Launches: 1, TimeShareMilliPercent: 100_000}},
-				Device:     &v1alpha1.ProfiledDevice{ComputeCapability: "10.0"},
-				Source:     &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceImport},
+				BoundTimeShares: &v1alpha1.BoundTimeShares{MemoryBoundMilliPercent: 100_000},
+				WavesPerSM:      resource.NewMilliQuantity(10, resource.DecimalSI),
+				TopKernels:      []v1alpha1.KernelSummary{{Name: "k", Launches: 1, TimeShareMilliPercent: 100_000}},
+				Device:          &v1alpha1.ProfiledDevice{ComputeCapability: "10.0"},
+				Source:          &v1alpha1.ProfileSource{Type: v1alpha1.ProfileSourceImport},
 			},
 		}
 	}
@@ -112,6 +113,12 @@ func TestCRDValidation(t *testing.T) {
 		{"over 100 %", func(w *v1alpha1.WorkloadProfile) { w.Status.SMThroughputMilliPercent = i32(100_001) }, "status.smThroughputMilliPercent"},
 		{"negative", func(w *v1alpha1.WorkloadProfile) { w.Status.AchievedOccupancyMilliPercent = i32(-1) }, "status.achievedOccupancyMilliPercent"},
 		{"kernel without launches", func(w *v1alpha1.WorkloadProfile) { w.Status.TopKernels[0].Launches = 0 }, "status.topKernels[0].launches"},
+		{"class share over 100 %", func(w *v1alpha1.WorkloadProfile) {
+			w.Status.BoundTimeShares = &v1alpha1.BoundTimeShares{MemoryBoundMilliPercent: 100_001}
+		}, "status.boundTimeShares.memoryBoundMilliPercent"},
+		{"negative class share", func(w *v1alpha1.WorkloadProfile) {
+			w.Status.BoundTimeShares = &v1alpha1.BoundTimeShares{LatencyBoundMilliPercent: -1}
+		}, "status.boundTimeShares.latencyBoundMilliPercent"},
 		{"unknown source", func(w *v1alpha1.WorkloadProfile) { w.Status.Source.Type = "Guess" }, "status.source.type"},
 	}
 	for _, tc := range tests {

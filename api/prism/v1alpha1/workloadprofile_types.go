@@ -30,7 +30,9 @@ import (
 // resource.Quantity, each held to QuantityPattern (see quantity.go).
 
 // BoundType names the hardware unit that limits a workload, following the
-// bottleneck rule of the Nsight Compute Speed Of Light section.
+// bottleneck rule of the Nsight Compute Speed Of Light section. The rule
+// classifies each kernel; a workload takes the class of the kernels that
+// hold the most of its GPU time (see WorkloadProfileStatus.BoundTimeShares).
 // +kubebuilder:validation:Enum=ComputeBound;MemoryBound;LatencyBound;Balanced;Unknown
 type BoundType string
 
@@ -44,7 +46,9 @@ const (
 	// smaller or shared GPU costs it little.
 	BoundTypeLatencyBound BoundType = "LatencyBound"
 	// BoundTypeBalanced means both units are used within 10 points of
-	// each other and neither reaches 80 %.
+	// each other and neither reaches 80 %; for a workload, also that
+	// ComputeBound and MemoryBound kernels hold the same, largest share
+	// of its GPU time.
 	BoundTypeBalanced BoundType = "Balanced"
 	// BoundTypeUnknown means no kernel was measured.
 	BoundTypeUnknown BoundType = "Unknown"
@@ -214,6 +218,30 @@ type KernelSummary struct {
 	MemoryThroughputMilliPercent int32 `json:"memoryThroughputMilliPercent"`
 }
 
+// BoundTimeShares is the share of a profile's GPU time spent in kernels of
+// each speed-of-light class, in milli-percent. Each is rounded on its own,
+// so the four may add up to a few milli-percent more or less than 100000.
+// When a report's launches all have a zero duration, the shares are of
+// launches instead.
+type BoundTimeShares struct {
+	// computeBoundMilliPercent is the share of ComputeBound kernels.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	ComputeBoundMilliPercent int32 `json:"computeBoundMilliPercent"`
+	// memoryBoundMilliPercent is the share of MemoryBound kernels.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MemoryBoundMilliPercent int32 `json:"memoryBoundMilliPercent"`
+	// latencyBoundMilliPercent is the share of LatencyBound kernels.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	LatencyBoundMilliPercent int32 `json:"latencyBoundMilliPercent"`
+	// balancedMilliPercent is the share of Balanced kernels.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	BalancedMilliPercent int32 `json:"balancedMilliPercent"`
+}
+
 // ReportDigest identifies the raw ncu report a status was computed from.
 // The workload wrote that report, so it proves nothing about the
 // workload; it lets a person match a profile with the report kept on the
@@ -237,9 +265,22 @@ type ReportDigest struct {
 // GPU time dominates the class. Fields are absent when ncu did not
 // measure them.
 type WorkloadProfileStatus struct {
-	// boundType is the speed-of-light class of the workload.
+	// boundType is the speed-of-light class of the workload: the class of
+	// the kernels that hold the most GPU time (see boundTimeShares).
 	// +optional
 	BoundType BoundType `json:"boundType,omitempty"`
+	// boundTimeShares is the share of the GPU time spent in kernels of
+	// each speed-of-light class, each kernel (all launches of one name)
+	// classified by its own duration-weighted SM and memory throughput.
+	// boundType is the class with the largest share, so it can be
+	// recomputed from these four figures alone (profile.ClassifyShares).
+	// It is absent from a profile written by a plugin or prismctl that
+	// predates it, whose boundType is the class of the averaged
+	// smThroughputMilliPercent and memoryThroughputMilliPercent, and from
+	// one stored under a CRD without it; either way the stored boundType
+	// is used as it is until the workload is profiled again.
+	// +optional
+	BoundTimeShares *BoundTimeShares `json:"boundTimeShares,omitempty"`
 
 	// smThroughputMilliPercent is the SM (compute) throughput in
 	// milli-percent of the device's peak.

@@ -74,6 +74,10 @@ func ProfileOf(wp *prismv1alpha1.WorkloadProfile, clusterPolicy prismv1alpha1.Po
 	if wp.Spec.Policy != "" {
 		policy = wp.Spec.Policy
 	}
+	// The bound type is read as stored, never re-derived: a profile
+	// written before status.boundTimeShares existed keeps the class of its
+	// averaged throughputs, and is placed by it, until the workload is
+	// profiled again.
 	return rewrite.Profile{
 		Name:                 wp.Name,
 		BoundType:            wp.Status.BoundType,
