@@ -43,11 +43,7 @@ func why(pod *corev1.Pod, c *resourceapi.ResourceClaim) string {
 			// profiled instead has none, and names the profile.
 			parts = append(parts, fmt.Sprintf("profile %q not measured yet: profiling run", plan.Profile))
 		case share != nil && share.Verdict == rewrite.ShareSized.String() && share.Memory != nil:
-			limit := ""
-			if share.ComputeLimitPercent > 0 {
-				limit = fmt.Sprintf(" (limit %d%%)", share.ComputeLimitPercent)
-			}
-			parts = append(parts, fmt.Sprintf("profile %q usage -> share %d%%%s %s first -> tier %s", plan.Profile, share.ComputePercent, limit, share.Memory, tiers))
+			parts = append(parts, fmt.Sprintf("profile %q usage -> share %d%%%s %s first -> tier %s", plan.Profile, share.ComputePercent, rewrite.PeakText(share), share.Memory, tiers))
 		case share != nil:
 			parts = append(parts, fmt.Sprintf("profile %q %s/%s, no share (%s) -> tier %s", plan.Profile, plan.BoundType, plan.Policy, share.Verdict, tiers))
 		default:

@@ -124,11 +124,7 @@ func shareNotes(s *rewrite.SharePlan) []PlanNote {
 		notes = append(notes, PlanNote{"Usage", s.Usage})
 	}
 	if s.Verdict == rewrite.ShareSized.String() && s.Memory != nil {
-		limit := ""
-		if s.ComputeLimitPercent > 0 {
-			limit = fmt.Sprintf(" (limit %d%%)", s.ComputeLimitPercent)
-		}
-		notes = append(notes, PlanNote{"Share", fmt.Sprintf("%d%% compute%s, %s memory first, for %s: %s", s.ComputePercent, limit, s.Memory.String(), strings.Join(s.Requests, ", "), s.Reason)})
+		notes = append(notes, PlanNote{"Share", fmt.Sprintf("%d%% compute%s, %s memory first, for %s: %s", s.ComputePercent, rewrite.PeakText(s), s.Memory.String(), strings.Join(s.Requests, ", "), s.Reason)})
 	} else {
 		notes = append(notes, PlanNote{"Share", "none, " + s.Verdict + ": " + s.Reason})
 	}

@@ -82,19 +82,29 @@ func (m *mpsShares) open(ctx context.Context, opts mps.Options) {
 	logger.Info("MPS pipe directories are size-limited", "bytes", mps.PipeDirSize)
 }
 
-// mpsShare says whether a device is a share that MPS should enforce: a
-// share of part of the GPU (see sharedDevice). A share of the whole GPU,
-// which a claim that names no amount gets on a shareable GPU, has the GPU
-// to itself and is not one. plan refuses a share whose config sets a
-// strategy a share cannot take, so that no claim's config takes its share
-// out of MPS.
-func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
+// partOfGPU says whether a device is a share of part of the GPU: of part
+// of its compute or of its memory (see sharedDevice). A share of the whole
+// GPU, which a claim that names no amount gets on a shareable GPU, has the
+// GPU to itself and is not one.
+func partOfGPU(dev checkpoint.Device, g gpu.Device) bool {
 	s := dev.Sharing
 	if dev.ShareID == "" || s == nil {
 		return false
 	}
-	partialMemory := s.Share.LimitsMemory() && int64(g.MemoryBytes)-s.Share.MemoryBytes >= gpu.MemoryShareStep.Value()
-	return s.Share.LimitsCompute() || partialMemory
+	return s.Share.LimitsCompute() || partOfMemory(*s, g)
+}
+
+func partOfMemory(s checkpoint.Sharing, g gpu.Device) bool {
+	return s.Share.LimitsMemory() && int64(g.MemoryBytes)-s.Share.MemoryBytes >= gpu.MemoryShareStep.Value()
+}
+
+// mpsShare says whether a device is a share that MPS should enforce: a
+// share of part of the GPU's memory, or one whose config caps its compute
+// (see checkpoint.Sharing.Limits). A share of compute alone has nothing
+// for MPS to hold it to, and runs time-sliced, as the servers of shares'
+// daemons do anyway.
+func mpsShare(dev checkpoint.Device, g gpu.Device) bool {
+	return partOfGPU(dev, g) && (dev.Sharing.Limits().LimitsCompute() || partOfMemory(*dev.Sharing, g))
 }
 
 // plan marks the claim's shares that MPS enforces, each with a daemon of

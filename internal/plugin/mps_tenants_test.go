@@ -106,21 +106,31 @@ func TestAShareHoldsWhateverItsWorkloadDoes(t *testing.T) {
 		pinned = mps.EnvPinnedDeviceMemLimit
 	)
 	limitsOfA := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 40, PinnedMemLimitBytes: 8 * gi}
+	uncapped := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 100, PinnedMemLimitBytes: 8 * gi}
 	for _, tc := range []struct {
 		name string
+		// a is a's claim: its share is capped at 40 % unless it says
+		// otherwise.
+		a *resourceapi.ResourceClaim
 		// env changes a's container's environment.
 		env  func([]string) []string
 		want mpstest.ClientResult
 	}{
-		{"as prepared", nil, limitsOfA},
-		{"limits unset", mpstest.UnsetEnv(thread, pinned), limitsOfA},
-		{"limits raised", mpstest.SetEnv(thread+"=100", pinned+"=0=81920M"), limitsOfA},
-		{"limits lowered", mpstest.SetEnv(thread+"=10", pinned+"=0=1024M"), mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 10, PinnedMemLimitBytes: gi}},
+		{"as prepared", nil, nil, limitsOfA},
+		{"limits unset", nil, mpstest.UnsetEnv(thread, pinned), limitsOfA},
+		{"limits raised", nil, mpstest.SetEnv(thread+"=100", pinned+"=0=81920M"), limitsOfA},
+		{"limits lowered", nil, mpstest.SetEnv(thread+"=10", pinned+"=0=1024M"), mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 10, PinnedMemLimitBytes: gi}},
+		{"no cap asked: every SM, its memory", computeShare("a", 40, "8Gi"), nil, uncapped},
+		{"no cap asked, memory raised", computeShare("a", 40, "8Gi"), mpstest.SetEnv(pinned + "=0=81920M"), uncapped},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMPSDriver(t)
 			d := m.start(t)
-			for _, c := range []*resourceapi.ResourceClaim{computeShare("a", 40, "8Gi"), computeShare("b", 20, "4Gi")} {
+			a := tc.a
+			if a == nil {
+				a = cappedShare("a", 40, 40, "8Gi")
+			}
+			for _, c := range []*resourceapi.ResourceClaim{a, computeShare("b", 20, "4Gi")} {
 				if r := prepare(t, d, c)[c.UID]; r.Err != nil {
 					t.Fatal(r.Err)
 				}
@@ -160,7 +170,7 @@ func TestTenantsOfOneGPUKeepApart(t *testing.T) {
 		t.Fatalf("a's workload: %+v", r)
 	}
 	got := b.client(t, m, nil, &syscall.Credential{Uid: 2000, Gid: 2000}, "--wait=2s").Release(t)
-	want := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 20, PinnedMemLimitBytes: 4 << 30}
+	want := mpstest.ClientResult{MPS: true, ActiveThreadPercentage: 100, PinnedMemLimitBytes: 4 << 30}
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(mpstest.ClientResult{}, "ServerUID", "Server")); diff != "" {
 		t.Errorf("b's workload beside a's, as another user (-want +got):\n%s", diff)
 	}
@@ -174,7 +184,7 @@ func TestTenantsOfOneGPUKeepApart(t *testing.T) {
 	if out, err := quit.CombinedOutput(); err != nil {
 		t.Fatalf("a's quit: %v %s", err, out)
 	}
-	if r := b.client(t, m, nil, nil).Release(t); !r.MPS || r.Error != "" || r.ActiveThreadPercentage != 20 {
+	if r := b.client(t, m, nil, nil).Release(t); !r.MPS || r.Error != "" || r.PinnedMemLimitBytes != 4<<30 {
 		t.Errorf("b's workload after a's quit: %+v, want its own daemon still serving it", r)
 	}
 }
@@ -198,7 +208,7 @@ func TestADeadShareDaemonIsReplacedAndItsPodsTold(t *testing.T) {
 	key := shareDaemon("a")
 	d.state.shares.repair(t.Context())
 	old := d.state.checkpoint.MPSDaemons()[key]
-	if diff := cmp.Diff(map[string][]string{key: limited(40, 8192)}, m.daemonEvents(t)); diff != "" {
+	if diff := cmp.Diff(map[string][]string{key: limited(0, 8192)}, m.daemonEvents(t)); diff != "" {
 		t.Fatalf("a check of a serving daemon started or stopped one (-want +got):\n%s", diff)
 	}
 
@@ -215,7 +225,7 @@ func TestADeadShareDaemonIsReplacedAndItsPodsTold(t *testing.T) {
 	if fresh.PID == 0 || fresh.PID == old.PID || syscall.Kill(fresh.PID, 0) != nil {
 		t.Errorf("daemon after the check: %+v, want a fresh one running in place of %d", fresh, old.PID)
 	}
-	if diff := cmp.Diff(map[string][]string{key: slices.Concat(limited(40, 8192), limited(40, 8192))}, m.daemonEvents(t)); diff != "" {
+	if diff := cmp.Diff(map[string][]string{key: slices.Concat(limited(0, 8192), limited(0, 8192))}, m.daemonEvents(t)); diff != "" {
 		t.Errorf("daemons after the check (-want +got):\n%s", diff)
 	}
 	want := []string{"Node/" + testNode, "Pod/pod-a", "ResourceClaim/claim-a"}

@@ -97,15 +97,18 @@ func (m *mpsDriver) daemonEvents(t *testing.T) map[string][]string {
 func shareDaemon(uid string) string { return uid + "-gpu-0" }
 
 // limited are a daemon's records from its start through its limits being
-// set to a share of per cent of the SMs and mib MiB, and read back.
+// set, and read back: a cap of percent of the SMs where percent is not 0,
+// and mib MiB.
 func limited(percent, mib int) []string {
-	return []string{
-		"start ",
-		fmt.Sprintf("command set_default_active_thread_percentage %d", percent),
-		"command get_default_active_thread_percentage",
-		fmt.Sprintf("command set_default_device_pinned_mem_limit 0 %dM", mib),
-		"command get_default_device_pinned_mem_limit 0",
+	events := []string{"start "}
+	if percent != 0 {
+		events = append(events,
+			fmt.Sprintf("command set_default_active_thread_percentage %d", percent),
+			"command get_default_active_thread_percentage")
 	}
+	return append(events,
+		fmt.Sprintf("command set_default_device_pinned_mem_limit 0 %dM", mib),
+		"command get_default_device_pinned_mem_limit 0")
 }
 
 // computeShare is a claim allocated a share of gpu-0: per cent of its SMs
@@ -113,6 +116,14 @@ func limited(percent, mib int) []string {
 func computeShare(uid string, percent int64, memory string) *resourceapi.ResourceClaim {
 	c := sharedClaim(uid, memory)
 	c.Status.Allocation.Devices.Results[0].ConsumedCapacity[gpuv1alpha1.ComputeCapacity.Qualified()] = *resource.NewQuantity(percent, resource.DecimalSI)
+	return c
+}
+
+// cappedShare is computeShare whose GpuConfig caps its SMs at capPercent.
+func cappedShare(uid string, percent, capPercent int64, memory string) *resourceapi.ResourceClaim {
+	c := computeShare(uid, percent, memory)
+	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config,
+		opaque(fmt.Sprintf(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":%d}}`, capPercent)))
 	return c
 }
 
@@ -147,11 +158,12 @@ func deviceEdits(t *testing.T, state, uid string) cdispec.ContainerEdits {
 
 // TestEachShareHasADaemonOfItsOwn: two shares of one GPU each get a daemon
 // of their own, whose defaults are the share's limits, so that MPS itself
-// holds each share to them; each daemon stops with its share.
+// holds each share to them: its memory, and a cap on its SMs only where its
+// config asks for one; each daemon stops with its share.
 func TestEachShareHasADaemonOfItsOwn(t *testing.T) {
 	m := newMPSDriver(t)
 	d := m.start(t)
-	for _, c := range []*resourceapi.ResourceClaim{computeShare("a", 45, "8Gi"), computeShare("b", 20, "4Gi")} {
+	for _, c := range []*resourceapi.ResourceClaim{cappedShare("a", 45, 45, "8Gi"), computeShare("b", 20, "4Gi")} {
 		if r := prepare(t, d, c)[c.UID]; r.Err != nil {
 			t.Fatal(r.Err)
 		}
@@ -160,7 +172,7 @@ func TestEachShareHasADaemonOfItsOwn(t *testing.T) {
 	daemons := d.state.checkpoint.MPSDaemons()
 	for key, want := range map[string]gpuv1alpha1.Share{
 		shareDaemon("a"): {ComputePercent: 45, MemoryBytes: 8 << 30},
-		shareDaemon("b"): {ComputePercent: 20, MemoryBytes: 4 << 30},
+		shareDaemon("b"): {MemoryBytes: 4 << 30},
 	} {
 		if rec := daemons[key]; rec.PID == 0 || rec.UUID != g.UUID || rec.Limits != want {
 			t.Errorf("daemon %s: %+v, want one running on %s with limits %v", key, rec, g.UUID, want)
@@ -172,7 +184,7 @@ func TestEachShareHasADaemonOfItsOwn(t *testing.T) {
 	unprepare(t, d, "a")
 	want := map[string][]string{
 		shareDaemon("a"): append(limited(45, 8192), "command quit", "exit "),
-		shareDaemon("b"): limited(20, 4096),
+		shareDaemon("b"): limited(0, 4096),
 	}
 	if diff := cmp.Diff(want, m.daemonEvents(t)); diff != "" {
 		t.Errorf("daemons after the first share left (-want +got):\n%s", diff)
@@ -192,7 +204,8 @@ func TestEachShareHasADaemonOfItsOwn(t *testing.T) {
 }
 
 // TestMPSShareEnvironment: a hand-worked share, 45 % of the SMs and 8 GiB,
-// reaches the container as MPS's own variables, and a restarted plugin
+// reaches the container as MPS's own variables: its memory limit, and no
+// cap on its SMs, which its config does not ask for. A restarted plugin
 // adopts the daemon and writes a lost spec again identically.
 func TestMPSShareEnvironment(t *testing.T) {
 	m := newMPSDriver(t)
@@ -206,7 +219,6 @@ func TestMPSShareEnvironment(t *testing.T) {
 		Env: []string{
 			"PRISM_GPU_MEMORY_LIMIT=8589934592",
 			"CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
-			"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=45",
 			"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M",
 		},
 		Mounts: []*cdispec.Mount{
@@ -235,16 +247,16 @@ func TestMPSShareEnvironment(t *testing.T) {
 	if diff := cmp.Diff(before, d.state.checkpoint.MPSDaemons()[key]); diff != "" {
 		t.Errorf("daemon after the plugin restarted, want it adopted (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string][]string{key: limited(45, 8192)}, m.daemonEvents(t)); diff != "" {
+	if diff := cmp.Diff(map[string][]string{key: limited(0, 8192)}, m.daemonEvents(t)); diff != "" {
 		t.Errorf("the restart started or stopped a daemon (-want +got):\n%s", diff)
 	}
 }
 
-// TestAShareBurstsToItsComputeLimit: a share whose GpuConfig asks for a
-// compute limit above what the scheduler counted is held to that limit,
-// by its daemon and in its environment, within twice its compute; the
-// limit outlives a plugin restart, and the run is judged against it.
-func TestAShareBurstsToItsComputeLimit(t *testing.T) {
+// TestAShareIsCappedWhereItsConfigAsks: a share whose GpuConfig asks for a
+// compute cap is held to it, by its daemon and in its environment, from
+// what the scheduler counted to twice that; the cap outlives a plugin
+// restart, and the run is judged against it.
+func TestAShareIsCappedWhereItsConfigAsks(t *testing.T) {
 	limit := func(percent int) resourceapi.DeviceAllocationConfiguration {
 		return opaque(fmt.Sprintf(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":%d}}`, percent))
 	}
@@ -257,6 +269,7 @@ func TestAShareBurstsToItsComputeLimit(t *testing.T) {
 		{"within twice the share", 20, 35, 35},
 		{"twice the share at most", 20, 90, 40},
 		{"below the share: the share", 40, 10, 40},
+		{"the share itself", 40, 40, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMPSDriver(t)
@@ -335,7 +348,7 @@ func TestATimeSlicedShareIsRefused(t *testing.T) {
 	}{
 		{"compute and memory", withConfig(computeShare("a", 10, "4Gi"), timeSliced), true,
 			"prepare claim ns/claim-a: device gpu-0 of request gpu is a share of the GPU (10% compute, 4Gi memory), and its GpuConfig sets sharing.strategy TimeSlicing: " +
-				"a share cannot be time-sliced: MPS enforces it, and a time slice is set for the whole GPU, which other claims' shares run on; remove the sharing configuration, or ask for a whole GPU", ""},
+				"a share cannot be time-sliced: a time slice is set for the whole GPU, which other claims' shares run on; remove the sharing configuration, or ask for a whole GPU", ""},
 		{"memory", withConfig(sharedClaim("a", "4Gi"), timeSliced), true, "is a share of the GPU (4Gi memory)", ""},
 		// An H100's 81559Mi hold 79Gi and less than a step besides.
 		{"compute, and all the memory", withConfig(computeShare("a", 50, "79Gi"), timeSliced), false, "is a share of the GPU (50% compute, 79Gi memory)", ""},
@@ -424,7 +437,7 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 	}{{
 		name:       "the share leaves",
 		next:       func(t *testing.T, d *Driver) { unprepare(t, d, "a") },
-		wantEvents: map[string][]string{shareDaemon("a"): limited(45, 8192)},
+		wantEvents: map[string][]string{shareDaemon("a"): limited(0, 8192)},
 		wantStarts: map[string]float64{"started": 1},
 		wantStops:  map[string]float64{"unreachable": 1},
 		wantGone:   true,
@@ -435,7 +448,7 @@ func TestMPSDaemonWithoutItsControlPipe(t *testing.T) {
 				t.Fatal(r.Err)
 			}
 		},
-		wantEvents:  map[string][]string{shareDaemon("a"): limited(45, 8192), shareDaemon("b"): limited(20, 4096)},
+		wantEvents:  map[string][]string{shareDaemon("a"): limited(0, 8192), shareDaemon("b"): limited(0, 4096)},
 		wantStarts:  map[string]float64{"started": 2},
 		wantDaemons: 2,
 	}} {

@@ -328,7 +328,7 @@ func (s *deviceState) plan(ctx context.Context, claim *resourceapi.ResourceClaim
 		// it was down, or given the config by its DeviceClass, is refused
 		// here, before the GPU's time slice, which the other shares run
 		// under, is touched.
-		if cfg.Sharing != nil && mpsShare(dev, gpuDev) {
+		if cfg.Sharing != nil && partOfGPU(dev, gpuDev) {
 			if err := cfg.Sharing.Strategy.ShareConflict(); err != nil {
 				return rec, fmt.Errorf("device %s of request %s is a share of the GPU (%s), and its GpuConfig sets sharing.strategy %s: %w; remove the sharing configuration, or ask for a whole GPU",
 					result.Device, result.Request, dev.Sharing.Share, cfg.Sharing.Strategy, err)

@@ -308,7 +308,11 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 		{PID: 200, UtilizationPercent: 45, MemoryUsedBytes: 20 << 30},
 		{PID: 300, MemoryUsedBytes: 1 << 30},
 	}})
-	if res := prepare(t, d, shareClaim("a", "8Gi", 50), shareClaim("b", "30Gi", 50)); res["a"].Err != nil || res["b"].Err != nil {
+	// a's config caps its SMs at its compute; b's asks for no cap.
+	a := shareClaim("a", "8Gi", 50)
+	a.Status.Allocation.Devices.Config = append(a.Status.Allocation.Devices.Config,
+		opaque(`{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":50}}`))
+	if res := prepare(t, d, a, shareClaim("b", "30Gi", 50)); res["a"].Err != nil || res["b"].Err != nil {
 		t.Fatalf("prepare: %v, %v", res["a"].Err, res["b"].Err)
 	}
 	sample(t, d, 3)
@@ -327,7 +331,7 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 	}
 	d.state.usage.PublishNext(ctx)
 	// 9Gi held against a share of 8Gi; a p95 of 48 % is within 5 points of
-	// the 50 % compute share.
+	// the 50 % compute cap.
 	want := &prismv1alpha1.UsageProfile{
 		DutyCycleP50MilliPercent: ptr.To[int32](48000), DutyCycleP95MilliPercent: ptr.To[int32](48000),
 		PeakMemory: resource.NewQuantity(9<<30, resource.BinarySI), Samples: 3, Runs: 1, ProductName: h100Product,

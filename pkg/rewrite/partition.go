@@ -250,7 +250,7 @@ func sizePartition(u *prismv1alpha1.UsageProfile, size ShareSize, k KernelShape)
 	}
 	need := PartitionNeed{Verdict: PartitionSized, MemoryBytes: size.Share.MemoryBytes}
 	memoryWhy := fmt.Sprintf("memory %s from a peak of %s", bytesText(size.Share.MemoryBytes), peakText(u))
-	headroom := DefaultShareRule.LimitHeadroom
+	headroom := DefaultShareRule.PeakHeadroom
 	switch {
 	case u.SMActivityMilliPercent != nil:
 		sm := clampMilliPercent(*u.SMActivityMilliPercent)

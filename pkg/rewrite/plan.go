@@ -94,6 +94,15 @@ type Plan struct {
 	SizedFromUsage bool `json:"-"`
 }
 
+// PeakText is how a plan's share names its peak, after its compute:
+// " (peaks at 45%)", or "" where the peak is the request.
+func PeakText(s *SharePlan) string {
+	if s == nil || s.ComputePeakPercent <= s.ComputePercent {
+		return ""
+	}
+	return fmt.Sprintf(" (peaks at %d%%)", s.ComputePeakPercent)
+}
+
 // SharePlan is the share step's part of a plan.
 type SharePlan struct {
 	// Verdict is a ShareVerdict's String: "sized", or why there is no
@@ -103,10 +112,10 @@ type SharePlan struct {
 	// scheduler counts it: ComputePercent is its compute request.
 	ComputePercent int64              `json:"computePercent,omitempty"`
 	Memory         *resource.Quantity `json:"memory,omitempty"`
-	// ComputeLimitPercent is the compute the share may burst to, where
-	// that is above its request: the claim gets a GpuConfig for the share
-	// subrequest that says so (sharing.computeLimitPercent).
-	ComputeLimitPercent int64 `json:"computeLimitPercent,omitempty"`
+	// ComputePeakPercent is the compute the share's runs reach at their
+	// p95, with headroom, where that is above its request. The share is
+	// not capped at it: between shares the GPU time-slices.
+	ComputePeakPercent int64 `json:"computePeakPercent,omitempty"`
 	// Usage is the measured use the decision came from (UsageSummary).
 	Usage string `json:"usage,omitempty"`
 	// Reason is how the figures gave the share, or why there is none.

@@ -236,13 +236,6 @@ func (w *claimRewrite) rewriteRequest(req *resourceapi.DeviceRequest) error {
 	}
 	if takesShare {
 		w.plan.Share.Requests = append(w.plan.Share.Requests, req.Name)
-		if l := w.plan.Share.ComputeLimitPercent; l > 0 {
-			c, err := shareLimitConfig(w.spec, req.Name, int32(l))
-			if err != nil {
-				return err
-			}
-			w.out.Devices.Config = append(w.out.Devices.Config, c)
-		}
 	}
 	if takesPartition {
 		w.plan.Partition.Requests = append(w.plan.Partition.Requests, req.Name)

@@ -67,11 +67,12 @@ func ShareVerdicts() []ShareVerdict { return allVerdicts[ShareVerdict](len(share
 
 // The share-sizing rule (docs/sharing.md). A share's compute is counted
 // by the scheduler at its typical use (its request: the p50 duty cycle plus
-// headroom) and enforced at its peak (its limit: the p95 plus headroom),
-// as Kubernetes counts CPU; the limit is MPS's thread cap, and a job held
-// at its cap slows at once, so the limit keeps the headroom. Memory gets
-// the peak plus a margin, because MPS pins it and a job past its pin fails
-// allocations.
+// headroom), kept within gpuv1alpha1.MaxComputeLimitFactor of its peak (the
+// p95 plus headroom), so that the shares a GPU holds leave room for their
+// bursts. Neither is a cap: the GPU time-slices between shares, so a cap
+// on a share's SMs keeps no share from slowing another and only slows the
+// one that holds it. Memory gets the peak plus a margin, because MPS pins
+// it and a job past its pin fails allocations.
 const (
 	// computeStepPercent is the step the plugin publishes
 	// (gpu.ComputeShareStep); computeFloorPercent the least share Rewrite
@@ -99,8 +100,8 @@ const (
 // phase), never to configure a cluster.
 type ShareRule struct {
 	// RequestHeadroom is added to the p50 duty cycle for the request,
-	// LimitHeadroom to the p95 for the limit.
-	RequestHeadroom, LimitHeadroom Headroom
+	// PeakHeadroom to the p95 for the peak.
+	RequestHeadroom, PeakHeadroom Headroom
 	// HeavyPercent is the request from which a job keeps a whole GPU.
 	HeavyPercent int64
 }
@@ -120,14 +121,14 @@ type Headroom struct {
 // (docs/sharing.md links the measurement).
 var DefaultShareRule = ShareRule{
 	RequestHeadroom: Headroom{MinMilli: 10_000, Divisor: 3},
-	LimitHeadroom:   Headroom{MinMilli: 10_000, Divisor: 3},
+	PeakHeadroom:    Headroom{MinMilli: 10_000, Divisor: 3},
 	HeavyPercent:    HeavyComputePercent,
 }
 
 // String is the rule as the sensitivity table prints it:
-// "request p50+max(10,p50/3), limit p95+max(10,p95/3), heavy 80".
+// "request p50+max(10,p50/3), peak p95+max(10,p95/3), heavy 80".
 func (r ShareRule) String() string {
-	return fmt.Sprintf("request p50+%s, limit p95+%s, heavy %d", r.RequestHeadroom.text("p50"), r.LimitHeadroom.text("p95"), r.HeavyPercent)
+	return fmt.Sprintf("request p50+%s, peak p95+%s, heavy %d", r.RequestHeadroom.text("p50"), r.PeakHeadroom.text("p95"), r.HeavyPercent)
 }
 
 func (h Headroom) text(of string) string {
@@ -159,10 +160,11 @@ type ShareSize struct {
 	// whole GiB. For ShareHeavy and ShareNoPeakMemory it is what the
 	// figures came to, its memory zero where the peak is unknown.
 	Share gpuv1alpha1.Share
-	// ComputeLimitPercent is the compute the share's clients are held to
-	// (GpuConfig sharing.computeLimitPercent): from Share's compute to
-	// gpuv1alpha1.MaxComputeLimitFactor times it, within the GPU.
-	ComputeLimitPercent int32
+	// ComputePeakPercent is the compute the share's runs reach at their
+	// p95, with headroom: from Share's compute to
+	// gpuv1alpha1.MaxComputeLimitFactor times it, within the GPU. It caps
+	// nothing.
+	ComputePeakPercent int32
 	// Raised lists what was raised to twice the newest run's grant because
 	// that run exceeded it.
 	Raised []prismv1alpha1.ShareResource
@@ -170,11 +172,11 @@ type ShareSize struct {
 	Reason string
 }
 
-// Peak is the share at its limit: what a MIG partition, which cannot
+// Peak is the share at its peak: what a MIG partition, which cannot
 // burst, must hold.
 func (s ShareSize) Peak() gpuv1alpha1.Share {
 	p := s.Share
-	p.ComputePercent = max(p.ComputePercent, s.ComputeLimitPercent)
+	p.ComputePercent = max(p.ComputePercent, s.ComputePeakPercent)
 	return p
 }
 
@@ -183,14 +185,15 @@ func (s ShareSize) Peak() gpuv1alpha1.Share {
 // and prismctl simulate's Prism policy both call it.
 //
 //   - No usage (nil, no runs, no p95 duty cycle): ShareNoUsage.
-//   - Limit: p95 duty cycle + max(10 points, a third of it), rounded up
+//   - Peak: p95 duty cycle + max(10 points, a third of it), rounded up
 //     to 5 %, at least 10 %, at most 100 %.
 //   - Request: the same of the p50 duty cycle (of the p95 where no p50 is
-//     known), at most the limit, and at least half the limit, so that the
-//     limit is within gpuv1alpha1.MaxComputeLimitFactor of it.
+//     known), at most the peak, and at least half the peak, so that the
+//     peak is within gpuv1alpha1.MaxComputeLimitFactor of it.
 //   - Memory: peak × 1.2 + 512Mi, rounded up to 1Gi, at least 1Gi; no peak
 //     known: ShareNoPeakMemory.
-//   - The newest run exceeded its share: its memory, or its compute limit,
+//   - The newest run exceeded its share: its memory, or the compute cap its
+//     config asked for,
 //     gets at least twice what was granted.
 //   - A request of 80 % or more: ShareHeavy, a whole GPU.
 func SizeShare(u *prismv1alpha1.UsageProfile) ShareSize { return DefaultShareRule.Size(u) }
@@ -201,7 +204,7 @@ func (r ShareRule) Size(u *prismv1alpha1.UsageProfile) ShareSize {
 		return ShareSize{Verdict: ShareNoUsage, Reason: "no usage measured yet: the claim keeps what it asked for"}
 	}
 	p95 := clampMilliPercent(*u.DutyCycleP95MilliPercent)
-	limit := r.LimitHeadroom.add(p95)
+	burst := r.PeakHeadroom.add(p95)
 	p50 := p95
 	if u.DutyCycleP50MilliPercent != nil {
 		p50 = min(clampMilliPercent(*u.DutyCycleP50MilliPercent), p95)
@@ -222,8 +225,8 @@ func (r ShareRule) Size(u *prismv1alpha1.UsageProfile) ShareSize {
 			switch res {
 			case prismv1alpha1.ShareResourceCompute:
 				if g := int64(u.Share.ComputePercent); g > 0 {
-					limit = min(max(limit, roundUp(g*exceededFactor, computeStepPercent)), gpuv1alpha1.MaxComputePercent)
-					raisedWhy = append(raisedWhy, fmt.Sprintf("compute limit at least twice the %d%% the last run outgrew", g))
+					burst = min(max(burst, roundUp(g*exceededFactor, computeStepPercent)), gpuv1alpha1.MaxComputePercent)
+					raisedWhy = append(raisedWhy, fmt.Sprintf("compute peak at least twice the %d%% cap the last run outgrew", g))
 					raised = append(raised, res)
 				}
 			case prismv1alpha1.ShareResourceMemory:
@@ -235,14 +238,14 @@ func (r ShareRule) Size(u *prismv1alpha1.UsageProfile) ShareSize {
 			}
 		}
 	}
-	compute = min(max(compute, roundUp(ceilDiv(limit, gpuv1alpha1.MaxComputeLimitFactor), computeStepPercent)), limit)
+	compute = min(max(compute, roundUp(ceilDiv(burst, gpuv1alpha1.MaxComputeLimitFactor), computeStepPercent)), burst)
 	computeWhy := fmt.Sprintf("compute %d%% from a p95 duty cycle of %s", compute, milliPercent(p95))
-	if compute < limit {
-		computeWhy = fmt.Sprintf("compute %d%% from a p50 duty cycle of %s, limit %d%% from a p95 of %s", compute, milliPercent(p50), limit, milliPercent(p95))
+	if compute < burst {
+		computeWhy = fmt.Sprintf("compute %d%% from a p50 duty cycle of %s, up to %d%% from a p95 of %s", compute, milliPercent(p50), burst, milliPercent(p95))
 	}
 	why = append([]string{computeWhy}, why...)
 	share := gpuv1alpha1.Share{ComputePercent: int32(compute), MemoryBytes: memory}
-	s := ShareSize{Verdict: ShareSized, Share: share, ComputeLimitPercent: int32(limit), Raised: raised}
+	s := ShareSize{Verdict: ShareSized, Share: share, ComputePeakPercent: int32(burst), Raised: raised}
 	switch {
 	case err != nil:
 		s.Verdict, s.Raised, s.Reason = ShareNoPeakMemory, nil, "peak memory unusable: "+err.Error()
@@ -371,11 +374,11 @@ func (c Cluster) shareStep(p Profile, size ShareSize) (*tier, *SharePlan) {
 		plan.Verdict, plan.Reason = ShareOptedOut.String(), "the profile's spec.sharing is "+string(prismv1alpha1.SharingExclusive)
 		return nil, plan
 	}
-	if size.Verdict == ShareSized && size.ComputeLimitPercent > size.Share.ComputePercent && !c.limitsGranted() {
-		// Without a limit the share is held to its request, so it is
-		// counted at what its limit would have been, as before limits.
-		size.Share.ComputePercent = size.ComputeLimitPercent
-		size.Reason += fmt.Sprintf("; counted at its limit, %d%%, since not every shareable GPU's kubelet plugin grants compute limits", size.ComputeLimitPercent)
+	if size.Verdict == ShareSized && size.ComputePeakPercent > size.Share.ComputePercent && !c.capsOnlyWhenAsked() {
+		// A plugin from before compute caps holds a share to its request,
+		// so the share is counted at its peak.
+		size.Share.ComputePercent = size.ComputePeakPercent
+		size.Reason += fmt.Sprintf("; counted at its peak, %d%%, since not every shareable GPU's kubelet plugin leaves a share's SMs uncapped", size.ComputePeakPercent)
 		if int64(size.Share.ComputePercent) >= HeavyComputePercent {
 			size.Verdict = ShareHeavy
 			size.Reason += fmt.Sprintf("; %d%% or more of a GPU keeps a whole one", HeavyComputePercent)
@@ -393,18 +396,18 @@ func (c Cluster) shareStep(p Profile, size ShareSize) (*tier, *SharePlan) {
 	}
 	plan.ComputePercent = int64(size.Share.ComputePercent)
 	plan.Memory = ptr.To(size.Share.Memory())
-	if size.ComputeLimitPercent > size.Share.ComputePercent {
-		plan.ComputeLimitPercent = int64(size.ComputeLimitPercent)
+	if size.ComputePeakPercent > size.Share.ComputePercent {
+		plan.ComputePeakPercent = int64(size.ComputePeakPercent)
 	}
 	return &tier{name: ShareTierName, share: &size.Share, reason: size.Share.String() + " of a shareable GPU, sized from the profile's usage"}, plan
 }
 
-// limitsGranted says whether a share may be given a compute limit above
-// its request: every GPU the fleet publishes shareable says that its
-// kubelet plugin grants one (gpuv1alpha1.ComputeLimitsAttribute). A plugin
-// from before limits refuses the GpuConfig field, and the share's prepare
-// would fail on its node; without a fleet view nothing is known.
-func (c Cluster) limitsGranted() bool {
+// capsOnlyWhenAsked says whether a share's SMs are left uncapped, unless
+// its config asks for a cap: every GPU the fleet publishes shareable says
+// so of its kubelet plugin (gpuv1alpha1.ComputeLimitsAttribute). A plugin
+// from before compute caps holds every share to its request; without a
+// fleet view nothing is known.
+func (c Cluster) capsOnlyWhenAsked() bool {
 	if !c.FleetKnown || c.Fleet == nil {
 		return false
 	}

@@ -138,7 +138,7 @@ func TestSizeShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := SizeShare(tc.usage)
-			if diff := cmp.Diff(tc.want, want{s.Verdict, s.Share, s.ComputeLimitPercent, s.Raised}); diff != "" {
+			if diff := cmp.Diff(tc.want, want{s.Verdict, s.Share, s.ComputePeakPercent, s.Raised}); diff != "" {
 				t.Errorf("SizeShare (-want +got):\n%s", diff)
 			}
 			if s.Reason == "" {
@@ -151,7 +151,7 @@ func TestSizeShare(t *testing.T) {
 func TestShareReasonsAndSummary(t *testing.T) {
 	u := exceeded(bursty(16, 32, "6Gi"), 20, "6Gi", prismv1alpha1.ShareResourceMemory)
 	u.ProductName = "NVIDIA L4"
-	if diff := cmp.Diff("compute 30% from a p50 duty cycle of 16%, limit 45% from a p95 of 32%; memory 8Gi from a peak of 6Gi; memory at least twice the 6Gi the last run outgrew",
+	if diff := cmp.Diff("compute 30% from a p50 duty cycle of 16%, up to 45% from a p95 of 32%; memory 8Gi from a peak of 6Gi; memory at least twice the 6Gi the last run outgrew",
 		SizeShare(u).Reason); diff != "" {
 		t.Errorf("reason (-want +got):\n%s", diff)
 	}
@@ -383,38 +383,34 @@ func TestAllocatorGrantsTheShare(t *testing.T) {
 	}
 }
 
-// TestABurstyShareGetsItsLimit: a share whose limit is above its request
-// is counted at its request and given its limit in a GpuConfig for the
-// share subrequest alone, which keeps whatever the author's own config for
-// the request says; a steady share needs no config.
-func TestABurstyShareGetsItsLimit(t *testing.T) {
+// TestABurstyShareIsCountedAtItsRequest: a share whose peak is above its
+// request is counted at its request, its peak is in the plan, and no
+// config is added: nothing caps a share's SMs unless its author asks.
+// Where a GPU's kubelet plugin is from before that rule, and holds a share
+// to its request, the share is counted at its peak.
+func TestABurstyShareIsCountedAtItsRequest(t *testing.T) {
 	opaque := func(requests []string, raw string) resourceapi.DeviceClaimConfiguration {
 		return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
 			Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: []byte(raw)},
 		}}}
 	}
-	granting := &Fleet{Models: []Model{{Name: "NVIDIA L4", Devices: 2, SharedDevices: 2, ComputeLimitDevices: 2, BandwidthGBps: 300, MemoryBytes: 24 << 30}}}
+	uncapped := &Fleet{Models: []Model{{Name: "NVIDIA L4", Devices: 2, SharedDevices: 2, ComputeLimitDevices: 2, BandwidthGBps: 300, MemoryBytes: 24 << 30}}}
 	older := &Fleet{Models: []Model{{Name: "NVIDIA L4", Devices: 2, SharedDevices: 2, ComputeLimitDevices: 1, BandwidthGBps: 300, MemoryBytes: 24 << 30}}}
 	profiling := opaque(nil, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true}}`)
-	other := opaque([]string{"other"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing"}}`)
 	for _, tc := range []struct {
 		name    string
 		usage   *prismv1alpha1.UsageProfile
 		fleet   *Fleet
 		configs []resourceapi.DeviceClaimConfiguration
-		// compute is the share's request; added, the configs Rewrite adds.
+		// compute is the share's request, peak the plan's peak.
 		compute string
-		added   []resourceapi.DeviceClaimConfiguration
+		peak    int64
 	}{
-		{"steady: no config", usage(32, "6Gi"), granting, nil, "45", nil},
-		{"bursty: the limit for the share alone", bursty(16, 32, "6Gi"), granting, nil, "30",
-			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":45}}`)}},
-		{"the author's config is kept", bursty(16, 32, "6Gi"), granting, []resourceapi.DeviceClaimConfiguration{profiling, other}, "30",
-			[]resourceapi.DeviceClaimConfiguration{opaque([]string{"gpu/share"}, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","profiling":{"enabled":true},"sharing":{"computeLimitPercent":45}}`)}},
-		// A plugin from before limits would refuse the config: the share
-		// is counted at its limit, as before limits.
-		{"a plugin that does not grant limits: counted at the limit", bursty(16, 32, "6Gi"), older, nil, "45", nil},
-		{"no fleet view: counted at the limit", bursty(16, 32, "6Gi"), nil, nil, "45", nil},
+		{"steady: no peak above the request", usage(32, "6Gi"), uncapped, nil, "45", 0},
+		{"bursty: counted at its request", bursty(16, 32, "6Gi"), uncapped, nil, "30", 45},
+		{"the author's config is kept as written", bursty(16, 32, "6Gi"), uncapped, []resourceapi.DeviceClaimConfiguration{profiling}, "30", 45},
+		{"a plugin that caps at the request: counted at the peak", bursty(16, 32, "6Gi"), older, nil, "45", 0},
+		{"no fleet view: counted at the peak", bursty(16, 32, "6Gi"), nil, nil, "45", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -431,21 +427,11 @@ func TestABurstyShareGetsItsLimit(t *testing.T) {
 			if got := summarize(out.Devices.Requests[0])[0].Capacity["gpu.prism.dev/compute"]; got != tc.compute {
 				t.Errorf("the share requests %s compute, want %s", got, tc.compute)
 			}
-			if diff := cmp.Diff(tc.added, out.Devices.Config[len(tc.configs):], cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("configs added (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.configs, out.Devices.Config, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("configs (-want +got):\n%s", diff)
 			}
-			var limit int64
-			if len(tc.added) > 0 {
-				limit = 45
-			}
-			if plan.Share.ComputeLimitPercent != limit {
-				t.Errorf("plan's limit %d, want %d", plan.Share.ComputeLimitPercent, limit)
-			}
-			// What Rewrite adds must be a config the kubelet plugin takes.
-			for _, c := range tc.added {
-				if _, err := gpuv1alpha1.Decode(out.Devices.Config[len(out.Devices.Config)-1].Opaque.Parameters.Raw); err != nil || c.Opaque == nil {
-					t.Errorf("the added config does not decode: %v", err)
-				}
+			if plan.Share.ComputePeakPercent != tc.peak {
+				t.Errorf("plan's peak %d, want %d", plan.Share.ComputePeakPercent, tc.peak)
 			}
 		})
 	}
@@ -458,9 +444,9 @@ func TestShareRuleString(t *testing.T) {
 		rule ShareRule
 		want string
 	}{
-		{DefaultShareRule, "request p50+max(10,p50/3), limit p95+max(10,p95/3), heavy 80"},
-		{ShareRule{RequestHeadroom: Headroom{MinMilli: 5_000}, LimitHeadroom: Headroom{MinMilli: 12_500, Divisor: 2}, HeavyPercent: 60},
-			"request p50+5, limit p95+max(12.5,p95/2), heavy 60"},
+		{DefaultShareRule, "request p50+max(10,p50/3), peak p95+max(10,p95/3), heavy 80"},
+		{ShareRule{RequestHeadroom: Headroom{MinMilli: 5_000}, PeakHeadroom: Headroom{MinMilli: 12_500, Divisor: 2}, HeavyPercent: 60},
+			"request p50+5, peak p95+max(12.5,p95/2), heavy 60"},
 	} {
 		if got := tc.rule.String(); got != tc.want {
 			t.Errorf("String() = %q, want %q", got, tc.want)

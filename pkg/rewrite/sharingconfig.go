@@ -18,11 +18,9 @@ package rewrite
 
 import (
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	gpuv1alpha1 "github.com/prismgpu/prism/api/gpu/v1alpha1"
 )
@@ -88,41 +86,4 @@ func sharingOf(spec *resourceapi.ResourceClaimSpec) sharingChoices {
 		}
 	}
 	return s
-}
-
-// shareLimitConfig is the GpuConfig that gives request's share its
-// compute limit: the config the claim's author wrote for the request, the
-// last that applies as the kubelet plugin reads them, with
-// sharing.computeLimitPercent set, for the share subrequest alone. It
-// copies the author's config because the plugin applies the last config
-// that names a request, and a config of the limit alone would hide the
-// author's from the share. Every other field is kept as written.
-func shareLimitConfig(spec *resourceapi.ResourceClaimSpec, request string, limit int32) (resourceapi.DeviceClaimConfiguration, error) {
-	cfg := map[string]any{"apiVersion": gpuv1alpha1.SchemeGroupVersion.String(), "kind": gpuv1alpha1.GpuConfigKind}
-	for _, c := range spec.Devices.Config {
-		if c.Opaque == nil || c.Opaque.Driver != gpuv1alpha1.DriverName || len(c.Requests) > 0 && !slices.Contains(c.Requests, request) {
-			continue
-		}
-		written := map[string]any{}
-		if err := json.Unmarshal(c.Opaque.Parameters.Raw, &written); err != nil {
-			return resourceapi.DeviceClaimConfiguration{}, fmt.Errorf("the GpuConfig of request %s is not a JSON object: %w", request, err)
-		}
-		cfg = written
-	}
-	sharing, _ := cfg["sharing"].(map[string]any)
-	if sharing == nil {
-		sharing = map[string]any{}
-	}
-	sharing["computeLimitPercent"] = limit
-	cfg["sharing"] = sharing
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return resourceapi.DeviceClaimConfiguration{}, err
-	}
-	return resourceapi.DeviceClaimConfiguration{
-		Requests: []string{request + "/" + ShareTierName},
-		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-			Driver: gpuv1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: raw},
-		}},
-	}, nil
 }

@@ -37,18 +37,18 @@ import (
 func ShareRuleVariants() []rewrite.ShareRule {
 	d := rewrite.DefaultShareRule
 	with := func(request, limit rewrite.Headroom, heavy int64) rewrite.ShareRule {
-		return rewrite.ShareRule{RequestHeadroom: request, LimitHeadroom: limit, HeavyPercent: heavy}
+		return rewrite.ShareRule{RequestHeadroom: request, PeakHeadroom: limit, HeavyPercent: heavy}
 	}
 	rules := []rewrite.ShareRule{
-		with(rewrite.Headroom{}, d.LimitHeadroom, d.HeavyPercent),
-		with(rewrite.Headroom{MinMilli: 5_000}, d.LimitHeadroom, d.HeavyPercent),
-		with(rewrite.Headroom{MinMilli: 10_000}, d.LimitHeadroom, d.HeavyPercent),
+		with(rewrite.Headroom{}, d.PeakHeadroom, d.HeavyPercent),
+		with(rewrite.Headroom{MinMilli: 5_000}, d.PeakHeadroom, d.HeavyPercent),
+		with(rewrite.Headroom{MinMilli: 10_000}, d.PeakHeadroom, d.HeavyPercent),
 	}
 	for _, h := range []rewrite.Headroom{{MinMilli: 10_000, Divisor: 4}, d.RequestHeadroom, {MinMilli: 15_000, Divisor: 3}, {MinMilli: 10_000, Divisor: 2}} {
 		rules = append(rules, with(h, h, d.HeavyPercent))
 	}
 	for _, heavy := range []int64{60, 65, 70, 75, 100} {
-		rules = append(rules, with(d.RequestHeadroom, d.LimitHeadroom, heavy))
+		rules = append(rules, with(d.RequestHeadroom, d.PeakHeadroom, heavy))
 	}
 	return rules
 }

@@ -32,6 +32,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -57,6 +58,9 @@ type mpsTenant struct {
 	uid       int64
 	compute   int64
 	memory    string
+	// capPercent, where not 0, is the cap on its SMs that its claim's
+	// GpuConfig asks for; without one its share's SMs are not capped.
+	capPercent int64
 	// envEdit is how the workload tries to escape its limits: it unsets
 	// or raises MPS's variables before it starts the client.
 	envEdit string
@@ -67,11 +71,12 @@ type mpsTenant struct {
 }
 
 // mpsTenants are the two tenants of TestHelmInstallOnARealRuntime: one
-// drops MPS's variables, the other raises them to the whole GPU.
+// drops MPS's variables, the other, whose claim caps its SMs, raises them
+// to the whole GPU.
 func mpsTenants() []*mpsTenant {
 	return []*mpsTenant{
 		{namespace: "tenant-a", uid: 1000, compute: 30, memory: "10Gi", envEdit: "-u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"},
-		{namespace: "tenant-b", uid: 2000, compute: 40, memory: "12Gi", envEdit: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"},
+		{namespace: "tenant-b", uid: 2000, compute: 40, memory: "12Gi", capPercent: 40, envEdit: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"},
 	}
 }
 
@@ -115,6 +120,12 @@ func startMPSTenants(ctx context.Context, t *testing.T, client kubernetes.Interf
 			gpuv1alpha1.MemoryCapacity.Qualified():  resource.MustParse(tn.memory),
 			gpuv1alpha1.ComputeCapacity.Qualified(): *resource.NewQuantity(tn.compute, resource.DecimalSI),
 		}}
+		if tn.capPercent != 0 {
+			spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver:     gpuv1alpha1.DriverName,
+				Parameters: runtime.RawExtension{Raw: fmt.Appendf(nil, `{"apiVersion":"gpu.prism.dev/v1alpha1","kind":"GpuConfig","sharing":{"computeLimitPercent":%d}}`, tn.capPercent)},
+			}}}}
+		}
 		_, err := client.ResourceV1().ResourceClaimTemplates(tn.namespace).Create(ctx, &resourceapi.ResourceClaimTemplate{
 			ObjectMeta: metav1.ObjectMeta{Name: "share"},
 			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
@@ -166,7 +177,8 @@ func (tn *mpsTenant) attached(t *testing.T, node *testbed.Node) (*mpstest.Client
 
 // waitAttached checks what the tenant's container could reach and that its
 // client attached to a server of its own UID, with its share's limits
-// whatever its environment said, without waiting for another.
+// whatever its environment said (every SM where its claim asks for no
+// cap), without waiting for another.
 func (tn *mpsTenant) waitAttached(t *testing.T, node *testbed.Node) {
 	t.Helper()
 	var res *mpstest.ClientResult
@@ -185,8 +197,12 @@ func (tn *mpsTenant) waitAttached(t *testing.T, node *testbed.Node) {
 		}
 	}
 	uid := int(tn.uid)
+	threads := float64(gpuv1alpha1.MaxComputePercent)
+	if tn.capPercent != 0 {
+		threads = float64(tn.capPercent)
+	}
 	want := mpstest.ClientResult{MPS: true, ServerUID: &uid, Server: res.Server,
-		ActiveThreadPercentage: float64(tn.compute), PinnedMemLimitBytes: ptr.To(resource.MustParse(tn.memory)).Value()}
+		ActiveThreadPercentage: threads, PinnedMemLimitBytes: ptr.To(resource.MustParse(tn.memory)).Value()}
 	if diff := cmp.Diff(want, *res); diff != "" {
 		t.Errorf("%s: the client attached with (-want +got):\n%s", tn.namespace, diff)
 	}

@@ -55,14 +55,15 @@ const gi = int64(1) << 30
 //   - the next two runs each get the share sized from it by hand: 30 % +
 //     10 points of headroom = 40 % compute, 6Gi × 1.2 + 512Mi = 7.7Gi → 8Gi;
 //     both land on one GPU, each with an MPS daemon of its own whose
-//     defaults are its limits, and each container is told them too;
+//     default is its memory limit, with no cap on its SMs, and each
+//     container is told the limit too;
 //   - a heavy profiled job and an unprofiled one get whole GPUs;
 //   - a plugin SIGKILL leaves the daemons running and the new plugin
 //     adopts them; each share's end stops its own;
 //   - a run that held 10Gi of its 8Gi share is recorded as exceeding it,
 //     and the job's next share has twice the memory;
-//   - with its p50 lowered to 20 %, that share is counted at 30 % and
-//     its daemon limits it to 40 %.
+//   - with its p50 lowered to 20 %, that share is counted at 30 %, the
+//     plan names its peak of 40 %, and nothing caps its SMs.
 func TestSharesSizedByMeasuredUse(t *testing.T) {
 	mpsBin := buildStandIn(t, "fake-mps-control", "nvidia-cuda-mps-control")
 	record := filepath.Join(t.TempDir(), "mps.log")
@@ -111,7 +112,7 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	}
 	writeUsage(t, usageFile, nil)
 
-	// Two shares of one GPU, each with its MPS limits.
+	// Two shares of one GPU, each with its MPS memory limit.
 	e.waitForShare(t, "light", 40, 40, 8*gi)
 	shares := map[string]*resourceapi.ResourceClaim{}
 	for _, pod := range []string{"light-a", "light-b"} {
@@ -130,10 +131,11 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 			t.Errorf("%s consumed (-want +got):\n%s", pod, diff)
 		}
 		env := containerEnv(t, e, cdiRoot, pod)
-		for _, want := range []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"} {
-			if !slices.Contains(env, want) {
-				t.Errorf("%s: container env lacks %s: %v", pod, want, env)
-			}
+		if want := "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M"; !slices.Contains(env, want) {
+			t.Errorf("%s: container env lacks %s: %v", pod, want, env)
+		}
+		if slices.ContainsFunc(env, func(s string) bool { return strings.HasPrefix(s, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=") }) {
+			t.Errorf("%s: container env caps the share's SMs, which its claim does not ask for: %v", pod, env)
 		}
 		if !slices.ContainsFunc(env, func(s string) bool { return strings.HasPrefix(s, "CUDA_MPS_PIPE_DIRECTORY=") }) {
 			t.Errorf("%s: container env names no MPS pipe directory: %v", pod, env)
@@ -143,10 +145,10 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	if b := shares["light-b"].Status.Allocation.Devices.Results[0].Device; b != sharedGPU.Name {
 		t.Errorf("the two 40%% shares landed on %s and %s; want one GPU", sharedGPU.Name, b)
 	}
-	// Each share has a daemon of its own, whose defaults are its limits.
+	// Each share has a daemon of its own, whose default is its memory
+	// limit.
 	uuid := stringAttr(sharedGPU, string(gpuv1alpha1.UUIDAttribute))
 	limited := []string{"start " + uuid,
-		"set_default_active_thread_percentage 40 " + uuid, "get_default_active_thread_percentage " + uuid,
 		"set_default_device_pinned_mem_limit 0 8192M " + uuid, "get_default_device_pinned_mem_limit 0 " + uuid}
 	keyA, keyB := shareDaemonKey(shares["light-a"]), shareDaemonKey(shares["light-b"])
 	wantDaemons := map[string][]string{keyA: limited, keyB: limited}
@@ -201,8 +203,8 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	deletePod(e.ctx, t, e.cluster, "light-b")
 	u = e.waitForUsage(t, "light", func(u *prismv1alpha1.UsageProfile) bool { return u.Runs == 2 })
-	if u.Exceeded != nil || u.Share == nil || u.Share.ComputePercent != 40 {
-		t.Errorf("light-b's run within its share recorded share %+v, exceeded %+v; want the 40%% share, not exceeded", u.Share, u.Exceeded)
+	if u.Exceeded != nil || u.Share == nil || u.Share.ComputePercent != 0 || u.Share.Memory == nil || u.Share.Memory.Value() != 8*gi {
+		t.Errorf("light-b's run within its share recorded share %+v, exceeded %+v; want the 8Gi it was held to and no compute cap, not exceeded", u.Share, u.Exceeded)
 	}
 	writeUsage(t, usageFile, processes(10*gi))
 	time.Sleep(2 * time.Second)
@@ -223,8 +225,8 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 	// The next run gets twice the memory it outgrew: 16Gi.
 	// The job turns bursty: its p50 falls to 20 % while its p95 stays
 	// 30 % (set by hand, since the stand-in NVML reports one figure a
-	// run). Its next share is counted at 30 % and limited to 40 %, and
-	// the limit reaches its daemon through the claim's GpuConfig.
+	// run). Its next share is counted at 30 %, and its peak of 40 % caps
+	// nothing: its daemon sets no thread percentage.
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var wp prismv1alpha1.WorkloadProfile
 		if err := e.prism.Get(e.ctx, client.ObjectKey{Namespace: "default", Name: "light"}, &wp); err != nil {
@@ -245,8 +247,9 @@ func TestSharesSizedByMeasuredUse(t *testing.T) {
 		t.Errorf("light-c consumed %s compute, want the %d%% the controller planned", compute.String(), plan.ComputePercent)
 	}
 	cUUID := stringAttr(allocatedDevice(e.ctx, t, e.cluster.Client, next), string(gpuv1alpha1.UUIDAttribute))
-	if got := daemonEvents(t, record)[shareDaemonKey(next)]; !slices.Contains(got, "set_default_active_thread_percentage 40 "+cUUID) {
-		t.Errorf("light-c's MPS daemon: %q, want its limit of 40%% (plan %+v)", got, plan)
+	wantC := []string{"start " + cUUID, "set_default_device_pinned_mem_limit 0 16384M " + cUUID, "get_default_device_pinned_mem_limit 0 " + cUUID}
+	if got := daemonEvents(t, record)[shareDaemonKey(next)]; !cmp.Equal(wantC, got) || plan.ComputePeakPercent != 40 {
+		t.Errorf("light-c's MPS daemon: %q, want %q, its memory limit alone; plan %+v, want a peak of 40%%", got, wantC, plan)
 	}
 	deletePod(e.ctx, t, e.cluster, "light-c")
 }
@@ -285,9 +288,9 @@ func (e *controllerEnv) waitForUsage(t *testing.T, profile string, done func(*pr
 
 // waitForShare waits until the controller, which reads profiles from an
 // informer, plans a share for a claim of the profile with the compute,
-// limit (the compute itself where it has none above it) and memory
-// given, and returns the plan.
-func (e *controllerEnv) waitForShare(t *testing.T, profile string, compute, limit, memory int64) rewrite.SharePlan {
+// peak (the compute itself where it has none above it) and memory given,
+// and returns the plan.
+func (e *controllerEnv) waitForShare(t *testing.T, profile string, compute, peak, memory int64) rewrite.SharePlan {
 	t.Helper()
 	var last rewrite.SharePlan
 	err := waitForCond(func() bool {
@@ -299,11 +302,11 @@ func (e *controllerEnv) waitForShare(t *testing.T, profile string, compute, limi
 			return false
 		}
 		last = sharePlan(t, c)
-		return last.Verdict == rewrite.ShareSized.String() && last.ComputePercent == compute && max(last.ComputePercent, last.ComputeLimitPercent) == limit &&
+		return last.Verdict == rewrite.ShareSized.String() && last.ComputePercent == compute && max(last.ComputePercent, last.ComputePeakPercent) == peak &&
 			last.Memory != nil && last.Memory.Value() == memory
 	})
 	if err != nil {
-		t.Fatalf("profile %s: want a share of %d%% limited to %d%% with %d bytes, the controller plans %+v", profile, compute, limit, memory, last)
+		t.Fatalf("profile %s: want a share of %d%% peaking at %d%% with %d bytes, the controller plans %+v", profile, compute, peak, memory, last)
 	}
 	return last
 }

@@ -56,10 +56,11 @@ const (
 	PCIeGenerationAttribute      AttributeName = "pcieGeneration"
 	PCIeLinkWidthAttribute       AttributeName = "pcieLinkWidth"
 	// ComputeLimitsAttribute is true on a shareable GPU whose kubelet
-	// plugin grants a share the compute limit its GpuConfig asks for
-	// (GpuSharing.ComputeLimitPercent). A plugin from before compute
-	// limits refuses that field, so the controller asks for a limit only
-	// where every shareable GPU says this.
+	// plugin caps a share's SMs only where its GpuConfig asks
+	// (GpuSharing.ComputeLimitPercent). A plugin from before compute caps
+	// holds every share to the compute the scheduler counted, so the
+	// controller counts a bursty share at its peak unless every shareable
+	// GPU says this.
 	ComputeLimitsAttribute AttributeName = "computeLimits"
 	// MIGProfileAttribute is the MIG profile of a partition, as NVIDIA
 	// spells it ("1g.10gb", "1g.10gb+me"). Only partitions carry it, so

@@ -59,33 +59,25 @@ func (s Share) Validate() error {
 	return nil
 }
 
-// MaxComputeLimitFactor bounds a share's compute limit by its compute, so
-// that the limits of a GPU's shares, whose compute the scheduler keeps
-// within the GPU, never add up past twice the GPU: a tenant may burst into
-// what its neighbours leave idle, but a share counted for 5 % cannot hold
-// every SM.
+// MaxComputeLimitFactor bounds a share's compute cap by its compute: a
+// share counted for 5 % cannot be granted every SM. The share rule keeps a
+// share's request within this factor of its expected peak, too.
 const MaxComputeLimitFactor = 2
 
-// GrantedComputeLimit is the compute limit s gets for the limit a
-// GpuConfig asks for (sharing.computeLimitPercent): at least s's compute
-// and at most MaxComputeLimitFactor times it, within the GPU. It is 0,
-// the limit being s's compute, where s limits no compute, nothing is
-// asked, or the bounds leave s's compute.
+// GrantedComputeLimit is the compute cap s gets for the cap a GpuConfig
+// asks for (sharing.computeLimitPercent): at least s's compute and at most
+// MaxComputeLimitFactor times it, within the GPU. It is 0, no cap, where s
+// holds no part of the GPU's compute or nothing is asked.
 func (s Share) GrantedComputeLimit(asked *int32) int32 {
 	if asked == nil || !s.LimitsCompute() {
 		return 0
 	}
-	limit := min(max(*asked, s.ComputePercent), s.ComputePercent*MaxComputeLimitFactor, MaxComputePercent)
-	if limit == s.ComputePercent {
-		return 0
-	}
-	return limit
+	return min(max(*asked, s.ComputePercent), s.ComputePercent*MaxComputeLimitFactor, MaxComputePercent)
 }
 
-// LimitsCompute says whether s holds part of the GPU's SMs, the part MPS
-// then limits the share's clients to: 0 and MaxComputePercent are the
-// whole GPU's compute, and so is a figure above it, where MPS is given no
-// limit.
+// LimitsCompute says whether s holds part of the GPU's SMs: 0 and
+// MaxComputePercent are the whole GPU's compute, and so is a figure above
+// it, where MPS is given no cap.
 func (s Share) LimitsCompute() bool {
 	return s.ComputePercent > 0 && s.ComputePercent < MaxComputePercent
 }
@@ -170,7 +162,7 @@ func (s SharingStrategy) ShareConflict() error {
 	case "", ExclusiveSharing:
 		return nil
 	case TimeSlicingSharing:
-		return errors.New("a share cannot be time-sliced: MPS enforces it, and a time slice is set for the whole GPU, which other claims' shares run on")
+		return errors.New("a share cannot be time-sliced: a time slice is set for the whole GPU, which other claims' shares run on")
 	}
 	return fmt.Errorf("a share of a GPU is enforced by MPS and cannot take sharing.strategy %q", s)
 }

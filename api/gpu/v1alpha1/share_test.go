@@ -166,9 +166,8 @@ func TestConsumedShare(t *testing.T) {
 	}
 }
 
-// TestGrantedComputeLimit: a share bursts to what its config asks, but
-// never below its own compute nor past twice it, so that a GPU's limits
-// stay within twice the GPU.
+// TestGrantedComputeLimit: a share is capped only where its config asks,
+// at what it asks, but never below its own compute nor past twice it.
 func TestGrantedComputeLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -176,13 +175,13 @@ func TestGrantedComputeLimit(t *testing.T) {
 		asked *int32
 		want  int32
 	}{
-		{"nothing asked", Share{ComputePercent: 30}, nil, 0},
+		{"nothing asked: no cap", Share{ComputePercent: 30}, nil, 0},
 		{"within twice the share", Share{ComputePercent: 30}, ptr.To[int32](55), 55},
 		{"twice the share at most", Share{ComputePercent: 30}, ptr.To[int32](90), 60},
 		{"the whole GPU at most", Share{ComputePercent: 70}, ptr.To[int32](100), 100},
-		{"below the share: the share", Share{ComputePercent: 30}, ptr.To[int32](10), 0},
-		{"the share itself", Share{ComputePercent: 30}, ptr.To[int32](30), 0},
-		{"a share of no compute has no limit to raise", Share{MemoryBytes: 8 << 30}, ptr.To[int32](50), 0},
+		{"below the share: the share", Share{ComputePercent: 30}, ptr.To[int32](10), 30},
+		{"the share itself", Share{ComputePercent: 30}, ptr.To[int32](30), 30},
+		{"a share of no compute has no cap", Share{MemoryBytes: 8 << 30}, ptr.To[int32](50), 0},
 		{"a share of the whole GPU's compute", Share{ComputePercent: MaxComputePercent}, ptr.To[int32](50), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

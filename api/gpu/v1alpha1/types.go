@@ -94,13 +94,16 @@ type GpuSharing struct {
 	// +optional
 	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
 
-	// ComputeLimitPercent is the most of the GPU's SMs a share's clients
-	// may use at once (MPS's active thread percentage), 1 to 100, where
-	// it may burst past the compute the scheduler counted for the share
-	// (its request). The kubelet plugin grants at least the request and at
-	// most twice it, so a GPU's limits never add up past 200 %. It has no
-	// effect on a whole GPU. The admission controller sets it for the
-	// shares it sizes; see docs/sharing.md.
+	// ComputeLimitPercent caps a share's clients to this many of the GPU's
+	// SMs (MPS's active thread percentage), 1 to 100. Without it a share's
+	// clients may use every SM while they run: the GPU time-slices
+	// between the shares of one GPU, so a cap does not keep one share from
+	// slowing another, and only slows the share that holds it, even on a
+	// GPU that is otherwise idle. Set it where a tenant must never use more
+	// of the GPU than it asked for. The kubelet plugin grants at least the
+	// compute the scheduler counted for the share (its request) and at
+	// most twice it, within the GPU. It has no effect on a whole GPU. See
+	// docs/sharing.md.
 	// +optional
 	ComputeLimitPercent *int32 `json:"computeLimitPercent,omitempty"`
 }

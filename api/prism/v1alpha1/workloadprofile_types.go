@@ -493,9 +493,9 @@ type ModelUsage struct {
 // GrantedShare is the share of one GPU a run was allocated: the status
 // form of gpu.prism.dev's Share (NewGrantedShare), in the same range.
 type GrantedShare struct {
-	// computePercent is the share of the GPU's SMs the run was held to
-	// (its compute limit, which may be above what the scheduler counted),
-	// 0 to 100; 0, no amount named, and 100 are both the whole GPU's
+	// computePercent is the cap on the GPU's SMs the run was held to,
+	// where its claim asked for one (it may be above what the scheduler
+	// counted), 0 to 100; 0, no cap, and 100 are both the whole GPU's
 	// compute.
 	// +optional
 	// +kubebuilder:validation:Minimum=0

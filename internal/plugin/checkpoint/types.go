@@ -157,9 +157,9 @@ type Sharing struct {
 	// Share is the part of the GPU the scheduler counted for the claim,
 	// with no amounts where the allocation named none.
 	Share gpuv1alpha1.Share
-	// ComputeLimitPercent is the share's compute limit where it may burst
-	// past Share's compute (GpuConfig sharing.computeLimitPercent), as
-	// granted at prepare; 0 where the limit is the share's compute.
+	// ComputeLimitPercent is the cap on the share's SMs that its GpuConfig
+	// asked for (sharing.computeLimitPercent), as granted at prepare; 0
+	// where none was asked, and the share's clients may use every SM.
 	ComputeLimitPercent int32
 	// MPS is set when the share is enforced by an MPS control daemon. It
 	// is decided once, at prepare, so that a CDI spec written again after a
@@ -210,14 +210,15 @@ func (s *Sharing) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Limits is what the share's clients are held to: the share, its compute
-// raised to ComputeLimitPercent where that is set.
+// Limits is what the share's clients are held to: the share's memory, and
+// its compute only where a cap was asked for (ComputeLimitPercent). The
+// compute the scheduler counted is no cap: the GPU time-slices between the
+// servers of different shares' daemons, so a cap keeps no share from
+// slowing another, and on a real GPU it only slowed the share that held it
+// (docs/sharing.md). A share prepared by a plugin from before this rule
+// keeps the daemon it was given, capped at its compute.
 func (s Sharing) Limits() gpuv1alpha1.Share {
-	l := s.Share
-	if s.ComputeLimitPercent > 0 {
-		l.ComputePercent = s.ComputeLimitPercent
-	}
-	return l
+	return gpuv1alpha1.Share{ComputePercent: s.ComputeLimitPercent, MemoryBytes: s.Share.MemoryBytes}
 }
 
 // Profiling is the profiling setup of a claim.

@@ -55,9 +55,11 @@ limitations under the License.
 //     their own and never wait for each other. The GPU runs the servers of
 //     different shares time-sliced against each other, as it runs any two
 //     processes, while each server holds its clients to the share's
-//     limits; the containers of one share run concurrently in its server.
-//     Containers of one share with different UIDs take turns, as MPS
-//     documents;
+//     memory; the containers of one share run concurrently in its server.
+//     A server's SMs are capped only where the share's claim asks: under
+//     time-slicing a cap keeps no share from slowing another, and on an
+//     H200 it only slowed the share that held it. Containers of one share
+//     with different UIDs take turns, as MPS documents;
 //   - a fatal fault reaches the clients of one share's server only.
 //
 // The directories of a daemon, under the plugin's state directory:

@@ -24,19 +24,15 @@ import (
 )
 
 // shareSummary is the Shared event's word on the share: "gpu gets 30%
-// compute (limit 45%), 8Gi memory of a shareable GPU first (duty cycle
+// compute (peaks at 45%), 8Gi memory of a shareable GPU first (duty cycle
 // p50 16% p95 32%, peak memory 6Gi, 3 runs), a whole GPU after".
 func shareSummary(p *rewrite.Plan) string {
 	s := p.Share
 	if s == nil || s.Verdict != rewrite.ShareSized.String() || s.Memory == nil {
 		return ""
 	}
-	limit := ""
-	if s.ComputeLimitPercent > 0 {
-		limit = fmt.Sprintf(" (limit %d%%)", s.ComputeLimitPercent)
-	}
 	text := fmt.Sprintf("%s %s %d%% compute%s, %s memory of a shareable GPU first",
-		strings.Join(s.Requests, ", "), verb(len(s.Requests)), s.ComputePercent, limit, s.Memory.String())
+		strings.Join(s.Requests, ", "), verb(len(s.Requests)), s.ComputePercent, rewrite.PeakText(s), s.Memory.String())
 	if s.Usage != "" {
 		text += " (" + s.Usage + ")"
 	}

@@ -48,7 +48,7 @@ func TestShareStrategyErrorsNameAFewShares(t *testing.T) {
 	errs := shareStrategyErrors(spec, field.NewPath("spec", "devices", "config"))
 	want := `spec.devices.config[0].opaque.parameters.sharing.strategy: Invalid value: "TimeSlicing": ` +
 		`requests "r0", "r1", "r2" and 2 more, which name amounts of gpu.prism.dev/memory or gpu.prism.dev/compute, ask for shares of a GPU: ` +
-		`a share cannot be time-sliced: MPS enforces it, and a time slice is set for the whole GPU, which other claims' shares run on; ` +
+		`a share cannot be time-sliced: a time slice is set for the whole GPU, which other claims' shares run on; ` +
 		`remove the sharing configuration, or the amounts to ask for a whole GPU`
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Errorf("errors %q\nwant one: %s", errs, want)
