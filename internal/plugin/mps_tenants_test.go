@@ -77,7 +77,9 @@ func (c shareContainer) client(t *testing.T, m *mpsDriver, edit func([]string) [
 		env = edit(env)
 	}
 	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, mps.EnvPipeDirectory+"=") })
-	env = append(env, mps.EnvPipeDirectory+"="+c.pipeDir, "FAKE_MPS_SHM_DIR="+c.shmDir, "FAKE_MPS_CONTROL_RECORD="+m.record)
+	// The documented rule, stricter than the H200's driver: the share's
+	// containers must reach its server through the share's /dev/shm.
+	env = append(env, mps.EnvPipeDirectory+"="+c.pipeDir, "FAKE_MPS_SHM=shared", "FAKE_MPS_SHM_DIR="+c.shmDir, "FAKE_MPS_CONTROL_RECORD="+m.record)
 	return mpstest.StartClient(t, filepath.Join(m.driverRoot, "usr", "bin", mps.ControlBinary), env, cred, args...)
 }
 

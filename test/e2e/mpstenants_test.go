@@ -144,7 +144,10 @@ func startMPSTenants(ctx context.Context, t *testing.T, client kubernetes.Interf
 		c.Env = []corev1.EnvVar{{Name: "MPS_ROOT", Value: filepath.Join(stateDir, "mps")}, {Name: "ENV_EDIT", Value: tn.envEdit},
 			// The stand-in's record, which it would keep in the daemon's
 			// log directory, out of the container's reach.
-			{Name: "FAKE_MPS_CONTROL_RECORD", Value: "/tmp/mps-client.log"}}
+			{Name: "FAKE_MPS_CONTROL_RECORD", Value: "/tmp/mps-client.log"},
+			// The documented rule, stricter than the H200's driver: the
+			// client reaches its server only through the share's /dev/shm.
+			{Name: "FAKE_MPS_SHM", Value: "shared"}}
 		c.VolumeMounts = []corev1.VolumeMount{{Name: "mps", MountPath: "/opt/mps", ReadOnly: true}}
 		createPod(ctx, t, client, pod)
 	}

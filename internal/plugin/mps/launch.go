@@ -29,8 +29,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// An MPS server and its clients exchange memory through /dev/shm, so a
-// daemon must have the /dev/shm that its share's containers have. The
+// NVIDIA documents that an MPS server and its clients exchange memory
+// through /dev/shm, so a daemon gets the /dev/shm that its share's
+// containers have. (The driver of an H200 with CUDA 13.0 did not need it:
+// a client with a /dev/shm of its own connected; older drivers may.) The
 // daemon cannot be given a mount namespace of its own by exec alone: the
 // bind mount has to be made between the unshare and the exec. So the
 // Manager starts the plugin's own program again under launcherName, which

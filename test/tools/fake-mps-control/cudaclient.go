@@ -88,9 +88,11 @@ func runCUDAClient(args []string, pipeDir string, rec *recorder, stdout, stderr 
 		return c.finish(mpstest.ClientResult{MPS: true, Waited: rep.Waited, Error: rep.Error}, mpstest.ExitServerFailed)
 	}
 	res := mpstest.ClientResult{MPS: true, ServerUID: &rep.UID, Server: strconv.Itoa(rep.Server), Waited: rep.Waited}
-	if err := sharesMemory(rep); err != nil {
-		res.Error = err.Error()
-		return c.finish(res, mpstest.ExitNoSharedMemory)
+	if needsSharedMemory() {
+		if err := sharesMemory(rep); err != nil {
+			res.Error = err.Error()
+			return c.finish(res, mpstest.ExitNoSharedMemory)
+		}
 	}
 	res.ActiveThreadPercentage, res.PinnedMemLimitBytes = clientLimits(rep.Limits, os.Getenv)
 	if limit := res.PinnedMemLimitBytes; limit > 0 && allocBytes > limit {

@@ -18,9 +18,9 @@ limitations under the License.
 // is no GPU. It models the behaviour of MPS that NVIDIA documents (the
 // nvidia-cuda-mps-control(1) man page and the MPS documentation), so that
 // a design that could not work on a node fails against it too: one that
-// depends on clients' environment variables for its limits, on a /dev/shm
-// its clients do not share, or on clients of different UIDs sharing one
-// server.
+// depends on clients' environment variables for its limits, on clients of
+// different UIDs sharing one server, or, with FAKE_MPS_SHM=shared, on a
+// /dev/shm its clients do not share.
 //
 // It records what it does, one mpstest.Entry in JSON a line, in
 // fake-mps-control.log in CUDA_MPS_LOG_DIRECTORY, or in the file that
@@ -42,8 +42,7 @@ limitations under the License.
 // CUDA_VISIBLE_DEVICES, as the real one does. Its state is the daemon
 // process's, so daemons with pipe directories of their own are
 // independent of each other, as in the documentation's "Starting multiple
-// control/server pairs"; each still needs its clients to share its
-// servers' /dev/shm.
+// control/server pairs".
 //
 // # The control daemon: -f, -d
 //
@@ -134,9 +133,14 @@ limitations under the License.
 // as CUDA does, and prints {"mps":false}. Otherwise the daemon, which
 // learns the client's UID from the socket (SO_PEERCRED, as it cannot be
 // forged), gives it a server of its UID or queues it as above, for up to
-// --wait (default 10s). The client then reads the server's cuda.shm.<ID>
-// from its own /dev/shm: a client that does not share the server's
-// /dev/shm cannot reach the server, and fails. Its effective limits are
+// --wait (default 10s). With FAKE_MPS_SHM=shared the client then reads the
+// server's cuda.shm.<ID> from its own /dev/shm, and one that does not share
+// the server's /dev/shm cannot reach the server, and fails: the rule
+// NVIDIA documents for MPS clients in containers, which older drivers may
+// hold to. By default it does not: on an H200 with CUDA 13.0's driver a
+// client with an empty /dev/shm of its own connected and ran at its
+// server's limits, and the server's /dev/shm held no file (measured in
+// test/bench/results/2026-11-29-gpu-check-h200.md). Its effective limits are
 // the server's, lowered, never raised, by its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
 // and its CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for device 0 ("0=8G,1=4G");
 // a client that unsets them gets the server's, and an invalid value is
@@ -148,7 +152,8 @@ limitations under the License.
 //
 // FAKE_MPS_SHM_DIR replaces /dev/shm for the daemon, its servers and its
 // clients alike; it is for the stand-in's own tests, which must not
-// depend on the host's /dev/shm.
+// depend on the host's /dev/shm. A server makes its file under either
+// rule, so that only the client's environment picks the rule.
 //
 // # Not modelled
 //
@@ -251,6 +256,12 @@ func envOr(name, def string) string {
 // shmDir is /dev/shm as this process sees it.
 func shmDir() string {
 	return envOr("FAKE_MPS_SHM_DIR", "/dev/shm")
+}
+
+// needsSharedMemory says whether a client must share its server's
+// /dev/shm to reach it (FAKE_MPS_SHM=shared; see the package comment).
+func needsSharedMemory() bool {
+	return os.Getenv("FAKE_MPS_SHM") == "shared"
 }
 
 // shmName is the file in /dev/shm of the server with this ID.

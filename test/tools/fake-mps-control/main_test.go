@@ -377,22 +377,28 @@ func TestWaitForAnotherUIDRunsOut(t *testing.T) {
 	}
 }
 
+// TestClientNeedsTheServersSharedMemory: under the documented rule
+// (FAKE_MPS_SHM=shared) a client reaches its server only through the
+// server's /dev/shm; by default, as on the H200's driver, it reaches it
+// whatever its /dev/shm.
 func TestClientNeedsTheServersSharedMemory(t *testing.T) {
 	tests := []struct {
 		name string
 		// shm makes the client's /dev/shm, given the server's and its ID.
-		shm        func(t *testing.T, serverShm, server string) string
-		wantStatus int
+		shm func(t *testing.T, serverShm, server string) string
+		// wantShared is the client's exit status under the documented
+		// rule; by default every client attaches (status 0).
+		wantShared int
 	}{
 		{
 			name:       "the server's",
 			shm:        func(_ *testing.T, serverShm, _ string) string { return serverShm },
-			wantStatus: 0,
+			wantShared: 0,
 		},
 		{
 			name:       "one of its own",
 			shm:        func(t *testing.T, _, _ string) string { return t.TempDir() },
-			wantStatus: mpstest.ExitNoSharedMemory,
+			wantShared: mpstest.ExitNoSharedMemory,
 		},
 		{
 			name: "one with a file of the server's name",
@@ -403,22 +409,28 @@ func TestClientNeedsTheServersSharedMemory(t *testing.T) {
 				}
 				return dir
 			},
-			wantStatus: mpstest.ExitNoSharedMemory,
+			wantShared: mpstest.ExitNoSharedMemory,
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			n := newNode(t)
-			n.start(t, "")
-			server := strings.TrimSpace(n.mustControl(t, fmt.Sprintf("start_server -uid %d\nget_server_list\n", os.Geteuid())))
-			if _, err := os.Stat(filepath.Join(n.shmDir, "cuda.shm."+server)); err != nil {
-				t.Fatalf("the server's shared memory: %v", err)
-			}
-			got := n.runClient(t, nil, []string{"FAKE_MPS_SHM_DIR=" + tt.shm(t, n.shmDir, server)})
-			if got.ExitCode != tt.wantStatus || got.MPS != true || got.Server != server || (got.Error == "") != (tt.wantStatus == 0) {
-				t.Errorf("client = %+v, want status %d on server %s", got, tt.wantStatus, server)
-			}
-		})
+	for _, rule := range []string{"shared", ""} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("rule %q/%s", rule, tt.name), func(t *testing.T) {
+				n := newNode(t)
+				n.start(t, "")
+				server := strings.TrimSpace(n.mustControl(t, fmt.Sprintf("start_server -uid %d\nget_server_list\n", os.Geteuid())))
+				if _, err := os.Stat(filepath.Join(n.shmDir, "cuda.shm."+server)); err != nil {
+					t.Fatalf("the server's shared memory: %v", err)
+				}
+				want := tt.wantShared
+				if rule == "" {
+					want = 0
+				}
+				got := n.runClient(t, nil, []string{"FAKE_MPS_SHM=" + rule, "FAKE_MPS_SHM_DIR=" + tt.shm(t, n.shmDir, server)})
+				if got.ExitCode != want || got.MPS != true || got.Server != server || (got.Error == "") != (want == 0) {
+					t.Errorf("client = %+v, want status %d on server %s", got, want, server)
+				}
+			})
+		}
 	}
 }
 
