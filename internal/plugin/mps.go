@@ -67,7 +67,7 @@ func (m *mpsShares) open(ctx context.Context, opts mps.Options) {
 	if err := m.daemons.Unavailable(); err != nil {
 		logger.Info("MPS is unavailable: GPU shares run time-sliced and their memory limits are not enforced", "reason", err.Error())
 		m.recorder.Eventf(m.node, corev1.EventTypeWarning, "MPSUnavailable",
-			"Shares of GPUs on node %s run time-sliced, their compute and memory limits not enforced: %v", m.node.Name, err)
+			"Shares of GPUs on node %s run time-sliced, their memory limits and compute caps not enforced: %v", m.node.Name, err)
 		return
 	}
 	if opts.Pods != nil {
@@ -130,7 +130,7 @@ func (m *mpsShares) plan(claim *resourceapi.ResourceClaim, devices []checkpoint.
 	if why != nil {
 		m.claimErrors.WithLabelValues("prepare", "mps-unavailable").Inc()
 		m.recorder.Eventf(claim, corev1.EventTypeWarning, "MPSUnavailable",
-			"The GPU share runs time-sliced on node %s, its compute and memory limits only advertised to the workload: %v", m.node.Name, why)
+			"The GPU share runs time-sliced on node %s, its memory limit and any compute cap only advertised to the workload: %v", m.node.Name, why)
 		return
 	}
 	dev := &devices[shares[0]]
