@@ -18,8 +18,9 @@
 #
 #   hack/gpu-check.sh OUT [STEP...]
 #
-# With STEPs (discovery, cdi, ncu, usage, pairs, mps-shares, pairs-limited) it runs only
-# those, to repeat a failed check without the rest.
+# With STEPs (discovery, cdi, ncu, usage, pairs, mps-shares, containers,
+# pairs-limited) it runs only those, to repeat a failed check without the
+# rest.
 #
 # 1. discovery: the published device, datasheet figures, MIG profiles (read-only)
 # 2. cdi: nvcdi's edits on the real driver root
@@ -29,14 +30,21 @@
 # 6. mps-shares: two shares of GPU 0, each with the plugin's MPS control
 #    daemon of its own, played by a CUDA client as their containers
 #    (mps-shares/results.json)
-# 7. pairs-limited: every pair again, each job of a pair in a share of its
+# 7. containers: claims prepared by the plugin on the real driver (a whole
+#    GPU, two MPS shares, a time-sliced pair, a profiled claim), their
+#    containers run by runc from the CDI specs the prepare wrote, with
+#    nothing of NVIDIA's in their root file systems but what the specs
+#    bring (containers/results.json)
+# 8. pairs-limited: every pair again, each job of a pair in a share of its
 #    own as Prism makes them: a control daemon per share, at 50 % compute
 #    each (pairs/limited.jsonl)
 #
 # It needs nvcc, ncu and the NVIDIA driver. The Go tests behind the gpu
 # build tag are built here when go is installed; on a machine without Go,
 # build them elsewhere with `hack/gpu-check.sh --build-tests DIR` and name
-# DIR (or a .tar.xz of it) in PRISM_GPU_TESTBINS.
+# DIR (or a .tar.xz of it) in PRISM_GPU_TESTBINS. DIR also gets runc and
+# nvidia-cdi-hook for the containers step, which uses them from there,
+# else runc on PATH and the hook where the plugin's image installs it.
 #
 # It changes no setting of the GPU (MIG mode, clocks, compute and
 # persistence mode): ncu runs with --clock-control none, and the MPS control
@@ -51,12 +59,28 @@ JOBS=(vectoradd fmaloop tinygrid gemm-2048 gemm-8192 copy-16m copy-2g)
 PAIR_SECONDS=${PRISM_GPU_PAIR_SECONDS:-1}
 
 build_tests() {
-  local dir=$1
+  local dir
+  dir=$(realpath -m "$1")
   mkdir -p "$dir"
   for p in "${PACKAGES[@]}"; do
     echo "building $p"
     (cd "$ROOT" && go test -c -tags gpu -trimpath -ldflags='-s -w' -o "$dir/$(basename "$p").test" "./$p") || return 1
   done
+  # The containers step runs containers with runc, and their CDI specs'
+  # hooks with nvidia-cdi-hook, which a bare GPU machine lacks. Debian's and
+  # Ubuntu's runc need libseccomp.so.2, which Ubuntu 24.04 has.
+  local runc
+  runc=$(command -v runc) || { echo "no runc on PATH to carry for the containers step" >&2; return 1; }
+  cp "$runc" "$dir/runc" || return 1
+  # As images/Dockerfile builds the hook: static, so that it runs on any host.
+  echo "building nvidia-cdi-hook"
+  (
+    cd "$ROOT/hack/tools/imagebuild/nvidia-cdi-hook" &&
+      version=$(go list -m -f '{{.Version}}' github.com/NVIDIA/nvidia-container-toolkit) &&
+      CGO_ENABLED=1 go build -trimpath -buildvcs=false -tags netgo,osusergo \
+        -ldflags "-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=$version -linkmode=external -extldflags=-static" \
+        -o "$dir/nvidia-cdi-hook" github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook
+  ) || return 1
 }
 
 if [[ ${1:-} == --build-tests ]]; then
@@ -69,7 +93,7 @@ fi
 OUT=$(realpath -m "$1")
 shift
 STEPS=("$@")
-((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs mps-shares pairs-limited)
+((${#STEPS[@]})) || STEPS=(discovery cdi ncu usage pairs mps-shares containers pairs-limited)
 wanted() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 mkdir -p "$OUT"/{logs,bin}
 SUMMARY=$OUT/summary.txt
@@ -146,8 +170,9 @@ CUDA_LIB=$(dirname "$(readlink -f "$(command -v nvcc)")")/../lib64
 step build-kernels 180 nvcc -O3 -std=c++17 -arch=native -o "$KERNELS" "$ROOT/hack/gpu-check/kernels.cu" \
   -lcublas -Xlinker -rpath -Xlinker "$(realpath -m "$CUDA_LIB")"
 export PRISM_GPU_KERNELS=$KERNELS PRISM_GPU_OUT=$OUT
-# The share's workload for mps-shares: CUDA alone, no cuBLAS.
-if wanted mps-shares; then
+# The share's workload for mps-shares, and the containers' for containers:
+# CUDA alone, no cuBLAS.
+if wanted mps-shares || wanted containers; then
   export PRISM_GPU_MPS_CLIENT=$OUT/bin/prism-mps-client
   step build-mps-client 180 nvcc -O3 -std=c++17 -arch=native -o "$PRISM_GPU_MPS_CLIENT" "$ROOT/hack/gpu-check/mps-client.cu"
 fi
@@ -157,6 +182,9 @@ if [[ -n ${PRISM_GPU_TESTBINS:-} ]]; then
   mkdir -p "$TESTBINS"
   if [[ -d $PRISM_GPU_TESTBINS ]]; then
     cp "$PRISM_GPU_TESTBINS"/*.test "$TESTBINS"/
+    for f in runc nvidia-cdi-hook; do
+      [[ -e $PRISM_GPU_TESTBINS/$f ]] && cp "$PRISM_GPU_TESTBINS/$f" "$TESTBINS"/
+    done
   else
     tar -xJf "$PRISM_GPU_TESTBINS" -C "$TESTBINS" --strip-components=1 ||
       python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1]); [setattr(m, "name", m.name.split("/", 1)[-1]) for m in t.getmembers()]; t.extractall(sys.argv[2])' "$PRISM_GPU_TESTBINS" "$TESTBINS"
@@ -167,6 +195,14 @@ else
   say "FAILED: no go and no PRISM_GPU_TESTBINS: the gpu-tagged tests cannot run"
   failed=1
 fi
+# runc and nvidia-cdi-hook for the containers step: carried beside the test
+# binaries, else runc on PATH and the hook where the plugin's image puts it.
+PRISM_RUNC=$TESTBINS/runc
+[[ -x $PRISM_RUNC ]] || PRISM_RUNC=$(command -v runc)
+PRISM_GPU_CDI_HOOK=$TESTBINS/nvidia-cdi-hook
+[[ -x $PRISM_GPU_CDI_HOOK ]] || PRISM_GPU_CDI_HOOK=/var/lib/prism/bin/nvidia-cdi-hook
+export PRISM_RUNC PRISM_GPU_CDI_HOOK
+wanted containers && say "runc ${PRISM_RUNC:-missing}, nvidia-cdi-hook $PRISM_GPU_CDI_HOOK"
 
 # gotest NAME PACKAGE RUN LIMIT: runs a package's gpu-tagged tests in the
 # package's directory, where they find their testdata.
@@ -293,7 +329,14 @@ fi
 # mps-shares/results.json; within 2 minutes even where a client hangs.
 wanted mps-shares && gotest mps-shares internal/plugin/mps '^TestRealMPSPerShareDaemons$' 120
 
-# ---- 7: pairs in shares of their own -------------------------------------
+# ---- 7: containers of claims ---------------------------------------------
+# A Driver on the real driver prepares claims of GPU 0, and runc runs their
+# containers from the CDI specs it wrote, with prism-mps-client and its
+# libraries alone in their root file systems: libcuda comes from the
+# specs' mounts and hooks. It unprepares them, and nothing may be left.
+wanted containers && gotest containers internal/plugin '^TestRealContainersFromPrismsCDISpec$' 180
+
+# ---- 8: pairs in shares of their own -------------------------------------
 # Each job of a pair is a client of its own control daemon, both daemons at
 # 50 % active threads by default, as two shares of half a GPU each are; the
 # pairs' speeds against pairs/mps.jsonl (one daemon, no limits) and
