@@ -35,11 +35,12 @@ generate: ## Regenerate deepcopy code and CRD manifests.
 	hack/generate.sh
 
 .PHONY: verify
-verify: ## gofmt, go vet (the release, the test build and hack/kai-check.sh's tests), license headers, and no test code in the shipped binaries.
+verify: ## gofmt, go vet (the release, the test build, hack/kai-check.sh's and hack/gpu-check.sh's tests), license headers, and no test code in the shipped binaries.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags simulation,faultinject ./...
 	$(GO) vet -tags kai ./test/e2e/
+	$(GO) vet -tags gpu ./pkg/gpu/nvml/ ./internal/plugin/...
 	hack/verify-boilerplate.sh
 	$(GO) test -count=1 ./test/deps
 

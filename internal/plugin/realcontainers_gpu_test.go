@@ -305,7 +305,7 @@ type containersRig struct {
 	out   string
 	res   *containersResults
 	// alone is the client alone on the whole GPU, from 1.
-	alone *ctrReport
+	alone *mpstest.GPUClientReport
 	// mpsPIDs are the MPS processes seen while the shares ran: their
 	// daemons and servers.
 	mpsPIDs []int
@@ -374,7 +374,7 @@ func (r *containersRig) wholeGPU(t *testing.T) {
 	r.res.Whole = c.run
 	r.unprepare(t, uid)
 	rep := c.run.Report
-	if c.run.ExitCode != 0 || !rep.ok() {
+	if c.run.ExitCode != 0 || !rep.OK() {
 		t.Fatalf("the client in a container of the whole GPU: exit %d, report %+v; stderr:\n%s", c.run.ExitCode, rep, c.run.Stderr)
 	}
 	r.alone = rep
@@ -424,7 +424,7 @@ func (r *containersRig) mpsShares(t *testing.T) {
 		args: []string{"--alloc", fmt.Sprintf("%d,%d", 1*gib, 3*gib), "--hold", "60"}})
 	a.line(ctrLineTimeout)
 	res.A = a.run
-	if !a.run.Report.ok() {
+	if !a.run.Report.OK() {
 		a.finish()
 		t.Fatalf("share a's client (UID 1000): %+v; stderr:\n%s", a.run.Report, a.run.Stderr)
 	}
@@ -432,7 +432,7 @@ func (r *containersRig) mpsShares(t *testing.T) {
 		args: []string{"--alloc", strconv.FormatInt(5*gib, 10), "--hold", "60"}})
 	b.line(ctrLineTimeout)
 	res.B = b.run
-	res.BBesideA = b.run.Report.ok() && !a.ended.Load()
+	res.BBesideA = b.run.Report.OK() && !a.ended.Load()
 	// While both hold their servers: which server serves which pipe
 	// directory.
 	res.Servers = map[string][]int{}
@@ -462,7 +462,7 @@ func (r *containersRig) mpsShares(t *testing.T) {
 		name string
 		run  *ctrRun
 	}{{"a", a.run}, {"b", b.run}} {
-		if s.run.ExitCode != 0 || !s.run.Report.ok() || s.run.AfterHold != "cudaSuccess" {
+		if s.run.ExitCode != 0 || !s.run.Report.OK() || s.run.AfterHold != "cudaSuccess" {
 			t.Errorf("share %s's client: exit %d, after its hold %q, report %+v; stderr:\n%s",
 				s.name, s.run.ExitCode, s.run.AfterHold, s.run.Report, s.run.Stderr)
 		}
@@ -474,7 +474,7 @@ func (r *containersRig) mpsShares(t *testing.T) {
 	if want := fmt.Sprintf("%s=%d", mps.EnvActiveThreadPercentage, shareAPercent); !slices.Contains(a.run.InjectedEnv, want) {
 		t.Errorf("share a's spec did not give its container %s: %v", want, a.run.InjectedEnv)
 	}
-	if ra := a.run.Report; ra.ok() {
+	if ra := a.run.Report; ra.OK() {
 		// 40 % of 132 SMs is 52.8: the H200 gave 52.
 		floor, round := n*shareAPercent/100, (n*shareAPercent+50)/100
 		switch {
@@ -486,14 +486,14 @@ func (r *containersRig) mpsShares(t *testing.T) {
 			t.Errorf("share a, capped at %d %% with its CUDA_MPS_ variables unset, sees %d of %d SMs; want within 2 of %d or %d",
 				shareAPercent, ra.SMCount, n, floor, round)
 		}
-		if e := ra.allocError(1 * gib); e != "" {
+		if e := ra.AllocError(1 * gib); e != "" {
 			t.Errorf("share a (%d GiB) could not allocate 1 GiB: %s", shareAMemory/gib, e)
 		}
-		if e := ra.allocError(3 * gib); e != "cudaErrorMemoryAllocation" {
+		if e := ra.AllocError(3 * gib); e != "cudaErrorMemoryAllocation" {
 			t.Errorf("share a (%d GiB) allocating 3 GiB with its CUDA_MPS_ variables unset: %q, want cudaErrorMemoryAllocation", shareAMemory/gib, e)
 		}
 	}
-	if rb := b.run.Report; rb.ok() {
+	if rb := b.run.Report; rb.OK() {
 		if !res.BBesideA {
 			t.Errorf("share b's client (UID 2000) did not run while share a's (UID 1000) held its server")
 		}
@@ -504,7 +504,7 @@ func (r *containersRig) mpsShares(t *testing.T) {
 		if rb.SMCount != n {
 			t.Errorf("share b, which asks for no cap, sees %d of %d SMs", rb.SMCount, n)
 		}
-		if e := rb.allocError(5 * gib); e == "" {
+		if e := rb.AllocError(5 * gib); e == "" {
 			t.Errorf("share b (%d GiB) allocated 5 GiB with CUDA_MPS_PINNED_DEVICE_MEM_LIMIT raised to 80G", shareBMemory/gib)
 		}
 	}
@@ -551,7 +551,7 @@ func (r *containersRig) timeSlicedPair(t *testing.T) {
 	}
 	for _, c := range pair {
 		rep := c.run.Report
-		if c.run.ExitCode != 0 || !rep.ok() {
+		if c.run.ExitCode != 0 || !rep.OK() {
 			t.Errorf("%s: exit %d, report %+v; stderr:\n%s", c.run.Name, c.run.ExitCode, rep, c.run.Stderr)
 			continue
 		}
@@ -598,8 +598,8 @@ func (r *containersRig) profiled(t *testing.T) {
 	for _, p := range reports {
 		data, _ := os.ReadFile(p)
 		res.ClientLine = res.ClientLine || slices.ContainsFunc(strings.Split(string(data), "\n"), func(l string) bool {
-			var rep ctrReport
-			return json.Unmarshal([]byte(l), &rep) == nil && rep.ok()
+			var rep mpstest.GPUClientReport
+			return json.Unmarshal([]byte(l), &rep) == nil && rep.OK()
 		})
 	}
 
@@ -860,14 +860,14 @@ type ctrRun struct {
 	// InjectedEnv are what the spec got from them: its CUDA_, NVIDIA_ and
 	// PRISM_ variables, the NVIDIA libraries among the mounts. Env is
 	// the variables as it ran, after the edit.
-	CDIDevices      []string   `json:"cdi_devices"`
-	DeviceNodes     []string   `json:"device_nodes"`
-	Mounts          int        `json:"mounts"`
-	DriverLibraries []string   `json:"driver_libraries"`
-	Hooks           int        `json:"hooks"`
-	InjectedEnv     []string   `json:"injected_env"`
-	Env             []string   `json:"env"`
-	Report          *ctrReport `json:"report,omitempty"`
+	CDIDevices      []string                 `json:"cdi_devices"`
+	DeviceNodes     []string                 `json:"device_nodes"`
+	Mounts          int                      `json:"mounts"`
+	DriverLibraries []string                 `json:"driver_libraries"`
+	Hooks           int                      `json:"hooks"`
+	InjectedEnv     []string                 `json:"injected_env"`
+	Env             []string                 `json:"env"`
+	Report          *mpstest.GPUClientReport `json:"report,omitempty"`
 	// LineSeconds is how long after runc's start the client printed
 	// its line.
 	LineSeconds float64 `json:"line_seconds,omitempty"`
@@ -877,40 +877,6 @@ type ctrRun struct {
 	ExitCode int    `json:"exit_code"`
 	TimedOut bool   `json:"timed_out,omitempty"`
 	Stderr   string `json:"stderr,omitempty"`
-}
-
-// ctrReport is the line prism-mps-client prints.
-type ctrReport struct {
-	PID            int     `json:"pid"`
-	UID            int     `json:"uid"`
-	InitError      string  `json:"init_error,omitempty"`
-	Error          string  `json:"error,omitempty"`
-	InitSeconds    float64 `json:"init_seconds"`
-	SMCount        int     `json:"sm_count"`
-	MemFreeBytes   int64   `json:"mem_free_bytes"`
-	MemTotalBytes  int64   `json:"mem_total_bytes"`
-	Launches       int     `json:"launches"`
-	KernelSeconds  float64 `json:"kernel_seconds"`
-	FlopsPerSecond float64 `json:"flops_per_second"`
-	Allocs         []struct {
-		Bytes int64  `json:"bytes"`
-		Error string `json:"error,omitempty"`
-	} `json:"allocs"`
-}
-
-func (c *ctrReport) ok() bool {
-	return c != nil && c.InitError == "" && c.Error == "" && c.FlopsPerSecond > 0
-}
-
-// allocError is CUDA's error for the allocation of bytes: "" where it
-// succeeded, "not tried" where the client did not try it.
-func (c *ctrReport) allocError(bytes int64) string {
-	for _, a := range c.Allocs {
-		if a.Bytes == bytes {
-			return a.Error
-		}
-	}
-	return "not tried"
 }
 
 // bundle writes the container's bundle and returns its directory.
@@ -1116,7 +1082,7 @@ func (x *ctr) line(timeout time.Duration) {
 	}
 	x.lineAt = at
 	x.run.LineSeconds = at.Sub(x.start).Seconds()
-	var rep ctrReport
+	var rep mpstest.GPUClientReport
 	if err := json.Unmarshal([]byte(text), &rep); err != nil {
 		rep.Error = fmt.Sprintf("unreadable line %q: %v", text, err)
 	}

@@ -199,7 +199,7 @@ func TestRealMPSPerShareDaemons(t *testing.T) {
 	r.none = container{env: r.withLibraries([]string{EnvPipeDirectory + "=" + mpstest.OpenTempDir(t)})}
 	r.res.Unlimited = append(r.res.Unlimited, r.run(t, r.none))
 	r.unlimited = r.res.Unlimited[0].Report
-	if !r.unlimited.ok() {
+	if !r.unlimited.OK() {
 		t.Fatalf("the CUDA client fails without MPS: %+v", r.res.Unlimited[0])
 	}
 
@@ -253,9 +253,9 @@ type rig struct {
 	// none is a container without MPS; unlimited is the client's first
 	// run there.
 	none      container
-	unlimited *clientReport
+	unlimited *mpstest.GPUClientReport
 	// asPrepared is share a's client with its share's environment.
-	asPrepared clientReport
+	asPrepared mpstest.GPUClientReport
 	// heldA and heldB hold their shares' servers as UIDs 1000 and 2000,
 	// from 5-two-uids until 5b-one-daemon-two-uids.
 	heldA, heldB *client
@@ -278,7 +278,7 @@ func (r *rig) severalDaemons(t *testing.T) {
 		c := r.start(t, r.container(s, 0, nil), "--hold", "60")
 		held = append(held, c)
 		c.line(lineTimeout)
-		if !c.run.Report.ok() {
+		if !c.run.Report.OK() {
 			c.finish()
 			t.Fatalf("share %s's client: %+v", s.name, *c.run)
 		}
@@ -324,14 +324,15 @@ func (r *rig) limitsBind(t *testing.T) {
 	} {
 		run := r.run(t, r.container(a, 0, tc.edit), "--alloc", fmt.Sprintf("%d,%d", below, above))
 		lc := limitCase{Name: tc.name, Run: run}
-		if rep := run.Report; rep.ok() {
-			lc.BelowLimitAllocated = rep.allocated(below)
-			lc.AboveLimitRefused = !rep.allocated(above)
+		if rep := run.Report; rep.OK() {
+			lc.BelowLimitAllocated = rep.AllocError(below) == ""
+			e := rep.AllocError(above)
+			lc.AboveLimitRefused = e != "" && e != "not tried"
 			lc.RateOfUnlimited = rep.FlopsPerSecond / r.unlimited.FlopsPerSecond
 		}
 		r.res.LimitsBind = append(r.res.LimitsBind, lc)
 		switch {
-		case !run.Report.ok():
+		case !run.Report.OK():
 			t.Errorf("%s: the client failed: %+v", tc.name, run)
 			continue
 		case tc.name == "as prepared":
@@ -361,12 +362,12 @@ func (r *rig) threadLimit(t *testing.T) {
 	res := &threadLimitResult{UnlimitedSMCount: r.unlimited.SMCount}
 	r.res.ThreadLimit = res
 	for _, u := range r.res.Unlimited {
-		if u.Report.ok() {
+		if u.Report.OK() {
 			res.UnlimitedFlopsPerSecond = append(res.UnlimitedFlopsPerSecond, u.Report.FlopsPerSecond)
 		}
 	}
-	add := func(name string, percent int32, rep *clientReport) {
-		if rep.ok() {
+	add := func(name string, percent int32, rep *mpstest.GPUClientReport) {
+		if rep.OK() {
 			res.Cases = append(res.Cases, threadCase{Name: name, LimitPercent: percent, SMCount: rep.SMCount,
 				FlopsPerSecond: rep.FlopsPerSecond, RateOfUnlimited: rep.FlopsPerSecond / r.unlimited.FlopsPerSecond})
 		}
@@ -394,7 +395,7 @@ func (r *rig) threadLimit(t *testing.T) {
 // memoryLimit is item 4: how share a's client as prepared fared with an
 // allocation above its share's memory, and one below.
 func (r *rig) memoryLimit(t *testing.T) {
-	if !r.asPrepared.ok() || len(r.asPrepared.Allocs) != 2 {
+	if !r.asPrepared.OK() || len(r.asPrepared.Allocs) != 2 {
 		t.Fatal("share a's client as prepared did not run (see 2-limits-bind)")
 	}
 	below, above := r.asPrepared.Allocs[0], r.asPrepared.Allocs[1]
@@ -417,15 +418,15 @@ func (r *rig) memoryLimit(t *testing.T) {
 func (r *rig) twoUIDs(t *testing.T) {
 	a, b := r.shares[0], r.shares[1]
 	r.heldA = r.start(r.top, r.container(a, 1000, nil), "--hold", "60")
-	if r.heldA.line(lineTimeout); !r.heldA.run.Report.ok() {
+	if r.heldA.line(lineTimeout); !r.heldA.run.Report.OK() {
 		t.Fatalf("share a's client of UID 1000: %+v", *r.heldA.run)
 	}
 	r.heldB = r.start(r.top, r.container(b, 2000, nil), "--hold", "60")
 	r.heldB.line(lineTimeout)
-	res := &twoUIDsResult{A: r.heldA.run, B: r.heldB.run, BesideA: r.heldB.run.Report.ok() && !r.heldA.exited()}
+	res := &twoUIDsResult{A: r.heldA.run, B: r.heldB.run, BesideA: r.heldB.run.Report.OK() && !r.heldA.exited()}
 	r.res.TwoUIDs = res
 	t.Logf("share b's client of UID 2000 printed its line %.1f s after its start, CUDA's initialisation %.1f s",
-		r.heldB.run.LineSeconds, r.heldB.run.Report.initSeconds())
+		r.heldB.run.LineSeconds, initSeconds(r.heldB.run.Report))
 	if !res.BesideA {
 		t.Errorf("share b's client of UID 2000 did not run while share a's of UID 1000 held its server: %+v", *r.heldB.run)
 	}
@@ -435,7 +436,7 @@ func (r *rig) twoUIDs(t *testing.T) {
 // a's daemon while its client of UID 1000 holds the server, where MPS
 // documents a wait, then the release of both held clients.
 func (r *rig) oneDaemonTwoUIDs(t *testing.T) {
-	if r.heldA == nil || !r.heldA.run.Report.ok() || r.heldA.exited() || r.res.TwoUIDs == nil {
+	if r.heldA == nil || !r.heldA.run.Report.OK() || r.heldA.exited() || r.res.TwoUIDs == nil {
 		t.Fatal("share a's client of UID 1000 is not held (see 5-two-uids)")
 	}
 	c := r.start(t, r.container(r.shares[0], 2000, nil))
@@ -454,7 +455,7 @@ func (r *rig) oneDaemonTwoUIDs(t *testing.T) {
 	res.Run = c.run
 	r.heldB.finish()
 	t.Logf("a client of UID 2000 in share a's daemon while UID 1000's held its server: waited %t; ran %t, %.1f s after the release",
-		res.WaitedWhileHeld, c.run.Report.ok(), res.SecondsAfterRelease)
+		res.WaitedWhileHeld, c.run.Report.OK(), res.SecondsAfterRelease)
 }
 
 // withoutShareShm is item 7: share a's client with a /dev/shm of its own,
@@ -474,7 +475,7 @@ func (r *rig) withoutShareShm(t *testing.T) {
 	switch rep := c.run.Report; {
 	case c.run.TimedOut:
 		res.Outcome = "hung"
-	case !rep.ok():
+	case !rep.OK():
 		res.Outcome = "failed"
 	default:
 		servers, _ := r.servers(a)
@@ -490,7 +491,7 @@ func (r *rig) withoutShareShm(t *testing.T) {
 	after := r.run(t, r.container(a, 0, nil))
 	res.After = &after
 	t.Logf("a client of share a with a /dev/shm of its own: %s; a client with the share's right after ran: %t",
-		res.Outcome, after.Report.ok())
+		res.Outcome, after.Report.OK())
 }
 
 // stop is item 8: each share's daemon stopped, share b's under a client
@@ -505,7 +506,7 @@ func (r *rig) stop(t *testing.T) {
 		if s.name == "b" {
 			c = r.start(t, r.container(s, 0, nil), "--hold", "60")
 			c.line(lineTimeout)
-			sc.ClientHeld = c.run.Report.ok()
+			sc.ClientHeld = c.run.Report.OK()
 		}
 		pids := []int{s.rec.PID}
 		servers, _ := r.servers(s)
@@ -567,48 +568,11 @@ func (r *rig) withLibraries(env []string) []string {
 	return append(env, "LD_LIBRARY_PATH="+strings.Join(r.m.libDirs, ":"))
 }
 
-// clientReport is the line prism-mps-client prints
-// (hack/gpu-check/mps-client.cu).
-type clientReport struct {
-	PID int `json:"pid"`
-	UID int `json:"uid"`
-	// InitError is CUDA's error where it did not initialise, Error where
-	// a call after that failed: "name: message".
-	InitError      string        `json:"init_error,omitempty"`
-	Error          string        `json:"error,omitempty"`
-	InitSeconds    float64       `json:"init_seconds"`
-	SMCount        int           `json:"sm_count"`
-	MemFreeBytes   int64         `json:"mem_free_bytes"`
-	MemTotalBytes  int64         `json:"mem_total_bytes"`
-	Launches       int           `json:"launches"`
-	KernelSeconds  float64       `json:"kernel_seconds"`
-	FlopsPerSecond float64       `json:"flops_per_second"`
-	Allocs         []allocReport `json:"allocs"`
-}
-
-// allocReport is one allocation the client tried: Error is CUDA's error
-// name where it failed, empty where it succeeded.
-type allocReport struct {
-	Bytes   int64  `json:"bytes"`
-	Error   string `json:"error,omitempty"`
-	Message string `json:"message,omitempty"`
-}
-
-// ok says that the client ran its kernel.
-func (c *clientReport) ok() bool {
-	return c != nil && c.InitError == "" && c.Error == "" && c.FlopsPerSecond > 0
-}
-
-func (c *clientReport) initSeconds() float64 {
+func initSeconds(c *mpstest.GPUClientReport) float64 {
 	if c == nil {
 		return 0
 	}
 	return c.InitSeconds
-}
-
-func (c *clientReport) allocated(bytes int64) bool {
-	i := slices.IndexFunc(c.Allocs, func(a allocReport) bool { return a.Bytes == bytes })
-	return i >= 0 && c.Allocs[i].Error == ""
 }
 
 // clientRun is one run of the client, as recorded.
@@ -618,8 +582,8 @@ type clientRun struct {
 	Share string `json:"share,omitempty"`
 	UID   int    `json:"uid"`
 	// Env is its environment's CUDA_MPS_ variables.
-	Env    []string      `json:"env"`
-	Report *clientReport `json:"report,omitempty"`
+	Env    []string                 `json:"env"`
+	Report *mpstest.GPUClientReport `json:"report,omitempty"`
 	// LineSeconds is how long after its start it printed its line.
 	LineSeconds float64 `json:"line_seconds,omitempty"`
 	// AfterHold is CUDA's error name for the kernel a held client ran
@@ -717,9 +681,9 @@ func (c *client) line(timeout time.Duration) {
 			return
 		}
 		c.run.LineSeconds = time.Since(c.start).Seconds()
-		var rep clientReport
+		var rep mpstest.GPUClientReport
 		if err := json.Unmarshal([]byte(l), &rep); err != nil {
-			rep = clientReport{Error: fmt.Sprintf("unreadable line %q: %v", l, err)}
+			rep = mpstest.GPUClientReport{Error: fmt.Sprintf("unreadable line %q: %v", l, err)}
 		}
 		c.run.Report = &rep
 	case <-time.After(timeout):
@@ -799,7 +763,7 @@ func (r *rig) servers(s share) (map[int][]int, string) {
 // what the servers run and have in their environments, which the usage
 // sampler relies on, and which PIDs NVML lists.
 func (r *rig) pids(t *testing.T) {
-	if r.heldA == nil || r.heldB == nil || !r.heldA.run.Report.ok() || !r.heldB.run.Report.ok() {
+	if r.heldA == nil || r.heldB == nil || !r.heldA.run.Report.OK() || !r.heldB.run.Report.OK() {
 		t.Fatal("no clients held (see 5-two-uids)")
 	}
 	res := &pidsResult{Roles: map[int]string{}}
