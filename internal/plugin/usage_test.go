@@ -338,7 +338,7 @@ func TestSharedGPUCountsOnlyTheClaimsProcesses(t *testing.T) {
 		Share: &prismv1alpha1.GrantedShare{ComputePercent: 50, Memory: resource.NewQuantity(8<<30, resource.BinarySI)},
 		Exceeded: &prismv1alpha1.ShareExceeded{
 			Resources: []prismv1alpha1.ShareResource{prismv1alpha1.ShareResourceMemory, prismv1alpha1.ShareResourceCompute},
-			Message:   "peak memory 9Gi above its share of 8Gi; duty cycle p95 48% at its compute share of 50%",
+			Message:   "peak memory 9Gi above its share of 8Gi; duty cycle p95 48% at its compute cap of 50%",
 		},
 	}
 	if diff := cmp.Diff(want, bed.profile(t, "light")); diff != "" {

@@ -197,12 +197,12 @@ func milli(percent float64, ok bool) *int32 {
 	return ptr.To(int32(percent*1000 + 0.5))
 }
 
-// Exceeded says what a run on a share used more of than it was given: its
-// peak memory above the memory share, or, with a compute share below the
-// whole GPU, a duty cycle whose 95th percentile came within PinnedMargin
-// points of the share (the workload ran at its limit, or past it where
-// nothing enforces the limit). Nil when it kept within its share, and for
-// runs on whole GPUs.
+// Exceeded says what a run on a share used more of than it was held to
+// (s: its memory, and a compute cap where its claim asked for one): its
+// peak memory above the memory share, or, under a cap below the whole GPU,
+// a duty cycle whose 95th percentile came within PinnedMargin points of
+// the cap (the workload ran at its cap, or past it where nothing enforces
+// the cap). Nil when it kept within them, and for runs on whole GPUs.
 func Exceeded(r Run, s *gpuv1alpha1.Share) *prismv1alpha1.ShareExceeded {
 	if s == nil {
 		return nil
@@ -216,7 +216,7 @@ func Exceeded(r Run, s *gpuv1alpha1.Share) *prismv1alpha1.ShareExceeded {
 	}
 	if p95, ok := r.DutyCyclePercentile(95); ok && s.LimitsCompute() && int32(p95) >= s.ComputePercent-PinnedMargin {
 		resources = append(resources, prismv1alpha1.ShareResourceCompute)
-		why = append(why, fmt.Sprintf("duty cycle p95 %d%% at its compute share of %d%%", p95, s.ComputePercent))
+		why = append(why, fmt.Sprintf("duty cycle p95 %d%% at its compute cap of %d%%", p95, s.ComputePercent))
 	}
 	if len(resources) == 0 {
 		return nil

@@ -242,14 +242,14 @@ func TestExceeded(t *testing.T) {
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{memory}, Message: "peak memory 9Gi above its share of 8Gi"}},
 		{"memory exactly its share", run(8*gi, Unknown, 30, 30, 30), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi}, nil},
 		{"p95 within 5 points of the compute share", run(gi, Unknown, 30, 30, 45), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi},
-			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 45% at its compute share of 50%"}},
+			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 45% at its compute cap of 50%"}},
 		{"p95 past an unenforced compute share", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{ComputePercent: 30},
-			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 100% at its compute share of 30%"}},
+			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{compute}, Message: "duty cycle p95 100% at its compute cap of 30%"}},
 		{"a whole GPU's compute is never pinned", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{ComputePercent: 100, MemoryBytes: 8 * gi}, nil},
 		{"memory share only", run(gi, Unknown, 100, 100, 100), &gpuv1alpha1.Share{MemoryBytes: 8 * gi}, nil},
 		{"both", run(9*gi, Unknown, 50, 50, 50), &gpuv1alpha1.Share{ComputePercent: 50, MemoryBytes: 8 * gi},
 			&prismv1alpha1.ShareExceeded{Resources: []prismv1alpha1.ShareResource{memory, compute},
-				Message: "peak memory 9Gi above its share of 8Gi; duty cycle p95 50% at its compute share of 50%"}},
+				Message: "peak memory 9Gi above its share of 8Gi; duty cycle p95 50% at its compute cap of 50%"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, Exceeded(tc.run, tc.share)); diff != "" {
