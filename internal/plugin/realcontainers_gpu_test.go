@@ -76,8 +76,6 @@ const (
 	// memoryTolerance is how far the memory CUDA reports in a container
 	// of the whole GPU may be from NVML's.
 	memoryTolerance = 0.03
-	// mpsServerBinary is what a control daemon starts for a client's UID.
-	mpsServerBinary = "nvidia-cuda-mps-server"
 	gib             = int64(1) << 30
 )
 
@@ -319,7 +317,7 @@ func (r *containersRig) killAll() {
 		_ = exec.Command(r.runc.runc, "--root", r.runc.root, "kill", id, "KILL").Run()
 		_ = exec.Command(r.runc.runc, "--root", r.runc.root, "delete", "--force", id).Run()
 	}
-	for _, p := range mpsProcesses(r.state, nil) {
+	for _, p := range r.mpsProcesses(nil) {
 		// A daemon leads a session of its own, with its servers.
 		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
 		_ = syscall.Kill(p.PID, syscall.SIGKILL)
@@ -436,9 +434,9 @@ func (r *containersRig) mpsShares(t *testing.T) {
 	// While both hold their servers: which server serves which pipe
 	// directory.
 	res.Servers = map[string][]int{}
-	for _, p := range mpsProcesses(r.state, nil) {
+	for _, p := range r.mpsProcesses(nil) {
 		r.mpsPIDs = append(r.mpsPIDs, p.PID)
-		if filepath.Base(p.Argv0) != mpsServerBinary {
+		if filepath.Base(p.Argv0) != mpstest.ServerBinary {
 			continue
 		}
 		for uid, rec := range res.Daemons {
@@ -623,7 +621,7 @@ func (r *containersRig) profiled(t *testing.T) {
 // nothingLeft is 5: once every claim is unprepared, nothing of them runs
 // or stays on disk.
 func (r *containersRig) nothingLeft(t *testing.T) {
-	res := &leftResult{Processes: mpsProcesses(r.state, r.mpsPIDs)}
+	res := &leftResult{Processes: r.mpsProcesses(r.mpsPIDs)}
 	r.res.Left = res
 	entries, _ := os.ReadDir(filepath.Join(r.state, "mps"))
 	for _, e := range entries {
@@ -860,23 +858,15 @@ type ctrRun struct {
 	// InjectedEnv are what the spec got from them: its CUDA_, NVIDIA_ and
 	// PRISM_ variables, the NVIDIA libraries among the mounts. Env is
 	// the variables as it ran, after the edit.
-	CDIDevices      []string                 `json:"cdi_devices"`
-	DeviceNodes     []string                 `json:"device_nodes"`
-	Mounts          int                      `json:"mounts"`
-	DriverLibraries []string                 `json:"driver_libraries"`
-	Hooks           int                      `json:"hooks"`
-	InjectedEnv     []string                 `json:"injected_env"`
-	Env             []string                 `json:"env"`
-	Report          *mpstest.GPUClientReport `json:"report,omitempty"`
-	// LineSeconds is how long after runc's start the client printed
-	// its line.
-	LineSeconds float64 `json:"line_seconds,omitempty"`
-	// AfterHold is what the client's kernel after its hold got.
-	AfterHold string `json:"after_hold,omitempty"`
-	// ExitCode is runc's, the container's; -1 where the test killed it.
-	ExitCode int    `json:"exit_code"`
-	TimedOut bool   `json:"timed_out,omitempty"`
-	Stderr   string `json:"stderr,omitempty"`
+	CDIDevices      []string `json:"cdi_devices"`
+	DeviceNodes     []string `json:"device_nodes"`
+	Mounts          int      `json:"mounts"`
+	DriverLibraries []string `json:"driver_libraries"`
+	Hooks           int      `json:"hooks"`
+	InjectedEnv     []string `json:"injected_env"`
+	Env             []string `json:"env"`
+	// The outcome's ExitCode is runc's, the container's.
+	mpstest.GPUClientOutcome
 }
 
 // bundle writes the container's bundle and returns its directory.
@@ -1019,7 +1009,7 @@ func withHostSystem(t *testing.T, rootfs string) {
 // runs.
 func (r *runcRig) start(t *testing.T, c ctrSpec) *ctr {
 	t.Helper()
-	run := &ctrRun{Name: c.name, Claim: c.claim, UID: c.uid, Args: c.args, CDIDevices: c.ids, ExitCode: -1}
+	run := &ctrRun{Name: c.name, Claim: c.claim, UID: c.uid, Args: c.args, CDIDevices: c.ids, GPUClientOutcome: mpstest.GPUClientOutcome{ExitCode: -1}}
 	dir := r.bundle(t, c, run)
 	x := &ctr{rig: r, id: "prism-" + c.name, run: run, done: make(chan struct{})}
 	x.stdout.printed = make(chan struct{})
@@ -1082,11 +1072,7 @@ func (x *ctr) line(timeout time.Duration) {
 	}
 	x.lineAt = at
 	x.run.LineSeconds = at.Sub(x.start).Seconds()
-	var rep mpstest.GPUClientReport
-	if err := json.Unmarshal([]byte(text), &rep); err != nil {
-		rep.Error = fmt.Sprintf("unreadable line %q: %v", text, err)
-	}
-	x.run.Report = &rep
+	x.run.Report = mpstest.ParseGPUClientLine(text)
 }
 
 // finish releases a held client, reads what it prints after its hold and
@@ -1098,11 +1084,8 @@ func (x *ctr) finish() {
 	}
 	x.wait(ctrExitTimeout)
 	for _, l := range strings.Split(x.stdout.String(), "\n") {
-		var after struct {
-			AfterHold string `json:"after_hold"`
-		}
-		if json.Unmarshal([]byte(l), &after) == nil && after.AfterHold != "" {
-			x.run.AfterHold = after.AfterHold
+		if after := mpstest.AfterHoldOf(l); after != "" {
+			x.run.AfterHold = after
 		}
 	}
 }
@@ -1129,46 +1112,12 @@ func (x *ctr) wait(timeout time.Duration) {
 
 // ---- processes and files -----------------------------------------------------
 
-// mpsProcess is a running process of MPS.
-type mpsProcess struct {
-	PID     int    `json:"pid"`
-	Argv0   string `json:"argv0"`
-	PipeDir string `json:"pipe_dir,omitempty"`
-}
-
-// mpsProcesses are the running control daemons and servers that are one
-// of pids, or whose pipe directory is under dir.
-func mpsProcesses(dir string, pids []int) []mpsProcess {
-	entries, _ := os.ReadDir("/proc")
-	found := []mpsProcess{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		proc := filepath.Join("/proc", e.Name())
-		cmdline, _ := os.ReadFile(filepath.Join(proc, "cmdline"))
-		argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-		if base := filepath.Base(string(argv0)); base != mps.ControlBinary && base != mpsServerBinary {
-			continue
-		}
-		// "pid (comm) S ...": a zombie is gone but for its parent's wait.
-		stat, _ := os.ReadFile(filepath.Join(proc, "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
-			continue
-		}
-		p := mpsProcess{PID: pid, Argv0: string(argv0)}
-		environ, _ := os.ReadFile(filepath.Join(proc, "environ"))
-		for _, kv := range strings.Split(string(environ), "\x00") {
-			if v, ok := strings.CutPrefix(kv, mps.EnvPipeDirectory+"="); ok {
-				p.PipeDir = v
-			}
-		}
-		if slices.Contains(pids, pid) || strings.HasPrefix(p.PipeDir, dir+"/") {
-			found = append(found, p)
-		}
-	}
-	return found
+// mpsProcesses are the running MPS control daemons and servers that are
+// one of pids, or whose pipe directory is under the state directory.
+func (r *containersRig) mpsProcesses(pids []int) []mpstest.Process {
+	return mpstest.Processes(func(p mpstest.Process) bool {
+		return slices.Contains(pids, p.PID) || strings.HasPrefix(p.PipeDir, r.state+"/")
+	})
 }
 
 func abs(n int) int { return max(n, -n) }
@@ -1300,12 +1249,12 @@ type profiledResult struct {
 }
 
 type leftResult struct {
-	Processes  []mpsProcess `json:"processes"`
-	MPSDirs    []string     `json:"mps_dirs"`
-	CDISpecs   []string     `json:"cdi_specs"`
-	Containers []string     `json:"containers"`
-	Claims     []string     `json:"claims"`
-	Daemons    []string     `json:"daemons"`
+	Processes  []mpstest.Process `json:"processes"`
+	MPSDirs    []string          `json:"mps_dirs"`
+	CDISpecs   []string          `json:"cdi_specs"`
+	Containers []string          `json:"containers"`
+	Claims     []string          `json:"claims"`
+	Daemons    []string          `json:"daemons"`
 }
 
 func (r *containersRig) write(t *testing.T) {

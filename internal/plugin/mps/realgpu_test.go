@@ -98,8 +98,6 @@ func enterContainer(argv []string, shm, uid string) error {
 
 const (
 	gi = int64(1) << 30
-	// mpsServerBinary is what a control daemon starts for each UID.
-	mpsServerBinary = "nvidia-cuda-mps-server"
 	// lineTimeout bounds how long a client may take to print its line: a
 	// new MPS server, or one of another UID replacing an idle one, starts
 	// first, and the kernel takes about 2 s at 10 % of the threads.
@@ -524,11 +522,13 @@ func (r *rig) stop(t *testing.T) {
 			c.finish()
 			sc.Client = c.run
 		}
-		sc.Left = leftProcesses(pids, s.rec.PipeDir)
+		sc.Left = mpstest.Processes(func(p mpstest.Process) bool {
+			return slices.Contains(pids, p.PID) || p.PipeDir == s.rec.PipeDir
+		})
 		_, err := os.Stat(filepath.Dir(s.rec.PipeDir))
 		sc.DirLeft = err == nil
 		res.Stops = append(res.Stops, sc)
-		if diff := cmp.Diff([]mpsProcess(nil), sc.Left); diff != "" {
+		if diff := cmp.Diff([]mpstest.Process(nil), sc.Left); diff != "" {
 			t.Errorf("share %s's daemon's processes running after its stop (-want +got):\n%s", s.name, diff)
 		}
 		if sc.DirLeft {
@@ -582,18 +582,8 @@ type clientRun struct {
 	Share string `json:"share,omitempty"`
 	UID   int    `json:"uid"`
 	// Env is its environment's CUDA_MPS_ variables.
-	Env    []string                 `json:"env"`
-	Report *mpstest.GPUClientReport `json:"report,omitempty"`
-	// LineSeconds is how long after its start it printed its line.
-	LineSeconds float64 `json:"line_seconds,omitempty"`
-	// AfterHold is CUDA's error name for the kernel a held client ran
-	// after its release ("cudaSuccess" where it ran).
-	AfterHold string `json:"after_hold,omitempty"`
-	// ExitCode is -1 where the test killed it.
-	ExitCode int `json:"exit_code"`
-	// TimedOut: no line within the time it was given.
-	TimedOut bool   `json:"timed_out,omitempty"`
-	Stderr   string `json:"stderr,omitempty"`
+	Env []string `json:"env"`
+	mpstest.GPUClientOutcome
 }
 
 // client is a running client.
@@ -612,7 +602,7 @@ type client struct {
 func (r *rig) start(t *testing.T, ctr container, args ...string) *client {
 	t.Helper()
 	c := &client{lines: make(chan string, 4), done: make(chan struct{})}
-	c.run = &clientRun{Share: ctr.share, UID: ctr.uid, ExitCode: -1}
+	c.run = &clientRun{Share: ctr.share, UID: ctr.uid, GPUClientOutcome: mpstest.GPUClientOutcome{ExitCode: -1}}
 	for _, kv := range ctr.env {
 		if strings.HasPrefix(kv, "CUDA_MPS_") {
 			c.run.Env = append(c.run.Env, kv)
@@ -681,11 +671,7 @@ func (c *client) line(timeout time.Duration) {
 			return
 		}
 		c.run.LineSeconds = time.Since(c.start).Seconds()
-		var rep mpstest.GPUClientReport
-		if err := json.Unmarshal([]byte(l), &rep); err != nil {
-			rep = mpstest.GPUClientReport{Error: fmt.Sprintf("unreadable line %q: %v", l, err)}
-		}
-		c.run.Report = &rep
+		c.run.Report = mpstest.ParseGPUClientLine(l)
 	case <-time.After(timeout):
 		c.run.TimedOut = true
 	}
@@ -707,11 +693,8 @@ func (c *client) finish() {
 				c.lines = nil
 				continue
 			}
-			var after struct {
-				AfterHold string `json:"after_hold"`
-			}
-			if json.Unmarshal([]byte(l), &after) == nil {
-				c.run.AfterHold = after.AfterHold
+			if after := mpstest.AfterHoldOf(l); after != "" {
+				c.run.AfterHold = after
 			}
 		case <-giveUp:
 			_ = c.cmd.Process.Kill()
@@ -781,9 +764,9 @@ func (r *rig) pids(t *testing.T) {
 			sp := serverProcess{Share: s.name, PID: pid, Argv0: argv0(pid), PipeDir: environValue(pid, EnvPipeDirectory)}
 			res.Servers = append(res.Servers, sp)
 			// The usage sampler tells a share's server by both.
-			if filepath.Base(sp.Argv0) != mpsServerBinary || sp.PipeDir != s.rec.PipeDir {
+			if filepath.Base(sp.Argv0) != mpstest.ServerBinary || sp.PipeDir != s.rec.PipeDir {
 				t.Errorf("share %s's server %d runs %q with %s=%q; the usage sampler needs %s and %q",
-					s.name, pid, sp.Argv0, EnvPipeDirectory, sp.PipeDir, mpsServerBinary, s.rec.PipeDir)
+					s.name, pid, sp.Argv0, EnvPipeDirectory, sp.PipeDir, mpstest.ServerBinary, s.rec.PipeDir)
 			}
 		}
 	}
@@ -841,37 +824,6 @@ func environValue(pid int, name string) string {
 		}
 	}
 	return ""
-}
-
-// mpsProcess is a process of MPS, as found in /proc.
-type mpsProcess struct {
-	PID     int    `json:"pid"`
-	Argv0   string `json:"argv0"`
-	PipeDir string `json:"pipe_dir,omitempty"`
-}
-
-// leftProcesses are the processes of MPS still running that were pids
-// when they were noted, or that serve pipeDir.
-func leftProcesses(pids []int, pipeDir string) []mpsProcess {
-	entries, _ := os.ReadDir("/proc")
-	var left []mpsProcess
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		p := mpsProcess{PID: pid, Argv0: argv0(pid), PipeDir: environValue(pid, EnvPipeDirectory)}
-		if base := filepath.Base(p.Argv0); base != ControlBinary && base != mpsServerBinary {
-			continue
-		}
-		if state, _, err := procStat("/proc", pid); err != nil || state == 'Z' || state == 'X' {
-			continue
-		}
-		if slices.Contains(pids, pid) || p.PipeDir == pipeDir {
-			left = append(left, p)
-		}
-	}
-	return left
 }
 
 // dirEntry is a file that MPS made in a pipe or shared-memory directory.
@@ -974,7 +926,7 @@ func controlDriverRoot(t *testing.T) (root, binary string) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{ControlBinary, mpsServerBinary} {
+	for _, name := range []string{ControlBinary, mpstest.ServerBinary} {
 		if err := os.Symlink(filepath.Join(filepath.Dir(binary), name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -1163,8 +1115,8 @@ type stopCase struct {
 	Error      string     `json:"error,omitempty"`
 	// Left are the daemon's processes still running, DirLeft that its
 	// directory is still there.
-	Left    []mpsProcess `json:"left"`
-	DirLeft bool         `json:"dir_left"`
+	Left    []mpstest.Process `json:"left"`
+	DirLeft bool              `json:"dir_left"`
 }
 
 // writeResults writes results.json into out.

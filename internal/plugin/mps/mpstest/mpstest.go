@@ -96,9 +96,13 @@ func NewRecord(t *testing.T) string {
 	return record
 }
 
+// controlBinary is the name of NVIDIA's control program, which the
+// stand-in takes.
+const controlBinary = "nvidia-cuda-mps-control"
+
 // Binary is where DriverRoot puts the stand-in in a driver root.
 func Binary(driverRoot string) string {
-	return filepath.Join(driverRoot, "usr", "bin", "nvidia-cuda-mps-control")
+	return filepath.Join(driverRoot, "usr", "bin", controlBinary)
 }
 
 // Build builds the stand-in as bin.
